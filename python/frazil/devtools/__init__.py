@@ -1,0 +1,1 @@
+"""Developer tooling: a local Kafka broker for tests, the demo and benchmarks."""

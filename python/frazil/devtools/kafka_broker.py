@@ -1,0 +1,290 @@
+"""A real single-node Apache Kafka broker (KRaft) for tests, the demo and benchmarks.
+
+The broker is assembled from Maven Central jars by Maven (``copy-dependencies`` of
+``org.apache.kafka:kafka_2.13`` plus a log4j2 backend) into a cache outside git,
+``$FRAZIL_CACHE`` or ``~/.cache/frazil``. Each broker gets a fresh data directory and free
+ports on 127.0.0.1, with the single-node settings that make transactions and consumer groups
+work on one node.
+
+Library use::
+
+    with KafkaBroker.start(workdir) as broker:
+        print(broker.bootstrap)
+
+Command line (used by ``make demo``)::
+
+    python -m frazil.devtools.kafka_broker start --dir .run/kafka   # prints the bootstrap
+    python -m frazil.devtools.kafka_broker stop --dir .run/kafka
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+log = logging.getLogger(__name__)
+
+KAFKA_VERSION = os.environ.get("FRAZIL_KAFKA_VERSION", "4.1.2")
+LOG4J_VERSION = "2.24.3"
+START_TIMEOUT_S = 120.0
+
+_POM = """<?xml version="1.0" encoding="UTF-8"?>
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>dev.frazil</groupId>
+  <artifactId>kafka-broker-bundle</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency>
+      <groupId>org.apache.kafka</groupId>
+      <artifactId>kafka_2.13</artifactId>
+      <version>{kafka}</version>
+    </dependency>
+    <dependency>
+      <groupId>org.apache.logging.log4j</groupId>
+      <artifactId>log4j-api</artifactId>
+      <version>{log4j}</version>
+    </dependency>
+    <dependency>
+      <groupId>org.apache.logging.log4j</groupId>
+      <artifactId>log4j-core</artifactId>
+      <version>{log4j}</version>
+    </dependency>
+    <dependency>
+      <groupId>org.apache.logging.log4j</groupId>
+      <artifactId>log4j-slf4j-impl</artifactId>
+      <version>{log4j}</version>
+    </dependency>
+  </dependencies>
+</project>
+"""
+
+_LOG4J2 = """<?xml version="1.0" encoding="UTF-8"?>
+<Configuration status="WARN">
+  <Appenders>
+    <File name="file" fileName="{path}">
+      <PatternLayout pattern="[%d] %p %m (%c)%n"/>
+    </File>
+  </Appenders>
+  <Loggers>
+    <Root level="INFO"><AppenderRef ref="file"/></Root>
+    <Logger name="kafka.request.logger" level="WARN"/>
+    <Logger name="org.apache.kafka.coordinator" level="WARN"/>
+  </Loggers>
+</Configuration>
+"""
+
+
+class BrokerError(RuntimeError):
+    """The local broker could not be fetched, formatted or started."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("FRAZIL_CACHE", Path.home() / ".cache" / "frazil"))
+
+
+def ensure_jars(version: str = KAFKA_VERSION) -> Path:
+    """Fetch the broker's jars into the cache (once) and return the lib directory."""
+    root = cache_dir() / f"kafka-{version}"
+    lib = root / "lib"
+    marker = root / ".complete"
+    if marker.exists():
+        return lib
+    if shutil.which("mvn") is None:
+        raise BrokerError("Maven (mvn) is needed to fetch the Kafka jars; install it (apt-get install maven)")
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(lib, ignore_errors=True)
+    (root / "pom.xml").write_text(_POM.format(kafka=version, log4j=LOG4J_VERSION))
+    print(f"fetching Apache Kafka {version} jars from Maven Central into {lib} ...", file=sys.stderr, flush=True)
+    cmd = ["mvn", "-B", "-q", "-f", str(root / "pom.xml"), "dependency:copy-dependencies",
+           f"-DoutputDirectory={lib}", "-DincludeScope=runtime"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BrokerError(f"mvn failed ({proc.returncode}) fetching Kafka {version}:\n{proc.stdout[-4000:]}{proc.stderr[-4000:]}")
+    marker.write_text(version)
+    return lib
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _server_properties(data: Path, port: int, controller_port: int) -> str:
+    settings = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(data / "logs"),
+        "num.partitions": "1",
+        "auto.create.topics.enable": "false",
+        # single node: every internal topic with one replica, so groups and transactions work
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        "log.cleaner.dedupe.buffer.size": "33554432",
+    }
+    return "".join(f"{k}={v}\n" for k, v in settings.items())
+
+
+async def _serves_requests(bootstrap: str) -> bool:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+    try:
+        await admin.start()
+        await admin.list_topics()
+        return True
+    except Exception:
+        return False
+    finally:
+        await admin.close()
+
+
+@dataclass
+class KafkaBroker:
+    """A running broker process; ``stop`` is idempotent."""
+
+    workdir: Path
+    port: int
+    controller_port: int
+    pid: int
+    _proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @classmethod
+    def start(cls, workdir: Path, *, version: str = KAFKA_VERSION, heap: str = "512m") -> KafkaBroker:
+        lib = ensure_jars(version)
+        workdir = Path(workdir).resolve()
+        shutil.rmtree(workdir, ignore_errors=True)
+        workdir.mkdir(parents=True)
+        port, controller_port = free_port(), free_port()
+        props = workdir / "server.properties"
+        props.write_text(_server_properties(workdir, port, controller_port))
+        (workdir / "log4j2.xml").write_text(_LOG4J2.format(path=workdir / "server.log"))
+        java = ["java", f"-Dlog4j2.configurationFile={workdir / 'log4j2.xml'}", "-cp", f"{lib}/*"]
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        fmt = subprocess.run([*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
+                             capture_output=True, text=True)
+        if fmt.returncode != 0:
+            raise BrokerError(f"formatting Kafka storage failed:\n{fmt.stdout}{fmt.stderr}")
+        out = open(workdir / "stdout.log", "wb")
+        proc = subprocess.Popen([*java[:1], f"-Xmx{heap}", "-XX:+UseSerialGC", *java[1:], "kafka.Kafka", str(props)],
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        broker = cls(workdir, port, controller_port, proc.pid, proc)
+        try:
+            broker._wait_ready()
+        except BaseException:
+            broker.stop()
+            raise
+        (workdir / "broker.json").write_text(json.dumps({"pid": proc.pid, "port": port, "controller_port": controller_port}))
+        return broker
+
+    def _alive(self) -> bool:
+        if self._proc is not None:
+            return self._proc.poll() is None
+        try:
+            os.kill(self.pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if not self._alive():
+                tail = (self.workdir / "stdout.log").read_text(errors="replace")[-3000:]
+                raise BrokerError(f"the Kafka broker exited during start-up; see {self.workdir}:\n{tail}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    pass
+            except OSError:
+                time.sleep(0.3)
+                continue
+            if asyncio.run(_serves_requests(self.bootstrap)):
+                return
+            time.sleep(0.3)
+        raise BrokerError(f"the Kafka broker did not serve requests within {START_TIMEOUT_S:.0f}s; see {self.workdir}")
+
+    @classmethod
+    def attach(cls, workdir: Path) -> KafkaBroker:
+        state = json.loads((Path(workdir) / "broker.json").read_text())
+        return cls(Path(workdir), state["port"], state["controller_port"], state["pid"])
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if not self._alive():
+            return
+        os.kill(self.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while self._alive() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if self._alive():
+            log.warning("Kafka broker %d did not stop in %.0fs; killing it", self.pid, timeout)
+            os.kill(self.pid, signal.SIGKILL)
+        if self._proc is not None:
+            self._proc.wait()
+
+    def __enter__(self) -> KafkaBroker:
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m frazil.devtools.kafka_broker", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    for name in ("start", "stop", "fetch"):
+        p = sub.add_parser(name)
+        p.add_argument("--dir", type=Path, default=Path(".run/kafka"))
+    args = parser.parse_args(argv)
+    try:
+        if args.cmd == "fetch":
+            print(ensure_jars())
+        elif args.cmd == "start":
+            if (args.dir / "broker.json").exists():
+                KafkaBroker.attach(args.dir).stop()
+            broker = KafkaBroker.start(args.dir)
+            broker._proc = None  # leave it running after this command exits
+            print(broker.bootstrap)
+        else:
+            if (args.dir / "broker.json").exists():
+                KafkaBroker.attach(args.dir).stop()
+                (args.dir / "broker.json").unlink()
+    except BrokerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

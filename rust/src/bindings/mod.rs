@@ -1,0 +1,5 @@
+//! Thin pyo3 adapters over the pure core: convert arguments, release the GIL, convert results.
+
+mod buffer;
+
+pub use buffer::{DecodeError, JsonBuffer, NativeError};

@@ -1,0 +1,17 @@
+//! frazil's native core. `buffer` is pure Rust; `bindings` adapts it to Python.
+
+pub mod buffer;
+
+#[cfg(feature = "python")]
+mod bindings;
+
+#[cfg(feature = "python")]
+#[pyo3::pymodule]
+fn _native(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
+    use pyo3::prelude::*;
+    m.add_class::<bindings::JsonBuffer>()?;
+    m.add_class::<bindings::DecodeError>()?;
+    m.add("NativeError", m.py().get_type::<bindings::NativeError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
