@@ -1,0 +1,99 @@
+"""The ``frazil`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from frazil import config as config_mod
+from frazil import logs
+from frazil.errors import ConfigError, FrazilError
+
+log = logging.getLogger("frazil")
+
+
+def _config_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", "-c", type=Path, default=Path("frazil.toml"), help="TOML config (default: frazil.toml)")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from frazil import daemon
+
+    cfg = config_mod.load(args.config)
+    logs.setup(cfg.log_level, cfg.log_format)
+    daemon.run(cfg)
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    cfg = config_mod.load(args.config)
+    print(f"{args.config}: ok")
+    print(f"  pipeline   {cfg.pipeline} (commit every {cfg.commit_interval_s:g}s, "
+          f"at most {cfg.max_buffer_records} buffered records)")
+    print(f"  kafka      {cfg.kafka.bootstrap_servers} topics={','.join(cfg.kafka.topics)} group={cfg.kafka.group_id}")
+    print(f"  catalog    {cfg.catalog.name} {cfg.catalog.properties.get('uri', cfg.catalog.properties.get('type'))}")
+    print(f"  table      {cfg.table.name} columns={len(cfg.table.columns)} metadata_columns={cfg.table.metadata_columns} "
+          f"partition_by={list(cfg.table.partition_by)}")
+    return 0
+
+
+def _offsets(args: argparse.Namespace) -> int:
+    from frazil.iceberg import catalog as iceberg_catalog
+    from frazil.iceberg import offsets
+    from frazil.status import end_offsets
+
+    cfg = config_mod.load(args.config)
+    logs.setup("WARNING")
+    table = iceberg_catalog.load(cfg.catalog).load_table(cfg.table.name)
+    stored = offsets.stored_offsets(table.properties, cfg.pipeline)
+    ends = asyncio.run(end_offsets(cfg.kafka.bootstrap_servers, cfg.kafka.topics))
+    print(f"{'topic':<24}{'partition':>10}{'table offset':>14}{'end offset':>12}{'lag':>10}")
+    for tp in sorted(set(stored) | set(ends)):
+        have, end = stored.get(tp), ends.get(tp)
+        lag = "" if end is None else str(end - (have or 0))
+        print(f"{tp[0]:<24}{tp[1]:>10}{'-' if have is None else have:>14}{'-' if end is None else end:>12}{lag:>10}")
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from frazil import demo
+
+    logs.setup("WARNING")
+    return demo.main(records=args.records, workdir=args.workdir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="frazil", description="Kafka into Apache Iceberg, exactly once.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("run", help="run the pipeline in the foreground until SIGTERM")
+    _config_arg(p)
+    p.set_defaults(func=_run)
+    p = sub.add_parser("check-config", help="validate a config file and print what it says")
+    _config_arg(p)
+    p.set_defaults(func=_check)
+    p = sub.add_parser("offsets", help="the table's stored offsets against the topics' end offsets")
+    _config_arg(p)
+    p.set_defaults(func=_offsets)
+    p = sub.add_parser("demo", help="end to end on a local broker and warehouse (used by make demo)")
+    p.add_argument("--records", type=int, default=200_000)
+    p.add_argument("--workdir", type=Path, default=Path(".run/demo"))
+    p.set_defaults(func=_demo)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"frazil: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except FrazilError as exc:
+        log.error("%s", exc)
+        print(f"frazil: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,250 @@
+"""The frazil configuration: one TOML file, validated once, frozen.
+
+Every error names the key and says how to fix it. The table in ``docs/configuration.md`` lists
+every key; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from frazil.errors import ConfigError
+
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_TYPES = ("boolean", "int", "long", "float", "double", "string", "binary", "date", "time",
+          "timestamp", "timestamptz", "uuid")
+_DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
+_TRANSFORM = re.compile(r"^(identity|year|month|day|hour|bucket\[(\d+)\]|truncate\[(\d+)\])\((\w+)\)$|^(\w+)$")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str
+    required: bool = False
+    doc: str | None = None
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    bootstrap_servers: str
+    topics: tuple[str, ...]
+    group_id: str
+    auto_offset_reset: str = "earliest"
+    max_poll_records: int = 10_000
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int = 3_000
+    client_id: str = "frazil"
+
+
+@dataclass(frozen=True)
+class CatalogConfig:
+    name: str
+    properties: dict[str, str]
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    name: str
+    columns: tuple[Column, ...]
+    create: bool = True
+    metadata_columns: bool = True
+    partition_by: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Config:
+    pipeline: str
+    commit_interval_s: float
+    max_buffer_records: int
+    max_commit_attempts: int
+    kafka: KafkaConfig
+    catalog: CatalogConfig
+    table: TableConfig
+    on_bad_record: str = "fail"
+    log_level: str = "INFO"
+    log_format: str = "text"
+    source: Path | None = field(default=None, compare=False)
+
+
+class _Section:
+    """Reads one TOML table, remembering which keys were used so unknown keys are reported."""
+
+    def __init__(self, data: Any, path: str) -> None:
+        if not isinstance(data, dict):
+            raise ConfigError(f"[{path}] must be a table, got {type(data).__name__}")
+        self.data, self.path, self.used = data, path, set()
+
+    def key(self, name: str) -> str:
+        return f"{self.path}.{name}" if self.path else name
+
+    def get(self, name: str, kind: type | tuple[type, ...], default: Any = ..., *, hint: str = "") -> Any:
+        self.used.add(name)
+        if name not in self.data:
+            if default is ...:
+                raise ConfigError(f"missing required key {self.key(name)!r}{': ' + hint if hint else ''}")
+            return default
+        value = self.data[name]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            want = " or ".join(k.__name__ for k in kinds)
+            raise ConfigError(f"{self.key(name)} must be {want}, got {value!r}")
+        return value
+
+    def positive(self, name: str, kind: type, default: Any) -> Any:
+        value = self.get(name, kind, default)
+        if value <= 0:
+            raise ConfigError(f"{self.key(name)} must be greater than 0, got {value!r}")
+        return value
+
+    def section(self, name: str, *, required: bool = True) -> _Section:
+        self.used.add(name)
+        if name not in self.data:
+            if required:
+                raise ConfigError(f"missing section [{self.key(name)}]")
+            return _Section({}, self.key(name))
+        return _Section(self.data[name], self.key(name))
+
+    def finish(self) -> None:
+        unknown = sorted(set(self.data) - self.used)
+        if unknown:
+            where = f"[{self.path}]" if self.path else "the top level"
+            raise ConfigError(f"unknown key(s) {', '.join(unknown)} in {where}; see docs/configuration.md for valid keys")
+
+
+def _column_type(value: str, key: str) -> str:
+    t = value.strip().lower()
+    if t in _TYPES:
+        return t
+    m = _DECIMAL.match(t)
+    if m and 1 <= int(m.group(1)) <= 38 and int(m.group(2)) <= int(m.group(1)):
+        return f"decimal({m.group(1)}, {m.group(2)})"
+    raise ConfigError(f"{key} has unknown type {value!r}; use one of {', '.join(_TYPES)} or decimal(P, S)")
+
+
+def _columns(raw: Any, key: str) -> tuple[Column, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError(f"{key} must be a non-empty array of tables like {{name = \"id\", type = \"long\"}}")
+    columns, seen = [], set()
+    for i, item in enumerate(raw):
+        s = _Section(item, f"{key}[{i}]")
+        name = s.get("name", str)
+        if not name or name.startswith("_kafka_"):
+            raise ConfigError(f"{s.key('name')} {name!r} is empty or uses the reserved prefix _kafka_")
+        if name in seen:
+            raise ConfigError(f"{s.key('name')}: column {name!r} is declared twice")
+        seen.add(name)
+        columns.append(Column(name, _column_type(s.get("type", str), s.key("type")),
+                              s.get("required", bool, False), s.get("doc", str, None)))
+        s.finish()
+    return tuple(columns)
+
+
+def _partition_by(raw: list[Any], key: str, columns: tuple[Column, ...]) -> tuple[str, ...]:
+    names = {c.name for c in columns}
+    out = []
+    for spec in raw:
+        m = _TRANSFORM.match(spec.strip()) if isinstance(spec, str) else None
+        source = (m.group(4) or m.group(5)) if m else None
+        if not m or source not in names:
+            raise ConfigError(
+                f"{key} entry {spec!r} is not a partition transform on a declared column; use e.g. "
+                "\"day(event_time)\", \"bucket[16](user_id)\", \"truncate[4](name)\" or \"country\""
+            )
+        out.append(spec.strip())
+    return tuple(out)
+
+
+def _resolve(value: str, base: Path) -> str:
+    """Relative sqlite/file locations are taken relative to the config file."""
+    for prefix in ("sqlite:///", "file://"):
+        if value.startswith(prefix):
+            rest = value[len(prefix):]
+            if rest and not rest.startswith("/"):
+                return prefix + str((base / rest).resolve())
+    return value
+
+
+def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None = None) -> Config:
+    top = _Section(data, "")
+    p = top.section("pipeline")
+    pipeline = p.get("name", str, hint="a short stable name; offsets are stored under it")
+    if not _NAME.match(pipeline):
+        raise ConfigError(f"pipeline.name {pipeline!r} may only hold letters, digits, '_', '.' and '-'")
+    commit_interval_s = p.positive("commit_interval_s", float, 10.0)
+    max_buffer_records = p.positive("max_buffer_records", int, 1_000_000)
+    max_commit_attempts = p.positive("max_commit_attempts", int, 5)
+    on_bad_record = p.get("on_bad_record", str, "fail")
+    if on_bad_record != "fail":
+        raise ConfigError(f"pipeline.on_bad_record {on_bad_record!r} is not supported yet; use \"fail\"")
+    log_level = p.get("log_level", str, "INFO").upper()
+    if log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise ConfigError(f"pipeline.log_level {log_level!r} must be DEBUG, INFO, WARNING or ERROR")
+    log_format = p.get("log_format", str, "text")
+    if log_format not in ("text", "json"):
+        raise ConfigError(f"pipeline.log_format {log_format!r} must be \"text\" or \"json\"")
+    p.finish()
+
+    k = top.section("kafka")
+    topics = k.get("topics", list, hint='a list of topic names, e.g. topics = ["events"]')
+    if not topics or not all(isinstance(t, str) and _NAME.match(t) for t in topics):
+        raise ConfigError(f"kafka.topics must be a non-empty list of topic names, got {topics!r}")
+    reset = k.get("auto_offset_reset", str, "earliest")
+    if reset not in ("earliest", "latest"):
+        raise ConfigError(f"kafka.auto_offset_reset {reset!r} must be \"earliest\" or \"latest\"")
+    kafka = KafkaConfig(
+        bootstrap_servers=k.get("bootstrap_servers", str, hint='e.g. "127.0.0.1:9092"'),
+        topics=tuple(topics),
+        group_id=k.get("group_id", str, f"frazil-{pipeline}"),
+        auto_offset_reset=reset,
+        max_poll_records=k.positive("max_poll_records", int, 10_000),
+        session_timeout_ms=k.positive("session_timeout_ms", int, 10_000),
+        heartbeat_interval_ms=k.positive("heartbeat_interval_ms", int, 3_000),
+        client_id=k.get("client_id", str, f"frazil-{pipeline}"),
+    )
+    k.finish()
+
+    c = top.section("catalog", required=False)
+    catalog_name = c.get("name", str, "frazil")
+    props = c.get("properties", dict, {})
+    c.finish()
+    props = {str(key): str(value) for key, value in props.items()}
+    props.setdefault("type", "sql")
+    if props["type"] == "sql":
+        props.setdefault("uri", "sqlite:///warehouse/catalog.db")
+        props.setdefault("warehouse", "file://warehouse")
+    props = {key: _resolve(value, base) for key, value in props.items()}
+
+    t = top.section("table")
+    name = t.get("name", str, hint='"namespace.table", e.g. "demo.events"')
+    if name.count(".") < 1 or not all(_NAME.match(part) for part in name.split(".")):
+        raise ConfigError(f"table.name {name!r} must be \"namespace.table\"")
+    columns = _columns(t.get("columns", list), "table.columns")
+    table = TableConfig(
+        name=name,
+        columns=columns,
+        create=t.get("create", bool, True),
+        metadata_columns=t.get("metadata_columns", bool, True),
+        partition_by=_partition_by(t.get("partition_by", list, []), "table.partition_by", columns),
+    )
+    t.finish()
+    top.finish()
+    return Config(pipeline, commit_interval_s, max_buffer_records, max_commit_attempts, kafka,
+                  CatalogConfig(catalog_name, props), table, on_bad_record, log_level, log_format, source)
+
+
+def load(path: Path | str) -> Config:
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    return parse(data, base=path.resolve().parent, source=path)

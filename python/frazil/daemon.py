@@ -1,0 +1,49 @@
+"""Lifecycle of ``frazil run``: event loop, signals, graceful drain, exit status."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+
+import uvloop
+
+from frazil.config import Config
+from frazil.iceberg import catalog as iceberg_catalog
+from frazil.ingest.pipeline import Pipeline, Stats
+
+log = logging.getLogger(__name__)
+
+
+async def serve(cfg: Config, stop: asyncio.Event) -> Stats:
+    """Run the pipeline until ``stop`` is set; the buffered rows are committed before returning."""
+    catalog = await asyncio.to_thread(iceberg_catalog.load, cfg.catalog)
+    table = await asyncio.to_thread(iceberg_catalog.ensure_table, catalog, cfg.table)
+    pipeline = Pipeline(cfg, catalog, table)
+    await pipeline.run(stop)
+    return pipeline.stats
+
+
+def run(cfg: Config) -> Stats:
+    """Run in the foreground. SIGTERM or SIGINT drains and stops; a second one exits at once
+    (nothing is lost: uncommitted records are read again from the table's offsets)."""
+
+    async def main() -> Stats:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def on_signal(signum: int) -> None:
+            if stop.is_set():
+                log.warning("second %s: exiting now without draining", signal.Signals(signum).name)
+                os._exit(128 + signum)
+            log.info("%s: draining, then stopping (send it again to exit at once)", signal.Signals(signum).name)
+            stop.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal, sig)
+        log.info("frazil pipeline %s -> %s, commit every %.1fs (pid %d)", cfg.pipeline, cfg.table.name,
+                 cfg.commit_interval_s, os.getpid())
+        return await serve(cfg, stop)
+
+    return uvloop.run(main())

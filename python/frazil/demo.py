@@ -1,0 +1,209 @@
+"""``frazil demo``: the whole path on this machine, from an empty folder to a queried table.
+
+Starts a local Kafka broker, creates a topic, produces sample clickstream events, runs
+``frazil run`` as its own process until the table holds every event, prints what landed and a
+sample query, and stops everything. Each run starts from a fresh broker and warehouse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pyarrow.compute as pc
+
+from frazil.devtools.kafka_broker import KafkaBroker
+
+TOPIC = "clickstream"
+PARTITIONS = 6
+TABLE = "demo.clickstream"
+
+CONFIG = """\
+[pipeline]
+name = "demo"
+commit_interval_s = 2.0
+
+[kafka]
+bootstrap_servers = "{bootstrap}"
+topics = ["{topic}"]
+
+[catalog]
+name = "frazil"
+properties = {{ uri = "sqlite:///warehouse/catalog.db", warehouse = "file://warehouse" }}
+
+[table]
+name = "{table}"
+metadata_columns = true
+partition_by = ["day(event_time)"]
+columns = [
+  {{ name = "event_id", type = "string", required = true }},
+  {{ name = "user_id", type = "long" }},
+  {{ name = "session_id", type = "string" }},
+  {{ name = "event_type", type = "string" }},
+  {{ name = "page", type = "string" }},
+  {{ name = "referrer", type = "string" }},
+  {{ name = "country", type = "string" }},
+  {{ name = "device", type = "string" }},
+  {{ name = "price", type = "double" }},
+  {{ name = "event_time", type = "timestamptz" }},
+]
+"""
+
+_TYPES = ["page_view"] * 12 + ["click"] * 6 + ["add_to_cart"] * 2 + ["purchase"]
+_COUNTRIES = ["DE", "US", "FR", "BR", "IN", "JP", "NG", "GB", "NL", "ES"]
+_DEVICES = ["mobile", "desktop", "tablet"]
+_REFERRERS = ["https://search.example/q?term=boots", "https://social.example/post/8812", "direct", "newsletter"]
+
+
+def sample_events(n: int, seed: int = 7) -> list[bytes]:
+    """``n`` clickstream events of about 250 bytes, over three days, reproducible by ``seed``."""
+    rng = random.Random(seed)
+    t0 = datetime(2026, 11, 19, tzinfo=timezone.utc)
+    out = []
+    for i in range(n):
+        event_type = rng.choice(_TYPES)
+        at = t0 + timedelta(seconds=i * 259_200 / max(n, 1) + rng.random())
+        out.append(json.dumps({
+            "event_id": str(uuid.UUID(int=rng.getrandbits(128))),
+            "user_id": rng.randrange(1, 50_000),
+            "session_id": f"s-{rng.getrandbits(48):012x}",
+            "event_type": event_type,
+            "page": f"/products/{rng.randrange(1, 5000)}",
+            "referrer": rng.choice(_REFERRERS),
+            "country": rng.choice(_COUNTRIES),
+            "device": rng.choice(_DEVICES),
+            "price": round(rng.uniform(2, 400), 2) if event_type in ("add_to_cart", "purchase") else None,
+            "event_time": at.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        }, separators=(",", ":")).encode())
+    return out
+
+
+_last_line = [0.0]
+
+
+def _progress(label: str, done: int, total: int, started: float) -> None:
+    """One updating line on a terminal; a line every 2 s (and at the end) in a log."""
+    rate = done / max(time.monotonic() - started, 1e-9)
+    line = f"  {label}: {done:>9,}/{total:,} ({100 * done / max(total, 1):5.1f}%) {rate:>10,.0f}/s"
+    if sys.stdout.isatty():
+        print("\r" + line, end="" if done < total else "\n", flush=True)
+    elif done >= total or time.monotonic() - _last_line[0] >= 2.0:
+        _last_line[0] = time.monotonic()
+        print(line, flush=True)
+
+
+async def produce(bootstrap: str, topic: str, values: list[bytes], *, partitions: int, label: str = "produced") -> None:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=512 * 1024,
+                                acks="all", enable_idempotence=True)
+    await producer.start()
+    started = time.monotonic()
+    try:
+        chunk = 5000
+        for i in range(0, len(values), chunk):
+            futures = [await producer.send(topic, v, key=str(i + j).encode(), partition=(i + j) % partitions)
+                       for j, v in enumerate(values[i:i + chunk])]
+            await asyncio.gather(*futures)
+            _progress(label, min(i + chunk, len(values)), len(values), started)
+    finally:
+        await producer.stop()
+
+
+async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        await admin.close()
+
+
+def main(*, records: int, workdir: Path) -> int:
+    from frazil import config as config_mod
+    from frazil.iceberg import catalog as iceberg_catalog
+    from frazil.iceberg import offsets
+    from frazil.status import end_offsets
+
+    workdir = workdir.resolve()
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    print(f"frazil demo in {workdir}")
+    print("1. starting a local Kafka broker (KRaft, jars from Maven Central, cached)")
+    with KafkaBroker.start(workdir / "kafka") as broker:
+        print(f"   broker at {broker.bootstrap}")
+        config_path = workdir / "frazil.toml"
+        config_path.write_text(CONFIG.format(bootstrap=broker.bootstrap, topic=TOPIC, table=TABLE))
+        print(f"2. topic {TOPIC} with {PARTITIONS} partitions; producing {records:,} sample events")
+        asyncio.run(create_topic(broker.bootstrap, TOPIC, PARTITIONS))
+        values = sample_events(records)
+        asyncio.run(produce(broker.bootstrap, TOPIC, values, partitions=PARTITIONS))
+        ends = asyncio.run(end_offsets(broker.bootstrap, [TOPIC]))
+        produced_bytes = sum(len(v) for v in values)
+
+        print(f"3. frazil run --config {config_path.name} (its log: {workdir / 'frazil.log'})")
+        cfg = config_mod.load(config_path)
+        started = time.monotonic()
+        with open(workdir / "frazil.log", "wb") as log_file:
+            proc = subprocess.Popen([sys.executable, "-m", "frazil.cli", "run", "--config", str(config_path)],
+                                    stdout=log_file, stderr=subprocess.STDOUT)
+            try:
+                catalog = iceberg_catalog.load(cfg.catalog)
+                done = 0
+                while done < records:
+                    if proc.poll() is not None:
+                        print(f"\nfrazil run exited early with status {proc.returncode}; see {workdir / 'frazil.log'}")
+                        return 1
+                    time.sleep(0.5)
+                    try:
+                        table = catalog.load_table(TABLE)
+                    except Exception:  # noqa: BLE001 - not created yet
+                        continue
+                    stored = offsets.stored_offsets(table.properties, cfg.pipeline)
+                    done = sum(stored.get(tp, 0) for tp in ends)
+                    _progress("committed", done, records, started)
+                elapsed = time.monotonic() - started
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=60)
+
+        table = catalog.load_table(TABLE)
+        data = table.scan().to_arrow()
+        files = list(table.inspect.files().column("file_path"))
+        rows = data.num_rows
+        distinct = len(set(zip(data.column("_kafka_partition").to_pylist(), data.column("_kafka_offset").to_pylist())))
+        print("4. result")
+        print(f"   events produced     {records:,}")
+        print(f"   rows in {TABLE}  {rows:,}  ({distinct:,} distinct (partition, offset))")
+        print(f"   snapshots           {len(table.snapshots())}")
+        print(f"   data files          {len(files)}")
+        print(f"   throughput          {records / elapsed:,.0f} records/s, {produced_bytes / elapsed / 1e6:.1f} MB/s "
+              f"({elapsed:.1f}s from start to all committed, including start-up)")
+        print(f"   stored offsets      {table.properties.get(offsets.property_key(cfg.pipeline))}")
+        print("5. sample query: purchases and revenue by country, from the Iceberg table")
+        purchases = table.scan(row_filter="event_type == 'purchase'", selected_fields=("country", "price")).to_arrow()
+        by_country = purchases.group_by("country").aggregate([("price", "count"), ("price", "sum")]).sort_by(
+            [("price_sum", "descending")])
+        for row in by_country.slice(0, 5).to_pylist():
+            print(f"   {row['country']}  {row['price_count']:>6,} purchases  {row['price_sum']:>12,.2f}")
+        by_day = pc.value_counts(pc.strftime(data.column("event_time"), format="%Y-%m-%d")).to_pylist()
+        print("   events per day: " + ", ".join(f"{d['values']} {d['counts']:,}" for d in sorted(by_day, key=lambda d: d["values"])))
+        ok = rows == records == distinct
+        print("6. stopping the broker")
+    print(f"demo {'OK' if ok else 'FAILED'}: {rows:,} rows for {records:,} events")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(records=int(sys.argv[1]) if len(sys.argv) > 1 else 200_000, workdir=Path(".run/demo")))

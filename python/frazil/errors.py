@@ -1,0 +1,55 @@
+"""One error hierarchy for frazil. Each class says whether retrying can help (``retriable``)."""
+
+from __future__ import annotations
+
+
+class FrazilError(Exception):
+    """Base of every error frazil raises on purpose."""
+
+    retriable: bool = False
+
+
+class ConfigError(FrazilError):
+    """The configuration is invalid; the message names the key and the fix."""
+
+
+class RecordDecodeError(FrazilError):
+    """A record value could not be turned into a row of the target table."""
+
+    def __init__(self, *, topic: str, partition: int, offset: int, field: str, reason: str) -> None:
+        self.topic, self.partition, self.offset, self.field, self.reason = topic, partition, offset, field, reason
+        where = f"field {field!r}: " if field else ""
+        super().__init__(
+            f"record topic={topic} partition={partition} offset={offset} could not be decoded: {where}{reason}. "
+            "The pipeline stopped before committing it, so it is not lost: fix the producer or the table "
+            "schema, or move past it on purpose, then restart."
+        )
+
+
+class CommitConflict(FrazilError):
+    """Someone else changed the table between our read and our compare-and-swap."""
+
+    retriable = True
+
+
+class OffsetOverlapError(FrazilError):
+    """Some of the records in a commit are already in the table (rule 3: overlap).
+
+    The owner of the partition must re-read it from the stored offset.
+    """
+
+    retriable = True
+
+
+class OffsetGapError(FrazilError):
+    """A commit would leave records out of the table (rule 3: gap). Never committed."""
+
+
+class CommitOutcomeUnknown(FrazilError):
+    """A catalog commit failed in a way that leaves its outcome unknown and could not be resolved."""
+
+    retriable = True
+
+
+class TopicMismatchError(FrazilError):
+    """The table's stored offsets do not fit the topic as it is now (deleted and recreated?)."""

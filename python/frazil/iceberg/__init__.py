@@ -1,0 +1,1 @@
+"""Iceberg side: catalog and table set-up, stored offsets, the exactly-once committer."""

@@ -1,0 +1,151 @@
+"""Catalog loading and table set-up (schema, partition spec, frazil's table properties)."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import pyarrow as pa
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.transforms import (
+    BucketTransform,
+    DayTransform,
+    HourTransform,
+    IdentityTransform,
+    MonthTransform,
+    Transform,
+    TruncateTransform,
+    YearTransform,
+)
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    LongType,
+    NestedField,
+    StringType,
+    TimestampType,
+    TimestamptzType,
+    TimeType,
+    UUIDType,
+)
+
+from frazil.config import CatalogConfig, TableConfig
+from frazil.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+META_COLUMNS: tuple[tuple[str, IcebergType, bool], ...] = (
+    ("_kafka_topic", StringType(), True),
+    ("_kafka_partition", IntegerType(), True),
+    ("_kafka_offset", LongType(), True),
+    ("_kafka_timestamp", TimestamptzType(), True),
+    ("_kafka_key", BinaryType(), False),
+)
+
+# Table properties frazil relies on. pyiceberg's own commit retry re-applies a change on a
+# refreshed table without re-checking our offsets, so frazil retries itself (committer.py).
+REQUIRED_PROPERTIES = {"commit.retry.num-retries": "0"}
+
+_PRIMITIVES: dict[str, IcebergType] = {
+    "boolean": BooleanType(), "int": IntegerType(), "long": LongType(), "float": FloatType(),
+    "double": DoubleType(), "string": StringType(), "binary": BinaryType(), "date": DateType(),
+    "time": TimeType(), "timestamp": TimestampType(), "timestamptz": TimestamptzType(), "uuid": UUIDType(),
+}
+
+
+def load(cfg: CatalogConfig) -> Catalog:
+    """Load the catalog; for the embedded SQLite default, create its folders first."""
+    props = dict(cfg.properties)
+    for key, prefix in (("uri", "sqlite:///"), ("warehouse", "file://")):
+        value = props.get(key, "")
+        if value.startswith(prefix):
+            target = Path(value[len(prefix):])
+            (target.parent if key == "uri" else target).mkdir(parents=True, exist_ok=True)
+    return load_catalog(cfg.name, **props)
+
+
+def _iceberg_type(name: str) -> IcebergType:
+    if name in _PRIMITIVES:
+        return _PRIMITIVES[name]
+    m = re.match(r"decimal\((\d+), (\d+)\)", name)
+    assert m, name  # config.py validated it
+    return DecimalType(int(m.group(1)), int(m.group(2)))
+
+
+def schema_for(table: TableConfig) -> Schema:
+    fields = [NestedField(i + 1, c.name, _iceberg_type(c.type), required=c.required, doc=c.doc)
+              for i, c in enumerate(table.columns)]
+    if table.metadata_columns:
+        base = len(fields)
+        fields += [NestedField(base + i + 1, name, t, required=req) for i, (name, t, req) in enumerate(META_COLUMNS)]
+    return Schema(*fields)
+
+
+def _transform(name: str, arg: str | None) -> Transform:  # type: ignore[type-arg]
+    simple = {"identity": IdentityTransform, "year": YearTransform, "month": MonthTransform,
+              "day": DayTransform, "hour": HourTransform}
+    if name in simple:
+        return simple[name]()
+    width = int(arg or 0)
+    return BucketTransform(width) if name.startswith("bucket") else TruncateTransform(width)
+
+
+def spec_for(schema: Schema, partition_by: tuple[str, ...]) -> PartitionSpec:
+    fields = []
+    for i, spec in enumerate(partition_by):
+        m = re.match(r"^(\w+)(?:\[(\d+)\])?\((\w+)\)$", spec)
+        name, arg, column = (m.group(1), m.group(2), m.group(3)) if m else ("identity", None, spec)
+        source = schema.find_field(column)
+        field_name = column if name == "identity" else f"{column}_{name}"
+        fields.append(PartitionField(source.field_id, 1000 + i, _transform(name, arg), field_name))
+    return PartitionSpec(*fields)
+
+
+def ensure_table(catalog: Catalog, cfg: TableConfig) -> Table:
+    """Load the table, creating it (and its namespace) when missing and ``create`` is on."""
+    try:
+        table = catalog.load_table(cfg.name)
+    except NoSuchTableError:
+        if not cfg.create:
+            raise ConfigError(f"table {cfg.name} does not exist and table.create is false; create it or set create = true") from None
+        namespace = cfg.name.rsplit(".", 1)[0]
+        try:
+            catalog.create_namespace(namespace)
+        except NamespaceAlreadyExistsError:
+            pass
+        schema = schema_for(cfg)
+        try:
+            table = catalog.create_table(cfg.name, schema, partition_spec=spec_for(schema, cfg.partition_by),
+                                         properties={"format-version": "2", **REQUIRED_PROPERTIES})
+            log.info("created table %s with %d columns, partitioned by %s", cfg.name, len(schema.fields),
+                     list(cfg.partition_by) or "nothing")
+        except TableAlreadyExistsError:
+            table = catalog.load_table(cfg.name)
+    missing = [c for c in ([m[0] for m in META_COLUMNS] if cfg.metadata_columns else []) + [c.name for c in cfg.columns]
+               if c not in {f.name for f in table.schema().fields}]
+    if missing:
+        raise ConfigError(f"table {cfg.name} has no column(s) {', '.join(missing)}; add them to the table or drop them from the config")
+    wrong = {k: v for k, v in REQUIRED_PROPERTIES.items() if table.properties.get(k) != v}
+    if wrong:
+        with table.transaction() as tx:
+            tx.set_properties(wrong)
+        log.info("set table properties %s on %s", wrong, cfg.name)
+        table = catalog.load_table(cfg.name)
+    return table
+
+
+def arrow_schema(table: Table) -> pa.Schema:
+    """The Arrow schema the native buffer decodes into: the table's schema, field ids included."""
+    return schema_to_pyarrow(table.schema())

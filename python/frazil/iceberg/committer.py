@@ -1,0 +1,159 @@
+"""Commits data and source offsets to one Iceberg table in one catalog commit, exactly once.
+
+For each attempt the committer reloads the table, checks the ranges against the offsets the
+table holds now (rule 3), and commits data plus offsets in one transaction whose requirements
+pin the table's current snapshot, so the catalog's compare-and-swap fails if anything landed in
+between. pyiceberg's own retry is off for frazil's tables (see ``catalog.REQUIRED_PROPERTIES``):
+a retry here re-reads and re-checks. An error other than a clean conflict leaves the outcome
+unknown; it is resolved by looking for the commit id in the table's snapshots (rule 5) before
+anything is retried.
+
+Blocking (pyiceberg holds the GIL while it copies metadata): call it with ``asyncio.to_thread``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table import Table
+
+from frazil import faults
+from frazil.errors import CommitOutcomeUnknown, OffsetGapError, OffsetOverlapError
+from frazil.iceberg import offsets
+from frazil.iceberg.offsets import Range, TopicPartition, Verdict
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    commit_id: str
+    snapshot_id: int | None   # None when everything was already in the table
+    rows: int
+    offsets: dict[TopicPartition, int]
+    attempts: int
+    seconds: float
+    already_committed: bool = False
+
+
+def find_commit(table: Table, commit_id: str) -> int | None:
+    """The snapshot id that carries ``commit_id`` in its summary, if the table has one."""
+    for snapshot in table.snapshots():
+        if snapshot.summary is not None and snapshot.summary.additional_properties.get(offsets.COMMIT_ID_KEY) == commit_id:
+            return snapshot.snapshot_id
+    return None
+
+
+class Committer:
+    def __init__(self, catalog: Catalog, table_name: str, pipeline: str, *, max_attempts: int = 5,
+                 backoff_s: float = 0.2, sleep: Callable[[float], None] = time.sleep) -> None:
+        self._catalog, self._table_name, self._pipeline = catalog, table_name, pipeline
+        self._max_attempts, self._backoff_s, self._sleep = max_attempts, backoff_s, sleep
+
+    def load(self) -> Table:
+        return self._catalog.load_table(self._table_name)
+
+    def stored_offsets(self) -> dict[TopicPartition, int]:
+        return offsets.stored_offsets(self.load().properties, self._pipeline)
+
+    def commit(self, data: pa.Table, ranges: Mapping[TopicPartition, Range], commit_id: str) -> CommitResult:
+        """Commit ``data`` (the rows of exactly ``ranges``) with the advanced offsets."""
+        started = time.monotonic()
+        last_error: Exception | None = None
+        for attempt in range(1, self._max_attempts + 1):
+            table = self.load()
+            landed = find_commit(table, commit_id)
+            if landed is not None:  # an earlier attempt landed after all
+                return self._result(commit_id, landed, data, table, attempt, started)
+            stored = offsets.stored_offsets(table.properties, self._pipeline)
+            decision = offsets.plan(stored, ranges)
+            self._check(decision, stored, ranges, commit_id)
+            if decision.all_committed:
+                log.info("commit %s table=%s: every range is already in the table, dropping %d rows",
+                         commit_id, self._table_name, data.num_rows)
+                return CommitResult(commit_id, None, 0, dict(stored), attempt, time.monotonic() - started, True)
+            new_offsets = offsets.advance(stored, ranges)
+            encoded = offsets.encode(new_offsets)
+            summary = {offsets.COMMIT_ID_KEY: commit_id, offsets.PIPELINE_KEY: self._pipeline,
+                       offsets.property_key(self._pipeline): encoded}
+            try:
+                tx = table.transaction()
+                tx.append(data, snapshot_properties=summary)
+                tx.set_properties({offsets.property_key(self._pipeline): encoded})
+                faults.hit("commit.before_catalog")
+                tx.commit_transaction()
+                faults.hit("commit.after_catalog")
+            except CommitFailedException as exc:
+                # A clean conflict: the catalog refused the compare-and-swap, nothing landed.
+                last_error = exc
+                log.warning("commit %s table=%s: conflict on attempt %d/%d (%s); re-reading the table",
+                            commit_id, self._table_name, attempt, self._max_attempts, exc)
+            except Exception as exc:  # noqa: BLE001 - any other failure leaves the outcome unknown
+                last_error = exc
+                landed = self._resolve(commit_id)
+                if landed is not None:
+                    log.warning("commit %s table=%s: %s, but the commit landed as snapshot %d",
+                                commit_id, self._table_name, exc, landed)
+                    return self._result(commit_id, landed, data, self.load(), attempt, started)
+                log.warning("commit %s table=%s: attempt %d/%d failed and did not land (%s: %s)",
+                            commit_id, self._table_name, attempt, self._max_attempts, type(exc).__name__, exc)
+            else:
+                return self._result(commit_id, None, data, self.load(), attempt, started)
+            self._sleep(self._backoff_s * 2 ** (attempt - 1))
+        raise CommitOutcomeUnknown(
+            f"commit {commit_id} to {self._table_name} failed {self._max_attempts} times; last error: "
+            f"{type(last_error).__name__}: {last_error}. Nothing was committed; check the catalog and restart."
+        ) from last_error
+
+    def _resolve(self, commit_id: str) -> int | None:
+        """Rule 5: reload and look for the commit id, retrying the reload a few times."""
+        for attempt in range(1, self._max_attempts + 1):
+            try:
+                return find_commit(self.load(), commit_id)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("commit %s: cannot reload %s to resolve the outcome (%s); try %d/%d",
+                            commit_id, self._table_name, exc, attempt, self._max_attempts)
+                self._sleep(self._backoff_s * 2 ** (attempt - 1))
+        raise CommitOutcomeUnknown(
+            f"commit {commit_id} to {self._table_name}: outcome unknown and the table cannot be reloaded; "
+            "restart frazil once the catalog is reachable, it resumes from the table's offsets"
+        )
+
+    def _check(self, decision: offsets.CommitPlan, stored: Mapping[TopicPartition, int],
+               ranges: Mapping[TopicPartition, Range], commit_id: str) -> None:
+        def describe(tps: list[TopicPartition]) -> str:
+            return "; ".join(f"{t}[{p}] stored={stored.get((t, p))} range=[{ranges[(t, p)].start}, {ranges[(t, p)].end})"
+                             for t, p in tps)
+
+        gaps = decision.where(Verdict.GAP)
+        if gaps:
+            raise OffsetGapError(
+                f"commit {commit_id} to {self._table_name} would skip records: {describe(gaps)}. Nothing was "
+                "committed. Someone moved offsets outside frazil or this is a bug; check the topic and the "
+                f"table property {offsets.property_key(self._pipeline)}"
+            )
+        mixed = decision.where(Verdict.OVERLAP)
+        if not mixed and not decision.committable and not decision.all_committed:
+            mixed = decision.where(Verdict.ALREADY_COMMITTED)
+        if mixed:
+            raise OffsetOverlapError(
+                f"commit {commit_id} to {self._table_name}: part of it is already in the table: {describe(mixed)}. "
+                "Nothing was committed; the partitions are read again from the stored offsets"
+            )
+
+    def _result(self, commit_id: str, snapshot_id: int | None, data: pa.Table, table: Table, attempt: int,
+                started: float) -> CommitResult:
+        if snapshot_id is None:
+            snapshot_id = find_commit(table, commit_id)
+        stored = offsets.stored_offsets(table.properties, self._pipeline)
+        result = CommitResult(commit_id, snapshot_id, data.num_rows, stored, attempt, time.monotonic() - started)
+        log.info("commit %s table=%s snapshot=%s rows=%d attempts=%d took=%.0fms offsets=%s",
+                 commit_id, self._table_name, snapshot_id, data.num_rows, attempt, result.seconds * 1000,
+                 offsets.encode(stored))
+        return result

@@ -1,0 +1,102 @@
+"""Source-partition offsets stored with the data, and the contiguity rules (pure, no I/O).
+
+The truth about progress lives in each table, written in the same catalog commit as the data:
+the table property ``frazil.offsets.<pipeline>`` (kept by maintenance jobs) and the same value in
+the snapshot summary (for audit). The value maps each source partition to the next offset not
+yet committed to the table: ``{"topic": {"0": 1234, "1": 99}}``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+TopicPartition = tuple[str, int]
+
+OFFSETS_PREFIX = "frazil.offsets."
+COMMIT_ID_KEY = "frazil.commit-id"
+PIPELINE_KEY = "frazil.pipeline"
+
+
+def property_key(pipeline: str) -> str:
+    return OFFSETS_PREFIX + pipeline
+
+
+def encode(offsets: Mapping[TopicPartition, int]) -> str:
+    by_topic: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        by_topic.setdefault(topic, {})[str(partition)] = offset
+    return json.dumps(by_topic, separators=(",", ":"), sort_keys=True)
+
+
+def decode(text: str) -> dict[TopicPartition, int]:
+    return {(topic, int(p)): int(o) for topic, parts in json.loads(text).items() for p, o in parts.items()}
+
+
+def stored_offsets(properties: Mapping[str, str], pipeline: str) -> dict[TopicPartition, int]:
+    text = properties.get(property_key(pipeline))
+    return decode(text) if text else {}
+
+
+@dataclass(frozen=True)
+class Range:
+    """Records of one source partition covered by one commit: offsets in ``[start, end)``."""
+
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.start < self.end:
+            raise ValueError(f"an offset range needs 0 <= start < end, got [{self.start}, {self.end})")
+
+
+class Verdict(Enum):
+    COMMIT = "commit"                # starts exactly at the stored offset (or nothing stored yet)
+    ALREADY_COMMITTED = "already"    # end <= stored: drop the files, nothing to do
+    OVERLAP = "overlap"              # start < stored < end: re-read from the stored offset
+    GAP = "gap"                      # start > stored: records would be skipped; never commit
+
+
+def classify(stored: int | None, rng: Range) -> Verdict:
+    """Rule 3 of exactly-once.md for one partition."""
+    if stored is None:
+        return Verdict.COMMIT
+    if rng.end <= stored:
+        return Verdict.ALREADY_COMMITTED
+    if rng.start == stored:
+        return Verdict.COMMIT
+    if rng.start < stored:
+        return Verdict.OVERLAP
+    return Verdict.GAP
+
+
+@dataclass(frozen=True)
+class CommitPlan:
+    """What to do with one commit's ranges against the offsets a table holds now."""
+
+    verdicts: dict[TopicPartition, Verdict] = field(default_factory=dict)
+
+    def where(self, verdict: Verdict) -> list[TopicPartition]:
+        return sorted(tp for tp, v in self.verdicts.items() if v is verdict)
+
+    @property
+    def all_committed(self) -> bool:
+        return all(v is Verdict.ALREADY_COMMITTED for v in self.verdicts.values())
+
+    @property
+    def committable(self) -> bool:
+        return bool(self.verdicts) and all(v is Verdict.COMMIT for v in self.verdicts.values())
+
+
+def plan(stored: Mapping[TopicPartition, int], ranges: Mapping[TopicPartition, Range]) -> CommitPlan:
+    return CommitPlan({tp: classify(stored.get(tp), rng) for tp, rng in ranges.items()})
+
+
+def advance(stored: Mapping[TopicPartition, int], ranges: Mapping[TopicPartition, Range]) -> dict[TopicPartition, int]:
+    """The offsets a table holds after committing ``ranges`` (rule 1: they move only with data)."""
+    out = dict(stored)
+    for tp, rng in ranges.items():
+        out[tp] = rng.end
+    return out

@@ -1,0 +1,56 @@
+"""Python face of the native record buffer: Kafka records in, Arrow tables out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import pyarrow as pa
+
+from frazil import _native
+from frazil.errors import FrazilError
+
+
+class KafkaRecord(Protocol):
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+
+
+class RecordBuffer:
+    """Decodes JSON record values into rows of one Arrow schema, off the GIL."""
+
+    def __init__(self, schema: pa.Schema, *, metadata_columns: bool) -> None:
+        try:
+            self._native = _native.JsonBuffer(schema=schema, metadata_columns=metadata_columns)
+        except _native.NativeError as exc:
+            raise FrazilError(f"the record buffer cannot use this table schema: {exc}") from exc
+        self.schema = schema
+
+    @property
+    def rows(self) -> int:
+        return self._native.rows
+
+    @property
+    def bytes(self) -> int:
+        return self._native.bytes
+
+    def append(self, topic: str, partition: int, records: Sequence[KafkaRecord]) -> list[_native.DecodeError]:
+        """Decode ``records`` of one topic-partition; returns the ones that could not be decoded."""
+        return self._native.append(
+            topic=topic,
+            partition=partition,
+            offsets=[r.offset for r in records],
+            timestamps_ms=[r.timestamp for r in records],
+            keys=[r.key for r in records],
+            # a null value (tombstone) is not a JSON object: it comes back as a decode error
+            values=[r.value if r.value is not None else b"null" for r in records],
+        )
+
+    def drain(self) -> pa.Table | None:
+        batch = self._native.drain()
+        return None if batch is None else pa.Table.from_batches([batch])
+
+    def clear(self) -> None:
+        self._native.clear()

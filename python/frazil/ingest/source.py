@@ -1,0 +1,100 @@
+"""The Kafka side of ingestion: a consumer-group member whose positions come from the table."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.structs import OffsetAndMetadata
+
+from frazil.config import KafkaConfig
+from frazil.iceberg.offsets import TopicPartition as TP
+
+log = logging.getLogger(__name__)
+
+OnRevoked = Callable[[set[TP]], Awaitable[None]]
+OnAssigned = Callable[[set[TP]], Awaitable[Mapping[TP, int]]]
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, source: KafkaSource) -> None:
+        self._source = source
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self._source._revoked({(tp.topic, tp.partition) for tp in revoked})
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        await self._source._assigned({(tp.topic, tp.partition) for tp in assigned})
+
+
+class KafkaSource:
+    """Consumes the pipeline's topics. On assignment it asks ``on_assigned`` where each partition
+    must resume (the table's stored offsets, rule 2) and seeks there; partitions the table has
+    never seen start at ``auto_offset_reset``. Group offsets are only a low watermark for lag.
+    """
+
+    def __init__(self, cfg: KafkaConfig, *, on_assigned: OnAssigned, on_revoked: OnRevoked) -> None:
+        self._cfg, self._on_assigned, self._on_revoked = cfg, on_assigned, on_revoked
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=cfg.bootstrap_servers,
+            group_id=cfg.group_id,
+            client_id=cfg.client_id,
+            enable_auto_commit=False,
+            auto_offset_reset=cfg.auto_offset_reset,
+            isolation_level="read_committed",
+            session_timeout_ms=cfg.session_timeout_ms,
+            heartbeat_interval_ms=cfg.heartbeat_interval_ms,
+            max_partition_fetch_bytes=4 * 1024 * 1024,
+        )
+        self.assignment: set[TP] = set()
+
+    async def start(self) -> None:
+        await self._consumer.start()
+        self._consumer.subscribe(list(self._cfg.topics), listener=_Listener(self))
+        log.info("consuming %s as group %s from %s", ", ".join(self._cfg.topics), self._cfg.group_id,
+                 self._cfg.bootstrap_servers)
+
+    async def stop(self) -> None:
+        await self._consumer.stop()
+
+    async def poll(self, timeout_ms: int) -> dict[TP, list[ConsumerRecord[bytes, bytes]]]:
+        batches = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=self._cfg.max_poll_records)
+        return {(tp.topic, tp.partition): records for tp, records in batches.items() if records}
+
+    async def commit_low_watermark(self, offsets: Mapping[TP, int]) -> None:
+        """Commit group offsets no further than the table (they may lag it, never lead it)."""
+        owned = {TopicPartition(t, p): OffsetAndMetadata(o, "") for (t, p), o in offsets.items()
+                 if (t, p) in self.assignment}
+        if not owned:
+            return
+        try:
+            await self._consumer.commit(owned)
+        except Exception as exc:  # noqa: BLE001 - a lagging low watermark is harmless; say so and go on
+            log.warning("could not commit consumer-group offsets (only used for lag; the table holds the truth): %s", exc)
+
+    async def _revoked(self, tps: set[TP]) -> None:
+        self.assignment -= tps
+        await self._on_revoked(tps)
+
+    async def _assigned(self, tps: set[TP]) -> None:
+        self.assignment = set(tps)
+        await self.seek(tps, await self._on_assigned(tps))
+
+    async def seek(self, tps: set[TP], stored: Mapping[TP, int]) -> None:
+        """Position ``tps`` at the table's offsets; partitions it has never seen at the reset policy."""
+        fresh = []
+        for tp in sorted(tps):
+            if tp in stored:
+                self._consumer.seek(TopicPartition(*tp), stored[tp])
+            else:
+                fresh.append(TopicPartition(*tp))
+        if fresh:
+            if self._cfg.auto_offset_reset == "earliest":
+                await self._consumer.seek_to_beginning(*fresh)
+            else:
+                await self._consumer.seek_to_end(*fresh)
+        log.info("positioned %d partition(s): %s from the table, %d new from %s", len(tps),
+                 ", ".join(f"{t}[{p}]@{stored[(t, p)]}" for t, p in sorted(tps) if (t, p) in stored) or "none",
+                 len(fresh), self._cfg.auto_offset_reset)
