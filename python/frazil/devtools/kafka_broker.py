@@ -148,6 +148,8 @@ def _server_properties(data: Path, port: int, controller_port: int) -> str:
         "share.coordinator.state.topic.replication.factor": "1",
         "share.coordinator.state.topic.min.isr": "1",
         "group.initial.rebalance.delay.ms": "0",
+        # lets tests use short session timeouts, so a SIGKILLed member leaves the group quickly
+        "group.min.session.timeout.ms": "500",
         "log.cleaner.dedupe.buffer.size": "33554432",
     }
     return "".join(f"{k}={v}\n" for k, v in settings.items())
@@ -197,9 +199,9 @@ class KafkaBroker:
                              capture_output=True, text=True)
         if fmt.returncode != 0:
             raise BrokerError(f"formatting Kafka storage failed:\n{fmt.stdout}{fmt.stderr}")
-        out = open(workdir / "stdout.log", "wb")
-        proc = subprocess.Popen([*java[:1], f"-Xmx{heap}", "-XX:+UseSerialGC", *java[1:], "kafka.Kafka", str(props)],
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        with open(workdir / "stdout.log", "wb") as out:  # the child keeps its own handle
+            proc = subprocess.Popen([*java[:1], f"-Xmx{heap}", "-XX:+UseSerialGC", *java[1:], "kafka.Kafka", str(props)],
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         broker = cls(workdir, port, controller_port, proc.pid, proc)
         try:
             broker._wait_ready()

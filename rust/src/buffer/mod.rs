@@ -110,19 +110,25 @@ impl JsonBuffer {
         }
         let mut errors = Vec::new();
         let mut good: Vec<usize> = Vec::with_capacity(n);
+        let mut rewritten: Vec<(usize, Vec<u8>)> = Vec::new();
         for (i, value) in records.values.iter().enumerate() {
             match check_object(value.as_ref()) {
-                Ok(()) => good.push(i),
+                Ok(None) => good.push(i),
+                Ok(Some(utf8)) => {
+                    good.push(i);
+                    rewritten.push((i, utf8));
+                }
                 Err(reason) => errors.push(record_error(records, i, String::new(), reason)),
             }
         }
-        let decoded = match self.decode_all(records, &good) {
+        let values = Values { original: records.values, rewritten: &rewritten };
+        let decoded = match self.decode_all(&values, &good) {
             Ok(batch) => batch,
             Err(_) => {
                 // Slow path: find the records at fault one by one, keep the others.
                 let mut kept = Vec::with_capacity(good.len());
                 for &i in &good {
-                    match self.decode_all(records, &[i]) {
+                    match self.decode_all(&values, &[i]) {
                         Ok(_) => kept.push(i),
                         Err(e) => {
                             let (field, reason) = split_field(&e.to_string());
@@ -132,7 +138,7 @@ impl JsonBuffer {
                 }
                 errors.sort_by_key(|e| e.index);
                 good = kept;
-                self.decode_all(records, &good)?
+                self.decode_all(&values, &good)?
             }
         };
         if decoded.num_rows() > 0 {
@@ -167,14 +173,10 @@ impl JsonBuffer {
         ReaderBuilder::new(self.value_schema.clone()).with_batch_size(capacity.max(1)).build_decoder()
     }
 
-    fn decode_all<V: AsRef<[u8]>, K: AsRef<[u8]>>(
-        &self,
-        records: &Records<'_, V, K>,
-        indices: &[usize],
-    ) -> Result<RecordBatch, ArrowError> {
+    fn decode_all<V: AsRef<[u8]>>(&self, values: &Values<'_, V>, indices: &[usize]) -> Result<RecordBatch, ArrowError> {
         let mut decoder = self.decoder(indices.len())?;
         for &i in indices {
-            let value = records.values[i].as_ref();
+            let value = values.get(i);
             let mut pos = 0;
             while pos < value.len() {
                 pos += decoder.decode(&value[pos..])?;
@@ -224,13 +226,39 @@ fn record_error<V: AsRef<[u8]>, K: AsRef<[u8]>>(
     RecordError { index, partition: records.partition, offset: records.offsets[index], field, reason }
 }
 
-/// A value must be one JSON object.
-fn check_object(value: &[u8]) -> Result<(), String> {
+/// The values of one `append` call, some of them rewritten by [`check_object`].
+struct Values<'a, V> {
+    original: &'a [V],
+    /// Sorted by index.
+    rewritten: &'a [(usize, Vec<u8>)],
+}
+
+impl<V: AsRef<[u8]>> Values<'_, V> {
+    fn get(&self, i: usize) -> &[u8] {
+        match self.rewritten.binary_search_by_key(&i, |(j, _)| *j) {
+            Ok(k) => &self.rewritten[k].1,
+            Err(_) => self.original[i].as_ref(),
+        }
+    }
+}
+
+/// A value must be one JSON object. Returns a rewritten value when arrow-json would misread it.
+///
+/// arrow-json 60 decodes a `\uXXXX\uXXXX` surrogate pair whose high half is D840 or above to the
+/// wrong character (it ORs where it must add), silently corrupting text such as U+20000. Values
+/// with an escaped surrogate are re-serialized by serde_json as plain UTF-8 first.
+fn check_object(value: &[u8]) -> Result<Option<Vec<u8>>, String> {
     match serde_json::from_slice::<serde_json::Value>(value) {
-        Ok(serde_json::Value::Object(_)) => Ok(()),
+        Ok(v @ serde_json::Value::Object(_)) => {
+            Ok(if has_escaped_surrogate(value) { Some(serde_json::to_vec(&v).map_err(|e| e.to_string())?) } else { None })
+        }
         Ok(other) => Err(format!("value is JSON but not an object (found {})", json_kind(&other))),
         Err(e) => Err(format!("value is not valid JSON: {e}")),
     }
+}
+
+fn has_escaped_surrogate(value: &[u8]) -> bool {
+    value.windows(4).any(|w| w[0] == b'\\' && w[1] == b'u' && (w[2] | 0x20) == b'd' && matches!(w[3] | 0x20, b'8'..=b'9' | b'a'..=b'f'))
 }
 
 fn json_kind(v: &serde_json::Value) -> &'static str {
@@ -357,6 +385,28 @@ mod tests {
         let keys: Vec<Option<Vec<u8>>> = vec![None];
         let records = Records { topic: "t", partition: 0, offsets: &[1, 2], timestamps_ms: &[0], keys: &keys, values: &["{}"] };
         assert!(buf.append(&records).is_err());
+    }
+
+    #[test]
+    fn escaped_surrogate_pairs_decode_to_the_right_character() {
+        let schema = Arc::new(Schema::new(vec![Field::new("name", DataType::Utf8, true)]));
+        let mut buf = JsonBuffer::new(schema, false).unwrap();
+        // U+10000, U+20000 (high half D840, misread by arrow-json 60), U+E0100, and plain text
+        let values = [r#"{"name": "\ud800\udc00"}"#, r#"{"name": "\uD840\uDC00"}"#, r#"{"name": "\udb40\udd00"}"#, r#"{"name": "a\u00e9"}"#];
+        assert!(append(&mut buf, &[0, 1, 2, 3], &values).is_empty());
+        let batch = buf.drain().unwrap().unwrap();
+        let names: Vec<&str> = batch.column(0).as_string::<i32>().iter().map(|s| s.unwrap()).collect();
+        assert_eq!(names, vec!["\u{10000}", "\u{20000}", "\u{E0100}", "a\u{e9}"]);
+    }
+
+    #[test]
+    fn rewritten_values_keep_doubles_bit_for_bit() {
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Float64, true)]));
+        let mut buf = JsonBuffer::new(schema, false).unwrap();
+        // the escaped surrogate in the key sends the value through the serde_json rewrite
+        assert!(append(&mut buf, &[0], &[r#"{"\ud800\udc00": 0, "x": 5.1085747145855235e-182}"#]).is_empty());
+        let batch = buf.drain().unwrap().unwrap();
+        assert_eq!(batch.column(0).as_primitive::<arrow::datatypes::Float64Type>().value(0), 5.1085747145855235e-182);
     }
 
     #[test]

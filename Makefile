@@ -1,0 +1,50 @@
+# Every task is a target here; README and CI call these. `make help` lists them.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+RUST_SOURCES := $(shell find rust/src -name '*.rs') rust/Cargo.toml Cargo.toml Cargo.lock
+export FRAZIL_CACHE ?= $(HOME)/.cache/frazil
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: help venv build demo test test-rust test-python stubtest chaos kafka-fetch clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+$(VENV)/.venv-ok:
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q 'maturin==1.16.*'
+	touch $@
+
+venv: $(VENV)/.venv-ok ## create the virtualenv with the build tool
+
+$(VENV)/.build-ok: $(VENV)/.venv-ok $(RUST_SOURCES) pyproject.toml
+	@echo "building the native extension (release) and installing frazil with its dependencies..."
+	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release -q -E dev
+	touch $@
+
+build: $(VENV)/.build-ok ## build the Rust extension into the virtualenv (frazil._native)
+
+kafka-fetch: $(VENV)/.venv-ok ## fetch the Kafka broker jars into $(FRAZIL_CACHE)
+	$(PY) -m frazil.devtools.kafka_broker fetch
+
+demo: build ## end to end: local Kafka, 200k sample events, frazil run, results and a query
+	$(PY) -m frazil.cli demo --records $${DEMO_RECORDS:-200000}
+
+test-rust: ## Rust unit tests of the native core
+	cargo test -q --no-default-features -p frazil-native
+
+stubtest: build ## check python/frazil/_native.pyi against the built module
+	$(PY) -m mypy.stubtest frazil._native --mypy-config-file pyproject.toml
+
+test-python: build ## Python tests: unit, native, integration (real Kafka + catalog), chaos
+	$(PY) -m pytest $${PYTEST_ARGS:-}
+
+test: test-rust stubtest test-python ## everything CI runs
+
+chaos: build ## the SIGKILL crash run alone, verbose
+	$(PY) -m pytest tests/chaos -v -s
+
+clean: ## remove build output, the virtualenv and local run folders
+	rm -rf target $(VENV) .run python/frazil/*.so

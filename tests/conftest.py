@@ -1,0 +1,24 @@
+"""Test session: uvloop for every asyncio test, and a real Kafka broker started once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+import uvloop
+
+from frazil.devtools.kafka_broker import KafkaBroker
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> Mapping[str, object]:
+    return {"uvloop": uvloop.new_event_loop}
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """A real single-node KRaft broker for the whole session. Never skipped: if it cannot
+    start, every test that needs it fails with the reason."""
+    with KafkaBroker.start(Path(tmp_path_factory.mktemp("kafka"))) as broker:
+        yield broker

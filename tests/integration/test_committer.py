@@ -1,0 +1,128 @@
+"""The committer against a real SQLite catalog: rules 1, 3, 5 and the compare-and-swap."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog import Catalog
+
+import support
+from frazil import config, faults
+from frazil.errors import CommitOutcomeUnknown, OffsetGapError, OffsetOverlapError
+from frazil.iceberg import catalog as iceberg_catalog
+from frazil.iceberg import offsets
+from frazil.iceberg.committer import Committer
+from frazil.iceberg.offsets import Range
+
+TP = ("events", 0)
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[Catalog, config.Config]:
+    cfg = support.load(support.write_config(tmp_path, "127.0.0.1:1", ["events"]))
+    catalog = iceberg_catalog.load(cfg.catalog)
+    iceberg_catalog.ensure_table(catalog, cfg.table)
+    return catalog, cfg
+
+
+@pytest.fixture(autouse=True)
+def _disarm() -> None:
+    yield
+    faults.disarm()
+
+
+def rows(cfg: config.Config, catalog: Catalog, start: int, end: int) -> pa.Table:
+    schema = iceberg_catalog.arrow_schema(catalog.load_table(cfg.table.name))
+    n = end - start
+    return pa.Table.from_pydict({
+        "id": list(range(start, end)), "name": ["x"] * n, "amount": [1.0] * n, "at": [None] * n,
+        "_kafka_topic": [TP[0]] * n, "_kafka_partition": [TP[1]] * n, "_kafka_offset": list(range(start, end)),
+        "_kafka_timestamp": [0] * n, "_kafka_key": [None] * n}, schema=schema)
+
+
+def data_snapshots(catalog: Catalog, cfg: config.Config) -> int:
+    return sum(1 for s in catalog.load_table(cfg.table.name).snapshots() if s.summary and s.summary.operation.value == "append")
+
+
+def test_offsets_move_only_with_data_and_ranges_must_be_contiguous(setup) -> None:
+    catalog, cfg = setup
+    committer = Committer(catalog, cfg.table.name, cfg.pipeline, sleep=lambda s: None)
+    first = committer.commit(rows(cfg, catalog, 0, 10), {TP: Range(0, 10)}, "c1")
+    assert first.offsets == {TP: 10} and first.rows == 10
+    table = catalog.load_table(cfg.table.name)
+    summary = table.current_snapshot().summary.additional_properties
+    assert summary[offsets.COMMIT_ID_KEY] == "c1"
+    assert offsets.decode(summary[offsets.property_key(cfg.pipeline)]) == {TP: 10}
+
+    # whole range already committed: nothing new lands
+    again = committer.commit(rows(cfg, catalog, 0, 10), {TP: Range(0, 10)}, "c2")
+    assert again.already_committed and data_snapshots(catalog, cfg) == 1
+    # overlap: never committed, the owner must re-read
+    with pytest.raises(OffsetOverlapError, match=r"stored=10 range=\[5, 15\)"):
+        committer.commit(rows(cfg, catalog, 5, 15), {TP: Range(5, 15)}, "c3")
+    # gap: never committed, loudly
+    with pytest.raises(OffsetGapError, match=r"stored=10 range=\[12, 20\)"):
+        committer.commit(rows(cfg, catalog, 12, 20), {TP: Range(12, 20)}, "c4")
+    assert data_snapshots(catalog, cfg) == 1
+    assert committer.stored_offsets() == {TP: 10}
+    committer.commit(rows(cfg, catalog, 10, 20), {TP: Range(10, 20)}, "c5")
+    assert committer.stored_offsets() == {TP: 20}
+    assert sorted(support.count_offsets(catalog, cfg.table.name)) == [("events", 0, o) for o in range(20)]
+
+
+def test_two_pipelines_share_a_table_with_their_own_offsets(setup) -> None:
+    catalog, cfg = setup
+    Committer(catalog, cfg.table.name, "a").commit(rows(cfg, catalog, 0, 5), {TP: Range(0, 5)}, "a1")
+    Committer(catalog, cfg.table.name, "b").commit(rows(cfg, catalog, 0, 3), {TP: Range(0, 3)}, "b1")
+    props = catalog.load_table(cfg.table.name).properties
+    assert offsets.stored_offsets(props, "a") == {TP: 5}
+    assert offsets.stored_offsets(props, "b") == {TP: 3}
+
+
+def test_lost_response_is_resolved_by_commit_id(setup) -> None:
+    """Rule 5: the commit landed but the caller saw an error; the committer finds its commit id
+    instead of guessing. A blind retry would report it as 'already committed' with 0 rows."""
+    catalog, cfg = setup
+    committer = Committer(catalog, cfg.table.name, cfg.pipeline, sleep=lambda s: None)
+    faults.arm("commit.after_catalog", "raise-once")
+    result = committer.commit(rows(cfg, catalog, 0, 10), {TP: Range(0, 10)}, "lost-1")
+    landed = catalog.load_table(cfg.table.name).current_snapshot()
+    assert result.snapshot_id == landed.snapshot_id and result.rows == 10 and not result.already_committed
+    assert data_snapshots(catalog, cfg) == 1
+    assert sum(support.count_offsets(catalog, cfg.table.name).values()) == 10
+
+
+def test_failures_are_bounded_and_leave_no_offsets(setup) -> None:
+    """Rule 8 and rule 1: a commit that keeps failing stops after max attempts, loudly, and the
+    table's offsets have not moved."""
+    catalog, cfg = setup
+    committer = Committer(catalog, cfg.table.name, cfg.pipeline, max_attempts=3, sleep=lambda s: None)
+    faults.arm("commit.before_catalog", "raise")
+    with pytest.raises(CommitOutcomeUnknown, match="failed 3 times"):
+        committer.commit(rows(cfg, catalog, 0, 10), {TP: Range(0, 10)}, "never")
+    assert committer.stored_offsets() == {} and data_snapshots(catalog, cfg) == 0
+
+
+def test_contiguity_is_checked_inside_the_compare_and_swap(setup, monkeypatch) -> None:
+    """Another committer lands the same range between our read and our commit. The catalog's
+    compare-and-swap must refuse ours, and the re-check must see the range as committed: the rows
+    land once. With pyiceberg's own retry on (commit.retry.num-retries > 0) they would land twice."""
+    catalog, cfg = setup
+    ours = Committer(catalog, cfg.table.name, cfg.pipeline, sleep=lambda s: None)
+    theirs = Committer(catalog, cfg.table.name, cfg.pipeline, sleep=lambda s: None)
+    original = faults.hit
+    raced: list[bool] = []
+
+    def race(point: str) -> None:
+        if point == "commit.before_catalog" and not raced:
+            raced.append(True)  # before the inner commit, which passes this point too
+            theirs.commit(rows(cfg, catalog, 0, 10), {TP: Range(0, 10)}, "theirs")
+        original(point)
+
+    monkeypatch.setattr(faults, "hit", race)
+    result = ours.commit(rows(cfg, catalog, 0, 10), {TP: Range(0, 10)}, "ours")
+    assert raced and result.already_committed and result.attempts == 2
+    counts = support.count_offsets(catalog, cfg.table.name)
+    assert max(counts.values()) == 1 and len(counts) == 10

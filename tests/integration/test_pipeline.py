@@ -1,0 +1,167 @@
+"""The pipeline end to end against the real broker and catalog (rules 1 and 2, bad input, drain)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.structs import OffsetAndMetadata
+
+import support
+from frazil import daemon, faults
+from frazil.config import Config
+from frazil.devtools.kafka_broker import KafkaBroker
+from frazil.errors import CommitOutcomeUnknown, RecordDecodeError
+from frazil.iceberg import offsets
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
+_ids = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def _disarm() -> None:
+    yield
+    faults.disarm()
+
+
+async def new_topics(kafka: KafkaBroker, n: int, partitions: int) -> list[str]:
+    names = [f"t{next(_ids)}-{i}" for i in range(n)]
+    for name in names:
+        await support.create_topic(kafka.bootstrap, name, partitions)
+    return names
+
+
+async def run_until_committed(cfg: Config, ends: dict[tuple[str, int], int], timeout: float = 90) -> None:
+    """Run the pipeline in process until the table's offsets reach ``ends``, then drain it."""
+    catalog = support.catalog_of(cfg)
+    stop = asyncio.Event()
+    task = asyncio.create_task(daemon.serve(cfg, stop))
+    try:
+        for _ in range(int(timeout / 0.2)):
+            if task.done():
+                task.result()
+                raise AssertionError("the pipeline stopped on its own")
+            have = await asyncio.to_thread(support.stored, catalog, cfg)
+            if all(have.get(tp, 0) >= end for tp, end in ends.items()):
+                break
+            await asyncio.sleep(0.2)
+        else:
+            raise AssertionError(f"not committed within {timeout}s: {have} vs {ends}")
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 60)
+
+
+async def group_offsets(cfg: Config, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=cfg.kafka.bootstrap_servers, group_id=cfg.kafka.group_id,
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        return {tp: await consumer.committed(TopicPartition(*tp)) for tp in tps}
+    finally:
+        await consumer.stop()
+
+
+async def set_group_offsets(cfg: Config, values: dict[tuple[str, int], int]) -> None:
+    consumer = AIOKafkaConsumer(bootstrap_servers=cfg.kafka.bootstrap_servers, group_id=cfg.kafka.group_id,
+                                enable_auto_commit=False)
+    await consumer.start()
+    try:
+        consumer.assign([TopicPartition(*tp) for tp in values])
+        await consumer.commit({TopicPartition(*tp): OffsetAndMetadata(o, "") for tp, o in values.items()})
+    finally:
+        await consumer.stop()
+
+
+async def test_every_record_lands_once_with_its_offsets_in_the_same_commit(kafka: KafkaBroker, tmp_path: Path) -> None:
+    topics = await new_topics(kafka, 2, 3)
+    for t in topics:
+        await support.produce(kafka.bootstrap, t, (support.record(i) for i in range(3000)), 3)
+    cfg = support.load(support.write_config(tmp_path, kafka.bootstrap, topics))
+    ends = await support.end_offsets(kafka.bootstrap, topics)
+    await run_until_committed(cfg, ends)
+
+    catalog = support.catalog_of(cfg)
+    support.assert_exactly_once(support.count_offsets(catalog, cfg.table.name), ends)
+    table = catalog.load_table(cfg.table.name)
+    assert offsets.stored_offsets(table.properties, cfg.pipeline) == ends
+    # every data snapshot carries the offsets it committed, and they only grow (rule 1)
+    previous: dict[tuple[str, int], int] = {}
+    for snap in table.snapshots():
+        extra = snap.summary.additional_properties
+        assert extra[offsets.PIPELINE_KEY] == cfg.pipeline and extra[offsets.COMMIT_ID_KEY].startswith("p-")
+        now = offsets.decode(extra[offsets.property_key(cfg.pipeline)])
+        assert all(now[tp] >= o for tp, o in previous.items())
+        previous = now
+    assert previous == ends
+    # the consumer group is a low watermark: it may lag the table, never lead it
+    committed = await group_offsets(cfg, list(ends))
+    assert all(o is None or o <= ends[tp] for tp, o in committed.items())
+
+
+@pytest.mark.parametrize("group_position", ["behind", "ahead"])
+async def test_resumes_from_the_table_not_from_kafka(kafka: KafkaBroker, tmp_path: Path, group_position: str) -> None:
+    """Rule 2. Move the consumer group's offsets behind the table (a restart from Kafka would
+    duplicate) or ahead of it (a restart from Kafka would lose records); either way the second run
+    must give every record exactly once."""
+    (topic,) = await new_topics(kafka, 1, 2)
+    await support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(1000)), 2)
+    cfg = support.load(support.write_config(tmp_path, kafka.bootstrap, [topic]))
+    first = await support.end_offsets(kafka.bootstrap, [topic])
+    await run_until_committed(cfg, first)
+
+    await support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(1000, 1600)), 2)
+    ends = await support.end_offsets(kafka.bootstrap, [topic])
+    await set_group_offsets(cfg, {tp: 0 if group_position == "behind" else ends[tp] for tp in ends})
+    await run_until_committed(cfg, ends)
+    support.assert_exactly_once(support.count_offsets(support.catalog_of(cfg), cfg.table.name), ends)
+
+
+async def test_bad_json_stops_the_pipeline_and_names_the_record(kafka: KafkaBroker, tmp_path: Path) -> None:
+    (topic,) = await new_topics(kafka, 1, 1)
+    values = [support.record(i) for i in range(50)] + [b'{"id": 50, "name": '] + [support.record(i) for i in range(51, 60)]
+    await support.produce(kafka.bootstrap, topic, values, 1)
+    cfg = support.load(support.write_config(tmp_path, kafka.bootstrap, [topic]))
+    with pytest.raises(RecordDecodeError) as exc:
+        await asyncio.wait_for(daemon.serve(cfg, asyncio.Event()), 60)
+    assert (exc.value.topic, exc.value.partition, exc.value.offset) == (topic, 0, 50)
+    assert f"topic={topic} partition=0 offset=50" in str(exc.value) and "not valid JSON" in str(exc.value)
+    # nothing at or past the bad record is marked as committed: it has not vanished
+    assert support.stored(support.catalog_of(cfg), cfg).get((topic, 0), 0) <= 50
+
+
+async def test_a_failing_commit_moves_no_offset_anywhere(kafka: KafkaBroker, tmp_path: Path) -> None:
+    """Rule 1 and rule 8: when every commit attempt fails, the pipeline stops loudly after its
+    bounded retries, and neither the table nor the consumer group has moved; a restart then
+    lands everything once."""
+    (topic,) = await new_topics(kafka, 1, 2)
+    await support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(500)), 2)
+    cfg = support.load(support.write_config(tmp_path, kafka.bootstrap, [topic]))
+    faults.arm("commit.before_catalog", "raise")
+    with pytest.raises(CommitOutcomeUnknown):
+        await asyncio.wait_for(daemon.serve(cfg, asyncio.Event()), 120)
+    ends = await support.end_offsets(kafka.bootstrap, [topic])
+    assert support.stored(support.catalog_of(cfg), cfg) == {}
+    assert set((await group_offsets(cfg, list(ends))).values()) == {None}
+    faults.disarm()
+    await run_until_committed(cfg, ends)
+    support.assert_exactly_once(support.count_offsets(support.catalog_of(cfg), cfg.table.name), ends)
+
+
+async def test_stop_commits_what_is_buffered(kafka: KafkaBroker, tmp_path: Path) -> None:
+    """A graceful stop (SIGTERM) drains: buffered records are committed before exit, even when
+    the commit interval has not come round."""
+    (topic,) = await new_topics(kafka, 1, 1)
+    await support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(300)), 1)
+    cfg = support.load(support.write_config(tmp_path, kafka.bootstrap, [topic], interval=3600))
+    stop = asyncio.Event()
+    task = asyncio.create_task(daemon.serve(cfg, stop))
+    catalog = support.catalog_of(cfg)
+    await asyncio.sleep(6)  # long enough to join the group and fetch; far short of the interval
+    assert support.stored(catalog, cfg) == {}
+    stop.set()
+    await asyncio.wait_for(task, 60)
+    assert support.stored(catalog, cfg) == {(topic, 0): 300}

@@ -1,0 +1,99 @@
+"""The native buffer from Python: rows, metadata columns, errors as data, against a reference."""
+
+import json
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from frazil import _native
+from frazil.ingest.buffer import RecordBuffer
+
+SCHEMA = pa.schema([
+    pa.field("id", pa.int64(), nullable=False),
+    pa.field("name", pa.string()),
+    pa.field("score", pa.float64()),
+    pa.field("ok", pa.bool_()),
+    pa.field("at", pa.timestamp("us", tz="UTC")),
+])
+META = pa.schema([
+    pa.field("_kafka_topic", pa.string(), nullable=False),
+    pa.field("_kafka_partition", pa.int32(), nullable=False),
+    pa.field("_kafka_offset", pa.int64(), nullable=False),
+    pa.field("_kafka_timestamp", pa.timestamp("us", tz="UTC"), nullable=False),
+    pa.field("_kafka_key", pa.binary()),
+])
+
+
+def test_rows_and_metadata_columns() -> None:
+    schema = pa.schema(list(SCHEMA) + list(META))
+    buf = _native.JsonBuffer(schema=schema, metadata_columns=True)
+    values = [b'{"id": 1, "name": "a", "at": "2026-01-02T03:04:05.123456Z"}', b'{"id": 2, "score": 2.5, "ok": true}']
+    assert buf.append(topic="t", partition=4, offsets=[7, 8], timestamps_ms=[1000, 2000], keys=[b"k", None],
+                      values=values) == []
+    assert buf.rows == 2 and buf.bytes > 0
+    batch = buf.drain()
+    assert batch is not None and batch.schema == schema
+    rows = batch.to_pylist()
+    assert [r["id"] for r in rows] == [1, 2]
+    assert rows[0]["at"].isoformat() == "2026-01-02T03:04:05.123456+00:00"
+    assert [(r["_kafka_topic"], r["_kafka_partition"], r["_kafka_offset"], r["_kafka_key"]) for r in rows] == [
+        ("t", 4, 7, b"k"), ("t", 4, 8, None)]
+    assert rows[1]["_kafka_timestamp"].timestamp() == 2.0
+    assert buf.rows == 0 and buf.drain() is None
+
+
+def test_bad_records_are_reported_not_raised() -> None:
+    buf = _native.JsonBuffer(schema=SCHEMA)
+    errors = buf.append(topic="t", partition=0, offsets=[10, 11, 12, 13], timestamps_ms=[0] * 4, keys=[None] * 4,
+                        values=[b'{"id": 1}', b'{"id": 1,', b'{"id": "one"}', b'{"name": "no id"}'])
+    assert [(e.index, e.offset, e.field) for e in errors] == [(1, 11, ""), (2, 12, "id"), (3, 13, "")]
+    assert "not valid JSON" in errors[0].reason
+    assert buf.rows == 1
+
+
+def test_schema_errors_are_typed() -> None:
+    with pytest.raises(_native.NativeError, match="_kafka_topic"):
+        _native.JsonBuffer(schema=SCHEMA, metadata_columns=True)
+
+
+def test_facade_turns_tombstones_into_errors() -> None:
+    class Rec:
+        def __init__(self, offset: int, value: bytes | None) -> None:
+            self.offset, self.timestamp, self.key, self.value = offset, 0, None, value
+
+    buf = RecordBuffer(SCHEMA, metadata_columns=False)
+    errors = buf.append("t", 0, [Rec(0, b'{"id": 5}'), Rec(1, None)])
+    assert [e.offset for e in errors] == [1]
+    table = buf.drain()
+    assert table is not None and table.column("id").to_pylist() == [5]
+
+
+records = st.lists(
+    st.fixed_dictionaries(
+        {"id": st.integers(-(2**63), 2**63 - 1)},
+        optional={
+            "name": st.one_of(st.none(), st.text(max_size=20)),
+            "score": st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False, width=64)),
+            "ok": st.one_of(st.none(), st.booleans()),
+            "extra": st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
+        },
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(records)
+def test_matches_the_pure_python_reference(rows: list[dict]) -> None:
+    buf = _native.JsonBuffer(schema=SCHEMA.remove(4))
+    values = [json.dumps(r).encode() for r in rows]
+    errors = buf.append(topic="t", partition=0, offsets=list(range(len(rows))), timestamps_ms=[0] * len(rows),
+                        keys=[None] * len(rows), values=values)
+    assert errors == []
+    batch = buf.drain()
+    expected = pa.Table.from_pylist([{k: r.get(k) for k in ("id", "name", "score", "ok")} for r in rows],
+                                    schema=SCHEMA.remove(4))
+    got = pa.Table.from_batches([batch]) if batch is not None else expected.slice(0, 0)
+    assert got.equals(expected)

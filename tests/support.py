@@ -1,0 +1,130 @@
+"""Helpers shared by the integration and chaos tests: topics, producing, configs, and an
+independent reader that counts every (topic, partition, offset) in a table."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from aiokafka import AIOKafkaProducer
+from pyiceberg.catalog import Catalog
+
+from frazil import config as config_mod
+from frazil.config import Config
+from frazil.demo import create_topic
+from frazil.iceberg import catalog as iceberg_catalog
+from frazil.iceberg import offsets
+from frazil.status import end_offsets
+
+__all__ = ["create_topic", "end_offsets"]
+
+CONFIG = """\
+[pipeline]
+name = "{pipeline}"
+commit_interval_s = {interval}
+
+[kafka]
+bootstrap_servers = "{bootstrap}"
+topics = {topics}
+session_timeout_ms = 2000
+heartbeat_interval_ms = 500
+
+[catalog]
+properties = {{ uri = "sqlite:///warehouse/catalog.db", warehouse = "file://warehouse" }}
+
+[table]
+name = "{table}"
+columns = [
+  {{ name = "id", type = "long", required = true }},
+  {{ name = "name", type = "string" }},
+  {{ name = "amount", type = "double" }},
+  {{ name = "at", type = "timestamptz" }},
+]
+"""
+
+
+def write_config(workdir: Path, bootstrap: str, topics: list[str], *, pipeline: str = "p", table: str = "db.events",
+                 interval: float = 0.5) -> Path:
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / "frazil.toml"
+    path.write_text(CONFIG.format(pipeline=pipeline, interval=interval, bootstrap=bootstrap,
+                                  topics=json.dumps(topics), table=table))
+    return path
+
+
+def record(i: int) -> bytes:
+    return json.dumps({"id": i, "name": f"n{i % 97}", "amount": i * 0.5,
+                       "at": f"2026-11-{1 + i % 28:02d}T10:00:00Z"}).encode()
+
+
+async def produce(bootstrap: str, topic: str, values: Iterable[bytes], partitions: int) -> int:
+    """Round-robin ``values`` over the partitions, waiting for every acknowledgement."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=10, acks="all", enable_idempotence=True)
+    await producer.start()
+    n = 0
+    try:
+        futures = []
+        for v in values:
+            futures.append(await producer.send(topic, v, partition=n % partitions))
+            n += 1
+            if len(futures) >= 5000:
+                await asyncio.gather(*futures)
+                futures = []
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+    return n
+
+
+def catalog_of(cfg: Config) -> Catalog:
+    return iceberg_catalog.load(cfg.catalog)
+
+
+def load(path: Path) -> Config:
+    return config_mod.load(path)
+
+
+def count_offsets(catalog: Catalog, table_name: str) -> Counter[tuple[str, int, int]]:
+    """Independent reader: scans the table itself (not frazil's counters or offsets)."""
+    data = catalog.load_table(table_name).scan(selected_fields=("_kafka_topic", "_kafka_partition", "_kafka_offset")).to_arrow()
+    return Counter(zip(data.column("_kafka_topic").to_pylist(), data.column("_kafka_partition").to_pylist(),
+                       data.column("_kafka_offset").to_pylist()))
+
+
+def assert_exactly_once(counts: Counter[tuple[str, int, int]], ends: Mapping[tuple[str, int], int],
+                        starts: Mapping[tuple[str, int], int] | None = None) -> None:
+    """Every offset in ``[start, end)`` of every partition is in the table once; nothing else is."""
+    expected = {(t, p, o) for (t, p), end in ends.items() for o in range((starts or {}).get((t, p), 0), end)}
+    duplicates = {k: n for k, n in counts.items() if n > 1}
+    lost = expected - set(counts)
+    extra = set(counts) - expected
+    assert not duplicates and not lost and not extra, (
+        f"{len(duplicates)} duplicated (e.g. {sorted(duplicates)[:5]}), {len(lost)} lost (e.g. {sorted(lost)[:5]}), "
+        f"{len(extra)} unexpected (e.g. {sorted(extra)[:5]})")
+
+
+def stored(catalog: Catalog, cfg: Config) -> dict[tuple[str, int], int]:
+    try:
+        table = catalog.load_table(cfg.table.name)
+    except Exception:  # noqa: BLE001 - not created yet
+        return {}
+    return offsets.stored_offsets(table.properties, cfg.pipeline)
+
+
+def wait_until_committed(catalog: Catalog, cfg: Config, ends: Mapping[tuple[str, int], int], *,
+                         timeout: float = 120.0, alive: object = None) -> None:
+    """Poll the table until its stored offsets reach ``ends``; fail with where it got to."""
+    deadline = time.monotonic() + timeout
+    have: dict[tuple[str, int], int] = {}
+    while time.monotonic() < deadline:
+        have = stored(catalog, cfg)
+        if all(have.get(tp, 0) >= end for tp, end in ends.items()):
+            return
+        if callable(alive) and not alive():
+            raise AssertionError(f"the pipeline stopped before committing everything: have {have}, want {dict(ends)}")
+        time.sleep(0.2)
+    raise AssertionError(f"not committed within {timeout}s: have {have}, want {dict(ends)}")

@@ -1,0 +1,49 @@
+"""Rule 3 of exactly-once.md as a pure function: every case of the contiguity check."""
+
+import pytest
+
+from frazil.iceberg import offsets
+from frazil.iceberg.offsets import Range, Verdict
+
+
+@pytest.mark.parametrize(
+    ("stored", "rng", "verdict"),
+    [
+        (None, Range(0, 10), Verdict.COMMIT),            # nothing stored yet: first commit
+        (None, Range(500, 510), Verdict.COMMIT),         # retention moved the log start
+        (10, Range(10, 20), Verdict.COMMIT),             # starts at the stored offset
+        (20, Range(10, 20), Verdict.ALREADY_COMMITTED),  # whole range already in
+        (25, Range(10, 20), Verdict.ALREADY_COMMITTED),
+        (15, Range(10, 20), Verdict.OVERLAP),            # must re-read from 15
+        (10, Range(11, 20), Verdict.GAP),                # offset 10 would be skipped
+    ],
+)
+def test_classify(stored: int | None, rng: Range, verdict: Verdict) -> None:
+    assert offsets.classify(stored, rng) is verdict
+
+
+def test_plan_and_advance() -> None:
+    stored = {("a", 0): 10, ("a", 1): 5}
+    ranges = {("a", 0): Range(10, 12), ("b", 0): Range(0, 3)}
+    plan = offsets.plan(stored, ranges)
+    assert plan.committable and not plan.all_committed
+    assert offsets.advance(stored, ranges) == {("a", 0): 12, ("a", 1): 5, ("b", 0): 3}
+    mixed = offsets.plan(stored, {("a", 0): Range(0, 10), ("a", 1): Range(5, 6)})
+    assert not mixed.committable and not mixed.all_committed
+    assert mixed.where(Verdict.ALREADY_COMMITTED) == [("a", 0)]
+
+
+def test_property_round_trip_is_keyed_by_pipeline() -> None:
+    value = {("clicks", 0): 12, ("clicks", 11): 7, ("orders", 3): 0}
+    props = {offsets.property_key("p1"): offsets.encode(value), offsets.property_key("p2"): offsets.encode({})}
+    assert offsets.stored_offsets(props, "p1") == value
+    assert offsets.stored_offsets(props, "p2") == {}
+    assert offsets.stored_offsets(props, "other") == {}
+    assert offsets.encode(value) == '{"clicks":{"0":12,"11":7},"orders":{"3":0}}'
+
+
+def test_range_rejects_empty_or_negative() -> None:
+    with pytest.raises(ValueError):
+        Range(5, 5)
+    with pytest.raises(ValueError):
+        Range(-1, 3)
