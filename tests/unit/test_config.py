@@ -66,3 +66,12 @@ def test_load_reports_bad_toml(tmp_path: Path) -> None:
         config.load(path)
     with pytest.raises(ConfigError, match="does not exist"):
         config.load(tmp_path / "nope.toml")
+
+
+def test_the_example_config_is_valid() -> None:
+    from frazil.cli import main
+
+    example = Path(__file__).parents[2] / "examples" / "frazil.toml"
+    cfg = config.load(example)
+    assert cfg.table.partition_by == ("day(event_time)",)
+    assert main(["check-config", "--config", str(example)]) == 0
