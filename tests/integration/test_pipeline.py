@@ -165,3 +165,32 @@ async def test_stop_commits_what_is_buffered(kafka: KafkaBroker, tmp_path: Path)
     stop.set()
     await asyncio.wait_for(task, 60)
     assert support.stored(catalog, cfg) == {(topic, 0): 300}
+
+
+async def test_a_recreated_topic_is_reported_not_skipped(kafka: KafkaBroker, tmp_path: Path) -> None:
+    """The table remembers offsets up to 200; the topic is deleted and recreated with 20 records.
+    Reading on would silently skip them (they sit below the stored offset): frazil must stop with
+    an error that says what happened and what to do."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    from frazil.errors import TopicMismatchError
+
+    (topic,) = await new_topics(kafka, 1, 1)
+    await support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(200)), 1)
+    cfg = support.load(support.write_config(tmp_path, kafka.bootstrap, [topic]))
+    await run_until_committed(cfg, {(topic, 0): 200})
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics([topic])
+        for _ in range(50):  # deletion is asynchronous
+            if topic not in await admin.list_topics():
+                break
+            await asyncio.sleep(0.2)
+    finally:
+        await admin.close()
+    await support.create_topic(kafka.bootstrap, topic, 1)
+    await support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(20)), 1)
+    with pytest.raises(TopicMismatchError, match=rf"{topic}\[0\] table=200 log end=20"):
+        await asyncio.wait_for(daemon.serve(cfg, asyncio.Event()), 60)
+    assert support.stored(support.catalog_of(cfg), cfg) == {(topic, 0): 200}

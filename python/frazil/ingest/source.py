@@ -10,6 +10,7 @@ from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.structs import OffsetAndMetadata
 
 from frazil.config import KafkaConfig
+from frazil.errors import TopicMismatchError
 from frazil.iceberg.offsets import TopicPartition as TP
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,9 @@ class KafkaSource:
             max_partition_fetch_bytes=4 * 1024 * 1024,
         )
         self.assignment: set[TP] = set()
+        # aiokafka logs and swallows exceptions raised in a rebalance listener; keep the first
+        # one and raise it from poll() so the pipeline stops instead of running unpositioned.
+        self._failure: BaseException | None = None
 
     async def start(self) -> None:
         await self._consumer.start()
@@ -60,6 +64,8 @@ class KafkaSource:
         await self._consumer.stop()
 
     async def poll(self, timeout_ms: int) -> dict[TP, list[ConsumerRecord[bytes, bytes]]]:
+        if self._failure is not None:
+            raise self._failure
         batches = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=self._cfg.max_poll_records)
         return {(tp.topic, tp.partition): records for tp, records in batches.items() if records}
 
@@ -76,14 +82,23 @@ class KafkaSource:
 
     async def _revoked(self, tps: set[TP]) -> None:
         self.assignment -= tps
-        await self._on_revoked(tps)
+        try:
+            await self._on_revoked(tps)
+        except BaseException as exc:
+            self._failure = self._failure or exc
+            raise
 
     async def _assigned(self, tps: set[TP]) -> None:
         self.assignment = set(tps)
-        await self.seek(tps, await self._on_assigned(tps))
+        try:
+            await self.seek(tps, await self._on_assigned(tps))
+        except BaseException as exc:
+            self._failure = self._failure or exc
+            raise
 
     async def seek(self, tps: set[TP], stored: Mapping[TP, int]) -> None:
         """Position ``tps`` at the table's offsets; partitions it has never seen at the reset policy."""
+        await self._check_within_log(tps, stored)
         fresh = []
         for tp in sorted(tps):
             if tp in stored:
@@ -98,3 +113,20 @@ class KafkaSource:
         log.info("positioned %d partition(s): %s from the table, %d new from %s", len(tps),
                  ", ".join(f"{t}[{p}]@{stored[(t, p)]}" for t, p in sorted(tps) if (t, p) in stored) or "none",
                  len(fresh), self._cfg.auto_offset_reset)
+
+    async def _check_within_log(self, tps: set[TP], stored: Mapping[TP, int]) -> None:
+        """A stored offset past the end of its partition means the topic is not the one the table
+        was fed from (deleted and recreated, or truncated). Reading on would silently skip."""
+        known = [TopicPartition(*tp) for tp in sorted(tps) if tp in stored]
+        if not known:
+            return
+        ends = await self._consumer.end_offsets(known)
+        beyond = {(tp.topic, tp.partition): end for tp, end in ends.items() if stored[(tp.topic, tp.partition)] > end}
+        if beyond:
+            detail = ", ".join(f"{t}[{p}] table={stored[(t, p)]} log end={end}" for (t, p), end in sorted(beyond.items()))
+            raise TopicMismatchError(
+                f"the table's stored offsets are past the end of the topic: {detail}. The topic was probably "
+                "deleted and recreated. Nothing was read. To start the new topic from its beginning, use a new "
+                "pipeline.name (or remove the table property frazil.offsets.<pipeline>) after checking the table."
+            )
+
