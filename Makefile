@@ -6,7 +6,7 @@ RUST_SOURCES := $(shell find rust/src -name '*.rs') rust/Cargo.toml Cargo.toml C
 export FRAZIL_CACHE ?= $(HOME)/.cache/frazil
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help venv build demo test test-rust test-python stubtest chaos kafka-fetch clean
+.PHONY: help venv build demo test test-rust test-python stubtest typecheck chaos kafka-fetch clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -38,10 +38,13 @@ test-rust: ## Rust unit tests of the native core
 stubtest: build ## check python/frazil/_native.pyi against the built module
 	$(PY) -m mypy.stubtest frazil._native --mypy-config-file pyproject.toml
 
+typecheck: build ## mypy --strict on python/frazil
+	$(PY) -m mypy
+
 test-python: build ## Python tests: unit, native, integration (real Kafka + catalog), chaos
 	$(PY) -m pytest $${PYTEST_ARGS:-}
 
-test: test-rust stubtest test-python ## everything CI runs
+test: test-rust stubtest typecheck test-python ## everything CI runs
 
 chaos: build ## the SIGKILL crash run alone, verbose
 	$(PY) -m pytest tests/chaos -v -s

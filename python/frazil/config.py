@@ -77,7 +77,8 @@ class _Section:
     def __init__(self, data: Any, path: str) -> None:
         if not isinstance(data, dict):
             raise ConfigError(f"[{path}] must be a table, got {type(data).__name__}")
-        self.data, self.path, self.used = data, path, set()
+        self.data, self.path = data, path
+        self.used: set[str] = set()
 
     def key(self, name: str) -> str:
         return f"{self.path}.{name}" if self.path else name

@@ -94,10 +94,11 @@ def schema_for(table: TableConfig) -> Schema:
 
 
 def _transform(name: str, arg: str | None) -> Transform:  # type: ignore[type-arg]
-    simple = {"identity": IdentityTransform, "year": YearTransform, "month": MonthTransform,
-              "day": DayTransform, "hour": HourTransform}
+    simple: dict[str, Transform] = {  # type: ignore[type-arg]
+        "identity": IdentityTransform(), "year": YearTransform(), "month": MonthTransform(),
+        "day": DayTransform(), "hour": HourTransform()}
     if name in simple:
-        return simple[name]()
+        return simple[name]
     width = int(arg or 0)
     return BucketTransform(width) if name.startswith("bucket") else TruncateTransform(width)
 
