@@ -136,6 +136,8 @@ def main(*, records: int, workdir: Path) -> int:
     from frazil.iceberg import offsets
     from frazil.status import end_offsets
 
+    # SIGTERM (a CI timeout, systemd) must unwind like Ctrl-C, so the broker is stopped too.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     workdir = workdir.resolve()
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)

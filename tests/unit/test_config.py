@@ -75,3 +75,4 @@ def test_the_example_config_is_valid() -> None:
     cfg = config.load(example)
     assert cfg.table.partition_by == ("day(event_time)",)
     assert main(["check-config", "--config", str(example)]) == 0
+

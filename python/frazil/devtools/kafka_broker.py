@@ -120,6 +120,15 @@ def ensure_jars(version: str = KAFKA_VERSION) -> Path:
     return lib
 
 
+def new_cluster_id() -> str:
+    """A random KRaft cluster id. Like Kafka's own generator, never one that starts with '-',
+    which the storage tool would read as an option."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -194,7 +203,7 @@ class KafkaBroker:
         props.write_text(_server_properties(workdir, port, controller_port))
         (workdir / "log4j2.xml").write_text(_LOG4J2.format(path=workdir / "server.log"))
         java = ["java", f"-Dlog4j2.configurationFile={workdir / 'log4j2.xml'}", "-cp", f"{lib}/*"]
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = new_cluster_id()
         fmt = subprocess.run([*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
                              capture_output=True, text=True)
         if fmt.returncode != 0:
