@@ -4,12 +4,21 @@ from typing import final
 
 import pyarrow as pa
 
-__all__ = ["DecodeError", "JsonBuffer", "NativeError", "__version__"]
+__all__ = ["ALIGNMENT", "AppendResult", "BufferFullError", "DecodeError", "JsonBuffer", "NativeError",
+           "UnknownField", "__version__"]
 
 __version__: str
+ALIGNMENT: int
+"""Byte alignment of every buffer in a drained batch (64)."""
 
 class NativeError(Exception):
     """An error raised by frazil's native core."""
+
+class BufferFullError(NativeError):
+    """Appending would pass the buffer's byte cap; nothing was appended. Drain, then try again.
+
+    ``args`` is ``(message, needed_bytes, used_bytes, cap_bytes)``.
+    """
 
 @final
 class DecodeError:
@@ -27,15 +36,49 @@ class DecodeError:
     def reason(self) -> str: ...
 
 @final
+class UnknownField:
+    """A field of a record that the schema does not have (with ``report_unknown_fields``)."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def path(self) -> str: ...
+
+@final
+class AppendResult:
+    """What one ``append`` did: rows kept, records refused, unknown fields seen."""
+
+    @property
+    def rows(self) -> int: ...
+    @property
+    def errors(self) -> list[DecodeError]: ...
+    @property
+    def unknown_fields(self) -> list[UnknownField]: ...
+
+@final
 class JsonBuffer:
     """Decodes Kafka record values (JSON objects) into Arrow record batches of one schema.
 
-    With ``metadata_columns`` the schema must hold ``_kafka_topic``, ``_kafka_partition``,
-    ``_kafka_offset``, ``_kafka_timestamp`` and ``_kafka_key``; they are filled from the record
-    metadata, the other columns from the value.
+    Safe to share between threads: appends of different partitions go to different shards and
+    run without the GIL. With ``metadata_columns`` the schema must hold ``_kafka_topic``,
+    ``_kafka_partition``, ``_kafka_offset``, ``_kafka_timestamp`` and ``_kafka_key``; they are
+    filled from the record metadata, the other columns from the value. ``max_bytes`` is a hard
+    cap on :attr:`bytes`; ``dedupe_by_key`` keeps the last record per key by (partition, offset)
+    at drain.
     """
 
-    def __new__(cls, *, schema: pa.Schema, metadata_columns: bool = False) -> JsonBuffer: ...
+    def __new__(
+        cls,
+        *,
+        schema: pa.Schema,
+        metadata_columns: bool = False,
+        max_bytes: int | None = None,
+        shards: int = 16,
+        report_unknown_fields: bool = False,
+        dedupe_by_key: bool = False,
+    ) -> JsonBuffer: ...
     def append(
         self,
         *,
@@ -45,14 +88,18 @@ class JsonBuffer:
         timestamps_ms: list[int],
         keys: list[bytes | None],
         values: list[bytes],
-    ) -> list[DecodeError]:
-        """Decode one batch of one topic-partition; returns the records that could not be decoded."""
+    ) -> AppendResult:
+        """Decode one batch of one topic-partition. Raises BufferFullError (appending nothing)
+        when the cap would be passed."""
     def drain(self) -> pa.RecordBatch | None:
-        """Everything buffered as one record batch; the buffer is empty afterwards."""
+        """Everything buffered as one record batch with 64-byte aligned buffers; afterwards the
+        buffer no longer counts it."""
     def clear(self) -> None: ...
     @property
     def rows(self) -> int: ...
     @property
     def bytes(self) -> int: ...
+    @property
+    def max_bytes(self) -> int | None: ...
     @property
     def schema(self) -> pa.Schema: ...

@@ -10,8 +10,12 @@ mod bindings;
 fn _native(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     use pyo3::prelude::*;
     m.add_class::<bindings::JsonBuffer>()?;
+    m.add_class::<bindings::AppendResult>()?;
     m.add_class::<bindings::DecodeError>()?;
+    m.add_class::<bindings::UnknownField>()?;
     m.add("NativeError", m.py().get_type::<bindings::NativeError>())?;
+    m.add("BufferFullError", m.py().get_type::<bindings::BufferFullError>())?;
+    m.add("ALIGNMENT", buffer::ALIGNMENT)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

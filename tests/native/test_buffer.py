@@ -30,8 +30,9 @@ def test_rows_and_metadata_columns() -> None:
     schema = pa.schema(list(SCHEMA) + list(META))
     buf = _native.JsonBuffer(schema=schema, metadata_columns=True)
     values = [b'{"id": 1, "name": "a", "at": "2026-01-02T03:04:05.123456Z"}', b'{"id": 2, "score": 2.5, "ok": true}']
-    assert buf.append(topic="t", partition=4, offsets=[7, 8], timestamps_ms=[1000, 2000], keys=[b"k", None],
-                      values=values) == []
+    result = buf.append(topic="t", partition=4, offsets=[7, 8], timestamps_ms=[1000, 2000], keys=[b"k", None],
+                        values=values)
+    assert result.rows == 2 and result.errors == [] and result.unknown_fields == []
     assert buf.rows == 2 and buf.bytes > 0
     batch = buf.drain()
     assert batch is not None and batch.schema == schema
@@ -47,7 +48,7 @@ def test_rows_and_metadata_columns() -> None:
 def test_bad_records_are_reported_not_raised() -> None:
     buf = _native.JsonBuffer(schema=SCHEMA)
     errors = buf.append(topic="t", partition=0, offsets=[10, 11, 12, 13], timestamps_ms=[0] * 4, keys=[None] * 4,
-                        values=[b'{"id": 1}', b'{"id": 1,', b'{"id": "one"}', b'{"name": "no id"}'])
+                        values=[b'{"id": 1}', b'{"id": 1,', b'{"id": "one"}', b'{"name": "no id"}']).errors
     assert [(e.index, e.offset, e.field) for e in errors] == [(1, 11, ""), (2, 12, "id"), (3, 13, "")]
     assert "not valid JSON" in errors[0].reason
     assert buf.rows == 1
@@ -90,7 +91,7 @@ def test_matches_the_pure_python_reference(rows: list[dict]) -> None:
     buf = _native.JsonBuffer(schema=SCHEMA.remove(4))
     values = [json.dumps(r).encode() for r in rows]
     errors = buf.append(topic="t", partition=0, offsets=list(range(len(rows))), timestamps_ms=[0] * len(rows),
-                        keys=[None] * len(rows), values=values)
+                        keys=[None] * len(rows), values=values).errors
     assert errors == []
     batch = buf.drain()
     expected = pa.Table.from_pylist([{k: r.get(k) for k in ("id", "name", "score", "ok")} for r in rows],

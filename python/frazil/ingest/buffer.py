@@ -46,7 +46,7 @@ class RecordBuffer:
             keys=[r.key for r in records],
             # a null value (tombstone) is not a JSON object: it comes back as a decode error
             values=[r.value if r.value is not None else b"null" for r in records],
-        )
+        ).errors
 
     def drain(self) -> pa.Table | None:
         batch = self._native.drain()

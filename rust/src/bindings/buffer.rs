@@ -8,12 +8,25 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use std::sync::Arc;
 
-use crate::buffer::{self, Records};
+use crate::buffer::{self, BufferError, Options, Records};
 
 create_exception!(_native, NativeError, PyException, "An error raised by frazil's native core.");
+create_exception!(
+    _native,
+    BufferFullError,
+    NativeError,
+    "Appending would pass the buffer's byte cap; nothing was appended. Drain, then try again."
+);
 
-fn to_py(e: ArrowError) -> PyErr {
+fn arrow_err(e: ArrowError) -> PyErr {
     NativeError::new_err(e.to_string())
+}
+
+fn buffer_err(e: BufferError) -> PyErr {
+    match e {
+        BufferError::Full { needed, used, cap } => BufferFullError::new_err((e.to_string(), needed, used, cap)),
+        BufferError::Arrow(e) => arrow_err(e),
+    }
 }
 
 /// A record that could not be decoded; the batch it came in was kept without it.
@@ -36,8 +49,31 @@ impl DecodeError {
     }
 }
 
+/// A field of a record that the schema does not have.
+#[pyclass(module = "frazil._native", frozen, get_all)]
+pub struct UnknownField {
+    index: usize,
+    offset: i64,
+    path: String,
+}
+
+#[pymethods]
+impl UnknownField {
+    fn __repr__(&self) -> String {
+        format!("UnknownField(index={}, offset={}, path={:?})", self.index, self.offset, self.path)
+    }
+}
+
+/// What one `append` did.
+#[pyclass(module = "frazil._native", frozen, get_all)]
+pub struct AppendResult {
+    rows: usize,
+    errors: Vec<Py<DecodeError>>,
+    unknown_fields: Vec<Py<UnknownField>>,
+}
+
 /// Decodes Kafka record values (JSON objects) into Arrow record batches of one schema.
-#[pyclass(module = "frazil._native")]
+#[pyclass(module = "frazil._native", frozen)]
 pub struct JsonBuffer {
     inner: buffer::JsonBuffer,
 }
@@ -45,16 +81,24 @@ pub struct JsonBuffer {
 #[pymethods]
 impl JsonBuffer {
     #[new]
-    #[pyo3(signature = (*, schema, metadata_columns = false))]
-    fn new(schema: PyArrowType<Schema>, metadata_columns: bool) -> PyResult<Self> {
-        let inner = buffer::JsonBuffer::new(Arc::new(schema.0), metadata_columns).map_err(to_py)?;
+    #[pyo3(signature = (*, schema, metadata_columns = false, max_bytes = None, shards = 16, report_unknown_fields = false, dedupe_by_key = false))]
+    fn new(
+        schema: PyArrowType<Schema>,
+        metadata_columns: bool,
+        max_bytes: Option<usize>,
+        shards: usize,
+        report_unknown_fields: bool,
+        dedupe_by_key: bool,
+    ) -> PyResult<Self> {
+        let options = Options { metadata_columns, max_bytes, shards, report_unknown_fields, dedupe_by_key };
+        let inner = buffer::JsonBuffer::new(Arc::new(schema.0), options).map_err(arrow_err)?;
         Ok(Self { inner })
     }
 
     #[pyo3(signature = (*, topic, partition, offsets, timestamps_ms, keys, values))]
     #[allow(clippy::too_many_arguments)]
     fn append(
-        &mut self,
+        &self,
         py: Python<'_>,
         topic: &str,
         partition: i32,
@@ -62,9 +106,9 @@ impl JsonBuffer {
         timestamps_ms: Vec<i64>,
         keys: Vec<Option<PyBackedBytes>>,
         values: Vec<PyBackedBytes>,
-    ) -> PyResult<Vec<DecodeError>> {
-        let inner = &mut self.inner;
-        let errors = py
+    ) -> PyResult<AppendResult> {
+        let inner = &self.inner;
+        let done = py
             .detach(|| {
                 inner.append(&Records {
                     topic,
@@ -75,19 +119,26 @@ impl JsonBuffer {
                     values: &values,
                 })
             })
-            .map_err(to_py)?;
-        Ok(errors
+            .map_err(buffer_err)?;
+        let errors = done
+            .errors
             .into_iter()
-            .map(|e| DecodeError { index: e.index, partition: e.partition, offset: e.offset, field: e.field, reason: e.reason })
-            .collect())
+            .map(|e| Py::new(py, DecodeError { index: e.index, partition: e.partition, offset: e.offset, field: e.field, reason: e.reason }))
+            .collect::<PyResult<_>>()?;
+        let unknown_fields = done
+            .unknown_fields
+            .into_iter()
+            .map(|u| Py::new(py, UnknownField { index: u.index, offset: u.offset, path: u.path }))
+            .collect::<PyResult<_>>()?;
+        Ok(AppendResult { rows: done.rows, errors, unknown_fields })
     }
 
-    fn drain(&mut self, py: Python<'_>) -> PyResult<Option<PyArrowType<RecordBatch>>> {
-        let inner = &mut self.inner;
-        Ok(py.detach(|| inner.drain()).map_err(to_py)?.map(PyArrowType))
+    fn drain(&self, py: Python<'_>) -> PyResult<Option<PyArrowType<RecordBatch>>> {
+        let inner = &self.inner;
+        Ok(py.detach(|| inner.drain()).map_err(arrow_err)?.map(PyArrowType))
     }
 
-    fn clear(&mut self) {
+    fn clear(&self) {
         self.inner.clear();
     }
 
@@ -99,6 +150,11 @@ impl JsonBuffer {
     #[getter]
     fn bytes(&self) -> usize {
         self.inner.bytes()
+    }
+
+    #[getter]
+    fn max_bytes(&self) -> Option<usize> {
+        self.inner.max_bytes()
     }
 
     #[getter]

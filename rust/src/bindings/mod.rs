@@ -2,4 +2,4 @@
 
 mod buffer;
 
-pub use buffer::{DecodeError, JsonBuffer, NativeError};
+pub use buffer::{AppendResult, BufferFullError, DecodeError, JsonBuffer, NativeError, UnknownField};

@@ -1,0 +1,246 @@
+use super::*;
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::{DataType, Int64Type, TimeUnit};
+
+fn meta() -> Options {
+    Options { metadata_columns: true, ..Options::default() }
+}
+
+fn schema(meta: bool) -> SchemaRef {
+    let mut fields = vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("name", DataType::Utf8, true),
+        Field::new(
+            "inner",
+            DataType::Struct(vec![Field::new("score", DataType::Float64, true)].into()),
+            true,
+        ),
+    ];
+    if meta {
+        fields.push(Field::new(META_TOPIC, DataType::Utf8, false));
+        fields.push(Field::new(META_PARTITION, DataType::Int32, false));
+        fields.push(Field::new(META_OFFSET, DataType::Int64, false));
+        fields.push(Field::new(META_TIMESTAMP, DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), false));
+        fields.push(Field::new(META_KEY, DataType::Binary, true));
+    }
+    Arc::new(Schema::new(fields))
+}
+
+fn append(buf: &JsonBuffer, offsets: &[i64], values: &[&str]) -> Vec<RecordError> {
+    let timestamps: Vec<i64> = offsets.iter().map(|o| 1_700_000_000_000 + o).collect();
+    let keys: Vec<Option<Vec<u8>>> = offsets.iter().map(|o| if o % 2 == 0 { Some(o.to_string().into_bytes()) } else { None }).collect();
+    let records = Records { topic: "t", partition: 3, offsets, timestamps_ms: &timestamps, keys: &keys, values };
+    buf.append(&records).unwrap().errors
+}
+
+#[test]
+fn decodes_values_and_metadata() {
+    let buf = JsonBuffer::new(schema(true), meta()).unwrap();
+    let errors = append(&buf, &[10, 11], &[r#"{"id": 1, "name": "a", "inner": {"score": 1.5}}"#, r#"{"id": 2, "extra": true}"#]);
+    assert!(errors.is_empty());
+    assert_eq!(buf.rows(), 2);
+    assert!(buf.bytes() > 0);
+    let batch = buf.drain().unwrap().unwrap();
+    assert_eq!(buf.rows(), 0);
+    assert_eq!(batch.schema(), schema(true));
+    assert_eq!(batch.column(0).as_primitive::<Int64Type>().values(), &[1, 2]);
+    assert_eq!(batch.column_by_name(META_OFFSET).unwrap().as_primitive::<Int64Type>().values(), &[10, 11]);
+    assert_eq!(batch.column_by_name(META_PARTITION).unwrap().as_primitive::<arrow::datatypes::Int32Type>().value(1), 3);
+    let ts = batch.column_by_name(META_TIMESTAMP).unwrap().as_primitive::<arrow::datatypes::TimestampMicrosecondType>();
+    assert_eq!(ts.value(0), 1_700_000_000_010_000);
+    let keys = batch.column_by_name(META_KEY).unwrap().as_binary::<i32>();
+    assert_eq!(keys.value(0), b"10");
+    assert!(keys.is_null(1));
+    assert!(buf.drain().unwrap().is_none());
+}
+
+#[test]
+fn bad_records_come_back_as_errors_and_the_rest_is_kept() {
+    let buf = JsonBuffer::new(schema(false), Options::default()).unwrap();
+    let errors = append(
+        &buf,
+        &[5, 6, 7, 8, 9],
+        &[r#"{"id": 1}"#, "{not json", r#"{"id": "x"}"#, "[1,2]", r#"{"id": 4, "inner": {"score": "high"}}"#],
+    );
+    let summary: Vec<(usize, i64, &str)> = errors.iter().map(|e| (e.index, e.offset, e.field.as_str())).collect();
+    assert_eq!(summary, vec![(1, 6, ""), (2, 7, "id"), (3, 8, ""), (4, 9, "inner.score")]);
+    assert!(errors[0].reason.contains("not valid JSON"), "{}", errors[0].reason);
+    assert!(errors[2].reason.contains("not an object"), "{}", errors[2].reason);
+    assert!(errors[3].reason.contains("high"), "{}", errors[3].reason);
+    let batch = buf.drain().unwrap().unwrap();
+    assert_eq!(batch.num_rows(), 1);
+    assert_eq!(batch.column(0).as_primitive::<Int64Type>().value(0), 1);
+}
+
+#[test]
+fn missing_required_field_is_a_record_error() {
+    let buf = JsonBuffer::new(schema(false), Options::default()).unwrap();
+    let errors = append(&buf, &[0, 1], &[r#"{"name": "no id"}"#, r#"{"id": 7}"#]);
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0].offset, 0);
+    assert_eq!(buf.rows(), 1);
+}
+
+#[test]
+fn metadata_columns_must_be_in_the_schema() {
+    let err = JsonBuffer::new(schema(false), meta()).unwrap_err();
+    assert!(err.to_string().contains("_kafka_topic"), "{err}");
+}
+
+#[test]
+fn mismatched_lengths_are_rejected() {
+    let buf = JsonBuffer::new(schema(false), Options::default()).unwrap();
+    let keys: Vec<Option<Vec<u8>>> = vec![None];
+    let records = Records { topic: "t", partition: 0, offsets: &[1, 2], timestamps_ms: &[0], keys: &keys, values: &["{}"] };
+    assert!(buf.append(&records).is_err());
+}
+
+#[test]
+fn escaped_surrogate_pairs_decode_to_the_right_character() {
+    let schema = Arc::new(Schema::new(vec![Field::new("name", DataType::Utf8, true)]));
+    let buf = JsonBuffer::new(schema, Options::default()).unwrap();
+    // U+10000, U+20000 (high half D840, misread by arrow-json 60), U+E0100, and plain text
+    let values = [r#"{"name": "\ud800\udc00"}"#, r#"{"name": "\uD840\uDC00"}"#, r#"{"name": "\udb40\udd00"}"#, r#"{"name": "a\u00e9"}"#];
+    assert!(append(&buf, &[0, 1, 2, 3], &values).is_empty());
+    let batch = buf.drain().unwrap().unwrap();
+    let names: Vec<&str> = batch.column(0).as_string::<i32>().iter().map(|s| s.unwrap()).collect();
+    assert_eq!(names, vec!["\u{10000}", "\u{20000}", "\u{E0100}", "a\u{e9}"]);
+}
+
+#[test]
+fn rewritten_values_keep_doubles_bit_for_bit() {
+    let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Float64, true)]));
+    let buf = JsonBuffer::new(schema, Options::default()).unwrap();
+    // the escaped surrogate in the key sends the value through the serde_json rewrite
+    assert!(append(&buf, &[0], &[r#"{"\ud800\udc00": 0, "x": 5.1085747145855235e-182}"#]).is_empty());
+    let batch = buf.drain().unwrap().unwrap();
+    assert_eq!(batch.column(0).as_primitive::<arrow::datatypes::Float64Type>().value(0), 5.1085747145855235e-182);
+}
+
+
+fn records<'a>(partition: i32, offsets: &'a [i64], keys: &'a [Option<Vec<u8>>], values: &'a [String]) -> Records<'a, String, Vec<u8>> {
+    Records { topic: "t", partition, offsets, timestamps_ms: offsets, keys, values }
+}
+
+fn rows(n: usize, start: i64) -> (Vec<i64>, Vec<Option<Vec<u8>>>, Vec<String>) {
+    let offsets: Vec<i64> = (start..start + n as i64).collect();
+    let keys = offsets.iter().map(|o| Some(format!("k{}", o % 3).into_bytes())).collect();
+    let values = offsets.iter().map(|o| format!(r#"{{"id": {o}, "name": "row {o}"}}"#)).collect();
+    (offsets, keys, values)
+}
+
+#[test]
+fn the_byte_cap_refuses_an_append_whole_and_drain_frees_it() {
+    let probe = JsonBuffer::new(schema(false), Options::default()).unwrap();
+    let (o, k, v) = rows(100, 0);
+    probe.append(&records(0, &o, &k, &v)).unwrap();
+    let one = probe.bytes();
+    let buf = JsonBuffer::new(schema(false), Options { max_bytes: Some(one * 2 + 10), ..Options::default() }).unwrap();
+    buf.append(&records(0, &o, &k, &v)).unwrap();
+    buf.append(&records(1, &o, &k, &v)).unwrap();
+    assert_eq!(buf.bytes(), 2 * one);
+    match buf.append(&records(2, &o, &k, &v)) {
+        Err(BufferError::Full { needed, used, cap }) => assert_eq!((needed, used, cap), (one, 2 * one, one * 2 + 10)),
+        other => panic!("expected Full, got {other:?}"),
+    }
+    assert_eq!(buf.rows(), 200);
+    assert_eq!(buf.drain().unwrap().unwrap().num_rows(), 200);
+    assert_eq!((buf.bytes(), buf.rows()), (0, 0));
+    buf.append(&records(2, &o, &k, &v)).unwrap();
+    buf.clear();
+    assert_eq!((buf.bytes(), buf.rows()), (0, 0));
+}
+
+#[test]
+fn appends_from_many_threads_land_once_each() {
+    let buf = JsonBuffer::new(schema(true), meta()).unwrap();
+    std::thread::scope(|scope| {
+        for partition in 0..8 {
+            let buf = &buf;
+            scope.spawn(move || {
+                for chunk in 0..20 {
+                    let (o, k, v) = rows(50, chunk * 50);
+                    assert!(buf.append(&records(partition, &o, &k, &v)).unwrap().errors.is_empty());
+                }
+            });
+        }
+    });
+    let batch = buf.drain().unwrap().unwrap();
+    assert_eq!(batch.num_rows(), 8 * 20 * 50);
+    let parts = batch.column_by_name(META_PARTITION).unwrap().as_primitive::<arrow::datatypes::Int32Type>();
+    let offs = batch.column_by_name(META_OFFSET).unwrap().as_primitive::<Int64Type>();
+    let ids = batch.column(0).as_primitive::<Int64Type>();
+    let mut seen: Vec<(i32, i64)> = (0..batch.num_rows()).map(|i| (parts.value(i), offs.value(i))).collect();
+    // every row still carries its own record's value
+    assert!((0..batch.num_rows()).all(|i| ids.value(i) == offs.value(i)));
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 8000);
+}
+
+#[test]
+fn last_writer_wins_by_key_in_offset_order() {
+    let buf = JsonBuffer::new(schema(false), Options { dedupe_by_key: true, ..Options::default() }).unwrap();
+    // offsets 10..16 arrive after 0..6 was appended later: order by offset, not arrival
+    let (o2, k2, v2) = rows(6, 10);
+    let (o1, k1, v1) = rows(6, 0);
+    buf.append(&records(0, &o2, &k2, &v2)).unwrap();
+    buf.append(&records(0, &o1, &k1, &v1)).unwrap();
+    let batch = buf.drain().unwrap().unwrap();
+    let mut ids: Vec<i64> = batch.column(0).as_primitive::<Int64Type>().values().to_vec();
+    ids.sort();
+    assert_eq!(ids, vec![13, 14, 15]); // keys k0, k1, k2: last offsets 15, 13, 14
+}
+
+#[test]
+fn unknown_fields_are_reported_when_asked() {
+    let buf = JsonBuffer::new(schema(false), Options { report_unknown_fields: true, ..Options::default() }).unwrap();
+    let values = [r#"{"id": 1, "colour": "red"}"#.to_string(), r#"{"id": 2, "inner": {"score": 1, "rank": 3}}"#.to_string()];
+    let keys = vec![None, None];
+    let got = buf.append(&records(0, &[5, 6], &keys, &values)).unwrap();
+    assert_eq!(got.rows, 2);
+    let paths: Vec<(usize, i64, &str)> = got.unknown_fields.iter().map(|u| (u.index, u.offset, u.path.as_str())).collect();
+    assert_eq!(paths, vec![(0, 5, "colour"), (1, 6, "inner.rank")]);
+}
+
+#[test]
+fn two_objects_in_one_value_are_an_error_not_two_rows() {
+    let buf = JsonBuffer::new(schema(false), Options::default()).unwrap();
+    let errors = append(&buf, &[0, 1], &[r#"{"id": 1}{"id": 2}"#, r#"{"id": 3}"#]);
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0].offset, 0);
+    assert_eq!(buf.drain().unwrap().unwrap().num_rows(), 1);
+}
+
+#[test]
+fn drained_buffers_are_64_byte_aligned() {
+    let buf = JsonBuffer::new(schema(true), meta()).unwrap();
+    let (o, k, v) = rows(1000, 0);
+    buf.append(&records(0, &o, &k, &v)).unwrap();
+    let batch = buf.drain().unwrap().unwrap();
+    for column in batch.columns() {
+        let data = column.to_data();
+        for buffer in data.buffers().iter().chain(data.nulls().map(|n| n.inner().inner())) {
+            assert!(align::is_aligned(buffer), "{:?} at {:p}", column.data_type(), buffer.as_ptr());
+        }
+    }
+}
+
+#[test]
+fn rewritten_values_keep_map_entry_order() {
+    let map = DataType::Map(
+        Arc::new(Field::new(
+            "entries",
+            DataType::Struct(vec![Field::new("key", DataType::Utf8, false), Field::new("value", DataType::Int64, true)].into()),
+            false,
+        )),
+        false,
+    );
+    let buf = JsonBuffer::new(Arc::new(Schema::new(vec![Field::new("m", map, true)])), Options::default()).unwrap();
+    // the escaped surrogate sends the value through the serde_json rewrite
+    assert!(append(&buf, &[0], &[r#"{"m": {"z": 1, "\ud800\udc00": 2, "a": 3}}"#]).is_empty());
+    let batch = buf.drain().unwrap().unwrap();
+    let entries = batch.column(0).as_map();
+    let keys: Vec<&str> = entries.keys().as_string::<i32>().iter().map(|k| k.unwrap()).collect();
+    assert_eq!(keys, vec!["z", "\u{10000}", "a"]);
+}

@@ -1,0 +1,158 @@
+//! Per-value checks before arrow-json sees a value: exactly one JSON object, text arrow-json
+//! would misread, and (optionally) fields the schema does not know.
+
+use arrow::datatypes::{DataType, Fields};
+use serde::de::IgnoredAny;
+
+/// What the check found out about one value.
+pub(crate) enum Checked {
+    /// Feed the value as it is.
+    Ok,
+    /// Feed this re-serialized value instead (see [`has_escaped_surrogate`]).
+    Rewritten(Vec<u8>),
+}
+
+/// A value must be exactly one JSON object: arrow-json would read `{..}{..}` as two rows and
+/// misalign every row after it with its offset. With `unknown` set, fields missing from
+/// `fields` are pushed as dotted paths.
+pub(crate) fn check(value: &[u8], fields: &Fields, unknown: Option<&mut Vec<String>>) -> Result<Checked, String> {
+    let first = value.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        return Err(match first {
+            None => "value is empty".to_string(),
+            Some(_) => match serde_json::from_slice::<serde_json::Value>(value) {
+                Ok(v) => format!("value is JSON but not an object (found {})", json_kind(&v)),
+                Err(e) => format!("value is not valid JSON: {e}"),
+            },
+        });
+    }
+    let surrogate = has_escaped_surrogate(value);
+    if unknown.is_none() && !surrogate {
+        // The common case: validate without building anything.
+        return serde_json::from_slice::<IgnoredAny>(value)
+            .map(|_| Checked::Ok)
+            .map_err(|e| format!("value is not valid JSON: {e}"));
+    }
+    let parsed: serde_json::Value = serde_json::from_slice(value).map_err(|e| format!("value is not valid JSON: {e}"))?;
+    if let Some(out) = unknown {
+        collect_unknown(&parsed, fields, "", out);
+    }
+    if surrogate {
+        return serde_json::to_vec(&parsed).map(Checked::Rewritten).map_err(|e| e.to_string());
+    }
+    Ok(Checked::Ok)
+}
+
+fn collect_unknown(value: &serde_json::Value, fields: &Fields, prefix: &str, out: &mut Vec<String>) {
+    let serde_json::Value::Object(map) = value else { return };
+    for (key, child) in map {
+        let path = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
+        match fields.iter().find(|f| f.name() == key) {
+            None => out.push(path),
+            Some(field) => match (field.data_type(), child) {
+                (DataType::Struct(inner), serde_json::Value::Object(_)) => collect_unknown(child, inner, &path, out),
+                (DataType::List(item) | DataType::LargeList(item), serde_json::Value::Array(items)) => {
+                    if let DataType::Struct(inner) = item.data_type() {
+                        for (i, element) in items.iter().enumerate() {
+                            collect_unknown(element, inner, &format!("{path}[{i}]"), out);
+                        }
+                    }
+                }
+                _ => {}
+            },
+        }
+    }
+}
+
+/// arrow-json 60 decodes a `\uXXXX\uXXXX` surrogate pair whose high half is D840 or above to the
+/// wrong character (it ORs where it must add), silently corrupting text such as U+20000. Values
+/// with an escaped surrogate are re-serialized by serde_json as plain UTF-8 first (serde_json's
+/// `float_roundtrip` keeps every double exact through that).
+fn has_escaped_surrogate(value: &[u8]) -> bool {
+    memchr::memchr_iter(b'\\', value).any(|i| {
+        value.get(i + 1) == Some(&b'u')
+            && value.get(i + 2).map(|b| b | 0x20) == Some(b'd')
+            && value.get(i + 3).is_some_and(|b| matches!(b | 0x20, b'8'..=b'9' | b'a'..=b'f'))
+    })
+}
+
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// arrow-json names the field in its messages as `whilst decoding field 'x': ...`; nested fields
+/// nest the phrase. Returns (dotted path, innermost reason).
+pub(crate) fn split_field(message: &str) -> (String, String) {
+    const MARK: &str = "whilst decoding field '";
+    let mut path = Vec::new();
+    let mut rest = message;
+    while let Some(start) = rest.find(MARK) {
+        let after = &rest[start + MARK.len()..];
+        match after.find('\'') {
+            Some(end) => {
+                path.push(after[..end].to_string());
+                rest = after[end + 1..].trim_start_matches(':').trim_start();
+            }
+            None => break,
+        }
+    }
+    let reason = rest.trim_start_matches("Json error: ").to_string();
+    (path.join("."), if reason.is_empty() { message.to_string() } else { reason })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::datatypes::Field;
+    use std::sync::Arc;
+
+    fn fields() -> Fields {
+        let inner = Fields::from(vec![Field::new("b", DataType::Int64, true)]);
+        Fields::from(vec![
+            Field::new("a", DataType::Struct(inner.clone()), true),
+            Field::new("l", DataType::List(Arc::new(Field::new("item", DataType::Struct(inner), true))), true),
+        ])
+    }
+
+    #[test]
+    fn only_one_object_passes() {
+        let f = fields();
+        assert!(matches!(check(br#" {"a": {}}"#, &f, None), Ok(Checked::Ok)));
+        for (value, reason) in [
+            (&b"{\"a\": 1}{\"a\": 2}"[..], "not valid JSON"),
+            (b"[1]", "not an object (found an array)"),
+            (b"  ", "empty"),
+            (b"{\"a\":", "not valid JSON"),
+            (b"nul", "not valid JSON"),
+        ] {
+            let err = check(value, &f, None).err().unwrap();
+            assert!(err.contains(reason), "{err}");
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_listed_with_paths() {
+        let mut out = Vec::new();
+        check(br#"{"a": {"b": 1, "c": 2}, "l": [{"b": 1}, {"z": 0}], "new": true}"#, &fields(), Some(&mut out)).ok().unwrap();
+        assert_eq!(out, vec!["a.c", "l[1].z", "new"]);
+    }
+
+    #[test]
+    fn surrogates_trigger_a_rewrite() {
+        assert!(matches!(check(br#"{"a": "\ud840\udc00"}"#, &fields(), None), Ok(Checked::Rewritten(_))));
+    }
+
+    #[test]
+    fn split_field_reads_nested_paths() {
+        let (f, r) = split_field("Json error: whilst decoding field 'a': whilst decoding field 'b': expected i64 got \"x\"");
+        assert_eq!(f, "a.b");
+        assert_eq!(r, "expected i64 got \"x\"");
+    }
+}

@@ -1,0 +1,161 @@
+"""The native buffer's concurrency, memory cap, alignment, dedupe, unknown fields and nested
+types, from Python."""
+
+import datetime as dt
+import decimal
+import json
+import threading
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from frazil import _native
+
+FLAT = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
+
+
+def append(buf: _native.JsonBuffer, partition: int, offsets: list[int], values: list[bytes],
+           keys: list[bytes | None] | None = None) -> _native.AppendResult:
+    return buf.append(topic="t", partition=partition, offsets=offsets, timestamps_ms=[0] * len(offsets),
+                      keys=keys or [None] * len(offsets), values=values)
+
+
+def test_threads_append_at_once_and_every_row_keeps_its_value() -> None:
+    schema = pa.schema(list(FLAT) + [pa.field("_kafka_topic", pa.string(), False), pa.field("_kafka_partition", pa.int32(), False),
+                                     pa.field("_kafka_offset", pa.int64(), False),
+                                     pa.field("_kafka_timestamp", pa.timestamp("us", tz="UTC"), False),
+                                     pa.field("_kafka_key", pa.binary())])
+    buf = _native.JsonBuffer(schema=schema, metadata_columns=True)
+    failures: list[BaseException] = []
+
+    def worker(partition: int) -> None:
+        try:
+            for chunk in range(20):
+                offsets = list(range(chunk * 500, chunk * 500 + 500))
+                values = [json.dumps({"id": partition * 1_000_000 + o, "name": "x" * 50}).encode() for o in offsets]
+                assert append(buf, partition, offsets, values).rows == 500
+        except BaseException as exc:  # noqa: BLE001
+            failures.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(p,)) for p in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures
+    batch = buf.drain()
+    assert batch is not None and batch.num_rows == 4 * 20 * 500
+    rows = zip(batch.column("id").to_pylist(), batch.column("_kafka_partition").to_pylist(), batch.column("_kafka_offset").to_pylist())
+    assert all(i == p * 1_000_000 + o for i, p, o in rows)
+
+
+def test_the_cap_is_a_typed_error_and_nothing_is_appended() -> None:
+    probe = _native.JsonBuffer(schema=FLAT)
+    append(probe, 0, list(range(100)), [b'{"id": 1, "name": "abc"}'] * 100)
+    one = probe.bytes
+    buf = _native.JsonBuffer(schema=FLAT, max_bytes=one + one // 2)
+    assert buf.max_bytes == one + one // 2
+    append(buf, 0, list(range(100)), [b'{"id": 1, "name": "abc"}'] * 100)
+    with pytest.raises(_native.BufferFullError) as exc:
+        append(buf, 1, list(range(100)), [b'{"id": 1, "name": "abc"}'] * 100)
+    assert isinstance(exc.value, _native.NativeError)
+    _, needed, used, cap = exc.value.args
+    assert (needed, used, cap) == (one, one, one + one // 2)
+    assert buf.rows == 100 and buf.bytes == one
+    buf.drain()
+    assert buf.bytes == 0
+
+
+def test_drained_buffers_are_aligned_for_pyarrow() -> None:
+    schema = pa.schema([pa.field("id", pa.int64(), False), pa.field("tags", pa.list_(pa.string())),
+                        pa.field("inner", pa.struct([pa.field("x", pa.float64())]))])
+    buf = _native.JsonBuffer(schema=schema)
+    append(buf, 0, list(range(1000)), [json.dumps({"id": i, "tags": ["a", None], "inner": {"x": i / 3}}).encode()
+                                       for i in range(1000)])
+    batch = buf.drain()
+    assert batch is not None
+
+    def buffers(array: pa.Array) -> list[pa.Buffer]:
+        return [b for b in array.buffers() if b is not None and b.size > 0]
+
+    assert _native.ALIGNMENT == 64
+    assert all(b.address % 64 == 0 for column in batch.columns for b in buffers(column))
+
+
+def test_last_writer_wins_by_key() -> None:
+    buf = _native.JsonBuffer(schema=FLAT, dedupe_by_key=True)
+    append(buf, 0, [5, 6, 7], [b'{"id": 5}', b'{"id": 6}', b'{"id": 7}'], keys=[b"a", b"b", None])
+    append(buf, 0, [1, 9], [b'{"id": 1}', b'{"id": 9}'], keys=[b"b", b"a"])
+    batch = buf.drain()
+    assert batch is not None and sorted(batch.column("id").to_pylist()) == [6, 7, 9]
+
+
+def test_unknown_fields_are_reported_for_schema_evolution() -> None:
+    buf = _native.JsonBuffer(schema=FLAT, report_unknown_fields=True)
+    result = append(buf, 0, [3], [b'{"id": 1, "colour": "red"}'])
+    assert result.rows == 1 and [(u.index, u.offset, u.path) for u in result.unknown_fields] == [(0, 3, "colour")]
+    quiet = _native.JsonBuffer(schema=FLAT)
+    assert append(quiet, 0, [3], [b'{"id": 1, "colour": "red"}']).unknown_fields == []
+
+
+NESTED = pa.schema([
+    pa.field("id", pa.int64(), nullable=False),
+    pa.field("user", pa.struct([pa.field("name", pa.string()), pa.field("age", pa.int32())])),
+    pa.field("tags", pa.list_(pa.string())),
+    pa.field("items", pa.list_(pa.struct([pa.field("sku", pa.string()), pa.field("qty", pa.int64())]))),
+    pa.field("attrs", pa.map_(pa.string(), pa.int64())),
+    pa.field("price", pa.decimal128(12, 2)),
+    pa.field("at", pa.timestamp("us", tz="UTC")),
+])
+
+texts = st.text(max_size=8)
+nested_records = st.lists(
+    st.fixed_dictionaries(
+        {"id": st.integers(-(2**63), 2**63 - 1)},
+        optional={
+            "user": st.one_of(st.none(), st.fixed_dictionaries({}, optional={"name": texts, "age": st.integers(-(2**31), 2**31 - 1)})),
+            "tags": st.one_of(st.none(), st.lists(st.one_of(st.none(), texts), max_size=4)),
+            "items": st.one_of(st.none(), st.lists(st.fixed_dictionaries({"sku": texts, "qty": st.integers(0, 10**6)}), max_size=3)),
+            "attrs": st.one_of(st.none(), st.dictionaries(texts, st.integers(-100, 100), max_size=3)),
+            "price": st.one_of(st.none(), st.decimals(min_value=-10**9, max_value=10**9, places=2, allow_nan=False)),
+            "at": st.one_of(st.none(), st.datetimes(min_value=dt.datetime(1970, 1, 2), max_value=dt.datetime(2200, 1, 1),
+                                                     timezones=st.sampled_from([dt.timezone.utc, dt.timezone(dt.timedelta(hours=5, minutes=30)),
+                                                                               dt.timezone(dt.timedelta(hours=-8))]))),
+        },
+    ),
+    max_size=25,
+)
+
+
+def _to_json(r: dict) -> bytes:
+    def enc(v: object) -> object:
+        if isinstance(v, decimal.Decimal):
+            return str(v)
+        if isinstance(v, dt.datetime):
+            return v.isoformat()
+        return v
+    return json.dumps({k: enc(v) for k, v in r.items()}).encode()
+
+
+def _reference(r: dict) -> dict:
+    """What the row must hold, computed in pure Python."""
+    out = {name: r.get(name) for name in NESTED.names}
+    if out["attrs"] is not None:
+        out["attrs"] = list(out["attrs"].items())
+    if out["at"] is not None:
+        out["at"] = out["at"].astimezone(dt.timezone.utc)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(nested_records)
+def test_nested_records_match_the_pure_python_reference(rows: list[dict]) -> None:
+    buf = _native.JsonBuffer(schema=NESTED)
+    result = append(buf, 0, list(range(len(rows))), [_to_json(r) for r in rows])
+    assert result.errors == [] and result.rows == len(rows)
+    batch = buf.drain()
+    expected = pa.Table.from_pylist([_reference(r) for r in rows], schema=NESTED)
+    got = pa.Table.from_batches([batch]) if batch is not None else expected.slice(0, 0)
+    assert got.to_pylist() == expected.to_pylist()
