@@ -159,3 +159,34 @@ def test_nested_records_match_the_pure_python_reference(rows: list[dict]) -> Non
     expected = pa.Table.from_pylist([_reference(r) for r in rows], schema=NESTED)
     got = pa.Table.from_batches([batch]) if batch is not None else expected.slice(0, 0)
     assert got.to_pylist() == expected.to_pylist()
+
+
+def test_a_schema_from_pyiceberg_with_every_primitive_decodes() -> None:
+    """UUIDs as text, binary and fixed as base64 (the Kafka Connect convention), dates, times,
+    decimals, zoned timestamps: the Arrow schema comes straight from an Iceberg schema."""
+    import uuid
+
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import (BinaryType, BooleanType, DateType, DecimalType, DoubleType, FixedType, FloatType,
+                                 IntegerType, LongType, NestedField, StringType, TimestampType, TimestamptzType,
+                                 TimeType, UUIDType)
+
+    types = [BooleanType(), IntegerType(), LongType(), FloatType(), DoubleType(), DecimalType(9, 3), DateType(),
+             TimeType(), TimestampType(), TimestamptzType(), StringType(), UUIDType(), FixedType(4), BinaryType()]
+    schema = schema_to_pyarrow(Schema(*[NestedField(i + 1, f"c{i}", t, required=False) for i, t in enumerate(types)]))
+    value = {"c0": True, "c1": -7, "c2": 2**40, "c3": 1.5, "c4": 2.25, "c5": "123456.789", "c6": "2026-11-21",
+             "c7": "12:34:56.789", "c8": "2026-11-21T10:00:00", "c9": "2026-11-21T10:00:00+01:00", "c10": "é",
+             "c11": "123e4567-e89b-12d3-a456-426614174000", "c12": "AAECAw==", "c13": "aGVsbG8="}
+    buf = _native.JsonBuffer(schema=schema)
+    result = append(buf, 0, [0, 1], [json.dumps(value).encode(), b"{}"])
+    assert result.errors == [], [(e.field, e.reason) for e in result.errors]
+    batch = buf.drain()
+    assert batch is not None and batch.schema == schema
+    row = batch.to_pylist()[0]
+    assert row["c5"] == decimal.Decimal("123456.789") and row["c6"] == dt.date(2026, 11, 21)
+    assert row["c7"] == dt.time(12, 34, 56, 789000)
+    assert row["c9"] == dt.datetime(2026, 11, 21, 9, tzinfo=dt.timezone.utc)
+    assert row["c11"] == uuid.UUID("123e4567-e89b-12d3-a456-426614174000")  # the arrow.uuid type survives
+    assert (row["c12"], row["c13"]) == (b"\x00\x01\x02\x03", b"hello")
+    assert all(v is None for v in batch.to_pylist()[1].values())

@@ -9,6 +9,7 @@
 //! decoded never fails the batch: it comes back as a [`RecordError`] and the rest are kept.
 
 mod align;
+mod decoders;
 mod dedupe;
 mod validate;
 
@@ -161,7 +162,7 @@ impl JsonBuffer {
             .collect();
         let value_schema = Arc::new(Schema::new(value_fields));
         // Fail early on a schema the JSON decoder cannot handle.
-        ReaderBuilder::new(value_schema.clone()).build_decoder()?;
+        ReaderBuilder::new(value_schema.clone()).with_decoder_factory(Arc::new(decoders::Factory)).build_decoder()?;
         let shards = (0..options.shards).map(|_| Mutex::new(Vec::new())).collect();
         Ok(Self { schema, value_schema, options, shards, rows: AtomicUsize::new(0), bytes: AtomicUsize::new(0) })
     }
@@ -310,10 +311,22 @@ impl JsonBuffer {
     }
 
     fn decoder(&self, capacity: usize) -> Result<Decoder, ArrowError> {
-        ReaderBuilder::new(self.value_schema.clone()).with_batch_size(capacity.max(1)).build_decoder()
+        ReaderBuilder::new(self.value_schema.clone())
+            .with_batch_size(capacity.max(1))
+            .with_decoder_factory(Arc::new(decoders::Factory))
+            .build_decoder()
     }
 
+    /// Decodes `indices` of `values`; a panic inside arrow-json becomes an error, so the slow
+    /// path can pin it on the record that caused it instead of taking the process down.
     fn decode_all<V: AsRef<[u8]>>(&self, values: &Values<'_, V>, indices: &[usize]) -> Result<RecordBatch, ArrowError> {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.decode_unchecked(values, indices))).unwrap_or_else(|panic| {
+            let what = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned());
+            Err(ArrowError::JsonError(format!("the JSON decoder failed on this value ({})", what.unwrap_or_default())))
+        })
+    }
+
+    fn decode_unchecked<V: AsRef<[u8]>>(&self, values: &Values<'_, V>, indices: &[usize]) -> Result<RecordBatch, ArrowError> {
         let mut decoder = self.decoder(indices.len())?;
         for &i in indices {
             let value = values.get(i);

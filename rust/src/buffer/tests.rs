@@ -244,3 +244,37 @@ fn rewritten_values_keep_map_entry_order() {
     let keys: Vec<&str> = entries.keys().as_string::<i32>().iter().map(|k| k.unwrap()).collect();
     assert_eq!(keys, vec!["z", "\u{10000}", "a"]);
 }
+
+#[test]
+fn uuid_binary_and_fixed_decode_from_text_and_reject_the_rest() {
+    let uuid = Field::new("u", DataType::FixedSizeBinary(16), true).with_metadata(
+        [("ARROW:extension:name".to_string(), "arrow.uuid".to_string())].into_iter().collect::<std::collections::HashMap<_, _>>(),
+    );
+    let schema = Arc::new(Schema::new(vec![
+        uuid,
+        Field::new("b", DataType::LargeBinary, true),
+        Field::new("f", DataType::FixedSizeBinary(3), true),
+    ]));
+    let buf = JsonBuffer::new(schema, Options::default()).unwrap();
+    let errors = append(
+        &buf,
+        &[0, 1, 2, 3, 4],
+        &[
+            r#"{"u": "123e4567-e89b-12d3-a456-426614174000", "b": "aGVsbG8=", "f": "AQID"}"#,
+            r#"{"u": null, "b": null, "f": null}"#,
+            r#"{"u": 12}"#,
+            r#"{"b": "not base64!"}"#,
+            r#"{"f": "AQIDBA=="}"#,
+        ],
+    );
+    let summary: Vec<(i64, &str)> = errors.iter().map(|e| (e.offset, e.field.as_str())).collect();
+    assert_eq!(summary, vec![(2, "u"), (3, "b"), (4, "f")]);
+    assert!(errors[0].reason.contains("UUID"), "{}", errors[0].reason);
+    assert!(errors[2].reason.contains("expected 3 bytes"), "{}", errors[2].reason);
+    let batch = buf.drain().unwrap().unwrap();
+    assert_eq!(batch.num_rows(), 2);
+    assert_eq!(batch.column(0).as_fixed_size_binary().value(0)[..2], [0x12, 0x3e]);
+    assert_eq!(batch.column(1).as_binary::<i64>().value(0), b"hello");
+    assert_eq!(batch.column(2).as_fixed_size_binary().value(0), [1, 2, 3]);
+    assert!(batch.column(0).is_null(1));
+}
