@@ -225,7 +225,10 @@ impl JsonBuffer {
                     match self.decode_all(&values, &[i]) {
                         Ok(_) => kept.push(i),
                         Err(e) => {
-                            let (field, reason) = validate::split_field(&e.to_string());
+                            let (field, reason) = match validate::explain_syntax(values.get(i)) {
+                                Some(reason) => (String::new(), reason),
+                                None => validate::split_field(&e.to_string()),
+                            };
                             out.errors.push(self.record_error(records, i, field, reason));
                         }
                     }
@@ -326,15 +329,27 @@ impl JsonBuffer {
         })
     }
 
+    /// Feeds the values to one arrow-json decoder, checking after each that it added exactly one
+    /// complete row: a value holding two objects, or one whose text runs into the next value,
+    /// fails the call (the slow path then finds it) instead of shifting rows against offsets.
     fn decode_unchecked<V: AsRef<[u8]>>(&self, values: &Values<'_, V>, indices: &[usize]) -> Result<RecordBatch, ArrowError> {
-        let mut decoder = self.decoder(indices.len())?;
-        for &i in indices {
+        let not_one = || ArrowError::JsonError("value is not exactly one JSON object".into());
+        // One spare row, so a value with a second object is seen rather than left unconsumed.
+        let mut decoder = self.decoder(indices.len() + 1)?;
+        for (k, &i) in indices.iter().enumerate() {
             let value = values.get(i);
             let mut pos = 0;
             while pos < value.len() {
-                pos += decoder.decode(&value[pos..])?;
+                let used = decoder.decode(&value[pos..])?;
+                if used == 0 {
+                    return Err(not_one());
+                }
+                pos += used;
             }
             decoder.decode(b"\n")?;
+            if decoder.has_partial_record() || decoder.len() != k + 1 {
+                return Err(not_one());
+            }
         }
         Ok(decoder.flush()?.unwrap_or_else(|| RecordBatch::new_empty(self.value_schema.clone())))
     }

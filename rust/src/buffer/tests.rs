@@ -278,3 +278,16 @@ fn uuid_binary_and_fixed_decode_from_text_and_reject_the_rest() {
     assert_eq!(batch.column(2).as_fixed_size_binary().value(0), [1, 2, 3]);
     assert!(batch.column(0).is_null(1));
 }
+
+#[test]
+fn values_that_spill_into_each_other_never_shift_rows() {
+    let buf = JsonBuffer::new(schema(true), meta()).unwrap();
+    // 0 leaves a string open that 1 would close; 2 holds two objects. Fed together they make
+    // as many rows as values, which a row count alone would accept.
+    let errors = append(&buf, &[0, 1, 2, 3], &[r#"{"id": 1, "name": "}"#, r#"{","id": 2}"#, r#"{"id": 3}{"id": 4}"#, r#"{"id": 5}"#]);
+    assert_eq!(errors.iter().map(|e| e.offset).collect::<Vec<_>>(), vec![0, 1, 2]);
+    assert!(errors.iter().all(|e| e.reason.contains("JSON")), "{errors:?}");
+    let batch = buf.drain().unwrap().unwrap();
+    assert_eq!(batch.column(0).as_primitive::<Int64Type>().values(), &[5]);
+    assert_eq!(batch.column_by_name(META_OFFSET).unwrap().as_primitive::<Int64Type>().values(), &[3]);
+}

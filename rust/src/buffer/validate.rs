@@ -12,26 +12,22 @@ pub(crate) enum Checked {
     Rewritten(Vec<u8>),
 }
 
-/// A value must be exactly one JSON object: arrow-json would read `{..}{..}` as two rows and
-/// misalign every row after it with its offset. With `unknown` set, fields missing from
-/// `fields` are pushed as dotted paths.
+/// The cheap checks on one value: it must start with `{` and end with `}`. The full check that
+/// it is exactly one JSON object is made while decoding (see `JsonBuffer::decode_unchecked`),
+/// so numbers are parsed once. With `unknown` set, fields missing from `fields` are pushed as
+/// dotted paths (this parses the value with serde_json).
 pub(crate) fn check(value: &[u8], fields: &Fields, unknown: Option<&mut Vec<String>>) -> Result<Checked, String> {
     let first = value.iter().find(|b| !b.is_ascii_whitespace());
-    if first != Some(&b'{') {
+    let last = value.iter().rev().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') || last != Some(&b'}') {
         return Err(match first {
             None => "value is empty".to_string(),
-            Some(_) => match serde_json::from_slice::<serde_json::Value>(value) {
-                Ok(v) => format!("value is JSON but not an object (found {})", json_kind(&v)),
-                Err(e) => format!("value is not valid JSON: {e}"),
-            },
+            Some(_) => explain_syntax(value).unwrap_or_else(|| "value is not exactly one JSON object".to_string()),
         });
     }
     let surrogate = has_escaped_surrogate(value);
     if unknown.is_none() && !surrogate {
-        // The common case: validate without building anything.
-        return serde_json::from_slice::<IgnoredAny>(value)
-            .map(|_| Checked::Ok)
-            .map_err(|e| format!("value is not valid JSON: {e}"));
+        return Ok(Checked::Ok);
     }
     let parsed: serde_json::Value = serde_json::from_slice(value).map_err(|e| format!("value is not valid JSON: {e}"))?;
     if let Some(out) = unknown {
@@ -41,6 +37,18 @@ pub(crate) fn check(value: &[u8], fields: &Fields, unknown: Option<&mut Vec<Stri
         return serde_json::to_vec(&parsed).map(Checked::Rewritten).map_err(|e| e.to_string());
     }
     Ok(Checked::Ok)
+}
+
+/// Why `value` is not one JSON object, in serde_json's words; None if it is one.
+pub(crate) fn explain_syntax(value: &[u8]) -> Option<String> {
+    match serde_json::from_slice::<IgnoredAny>(value) {
+        Err(e) => Some(format!("value is not valid JSON: {e}")),
+        Ok(_) => match serde_json::from_slice::<serde_json::Value>(value) {
+            Ok(serde_json::Value::Object(_)) => None,
+            Ok(other) => Some(format!("value is JSON but not an object (found {})", json_kind(&other))),
+            Err(e) => Some(format!("value is not valid JSON: {e}")),
+        },
+    }
 }
 
 fn collect_unknown(value: &serde_json::Value, fields: &Fields, prefix: &str, out: &mut Vec<String>) {
@@ -126,10 +134,10 @@ mod tests {
         let f = fields();
         assert!(matches!(check(br#" {"a": {}}"#, &f, None), Ok(Checked::Ok)));
         for (value, reason) in [
-            (&b"{\"a\": 1}{\"a\": 2}"[..], "not valid JSON"),
-            (b"[1]", "not an object (found an array)"),
+            (&b"[1]"[..], "not an object (found an array)"),
             (b"  ", "empty"),
             (b"{\"a\":", "not valid JSON"),
+            (b"{\"a\": 1} x", "not valid JSON"),
             (b"nul", "not valid JSON"),
         ] {
             let err = check(value, &f, None).err().unwrap();

@@ -1,0 +1,194 @@
+"""Decode throughput of the native buffer against pyarrow.json and json.loads + from_pylist.
+
+The same seeded payloads go through every system, on one and on two threads, in one run:
+- ``clickstream``: about 250-byte events (the demo's generator);
+- ``wide``: about 1.2 KB records with 40 fields of mixed types and a nested struct.
+Each system turns chunks of 10,000 JSON values into Arrow with the same target schema; the
+inputs (values, offsets, keys) are built before timing. Median of 3 timed runs after a warm-up.
+Writes ``benches/results/native.json`` and prints a table with ratios to ``json.loads``.
+
+    python benches/native.py [--records N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.json as pajson
+
+from frazil import _native
+from frazil.demo import sample_events
+
+CHUNK = 10_000
+RESULTS = Path(__file__).parent / "results" / "native.json"
+
+CLICKSTREAM = pa.schema([
+    ("event_id", pa.string()), ("user_id", pa.int64()), ("session_id", pa.string()), ("event_type", pa.string()),
+    ("page", pa.string()), ("referrer", pa.string()), ("country", pa.string()), ("device", pa.string()),
+    ("price", pa.float64()), ("event_time", pa.timestamp("us", tz="UTC")),
+])
+
+
+def wide_schema() -> pa.Schema:
+    fields = []
+    for i in range(12):
+        fields += [(f"s{i}", pa.string()), (f"l{i}", pa.int64()), (f"d{i}", pa.float64())]
+    fields += [("flag", pa.bool_()), ("at", pa.timestamp("us", tz="UTC")),
+               ("geo", pa.struct([("lat", pa.float64()), ("lon", pa.float64()), ("city", pa.string())])),
+               ("tags", pa.list_(pa.string()))]
+    return pa.schema(fields)
+
+
+def wide_records(n: int, seed: int = 11) -> list[bytes]:
+    rng = random.Random(seed)
+    words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"]
+    out = []
+    for i in range(n):
+        r: dict[str, object] = {}
+        for j in range(12):
+            r[f"s{j}"] = " ".join(rng.choice(words) for _ in range(rng.randint(2, 6)))
+            r[f"l{j}"] = rng.randrange(-10**12, 10**12)
+            r[f"d{j}"] = rng.uniform(-1e6, 1e6)
+        r["flag"] = rng.random() < 0.5
+        r["at"] = f"2026-11-{1 + i % 28:02d}T{rng.randrange(24):02d}:{rng.randrange(60):02d}:00.{rng.randrange(1000):03d}Z"
+        r["geo"] = {"lat": rng.uniform(-90, 90), "lon": rng.uniform(-180, 180), "city": rng.choice(words).title()}
+        r["tags"] = [rng.choice(words) for _ in range(rng.randint(0, 4))]
+        out.append(json.dumps(r, separators=(",", ":")).encode())
+    return out
+
+
+def chunks(values: list[bytes]) -> list[dict[str, object]]:
+    out = []
+    for start in range(0, len(values), CHUNK):
+        part = values[start:start + CHUNK]
+        out.append({"values": part, "offsets": list(range(start, start + len(part))),
+                    "timestamps_ms": [0] * len(part), "keys": [None] * len(part),
+                    "ndjson": b"\n".join(part)})
+    return out
+
+
+def run_native(schema: pa.Schema, work: list[dict[str, object]], threads: int) -> int:
+    buf = _native.JsonBuffer(schema=schema)
+
+    def one(i: int) -> None:
+        c = work[i]
+        result = buf.append(topic="bench", partition=i % threads, offsets=c["offsets"], timestamps_ms=c["timestamps_ms"],
+                            keys=c["keys"], values=c["values"])
+        assert not result.errors
+
+    _parallel(one, len(work), threads)
+    batch = buf.drain()
+    return batch.num_rows if batch is not None else 0
+
+
+def run_pyarrow_json(schema: pa.Schema, work: list[dict[str, object]], threads: int) -> int:
+    options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    read = pajson.ReadOptions(use_threads=False, block_size=1 << 26)
+    rows = [0] * len(work)
+
+    def one(i: int) -> None:
+        rows[i] = pajson.read_json(io.BytesIO(work[i]["ndjson"]), read_options=read, parse_options=options).num_rows
+
+    _parallel(one, len(work), threads)
+    return sum(rows)
+
+
+def run_json_loads(schema: pa.Schema, work: list[dict[str, object]], threads: int) -> int:
+    rows = [0] * len(work)
+    names = schema.names
+    timestamp_fields = [f.name for f in schema if pa.types.is_timestamp(f.type)]
+
+    def one(i: int) -> None:
+        records = [json.loads(v) for v in work[i]["values"]]
+        for r in records:  # from_pylist wants datetimes, not ISO strings
+            for name in timestamp_fields:
+                if r.get(name) is not None:
+                    r[name] = _parse_ts(r[name])
+        rows[i] = pa.Table.from_pylist([{k: r.get(k) for k in names} for r in records], schema=schema).num_rows
+
+    _parallel(one, len(work), threads)
+    return sum(rows)
+
+
+def _parse_ts(text: str) -> object:
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _parallel(fn: Callable[[int], None], n: int, threads: int) -> None:
+    if threads == 1:
+        for i in range(n):
+            fn(i)
+        return
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(fn, range(n)))
+
+
+SYSTEMS: dict[str, Callable[[pa.Schema, list[dict[str, object]], int], int]] = {
+    "frazil-native": run_native,
+    "pyarrow-json": run_pyarrow_json,
+    "json-loads": run_json_loads,
+}
+
+
+def measure(system: str, schema: pa.Schema, work: list[dict[str, object]], threads: int, total: int, nbytes: int,
+            repeats: int) -> dict[str, object]:
+    fn = SYSTEMS[system]
+    assert fn(schema, work[:2], threads) > 0  # warm-up
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        rows = fn(schema, work, threads)
+        times.append(time.perf_counter() - started)
+        assert rows == total, (system, rows, total)
+    seconds = statistics.median(times)
+    return {"system": system, "threads": threads, "records_per_s": round(total / seconds),
+            "mb_per_s": round(nbytes / seconds / 1e6, 1), "seconds": round(seconds, 3),
+            "spread": round((max(times) - min(times)) / seconds, 3)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=200_000, help="clickstream records (wide: a quarter)")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    workloads = {
+        "clickstream": (CLICKSTREAM, sample_events(args.records)),
+        "wide": (wide_schema(), wide_records(args.records // 4)),
+    }
+    rows: list[dict[str, object]] = []
+    print(f"{'workload':<12}{'system':<16}{'threads':>8}{'records/s':>14}{'MB/s':>9}{'vs json-loads':>15}", flush=True)
+    for workload, (schema, values) in workloads.items():
+        work = chunks(values)
+        nbytes = sum(len(v) for v in values)
+        for threads in (1, 2):
+            base = None
+            for system in ("json-loads", "pyarrow-json", "frazil-native"):
+                row = {"workload": workload, "avg_record_bytes": round(nbytes / len(values)),
+                       **measure(system, schema, work, threads, len(values), nbytes, args.repeats)}
+                rows.append(row)
+                base = base or row["records_per_s"]
+                print(f"{workload:<12}{system:<16}{threads:>8}{row['records_per_s']:>14,}{row['mb_per_s']:>9.1f}"
+                      f"{row['records_per_s'] / base:>14.1f}x", flush=True)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({"rows": rows, "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                                             "pyarrow": pa.__version__}}, indent=2) + "\n")
+    print(f"wrote {RESULTS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
