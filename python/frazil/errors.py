@@ -53,3 +53,8 @@ class CommitOutcomeUnknown(FrazilError):
 
 class TopicMismatchError(FrazilError):
     """The table's stored offsets do not fit the topic as it is now (deleted and recreated?)."""
+
+
+class CorruptJournalError(FrazilError):
+    """The transaction log is damaged somewhere other than its last write; the message names
+    the file and byte position."""

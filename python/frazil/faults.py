@@ -1,9 +1,9 @@
 """Named fault points, so tests can make the process fail at an exact step of the protocol.
 
 Arm with the environment (``FRAZIL_FAULTS="commit.after_catalog=raise"``; several separated by
-commas) or with :func:`arm`. Actions: ``kill`` (SIGKILL this process), ``raise`` (an OSError, as
-a lost response would), ``raise-once`` (the same, then disarms). Unarmed points cost one dict
-lookup.
+commas) or with :func:`arm`. Actions: ``kill`` (SIGKILL this process), ``kill@N`` (SIGKILL on the
+Nth time the point is reached), ``raise`` (an OSError, as a lost response would), ``raise-once``
+(the same, then disarms). Unarmed points cost one dict lookup.
 """
 
 from __future__ import annotations
@@ -15,9 +15,13 @@ POINTS = (
     "commit.before_catalog",     # data files about to be committed
     "commit.after_catalog",      # catalog commit landed, before we learn it did
     "commit.after_kafka_offsets",  # consumer-group low watermark committed
+    "txlog.before_fsync",        # journal records written, not yet synced
+    "txlog.checkpoint.before_rename",   # checkpoint written to its temporary file
+    "txlog.checkpoint.before_cleanup",  # checkpoint in place, old segments not yet deleted
 )
 
 _armed: dict[str, str] = {}
+_hits: dict[str, int] = {}
 
 
 class InjectedFault(OSError):
@@ -28,8 +32,10 @@ def _parse(spec: str) -> dict[str, str]:
     out = {}
     for item in filter(None, (s.strip() for s in spec.split(","))):
         point, _, action = item.partition("=")
-        if point not in POINTS or action not in ("kill", "raise", "raise-once"):
-            raise ValueError(f"bad fault spec {item!r}: points are {', '.join(POINTS)}; actions kill, raise, raise-once")
+        counted = action.startswith("kill@") and action[5:].isdigit() and int(action[5:]) > 0
+        if point not in POINTS or not (counted or action in ("kill", "raise", "raise-once")):
+            raise ValueError(f"bad fault spec {item!r}: points are {', '.join(POINTS)}; "
+                             "actions kill, kill@N, raise, raise-once")
         out[point] = action
     return out
 
@@ -40,12 +46,18 @@ def arm(point: str, action: str) -> None:
 
 def disarm() -> None:
     _armed.clear()
+    _hits.clear()
 
 
 def hit(point: str) -> None:
     action = _armed.get(point)
     if action is None:
         return
+    if action.startswith("kill@"):
+        _hits[point] = _hits.get(point, 0) + 1
+        if _hits[point] < int(action[5:]):
+            return
+        action = "kill"
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     if action == "raise-once":

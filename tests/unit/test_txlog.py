@@ -1,0 +1,137 @@
+"""The transaction log on disk: round trips, checkpoints, torn tails, corruption, bounded size."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from frazil.errors import CorruptJournalError
+from frazil.txlog import JournalPolicy, TxState, open_journal, recover
+from frazil.txlog import framing
+
+
+def files(i: int) -> dict:
+    return {"type": "files", "table": "db.t", "files": [f"f{i}.parquet"], "ranges": {"t/0": [i, i + 1]}}
+
+
+def pending_files(state: TxState) -> list[str]:
+    return [f for p in state.pending.get("db.t", []) for f in p["files"]]
+
+
+def segment(directory: Path) -> Path:
+    return sorted(directory.glob("segment-*.log"))[-1]
+
+
+def test_state_transitions() -> None:
+    s = TxState()
+    s.apply({**files(0), "lsn": 1})
+    s.apply({**files(1), "lsn": 2})
+    s.apply({"type": "intent", "commit_id": "c1", "table": "db.t", "ranges": {}, "files": ["f0.parquet"], "lsn": 3})
+    assert pending_files(s) == ["f1.parquet"] and s.unresolved() == {"c1": {"table": "db.t", "ranges": {}, "files": ["f0.parquet"]}}
+    s.apply({"type": "outcome", "commit_id": "c1", "status": "failed", "lsn": 4})
+    assert pending_files(s) == ["f1.parquet", "f0.parquet"] and s.unresolved() == {}
+    s.apply({"type": "offsets", "table": "db.t", "offsets": {"t/0": 7}, "lsn": 5})
+    assert s.offsets == {"db.t": {"t/0": 7}}
+    with pytest.raises(ValueError, match="does not follow"):
+        s.apply({**files(9), "lsn": 9})
+    with pytest.raises(ValueError, match="unknown commit"):
+        s.apply({"type": "outcome", "commit_id": "nope", "status": "committed", "lsn": 6})
+
+
+def test_round_trip_through_checkpoints(tmp_path: Path) -> None:
+    journal, recovered = open_journal(tmp_path, JournalPolicy(checkpoint_records=7))
+    assert recovered.state.lsn == 0 and recovered.checkpoint is None
+    for i in range(20):
+        journal.append([files(i)])
+    journal.close()
+    again = recover(tmp_path)
+    assert again.checkpoint is not None and again.checkpoint.name.endswith(f"{14:020d}.json")
+    assert again.replayed == 6 and again.state.lsn == 20
+    assert pending_files(again.state) == [f"f{i}.parquet" for i in range(20)]
+
+
+def test_a_rejected_record_writes_nothing(tmp_path: Path) -> None:
+    journal, _ = open_journal(tmp_path)
+    journal.append([files(0)])
+    size = segment(tmp_path).stat().st_size
+    with pytest.raises(ValueError):
+        journal.append([files(1), {"type": "outcome", "commit_id": "ghost", "status": "committed"}])
+    assert segment(tmp_path).stat().st_size == size and journal.state.lsn == 1
+    journal.close()
+
+
+@pytest.mark.parametrize("cut", [1, 4, 8, 9, -1])
+def test_a_torn_tail_is_cut_and_appending_goes_on(tmp_path: Path, cut: int) -> None:
+    journal, _ = open_journal(tmp_path)
+    for i in range(3):
+        journal.append([files(i)])
+    journal.close()
+    seg = segment(tmp_path)
+    data = seg.read_bytes()
+    last_frame = len(framing.encode({**files(2), "lsn": 3}))
+    keep = len(data) - last_frame + (cut if cut > 0 else last_frame + cut)
+    seg.write_bytes(data[:keep])
+    journal, recovered = open_journal(tmp_path)
+    assert recovered.state.lsn == 2 and recovered.truncated and recovered.truncated[0][1] == len(data) - last_frame
+    assert seg.stat().st_size == len(data) - last_frame
+    assert journal.append([files(2)]) == 3
+    journal.close()
+    assert pending_files(recover(tmp_path).state) == ["f0.parquet", "f1.parquet", "f2.parquet"]
+
+
+def test_a_last_frame_of_zeros_is_a_torn_tail(tmp_path: Path) -> None:
+    """The file grew but the data never reached the disk: a frame-length run of zeros."""
+    journal, _ = open_journal(tmp_path)
+    journal.append([files(0)])
+    journal.close()
+    seg = segment(tmp_path)
+    frame = framing.encode({**files(1), "lsn": 2})
+    seg.write_bytes(seg.read_bytes() + frame[:8] + b"\0" * (len(frame) - 8))
+    assert recover(tmp_path).state.lsn == 1
+
+
+def test_a_corrupt_record_in_the_middle_is_an_error_naming_file_and_position(tmp_path: Path) -> None:
+    journal, _ = open_journal(tmp_path)
+    for i in range(3):
+        journal.append([files(i)])
+    journal.close()
+    seg = segment(tmp_path)
+    data = bytearray(seg.read_bytes())
+    first = len(framing.encode({**files(0), "lsn": 1}))
+    data[first + 12] ^= 0xFF  # inside the second frame's payload
+    seg.write_bytes(bytes(data))
+    with pytest.raises(CorruptJournalError, match=rf"{seg.name} is damaged at byte {first} \(checksum mismatch"):
+        recover(tmp_path)
+
+
+def test_a_damaged_checkpoint_is_named_and_an_unfinished_one_ignored(tmp_path: Path) -> None:
+    journal, _ = open_journal(tmp_path, JournalPolicy(checkpoint_records=2))
+    for i in range(3):
+        journal.append([files(i)])
+    journal.close()
+    (tmp_path / "checkpoint-00000000000000000099.json.tmp").write_text('{"crc": 1, "sta')
+    assert recover(tmp_path).state.lsn == 3
+    assert not list(tmp_path.glob("*.tmp"))
+    checkpoint = sorted(tmp_path.glob("checkpoint-*.json"))[-1]
+    checkpoint.write_text(checkpoint.read_text().replace("f0", "fX"))
+    with pytest.raises(CorruptJournalError, match=checkpoint.name):
+        recover(tmp_path)
+
+
+def test_disk_use_stays_bounded_over_a_long_run(tmp_path: Path) -> None:
+    policy = JournalPolicy(fsync="never", checkpoint_records=500)
+    journal, _ = open_journal(tmp_path, policy)
+    peak_bytes = peak_files = 0
+    for i in range(20_000):
+        lsn = journal.append([files(i)])
+        if i % 3 == 0:  # keep the state small: commit what was reported
+            journal.append([{"type": "intent", "commit_id": f"c{i}", "table": "db.t", "ranges": {},
+                             "files": pending_files(journal.state)},
+                            {"type": "outcome", "commit_id": f"c{i}", "status": "committed", "snapshot_id": i}])
+        peak_bytes = max(peak_bytes, journal.disk_bytes())
+        peak_files = max(peak_files, len(list(tmp_path.iterdir())))
+    journal.close()
+    assert lsn > 20_000 and peak_files <= 3
+    assert peak_bytes < 400_000, peak_bytes
+    assert recover(tmp_path).state.lsn == journal.state.lsn
