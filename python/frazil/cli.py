@@ -58,6 +58,33 @@ def _offsets(args: argparse.Namespace) -> int:
     return 0
 
 
+def _txlog(args: argparse.Namespace) -> int:
+    import json
+
+    from frazil.txlog import recover
+
+    found = recover(args.dir, read_only=True)
+    state = found.state
+    print(f"transaction log {args.dir}")
+    print(f"  checkpoint   {found.checkpoint.name if found.checkpoint else 'none'}")
+    print(f"  last lsn     {state.lsn} ({found.replayed} record(s) after the checkpoint)")
+    for name, position, why in found.truncated:
+        print(f"  torn tail    {name} at byte {position}: {why} (recovery will cut it)")
+    for table, reports in sorted(state.pending.items()):
+        print(f"  pending      {table}: {sum(len(r['files']) for r in reports)} file(s) written, not committed")
+    for commit_id, intent in sorted(state.unresolved().items()):
+        print(f"  unresolved   {commit_id} -> {intent['table']} ({len(intent['files'])} file(s)); "
+              "resolved against the catalog on start")
+    for table, offs in sorted(state.offsets.items()):
+        print(f"  offsets      {table}: {json.dumps(offs, sort_keys=True)}")
+    shown = found.records[-args.tail:] if args.tail else []
+    if shown:
+        print(f"  last {len(shown)} record(s):")
+    for name, position, record in shown:
+        print(f"    {name}@{position}  {json.dumps(record, sort_keys=True)}")
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from frazil import demo
 
@@ -77,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("offsets", help="the table's stored offsets against the topics' end offsets")
     _config_arg(p)
     p.set_defaults(func=_offsets)
+    p = sub.add_parser("txlog", help="print a transaction log: checkpoint, state and last records (read-only)")
+    p.add_argument("--dir", type=Path, required=True, help="the transaction log directory")
+    p.add_argument("--tail", type=int, default=20, help="how many of the last records to print (default 20)")
+    p.set_defaults(func=_txlog)
     p = sub.add_parser("demo", help="end to end on a local broker and warehouse (used by make demo)")
     p.add_argument("--records", type=int, default=200_000)
     p.add_argument("--workdir", type=Path, default=Path(".run/demo"))

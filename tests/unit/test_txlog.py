@@ -135,3 +135,21 @@ def test_disk_use_stays_bounded_over_a_long_run(tmp_path: Path) -> None:
     assert lsn > 20_000 and peak_files <= 3
     assert peak_bytes < 400_000, peak_bytes
     assert recover(tmp_path).state.lsn == journal.state.lsn
+
+
+def test_the_operator_command_prints_without_changing_anything(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from frazil.cli import main
+
+    with open_journal(tmp_path, JournalPolicy(checkpoint_records=4))[0] as journal:
+        for i in range(5):
+            journal.append([files(i)])
+        journal.append([{"type": "intent", "commit_id": "c9", "table": "db.t", "ranges": {}, "files": ["f0.parquet"]}])
+    seg = segment(tmp_path)
+    seg.write_bytes(seg.read_bytes() + b"\x05\x00")  # a torn tail
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert main(["txlog", "--dir", str(tmp_path), "--tail", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "checkpoint   checkpoint-00000000000000000004.json" in out and "last lsn     6 (2 record(s)" in out
+    assert "torn tail" in out and "unresolved   c9 -> db.t" in out and "pending      db.t: 4 file(s)" in out
+    assert '"commit_id": "c9"' in out
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before

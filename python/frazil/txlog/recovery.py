@@ -16,6 +16,7 @@ import logging
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from frazil.errors import CorruptJournalError
 from frazil.txlog import framing
@@ -31,6 +32,7 @@ class Recovered:
     checkpoint: Path | None
     replayed: int = 0
     truncated: list[tuple[str, int, str]] = field(default_factory=list)  # (file, position, why)
+    records: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)  # replayed (file, position, record)
 
 
 def _files(directory: Path, prefix: str) -> list[Path]:
@@ -50,9 +52,15 @@ def load_checkpoint(path: Path) -> TxState:
                                   "let frazil recover from the table's offsets") from None
 
 
-def recover(directory: Path) -> Recovered:
+def recover(directory: Path, *, read_only: bool = False) -> Recovered:
+    """Rebuild the state. ``read_only`` (for operators) reports a torn tail instead of cutting
+    it and leaves unfinished checkpoints in place."""
+    if read_only and not directory.is_dir():
+        raise CorruptJournalError(f"{directory} is not a transaction log directory")
     directory.mkdir(parents=True, exist_ok=True)
     for tmp in directory.glob("checkpoint-*.json.tmp"):
+        if read_only:
+            continue
         log.warning("txlog: removing %s, a checkpoint the crash left unfinished", tmp.name)
         tmp.unlink()
     checkpoints = _files(directory, "checkpoint-")
@@ -69,8 +77,9 @@ def recover(directory: Path) -> Recovered:
             except (framing.TornTail, framing.BadFrame) as exc:
                 torn = isinstance(exc, framing.TornTail) or _reaches_end(data, position)
                 if last and torn:
-                    with open(segment, "r+b") as f:
-                        f.truncate(position)
+                    if not read_only:
+                        with open(segment, "r+b") as f:
+                            f.truncate(position)
                     result.truncated.append((segment.name, position, str(exc)))
                     log.warning("txlog: cut a torn tail off %s at byte %d (%s)", segment.name, position, exc)
                     break
@@ -85,6 +94,8 @@ def recover(directory: Path) -> Recovered:
                 except ValueError as exc:
                     raise CorruptJournalError(f"transaction log {segment} at byte {position}: {exc}") from None
                 result.replayed += 1
+                if read_only:
+                    result.records.append((segment.name, position, frame.payload))
             position = after
     return result
 
