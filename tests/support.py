@@ -26,6 +26,8 @@ CONFIG = """\
 [pipeline]
 name = "{pipeline}"
 commit_interval_s = {interval}
+outage_timeout_s = {outage_timeout}
+memory_budget_mb = {budget_mb}
 
 [kafka]
 bootstrap_servers = "{bootstrap}"
@@ -48,11 +50,12 @@ columns = [
 
 
 def write_config(workdir: Path, bootstrap: str, topics: list[str], *, pipeline: str = "p", table: str = "db.events",
-                 interval: float = 0.5) -> Path:
+                 interval: float = 0.5, outage_timeout: float = 300, budget_mb: int = 256) -> Path:
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "frazil.toml"
     path.write_text(CONFIG.format(pipeline=pipeline, interval=interval, bootstrap=bootstrap,
-                                  topics=json.dumps(topics), table=table))
+                                  topics=json.dumps(topics), table=table, outage_timeout=outage_timeout,
+                                  budget_mb=budget_mb))
     return path
 
 

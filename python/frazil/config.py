@@ -62,6 +62,8 @@ class Config:
     commit_interval_s: float
     max_buffer_records: int
     max_commit_attempts: int
+    memory_budget_bytes: int
+    outage_timeout_s: float
     kafka: KafkaConfig
     catalog: CatalogConfig
     table: TableConfig
@@ -181,6 +183,8 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
     commit_interval_s = p.positive("commit_interval_s", float, 10.0)
     max_buffer_records = p.positive("max_buffer_records", int, 1_000_000)
     max_commit_attempts = p.positive("max_commit_attempts", int, 5)
+    memory_budget_mb = p.positive("memory_budget_mb", int, 512)
+    outage_timeout_s = p.positive("outage_timeout_s", float, 900.0)
     on_bad_record = p.get("on_bad_record", str, "fail")
     if on_bad_record != "fail":
         raise ConfigError(f"pipeline.on_bad_record {on_bad_record!r} is not supported yet; use \"fail\"")
@@ -236,7 +240,8 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
     )
     t.finish()
     top.finish()
-    return Config(pipeline, commit_interval_s, max_buffer_records, max_commit_attempts, kafka,
+    return Config(pipeline, commit_interval_s, max_buffer_records, max_commit_attempts,
+                  memory_budget_mb * 1024 * 1024, outage_timeout_s, kafka,
                   CatalogConfig(catalog_name, props), table, on_bad_record, log_level, log_format, source)
 
 

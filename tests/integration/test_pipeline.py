@@ -102,11 +102,12 @@ async def test_every_record_lands_once_with_its_offsets_in_the_same_commit(kafka
     assert all(o is None or o <= ends[tp] for tp, o in committed.items())
 
 
-@pytest.mark.parametrize("group_position", ["behind", "ahead"])
+@pytest.mark.parametrize("group_position", ["behind", "between", "ahead"])
 async def test_resumes_from_the_table_not_from_kafka(kafka: KafkaBroker, tmp_path: Path, group_position: str) -> None:
     """Rule 2. Move the consumer group's offsets behind the table (a restart from Kafka would
-    duplicate) or ahead of it (a restart from Kafka would lose records); either way the second run
-    must give every record exactly once."""
+    duplicate), between the table and the end, or to the end (a restart from Kafka would lose
+    records); either way the second run must give every record exactly once. Records fetched from
+    the group's position before the table's position is set must never be taken."""
     (topic,) = await new_topics(kafka, 1, 2)
     await support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(1000)), 2)
     cfg = support.load(support.write_config(tmp_path, kafka.bootstrap, [topic]))
@@ -115,7 +116,8 @@ async def test_resumes_from_the_table_not_from_kafka(kafka: KafkaBroker, tmp_pat
 
     await support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(1000, 1600)), 2)
     ends = await support.end_offsets(kafka.bootstrap, [topic])
-    await set_group_offsets(cfg, {tp: 0 if group_position == "behind" else ends[tp] for tp in ends})
+    moved = {"behind": lambda tp: 0, "between": lambda tp: (first[tp] + ends[tp]) // 2, "ahead": lambda tp: ends[tp]}
+    await set_group_offsets(cfg, {tp: moved[group_position](tp) for tp in ends})
     await run_until_committed(cfg, ends)
     support.assert_exactly_once(support.count_offsets(support.catalog_of(cfg), cfg.table.name), ends)
 
@@ -134,14 +136,14 @@ async def test_bad_json_stops_the_pipeline_and_names_the_record(kafka: KafkaBrok
 
 
 async def test_a_failing_commit_moves_no_offset_anywhere(kafka: KafkaBroker, tmp_path: Path) -> None:
-    """Rule 1 and rule 8: when every commit attempt fails, the pipeline stops loudly after its
-    bounded retries, and neither the table nor the consumer group has moved; a restart then
-    lands everything once."""
+    """Rule 1 and rule 8: when every commit attempt fails, the pipeline keeps retrying only until
+    outage_timeout_s, then stops loudly, and neither the table nor the consumer group has moved;
+    a restart then lands everything once."""
     (topic,) = await new_topics(kafka, 1, 2)
     await support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(500)), 2)
-    cfg = support.load(support.write_config(tmp_path, kafka.bootstrap, [topic]))
+    cfg = support.load(support.write_config(tmp_path, kafka.bootstrap, [topic], outage_timeout=3))
     faults.arm("commit.before_catalog", "raise")
-    with pytest.raises(CommitOutcomeUnknown):
+    with pytest.raises(CommitOutcomeUnknown, match="have failed for"):
         await asyncio.wait_for(daemon.serve(cfg, asyncio.Event()), 120)
     ends = await support.end_offsets(kafka.bootstrap, [topic])
     assert support.stored(support.catalog_of(cfg), cfg) == {}

@@ -67,7 +67,14 @@ class Committer:
         started = time.monotonic()
         last_error: Exception | None = None
         for attempt in range(1, self._max_attempts + 1):
-            table = self.load()
+            try:
+                table = self.load()
+            except Exception as exc:  # noqa: BLE001 - catalog unreachable: nothing was attempted
+                last_error = exc
+                log.warning("commit %s table=%s: cannot load the table on attempt %d/%d (%s: %s)", commit_id,
+                            self._table_name, attempt, self._max_attempts, type(exc).__name__, exc)
+                self._sleep(self._backoff_s * 2 ** (attempt - 1))
+                continue
             landed = find_commit(table, commit_id)
             if landed is not None:  # an earlier attempt landed after all
                 return self._result(commit_id, landed, data, table, attempt, started)

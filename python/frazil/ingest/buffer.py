@@ -21,9 +21,9 @@ class KafkaRecord(Protocol):
 class RecordBuffer:
     """Decodes JSON record values into rows of one Arrow schema, off the GIL."""
 
-    def __init__(self, schema: pa.Schema, *, metadata_columns: bool) -> None:
+    def __init__(self, schema: pa.Schema, *, metadata_columns: bool, max_bytes: int | None = None) -> None:
         try:
-            self._native = _native.JsonBuffer(schema=schema, metadata_columns=metadata_columns)
+            self._native = _native.JsonBuffer(schema=schema, metadata_columns=metadata_columns, max_bytes=max_bytes)
         except _native.NativeError as exc:
             raise FrazilError(f"the record buffer cannot use this table schema: {exc}") from exc
         self.schema = schema
@@ -37,7 +37,8 @@ class RecordBuffer:
         return self._native.bytes
 
     def append(self, topic: str, partition: int, records: Sequence[KafkaRecord]) -> list[_native.DecodeError]:
-        """Decode ``records`` of one topic-partition; returns the ones that could not be decoded."""
+        """Decode ``records`` of one topic-partition; returns the ones that could not be decoded.
+        Raises ``_native.BufferFullError`` (taking nothing) when they do not fit the byte cap."""
         return self._native.append(
             topic=topic,
             partition=partition,

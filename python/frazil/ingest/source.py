@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 
 OnRevoked = Callable[[set[TP]], Awaitable[None]]
 OnAssigned = Callable[[set[TP]], Awaitable[Mapping[TP, int]]]
+OnPositioned = Callable[[set[TP], Mapping[TP, int]], None]
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -36,8 +37,10 @@ class KafkaSource:
     never seen start at ``auto_offset_reset``. Group offsets are only a low watermark for lag.
     """
 
-    def __init__(self, cfg: KafkaConfig, *, on_assigned: OnAssigned, on_revoked: OnRevoked) -> None:
+    def __init__(self, cfg: KafkaConfig, *, on_assigned: OnAssigned, on_positioned: OnPositioned,
+                 on_revoked: OnRevoked) -> None:
         self._cfg, self._on_assigned, self._on_revoked = cfg, on_assigned, on_revoked
+        self._on_positioned = on_positioned
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=cfg.bootstrap_servers,
             group_id=cfg.group_id,
@@ -53,6 +56,7 @@ class KafkaSource:
         # aiokafka logs and swallows exceptions raised in a rebalance listener; keep the first
         # one and raise it from poll() so the pipeline stops instead of running unpositioned.
         self._failure: BaseException | None = None
+        self.paused = False
 
     async def start(self) -> None:
         await self._consumer.start()
@@ -68,6 +72,19 @@ class KafkaSource:
             raise self._failure
         batches = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=self._cfg.max_poll_records)
         return {(tp.topic, tp.partition): records for tp, records in batches.items() if records}
+
+    def pause(self) -> None:
+        """Stop fetching every assigned partition; polling and heartbeats go on."""
+        self.paused = True
+        self._consumer.pause(*(TopicPartition(*tp) for tp in self.assignment))
+
+    def resume(self) -> None:
+        self.paused = False
+        self._consumer.resume(*(TopicPartition(*tp) for tp in self.assignment))
+
+    def seek_back(self, tp: TP, offset: int) -> None:
+        """Fetch ``tp`` again from ``offset`` (records that were fetched but not taken)."""
+        self._consumer.seek(TopicPartition(*tp), offset)
 
     async def commit_low_watermark(self, offsets: Mapping[TP, int]) -> None:
         """Commit group offsets no further than the table (they may lag it, never lead it)."""
@@ -91,13 +108,20 @@ class KafkaSource:
     async def _assigned(self, tps: set[TP]) -> None:
         self.assignment = set(tps)
         try:
-            await self.seek(tps, await self._on_assigned(tps))
+            stored = await self._on_assigned(tps)
+            await self.seek(tps, stored)
+            if self.paused:  # a pause outlives a rebalance
+                self._consumer.pause(*(TopicPartition(*tp) for tp in tps))
+            # Only now may records of these partitions be taken: anything fetched before the seek
+            # came from the group's committed position, which is not where the table needs us.
+            self._on_positioned(tps, stored)
         except BaseException as exc:
             self._failure = self._failure or exc
             raise
 
     async def seek(self, tps: set[TP], stored: Mapping[TP, int]) -> None:
-        """Position ``tps`` at the table's offsets; partitions it has never seen at the reset policy."""
+        """Position ``tps`` at the table's offsets; partitions it has never seen at the reset policy.
+        Callers take no record of ``tps`` until this returns."""
         await self._check_within_log(tps, stored)
         fresh = []
         for tp in sorted(tps):
