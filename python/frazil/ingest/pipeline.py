@@ -204,7 +204,7 @@ class Pipeline:
         return Pending(data, ranges, f"{self._cfg.pipeline}-{uuid.uuid4().hex}")
 
     async def _cycle(self) -> None:
-        self._last_commit = time.monotonic()
+        self._last_commit = started = time.monotonic()
         if self._pending is None:
             self._pending = self._take_pending()
         pending = self._pending
@@ -219,7 +219,7 @@ class Pipeline:
         except FrazilError as exc:
             if not exc.retriable:
                 raise
-            self._failed(pending, exc)
+            self._failed(pending, exc, started)
             return
         if self._pending is pending:  # a rebalance may have dropped it meanwhile
             self._pending = None
@@ -233,9 +233,9 @@ class Pipeline:
         await self._source.commit_low_watermark(result.offsets)
         faults.hit("commit.after_kafka_offsets")
 
-    def _failed(self, pending: Pending, exc: FrazilError) -> None:
+    def _failed(self, pending: Pending, exc: FrazilError, cycle_started: float) -> None:
         now = time.monotonic()
-        self._failing_since = self._failing_since or now
+        self._failing_since = self._failing_since or cycle_started
         self.stats.failed_commits += 1
         failing = now - self._failing_since
         if failing >= self._cfg.outage_timeout_s:

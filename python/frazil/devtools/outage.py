@@ -1,0 +1,199 @@
+"""A catalog outage under steady load, measured: ``make outage`` and the outage test run this.
+
+``frazil run`` ingests a steady stream while, for ``outage_s`` seconds, another connection holds
+an exclusive lock on the SQLite catalog (every pyiceberg read and write fails with "database is
+locked"). The run records the process's peak RSS, counts rebalances (assignments after the first)
+and pauses from its log, waits until the table holds everything, and counts every
+(partition, offset) in the table with an independent scan.
+
+    python -m frazil.devtools.outage [--outage-s 60] [--budget-mb 32] [--out benches/results/outage.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from frazil import config as config_mod
+from frazil.demo import create_topic, sample_events
+from frazil.iceberg import catalog as iceberg_catalog
+from frazil.iceberg import offsets
+from frazil.status import end_offsets
+
+TOPIC = "outage"
+PARTITIONS = 4
+
+CONFIG = """\
+[pipeline]
+name = "outage"
+commit_interval_s = 1.0
+memory_budget_mb = {budget_mb}
+outage_timeout_s = 600
+
+[kafka]
+bootstrap_servers = "{bootstrap}"
+topics = ["{topic}"]
+
+[catalog]
+properties = {{ uri = "sqlite:///warehouse/catalog.db", warehouse = "file://warehouse" }}
+
+[table]
+name = "ops.outage"
+columns = [
+  {{ name = "event_id", type = "string", required = true }},
+  {{ name = "user_id", type = "long" }},
+  {{ name = "session_id", type = "string" }},
+  {{ name = "event_type", type = "string" }},
+  {{ name = "page", type = "string" }},
+  {{ name = "referrer", type = "string" }},
+  {{ name = "country", type = "string" }},
+  {{ name = "device", type = "string" }},
+  {{ name = "price", type = "double" }},
+  {{ name = "event_time", type = "timestamptz" }},
+]
+"""
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def _produce_steadily(bootstrap: str, values: list[bytes], seconds: float) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, acks="all", enable_idempotence=True)
+    await producer.start()
+    try:
+        ticks = max(1, int(seconds / 0.25))
+        per_tick = len(values) // ticks + 1
+        started = time.monotonic()
+        for t in range(ticks):
+            chunk = values[t * per_tick:(t + 1) * per_tick]
+            await asyncio.gather(*[await producer.send(TOPIC, v, partition=(t * per_tick + i) % PARTITIONS)
+                                   for i, v in enumerate(chunk)])
+            await asyncio.sleep(max(0.0, started + (t + 1) * 0.25 - time.monotonic()))
+    finally:
+        await producer.stop()
+
+
+def _hold_catalog_lock(db: Path, seconds: float, held: threading.Event) -> None:
+    conn = sqlite3.connect(db, timeout=60, isolation_level=None)
+    try:
+        conn.execute("BEGIN EXCLUSIVE")
+        held.set()
+        time.sleep(seconds)
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+def run(bootstrap: str, workdir: Path, *, outage_s: float = 60.0, budget_mb: int = 64, rate: int = 4000,
+        before_s: float = 20.0, after_s: float = 20.0, say: Any = print) -> dict[str, Any]:
+    workdir.mkdir(parents=True, exist_ok=True)
+    config_path = workdir / "frazil.toml"
+    config_path.write_text(CONFIG.format(bootstrap=bootstrap, topic=TOPIC, budget_mb=budget_mb))
+    cfg = config_mod.load(config_path)
+    asyncio.run(create_topic(bootstrap, TOPIC, PARTITIONS))
+    produce_s = before_s + outage_s + after_s
+    values = sample_events(int(rate * produce_s), seed=5)
+    log_path = workdir / "frazil.log"
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen([sys.executable, "-m", "frazil.cli", "run", "--config", str(config_path)],
+                                stdout=log_file, stderr=subprocess.STDOUT)
+    peak = [0.0]
+    sampling = threading.Event()
+
+    def sample() -> None:
+        while not sampling.is_set() and proc.poll() is None:
+            peak[0] = max(peak[0], _rss_mb(proc.pid))
+            time.sleep(0.1)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    producer = threading.Thread(target=lambda: asyncio.run(_produce_steadily(bootstrap, values, produce_s)), daemon=True)
+    try:
+        producer.start()
+        say(f"producing {len(values):,} records over {produce_s:.0f}s; catalog outage of {outage_s:.0f}s after {before_s:.0f}s")
+        time.sleep(before_s)
+        held = threading.Event()
+        locker = threading.Thread(target=_hold_catalog_lock, args=(Path(cfg.catalog.properties["uri"][len("sqlite:///"):]),
+                                                                    outage_s, held), daemon=True)
+        locker.start()
+        if not held.wait(60):
+            raise RuntimeError("could not lock the catalog to start the outage")
+        say(f"catalog locked at {time.strftime('%X')}; peak RSS so far {peak[0]:.0f} MB")
+        locker.join()
+        say(f"catalog unlocked; peak RSS {peak[0]:.0f} MB")
+        producer.join()
+        ends = asyncio.run(end_offsets(bootstrap, [TOPIC]))
+        catalog = iceberg_catalog.load(cfg.catalog)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"frazil run exited with {proc.returncode}; see {log_path}")
+            stored = offsets.stored_offsets(catalog.load_table(cfg.table.name).properties, cfg.pipeline)
+            if all(stored.get(tp, 0) >= end for tp, end in ends.items()):
+                break
+            time.sleep(0.5)
+        else:
+            raise RuntimeError(f"not everything committed within 300s after the outage; see {log_path}")
+    finally:
+        sampling.set()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    data = catalog.load_table(cfg.table.name).scan(selected_fields=("_kafka_partition", "_kafka_offset")).to_arrow()
+    counts = Counter(zip(data.column("_kafka_partition").to_pylist(), data.column("_kafka_offset").to_pylist()))
+    expected = {(p, o) for (_, p), end in ends.items() for o in range(end)}
+    log_text = log_path.read_text(errors="replace")
+    result = {
+        "outage_s": outage_s,
+        "rss_peak_mb": round(peak[0], 1),
+        "budget_mb": budget_mb,
+        "rebalances": max(0, log_text.count("positioned ") - 1),
+        "records_produced": sum(ends.values()),
+        "lost": len(expected - set(counts)),
+        "duplicates": sum(n - 1 for n in counts.values() if n > 1),
+        "pauses": log_text.count("pausing all partitions"),
+        "failed_commit_cycles": log_text.count("did not land:"),
+        "rows": data.num_rows,
+    }
+    say(json.dumps(result))
+    return result
+
+
+def main() -> int:
+    from frazil.devtools.kafka_broker import KafkaBroker
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--outage-s", type=float, default=60.0)
+    parser.add_argument("--budget-mb", type=int, default=32)
+    parser.add_argument("--workdir", type=Path, default=Path(".run/outage"))
+    parser.add_argument("--out", type=Path, default=Path("benches/results/outage.json"))
+    args = parser.parse_args()
+    import shutil
+
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    with KafkaBroker.start(args.workdir / "kafka") as broker:
+        result = run(broker.bootstrap, args.workdir, outage_s=args.outage_s, budget_mb=args.budget_mb)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    ok = result["lost"] == 0 and result["duplicates"] == 0 and result["rebalances"] == 0
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

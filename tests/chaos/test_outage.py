@@ -1,0 +1,26 @@
+"""The catalog is unavailable for 60 s under steady load (an exclusive lock on the real SQLite
+catalog). Ingestion must slow to a stop within the memory budget, the group must not rebalance,
+and afterwards every record must be in the table exactly once."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from frazil.devtools.kafka_broker import KafkaBroker
+from frazil.devtools.outage import run
+
+pytestmark = [pytest.mark.chaos]
+
+
+def test_a_catalog_outage_slows_ingestion_to_a_stop_and_loses_nothing(kafka: KafkaBroker, tmp_path: Path) -> None:
+    budget_mb = 32
+    result = run(kafka.bootstrap, tmp_path, outage_s=float(os.environ.get("FRAZIL_OUTAGE_S", "60")), budget_mb=budget_mb)
+    assert result["lost"] == 0 and result["duplicates"] == 0, result
+    assert result["rows"] == result["records_produced"], result
+    assert result["rebalances"] == 0, result
+    assert result["pauses"] >= 1, f"the budget never paused ingestion, so this run did not test backpressure: {result}"
+    assert result["failed_commit_cycles"] >= 1, f"no commit failed: the outage did not happen: {result}"
+    assert result["rss_peak_mb"] < budget_mb + 300, result
