@@ -26,12 +26,6 @@ class RecordDecodeError(FrazilError):
         )
 
 
-class CommitConflict(FrazilError):
-    """Someone else changed the table between our read and our compare-and-swap."""
-
-    retriable = True
-
-
 class OffsetOverlapError(FrazilError):
     """Some of the records in a commit are already in the table (rule 3: overlap).
 

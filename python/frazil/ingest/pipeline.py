@@ -107,12 +107,6 @@ class Pipeline:
                  elapsed, self.stats.records_in, self.stats.rows_committed, self.stats.commits,
                  self.stats.failed_commits, self.stats.pauses)
 
-    async def commit(self) -> CommitResult | None:
-        """Run one commit cycle now (tests and the drain use it)."""
-        await self._wait_task()
-        await self._cycle()
-        return self.last_result
-
     def _due(self) -> bool:
         if not self._end and self._pending is None:
             self._last_commit = time.monotonic()
