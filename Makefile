@@ -6,7 +6,7 @@ RUST_SOURCES := $(shell find rust/src -name '*.rs') rust/Cargo.toml Cargo.toml C
 export FRAZIL_CACHE ?= $(HOME)/.cache/frazil
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help venv build demo test test-rust test-python stubtest typecheck chaos bench-native bench-txlog outage kafka-fetch clean
+.PHONY: help venv build demo test test-rust test-python stubtest typecheck chaos bench-native bench-txlog bench-ingest-txlog outage kafka-fetch clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -54,6 +54,9 @@ bench-native: build ## decode throughput: native buffer vs pyarrow.json vs json.
 
 bench-txlog: build ## transaction-log appends/s by fsync policy and group size
 	$(PY) benches/txlog.py
+
+bench-ingest-txlog: build ## ingest throughput with the transaction log fsynced vs not, same data, one run
+	$(PY) benches/ingest_txlog.py
 
 outage: build ## 60 s catalog outage under steady load; writes benches/results/outage.json
 	$(PY) -m frazil.devtools.outage --outage-s $${OUTAGE_S:-60}

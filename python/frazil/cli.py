@@ -37,6 +37,8 @@ def _check(args: argparse.Namespace) -> int:
     print(f"  catalog    {cfg.catalog.name} {cfg.catalog.properties.get('uri', cfg.catalog.properties.get('type'))}")
     print(f"  table      {cfg.table.name} columns={len(cfg.table.columns)} metadata_columns={cfg.table.metadata_columns} "
           f"partition_by={list(cfg.table.partition_by)}")
+    print(f"  txlog      {cfg.txlog_dir} (fsync {cfg.txlog_fsync})")
+    print(f"  memory     budget {cfg.memory_budget_bytes // (1024 * 1024)} MiB; stop after {cfg.outage_timeout_s:g}s of failing commits")
     return 0
 
 

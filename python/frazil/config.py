@@ -64,6 +64,8 @@ class Config:
     max_commit_attempts: int
     memory_budget_bytes: int
     outage_timeout_s: float
+    txlog_dir: Path
+    txlog_fsync: str
     kafka: KafkaConfig
     catalog: CatalogConfig
     table: TableConfig
@@ -185,6 +187,10 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
     max_commit_attempts = p.positive("max_commit_attempts", int, 5)
     memory_budget_mb = p.positive("memory_budget_mb", int, 512)
     outage_timeout_s = p.positive("outage_timeout_s", float, 900.0)
+    txlog_dir = (base / p.get("txlog_dir", str, f"txlog/{pipeline}")).resolve()
+    txlog_fsync = p.get("txlog_fsync", str, "always")
+    if txlog_fsync not in ("always", "interval", "never"):
+        raise ConfigError(f"pipeline.txlog_fsync {txlog_fsync!r} must be \"always\", \"interval\" or \"never\"")
     on_bad_record = p.get("on_bad_record", str, "fail")
     if on_bad_record != "fail":
         raise ConfigError(f"pipeline.on_bad_record {on_bad_record!r} is not supported yet; use \"fail\"")
@@ -241,7 +247,7 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
     t.finish()
     top.finish()
     return Config(pipeline, commit_interval_s, max_buffer_records, max_commit_attempts,
-                  memory_budget_mb * 1024 * 1024, outage_timeout_s, kafka,
+                  memory_budget_mb * 1024 * 1024, outage_timeout_s, txlog_dir, txlog_fsync, kafka,
                   CatalogConfig(catalog_name, props), table, on_bad_record, log_level, log_format, source)
 
 

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.io.pyarrow import _dataframe_to_data_files, parquet_file_to_data_file
+from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from frazil import faults
@@ -62,8 +65,30 @@ class Committer:
     def stored_offsets(self) -> dict[TopicPartition, int]:
         return offsets.stored_offsets(self.load().properties, self._pipeline)
 
+    def write_files(self, data: pa.Table) -> list[DataFile]:
+        """Write ``data`` as Parquet data files of the table (not committed). A failure here
+        (catalog or storage down) is retriable: nothing was committed."""
+        try:
+            table = self.load()
+            return list(_dataframe_to_data_files(table_metadata=table.metadata, df=data, io=table.io,
+                                                 write_uuid=uuid.uuid4()))
+        except Exception as exc:  # noqa: BLE001
+            raise CommitOutcomeUnknown(f"could not write data files for {self._table_name}: "
+                                       f"{type(exc).__name__}: {exc}; nothing was committed") from exc
+
+    def files_at(self, paths: Sequence[str]) -> list[DataFile]:
+        """Data files written earlier (listed in the transaction log), read back from their footers."""
+        table = self.load()
+        return [parquet_file_to_data_file(table.io, table.metadata, path) for path in paths]
+
     def commit(self, data: pa.Table, ranges: Mapping[TopicPartition, Range], commit_id: str) -> CommitResult:
-        """Commit ``data`` (the rows of exactly ``ranges``) with the advanced offsets."""
+        """Write ``data`` (the rows of exactly ``ranges``) and commit it with the advanced offsets."""
+        return self.commit_files(self.write_files(data), ranges, commit_id)
+
+    def commit_files(self, files: Sequence[DataFile], ranges: Mapping[TopicPartition, Range],
+                     commit_id: str) -> CommitResult:
+        """Commit ``files`` (holding the rows of exactly ``ranges``) with the advanced offsets."""
+        rows = sum(f.record_count for f in files)
         started = time.monotonic()
         last_error: Exception | None = None
         for attempt in range(1, self._max_attempts + 1):
@@ -77,13 +102,13 @@ class Committer:
                 continue
             landed = find_commit(table, commit_id)
             if landed is not None:  # an earlier attempt landed after all
-                return self._result(commit_id, landed, data, table, attempt, started)
+                return self._result(commit_id, landed, rows, table, attempt, started)
             stored = offsets.stored_offsets(table.properties, self._pipeline)
             decision = offsets.plan(stored, ranges)
             self._check(decision, stored, ranges, commit_id)
             if decision.all_committed:
                 log.info("commit %s table=%s: every range is already in the table, dropping %d rows",
-                         commit_id, self._table_name, data.num_rows)
+                         commit_id, self._table_name, rows)
                 return CommitResult(commit_id, None, 0, dict(stored), attempt, time.monotonic() - started, True)
             new_offsets = offsets.advance(stored, ranges)
             encoded = offsets.encode(new_offsets)
@@ -91,7 +116,9 @@ class Committer:
                        offsets.property_key(self._pipeline): encoded}
             try:
                 tx = table.transaction()
-                tx.append(data, snapshot_properties=summary)
+                with tx.update_snapshot(snapshot_properties=summary).fast_append() as append:
+                    for data_file in files:
+                        append.append_data_file(data_file)
                 tx.set_properties({offsets.property_key(self._pipeline): encoded})
                 faults.hit("commit.before_catalog")
                 tx.commit_transaction()
@@ -107,11 +134,11 @@ class Committer:
                 if landed is not None:
                     log.warning("commit %s table=%s: %s, but the commit landed as snapshot %d",
                                 commit_id, self._table_name, exc, landed)
-                    return self._result(commit_id, landed, data, self.load(), attempt, started)
+                    return self._result(commit_id, landed, rows, self.load(), attempt, started)
                 log.warning("commit %s table=%s: attempt %d/%d failed and did not land (%s: %s)",
                             commit_id, self._table_name, attempt, self._max_attempts, type(exc).__name__, exc)
             else:
-                return self._result(commit_id, None, data, self.load(), attempt, started)
+                return self._result(commit_id, None, rows, self.load(), attempt, started)
             self._sleep(self._backoff_s * 2 ** (attempt - 1))
         raise CommitOutcomeUnknown(
             f"commit {commit_id} to {self._table_name} failed {self._max_attempts} times; last error: "
@@ -154,13 +181,13 @@ class Committer:
                 "Nothing was committed; the partitions are read again from the stored offsets"
             )
 
-    def _result(self, commit_id: str, snapshot_id: int | None, data: pa.Table, table: Table, attempt: int,
+    def _result(self, commit_id: str, snapshot_id: int | None, rows: int, table: Table, attempt: int,
                 started: float) -> CommitResult:
         if snapshot_id is None:
             snapshot_id = find_commit(table, commit_id)
         stored = offsets.stored_offsets(table.properties, self._pipeline)
-        result = CommitResult(commit_id, snapshot_id, data.num_rows, stored, attempt, time.monotonic() - started)
+        result = CommitResult(commit_id, snapshot_id, rows, stored, attempt, time.monotonic() - started)
         log.info("commit %s table=%s snapshot=%s rows=%d attempts=%d took=%.0fms offsets=%s",
-                 commit_id, self._table_name, snapshot_id, data.num_rows, attempt, result.seconds * 1000,
+                 commit_id, self._table_name, snapshot_id, rows, attempt, result.seconds * 1000,
                  offsets.encode(stored))
         return result

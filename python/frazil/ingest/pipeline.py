@@ -2,7 +2,11 @@
 
 The worker and the committer talk in process. A commit cycle drains the buffer into a *pending*
 batch (its rows, the offset range every source partition covered, a commit id) and commits it in
-a background task, so polling, and with it heartbeats, never stops. If the commit cannot land
+a background task, so polling, and with it heartbeats, never stops. The pending batch is written
+as Parquet data files first; the files and the commit intent go to the transaction log before the
+catalog commit, and its outcome after. On start, intents without an outcome are resolved against
+the table by commit id, and files that never landed are committed once instead of being read
+again from Kafka. If the commit cannot land
 (catalog or storage outage), the same pending batch is retried every interval with the same
 commit id, loudly, until ``outage_timeout_s`` passes; meanwhile records keep arriving into the
 buffer until the memory budget pauses consumption. A rebalance waits for an in-flight commit,
@@ -12,25 +16,29 @@ then drops what is buffered and pending; the new assignment resumes from the tab
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
+from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from frazil import _native, faults
 from frazil.config import Config
-from frazil.errors import CommitOutcomeUnknown, FrazilError, OffsetOverlapError, RecordDecodeError
+from frazil.errors import CommitOutcomeUnknown, FrazilError, OffsetGapError, OffsetOverlapError, RecordDecodeError
 from frazil.flow.backpressure import Action, Backpressure
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg.committer import CommitResult, Committer
 from frazil.iceberg.offsets import Range, TopicPartition
 from frazil.ingest.buffer import RecordBuffer
 from frazil.ingest.source import KafkaSource
+from frazil.txlog import Journal, JournalPolicy, open_journal
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +59,26 @@ class Stats:
 
 @dataclass(frozen=True)
 class Pending:
-    """A drained batch waiting to land: retried as is, with the same commit id (rule 5)."""
+    """A drained batch waiting to land: retried as is, with the same commit id (rule 5). Once its
+    data files are written (and logged), ``data`` is released and ``files`` holds them."""
 
-    data: pa.Table
+    data: pa.Table | None
     ranges: dict[TopicPartition, Range]
     commit_id: str
+    rows: int
+    files: tuple[DataFile, ...] | None = None
+
+
+def encode_ranges(ranges: Mapping[TopicPartition, Range]) -> dict[str, list[int]]:
+    return {f"{t}/{p}": [r.start, r.end] for (t, p), r in sorted(ranges.items())}
+
+
+def decode_ranges(encoded: Mapping[str, list[int]]) -> dict[TopicPartition, Range]:
+    out = {}
+    for key, (start, end) in encoded.items():
+        topic, _, partition = key.rpartition("/")
+        out[(topic, int(partition))] = Range(start, end)
+    return out
 
 
 class Pipeline:
@@ -75,6 +98,7 @@ class Pipeline:
         self._start: dict[TopicPartition, int | None] = {}
         self._end: dict[TopicPartition, int] = {}
         self._pending: Pending | None = None
+        self._journal: Journal | None = None
         self._task: asyncio.Task[None] | None = None
         self._failing_since: float | None = None
         self._last_commit = time.monotonic()
@@ -83,10 +107,12 @@ class Pipeline:
 
     @property
     def bytes_in_use(self) -> int:
-        return self._buffer.bytes + (self._pending.data.nbytes if self._pending else 0)
+        pending = self._pending.data.nbytes if self._pending is not None and self._pending.data is not None else 0
+        return self._buffer.bytes + pending
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Ingest until ``stop`` is set, then commit what is buffered and return."""
+        """Recover the transaction log, ingest until ``stop`` is set, commit what is buffered."""
+        self._journal = await asyncio.to_thread(self._recover)
         await self._source.start()
         try:
             while not stop.is_set():
@@ -102,6 +128,7 @@ class Pipeline:
             if self._task is not None and not self._task.done():
                 self._task.cancel()
             await self._source.stop()
+            self._journal.close()
         elapsed = time.monotonic() - self.stats.started
         log.info("stopped after %.1fs: %d records in, %d rows committed in %d commits (%d failed), %d pause(s)",
                  elapsed, self.stats.records_in, self.stats.rows_committed, self.stats.commits,
@@ -195,7 +222,7 @@ class Pipeline:
         for tp, rng in ranges.items():
             self._start[tp] = rng.end
         self._end.clear()
-        return Pending(data, ranges, f"{self._cfg.pipeline}-{uuid.uuid4().hex}")
+        return Pending(data, ranges, f"{self._cfg.pipeline}-{uuid.uuid4().hex}", data.num_rows)
 
     async def _cycle(self) -> None:
         self._last_commit = started = time.monotonic()
@@ -205,9 +232,23 @@ class Pipeline:
         if pending is None:
             return
         try:
-            result = await asyncio.to_thread(self._committer.commit, pending.data, pending.ranges, pending.commit_id)
+            if pending.files is None:
+                assert pending.data is not None
+                files = await asyncio.to_thread(self._committer.write_files, pending.data)
+                await self._log([
+                    {"type": "files", "table": self._cfg.table.name, "files": [f.file_path for f in files],
+                     "ranges": encode_ranges(pending.ranges)},
+                    {"type": "intent", "commit_id": pending.commit_id, "table": self._cfg.table.name,
+                     "ranges": encode_ranges(pending.ranges), "files": [f.file_path for f in files]}])
+                pending = dataclasses.replace(pending, files=tuple(files), data=None)
+                if self._pending is not None and self._pending.commit_id == pending.commit_id:
+                    self._pending = pending
+            assert pending.files is not None
+            result = await asyncio.to_thread(self._committer.commit_files, pending.files, pending.ranges,
+                                             pending.commit_id)
         except OffsetOverlapError as exc:
             log.warning("%s", exc)
+            await self._abandon(pending)
             await self._rewind(set(self._start))
             return
         except FrazilError as exc:
@@ -215,8 +256,13 @@ class Pipeline:
                 raise
             self._failed(pending, exc, started)
             return
-        if self._pending is pending:  # a rebalance may have dropped it meanwhile
-            self._pending = None
+        await self._log([
+            {"type": "outcome", "commit_id": pending.commit_id,
+             "status": "abandoned" if result.already_committed else "committed", "snapshot_id": result.snapshot_id},
+            {"type": "offsets", "table": self._cfg.table.name,
+             "offsets": {f"{t}/{p}": o for (t, p), o in sorted(result.offsets.items())}}])
+        if self._pending is not None and self._pending.commit_id == pending.commit_id:
+            self._pending = None  # (a rebalance may have dropped it meanwhile)
         if self._failing_since is not None:
             log.warning("commit %s landed after %.0fs of failures; the outage is over", pending.commit_id,
                         time.monotonic() - self._failing_since)
@@ -226,6 +272,40 @@ class Pipeline:
         self.last_result = result
         await self._source.commit_low_watermark(result.offsets)
         faults.hit("commit.after_kafka_offsets")
+
+    async def _log(self, records: list[dict[str, Any]]) -> None:
+        """Make ``records`` durable in the transaction log (fsync off the event loop)."""
+        assert self._journal is not None
+        await asyncio.to_thread(self._journal.append, records)
+
+    async def _abandon(self, pending: Pending | None) -> None:
+        """Give up a logged intent: its records are read again from the table's offsets."""
+        if pending is not None and pending.files is not None and self._journal is not None:
+            await self._log([{"type": "outcome", "commit_id": pending.commit_id, "status": "abandoned"}])
+
+    def _recover(self) -> Journal:
+        """Open the transaction log; settle every intent it has no outcome for (blocking)."""
+        policy = JournalPolicy(fsync=self._cfg.txlog_fsync)
+        journal, recovered = open_journal(self._cfg.txlog_dir, policy)
+        for name, position, why in recovered.truncated:
+            log.warning("txlog: cut a torn tail off %s at byte %d (%s)", name, position, why)
+        for commit_id, intent in sorted(recovered.state.unresolved().items()):
+            outcome: dict[str, Any] = {"type": "outcome", "commit_id": commit_id, "status": "abandoned"}
+            try:
+                files = self._committer.files_at(intent["files"])
+                result = self._committer.commit_files(files, decode_ranges(intent["ranges"]), commit_id)
+            except (OffsetOverlapError, OffsetGapError, FileNotFoundError) as exc:
+                log.warning("txlog: commit %s from the log cannot land (%s); its records are read again from "
+                            "the table's offsets", commit_id, exc)
+            else:
+                if result.already_committed:
+                    log.info("txlog: commit %s: its records are already in the table", commit_id)
+                else:
+                    outcome.update(status="committed", snapshot_id=result.snapshot_id)
+                    log.info("txlog: commit %s recovered: %d rows from %d logged data file(s) are in snapshot %s; "
+                             "they are not read again from Kafka", commit_id, result.rows, len(files), result.snapshot_id)
+            journal.append([outcome])
+        return journal
 
     def _failed(self, pending: Pending, exc: FrazilError, cycle_started: float) -> None:
         now = time.monotonic()
@@ -238,7 +318,7 @@ class Pipeline:
                 f"{self._cfg.outage_timeout_s:g}); stopping. Nothing is lost: a restart resumes from the table. "
                 f"Last error: {exc}") from exc
         log.error("commit %s (%d rows) did not land: %s. Retrying every %.1fs for up to %.0fs more; "
-                  "%d bytes held of a %d byte budget", pending.commit_id, pending.data.num_rows, exc,
+                  "%d bytes held of a %d byte budget", pending.commit_id, pending.rows, exc,
                   self._cfg.commit_interval_s, self._cfg.outage_timeout_s - failing, self.bytes_in_use,
                   self._flow.budget_bytes)
 
@@ -249,18 +329,18 @@ class Pipeline:
             if self._pending is None and not self._end:
                 return
             log.info("draining: committing %d buffered and %d pending rows before stopping", self._buffer.rows,
-                     self._pending.data.num_rows if self._pending else 0)
+                     self._pending.rows if self._pending else 0)
             await self._cycle()
             if self._failing_since is not None:
                 break
         log.warning("stopping with uncommitted rows (%d buffered, %d pending); they are read again on restart",
-                    self._buffer.rows, self._pending.data.num_rows if self._pending else 0)
+                    self._buffer.rows, self._pending.rows if self._pending else 0)
 
     async def _rewind(self, tps: set[TopicPartition]) -> None:
         """Drop what is buffered and pending and read ``tps`` again from the table's offsets."""
         self._buffer.clear()
         self._end.clear()
-        self._pending = None
+        self._pending = None  # the caller abandoned it in the log
         for tp in tps:  # take nothing of them until they are positioned again
             self._start.pop(tp, None)
         stored = await asyncio.to_thread(self._committer.stored_offsets)
@@ -271,7 +351,8 @@ class Pipeline:
         task = self._task
         if task is not None and task is not asyncio.current_task():
             await asyncio.wait([task])  # its outcome is surfaced by the run loop
-        dropped = self._buffer.rows + (self._pending.data.num_rows if self._pending else 0)
+        dropped = self._buffer.rows + (self._pending.rows if self._pending else 0)
+        await self._abandon(self._pending)
         if dropped:
             log.info("partitions revoked: dropping %d uncommitted rows; they are read again by the new owner", dropped)
         # Every partition is re-positioned from the table on the next assignment (aiokafka's

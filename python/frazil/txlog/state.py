@@ -3,7 +3,9 @@
 Records:
 - ``files``: data files written for a table and the offset ranges they cover, not yet committed;
 - ``intent``: a commit about to be attempted (commit id, table, ranges, the files it carries);
-- ``outcome``: what became of an intent (``committed`` with a snapshot id, or ``failed``);
+- ``outcome``: what became of an intent: ``committed`` (with a snapshot id), ``failed`` (its files
+  go back to pending for another attempt) or ``abandoned`` (its records are read again from the
+  table's offsets; the files are orphans for maintenance);
 - ``offsets``: the offsets a table holds after a commit.
 """
 
@@ -46,6 +48,8 @@ class TxState:
             intent = self.intents.pop(record["commit_id"], None)
             if intent is None:
                 raise ValueError(f"outcome for unknown commit {record['commit_id']}")
+            if record["status"] not in ("committed", "failed", "abandoned"):
+                raise ValueError(f"unknown outcome status {record['status']!r}")
             if record["status"] == "failed":  # the files go back to pending for the next cycle
                 self.pending.setdefault(intent["table"], []).append({"files": intent["files"], "ranges": intent["ranges"]})
             self.outcomes = (self.outcomes + [{"commit_id": record["commit_id"], "status": record["status"],

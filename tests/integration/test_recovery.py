@@ -1,0 +1,73 @@
+"""Recovery through the transaction log: a process killed between writing its data files and
+learning the commit's fate. The restart must settle the logged intent by its commit id: commit
+the logged files once (not read their records again from Kafka), or see that they already
+landed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import support
+from frazil.devtools.kafka_broker import KafkaBroker
+from frazil.iceberg import offsets
+from frazil.txlog import recover
+
+pytestmark = [pytest.mark.integration]
+
+
+def run_frazil(config: Path, log: Path, faults: str = "") -> subprocess.Popen[bytes]:
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "frazil.cli", "run", "--config", str(config)],
+                                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "FRAZIL_FAULTS": faults})
+
+
+@pytest.mark.parametrize("point", ["commit.before_catalog", "commit.after_catalog"])
+def test_a_commit_cut_short_is_settled_from_the_log(kafka: KafkaBroker, tmp_path: Path, point: str) -> None:
+    topic = f"recovery-{point.split('.')[1]}"
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, 2))
+    asyncio.run(support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(2000)), 2))
+    config = support.write_config(tmp_path, kafka.bootstrap, [topic], interval=0.5)
+    cfg = support.load(config)
+    log = tmp_path / "frazil.log"
+
+    proc = run_frazil(config, log, faults=f"{point}=kill")
+    assert proc.wait(timeout=120) == -signal.SIGKILL, log.read_text()[-3000:]
+    state = recover(cfg.txlog_dir, read_only=True).state
+    (commit_id, intent), = state.unresolved().items()
+    catalog = support.catalog_of(cfg)
+    landed_before = {s.summary.additional_properties.get(offsets.COMMIT_ID_KEY)
+                     for s in catalog.load_table(cfg.table.name).snapshots()}
+    assert (commit_id in landed_before) == (point == "commit.after_catalog")
+
+    ends = asyncio.run(support.end_offsets(kafka.bootstrap, [topic]))
+    proc = run_frazil(config, log)
+    try:
+        support.wait_until_committed(catalog, cfg, ends, timeout=120, alive=lambda: proc.poll() is None)
+        deadline = time.monotonic() + 60  # the table may have been complete already: wait for the log
+        while recover(cfg.txlog_dir, read_only=True).state.unresolved() and time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+
+    support.assert_exactly_once(support.count_offsets(catalog, cfg.table.name), ends)
+    table = catalog.load_table(cfg.table.name)
+    carrying = [s for s in table.snapshots() if s.summary.additional_properties.get(offsets.COMMIT_ID_KEY) == commit_id]
+    assert len(carrying) == 1, "the logged commit must land exactly once, under its own commit id"
+    table_files = set(table.inspect.files().column("file_path").to_pylist())
+    assert set(intent["files"]) <= table_files, "the logged data files themselves are in the table"
+    after = recover(cfg.txlog_dir, read_only=True).state
+    assert after.unresolved() == {} and after.outcomes[0]["commit_id"] == commit_id
+    assert after.outcomes[0]["status"] == "committed"
+    text = log.read_text()
+    if point == "commit.before_catalog":
+        assert "recovered:" in text and "not read again from Kafka" in text
