@@ -82,7 +82,7 @@ def land(workdir: Path, bootstrap: str, name: str, fsync: str, interval: float, 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=300_000)
+    parser.add_argument("--records", type=int, default=1_500_000)
     args = parser.parse_args()
     workdir = Path(".run/bench-ingest-txlog").resolve()
     shutil.rmtree(workdir, ignore_errors=True)
