@@ -38,6 +38,9 @@ heartbeat_interval_ms = 500
 [catalog]
 properties = {{ uri = "sqlite:///warehouse/catalog.db", warehouse = "file://warehouse" }}
 
+[metrics]
+port = {metrics_port}
+
 [table]
 name = "{table}"
 columns = [
@@ -50,12 +53,13 @@ columns = [
 
 
 def write_config(workdir: Path, bootstrap: str, topics: list[str], *, pipeline: str = "p", table: str = "db.events",
-                 interval: float = 0.5, outage_timeout: float = 300, budget_mb: int = 256) -> Path:
+                 interval: float = 0.5, outage_timeout: float = 300, budget_mb: int = 256,
+                 metrics_port: int = 0) -> Path:
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "frazil.toml"
     path.write_text(CONFIG.format(pipeline=pipeline, interval=interval, bootstrap=bootstrap,
                                   topics=json.dumps(topics), table=table, outage_timeout=outage_timeout,
-                                  budget_mb=budget_mb))
+                                  budget_mb=budget_mb, metrics_port=metrics_port))
     return path
 
 

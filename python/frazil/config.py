@@ -57,6 +57,12 @@ class TableConfig:
 
 
 @dataclass(frozen=True)
+class MetricsConfig:
+    port: int = 0              # 0: no HTTP endpoint
+    host: str = "127.0.0.1"
+
+
+@dataclass(frozen=True)
 class Config:
     pipeline: str
     commit_interval_s: float
@@ -70,6 +76,7 @@ class Config:
     catalog: CatalogConfig
     table: TableConfig
     on_bad_record: str = "fail"
+    metrics: MetricsConfig = MetricsConfig()
     log_level: str = "INFO"
     log_format: str = "text"
     source: Path | None = field(default=None, compare=False)
@@ -232,6 +239,13 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
         props.setdefault("warehouse", "file://warehouse")
     props = {key: _resolve(value, base) for key, value in props.items()}
 
+    m = top.section("metrics", required=False)
+    metrics_port = m.get("port", int, 0)
+    if not 0 <= metrics_port <= 65535:
+        raise ConfigError(f"metrics.port {metrics_port} must be 0 (off) or a TCP port")
+    metrics = MetricsConfig(metrics_port, m.get("host", str, "127.0.0.1"))
+    m.finish()
+
     t = top.section("table")
     name = t.get("name", str, hint='"namespace.table", e.g. "demo.events"')
     if name.count(".") < 1 or not all(_NAME.match(part) for part in name.split(".")):
@@ -248,7 +262,7 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
     top.finish()
     return Config(pipeline, commit_interval_s, max_buffer_records, max_commit_attempts,
                   memory_budget_mb * 1024 * 1024, outage_timeout_s, txlog_dir, txlog_fsync, kafka,
-                  CatalogConfig(catalog_name, props), table, on_bad_record, log_level, log_format, source)
+                  CatalogConfig(catalog_name, props), table, on_bad_record, metrics, log_level, log_format, source)
 
 
 def load(path: Path | str) -> Config:

@@ -12,6 +12,7 @@ import uvloop
 from frazil.config import Config
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.ingest.pipeline import Pipeline, Stats
+from frazil.metrics import serve as serve_metrics
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +22,15 @@ async def serve(cfg: Config, stop: asyncio.Event) -> Stats:
     catalog = await asyncio.to_thread(iceberg_catalog.load, cfg.catalog)
     table = await asyncio.to_thread(iceberg_catalog.ensure_table, catalog, cfg.table)
     pipeline = Pipeline(cfg, catalog, table)
-    await pipeline.run(stop)
+    server = serve_metrics(pipeline.metrics, cfg.metrics.host, cfg.metrics.port) if cfg.metrics.port else None
+    if server is not None:
+        log.info("metrics at http://%s:%d/metrics", cfg.metrics.host, cfg.metrics.port)
+    try:
+        await pipeline.run(stop)
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
     return pipeline.stats
 
 

@@ -24,3 +24,10 @@ def test_a_catalog_outage_slows_ingestion_to_a_stop_and_loses_nothing(kafka: Kaf
     assert result["pauses"] >= 1, f"the budget never paused ingestion, so this run did not test backpressure: {result}"
     assert result["failed_commit_cycles"] >= 1, f"no commit failed: the outage did not happen: {result}"
     assert result["rss_peak_mb"] < budget_mb + 300, result
+    # the metrics tell the same story as the log and the table
+    metrics = result["metrics"]
+    assert metrics["paused_seen"] == 1 and metrics["pauses_total"] == result["pauses"], result
+    assert metrics["failed_commits_total"] == result["failed_commit_cycles"], result
+    assert metrics["commit_failing_seconds_max"] >= 10, result
+    assert metrics["rows_committed_total"] == result["records_produced"], result
+    assert metrics["partition_assignments_total"] == 1, result

@@ -122,6 +122,37 @@ async def test_resumes_from_the_table_not_from_kafka(kafka: KafkaBroker, tmp_pat
     support.assert_exactly_once(support.count_offsets(support.catalog_of(cfg), cfg.table.name), ends)
 
 
+async def test_metrics_count_what_happened(kafka: KafkaBroker, tmp_path: Path) -> None:
+    from frazil.devtools.kafka_broker import free_port
+    from frazil.devtools.outage import scrape
+
+    (topic,) = await new_topics(kafka, 1, 3)
+    await support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(1500)), 3)
+    port = free_port()
+    cfg = support.load(support.write_config(tmp_path, kafka.bootstrap, [topic], metrics_port=port))
+    stop = asyncio.Event()
+    task = asyncio.create_task(daemon.serve(cfg, stop))
+    want = {"frazil_records_consumed_total": 1500.0, "frazil_rows_committed_total": 1500.0,
+            "frazil_partition_assignments_total": 1.0, "frazil_paused": 0.0}
+    got: dict[str, float] = {}
+    try:
+        for _ in range(300):
+            assert not task.done(), task
+            try:
+                got = await asyncio.to_thread(scrape, port)
+            except OSError:
+                got = {}
+            if all(got.get(k) == v for k, v in want.items()):
+                break
+            await asyncio.sleep(0.2)
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 60)
+    assert {k: got.get(k) for k in want} == want
+    assert got["frazil_commits_total{result=committed}"] >= 1 and got["frazil_commit_seconds_count"] >= 1
+    assert got["frazil_memory_budget_bytes"] == cfg.memory_budget_bytes
+
+
 async def test_bad_json_stops_the_pipeline_and_names_the_record(kafka: KafkaBroker, tmp_path: Path) -> None:
     (topic,) = await new_topics(kafka, 1, 1)
     values = [support.record(i) for i in range(50)] + [b'{"id": 50, "name": '] + [support.record(i) for i in range(51, 60)]

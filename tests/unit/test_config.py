@@ -76,3 +76,11 @@ def test_the_example_config_is_valid() -> None:
     assert cfg.table.partition_by == ("day(event_time)",)
     assert main(["check-config", "--config", str(example)]) == 0
 
+
+
+def test_metrics_section() -> None:
+    assert config.parse(MINIMAL).metrics.port == 0
+    data = {**MINIMAL, "metrics": {"port": 9464, "host": "0.0.0.0"}}
+    assert config.parse(data).metrics == config.MetricsConfig(9464, "0.0.0.0")
+    with pytest.raises(ConfigError, match="metrics.port 70000"):
+        config.parse({**MINIMAL, "metrics": {"port": 70000}})

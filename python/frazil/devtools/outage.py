@@ -26,6 +26,7 @@ from typing import Any
 
 from frazil import config as config_mod
 from frazil.demo import create_topic, sample_events
+from frazil.devtools.kafka_broker import free_port
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
 from frazil.status import end_offsets
@@ -43,6 +44,9 @@ outage_timeout_s = 600
 [kafka]
 bootstrap_servers = "{bootstrap}"
 topics = ["{topic}"]
+
+[metrics]
+port = {metrics_port}
 
 [catalog]
 properties = {{ uri = "sqlite:///warehouse/catalog.db", warehouse = "file://warehouse" }}
@@ -89,6 +93,22 @@ async def _produce_steadily(bootstrap: str, values: list[bytes], seconds: float)
         await producer.stop()
 
 
+def scrape(port: int) -> dict[str, float]:
+    """The pipeline's metrics as ``{"name{label=value,...}": value}`` (labels other than pipeline and table)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            extra = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()) if k not in ("pipeline", "table"))
+            out[sample.name + (f"{{{extra}}}" if extra else "")] = sample.value
+    return out
+
+
 def _hold_catalog_lock(db: Path, seconds: float, held: threading.Event) -> None:
     conn = sqlite3.connect(db, timeout=60, isolation_level=None)
     try:
@@ -104,7 +124,8 @@ def run(bootstrap: str, workdir: Path, *, outage_s: float = 60.0, budget_mb: int
         before_s: float = 20.0, after_s: float = 20.0, say: Any = print) -> dict[str, Any]:
     workdir.mkdir(parents=True, exist_ok=True)
     config_path = workdir / "frazil.toml"
-    config_path.write_text(CONFIG.format(bootstrap=bootstrap, topic=TOPIC, budget_mb=budget_mb))
+    metrics_port = free_port()
+    config_path.write_text(CONFIG.format(bootstrap=bootstrap, topic=TOPIC, budget_mb=budget_mb, metrics_port=metrics_port))
     cfg = config_mod.load(config_path)
     asyncio.run(create_topic(bootstrap, TOPIC, PARTITIONS))
     produce_s = before_s + outage_s + after_s
@@ -115,10 +136,21 @@ def run(bootstrap: str, workdir: Path, *, outage_s: float = 60.0, budget_mb: int
                                 stdout=log_file, stderr=subprocess.STDOUT)
     peak = [0.0]
     sampling = threading.Event()
+    seen: dict[str, float] = {}   # the largest value each metric showed
+    last: dict[str, float] = {}
 
     def sample() -> None:
+        ticks = 0
         while not sampling.is_set() and proc.poll() is None:
             peak[0] = max(peak[0], _rss_mb(proc.pid))
+            ticks += 1
+            if ticks % 5 == 0:
+                try:
+                    last.update(scrape(metrics_port))
+                except OSError:
+                    pass  # not listening yet
+                for name, value in last.items():
+                    seen[name] = max(seen.get(name, value), value)
             time.sleep(0.1)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -150,6 +182,7 @@ def run(bootstrap: str, workdir: Path, *, outage_s: float = 60.0, budget_mb: int
             time.sleep(0.5)
         else:
             raise RuntimeError(f"not everything committed within 300s after the outage; see {log_path}")
+        final_metrics = scrape(metrics_port)
     finally:
         sampling.set()
         proc.send_signal(signal.SIGTERM)
@@ -169,6 +202,15 @@ def run(bootstrap: str, workdir: Path, *, outage_s: float = 60.0, budget_mb: int
         "pauses": log_text.count("pausing all partitions"),
         "failed_commit_cycles": log_text.count("did not land:"),
         "rows": data.num_rows,
+        "metrics": {
+            "paused_seen": seen.get("frazil_paused", 0.0),
+            "commit_failing_seconds_max": round(seen.get("frazil_commit_failing_seconds", 0.0), 1),
+            "memory_bytes_max": seen.get("frazil_memory_bytes", 0.0),
+            "pauses_total": final_metrics.get("frazil_pauses_total", 0.0),
+            "failed_commits_total": final_metrics.get("frazil_commits_total{result=failed}", 0.0),
+            "rows_committed_total": final_metrics.get("frazil_rows_committed_total", 0.0),
+            "partition_assignments_total": final_metrics.get("frazil_partition_assignments_total", 0.0),
+        },
     }
     say(json.dumps(result))
     return result

@@ -38,6 +38,7 @@ from frazil.iceberg.committer import CommitResult, Committer
 from frazil.iceberg.offsets import Range, TopicPartition
 from frazil.ingest.buffer import RecordBuffer
 from frazil.ingest.source import KafkaSource
+from frazil.metrics import Metrics
 from frazil.txlog import Journal, JournalPolicy, open_journal
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,8 @@ class Pipeline:
         self._source = KafkaSource(cfg.kafka, on_assigned=self._on_assigned, on_positioned=self._on_positioned,
                                    on_revoked=self._on_revoked)
         self._flow = Backpressure(cfg.memory_budget_bytes)
+        self.metrics = Metrics(cfg.pipeline, cfg.table.name)
+        self.metrics.budget_bytes.set(cfg.memory_budget_bytes)
         # Per source partition: the first offset the buffer's rows cover, and the next offset after
         # the last buffered record. A partition is in `_start` once it is assigned *and positioned*
         # at the table's offset (records of other partitions are dropped), in `_end` once it has
@@ -121,6 +124,7 @@ class Pipeline:
                     self._append(batches)
                 self._check_task()
                 self._flow_control()
+                self.metrics.failing_seconds.set(time.monotonic() - self._failing_since if self._failing_since else 0)
                 if self._task is None and self._due():
                     self._task = asyncio.create_task(self._cycle())
             await self._drain()
@@ -158,9 +162,12 @@ class Pipeline:
 
     def _flow_control(self) -> None:
         action = self._flow.update(self.bytes_in_use)
+        self.metrics.bytes_in_use.set(self.bytes_in_use)
+        self.metrics.paused.set(1 if self._flow.paused else 0)
         if action is Action.PAUSE:
             self._source.pause()
             self.stats.pauses += 1
+            self.metrics.pauses.inc()
             log.warning("backpressure: %d bytes in use of a %d byte budget; pausing all partitions "
                         "(polling and heartbeats go on)%s", self.bytes_in_use, self._flow.budget_bytes,
                         "; a commit is failing" if self._failing_since else "")
@@ -204,10 +211,13 @@ class Pipeline:
                 self._start[tp] = records[0].offset
             self._end[tp] = records[-1].offset + 1
             self.stats.records_in += len(records)
+            self.metrics.records_consumed.inc(len(records))
         if full and not self._flow.paused:
             self._flow.paused = True
             self._flow.pauses += 1
             self.stats.pauses += 1
+            self.metrics.pauses.inc()
+            self.metrics.paused.set(1)
             self._source.pause()
             log.warning("backpressure: the buffer is at its %d byte cap; pausing all partitions", self._flow.budget_bytes)
 
@@ -269,6 +279,9 @@ class Pipeline:
             self._failing_since = None
         self.stats.commits += 1
         self.stats.rows_committed += result.rows
+        self.metrics.commit("abandoned" if result.already_committed else "committed")
+        self.metrics.rows_committed.inc(result.rows)
+        self.metrics.commit_seconds.observe(result.seconds)
         self.last_result = result
         await self._source.commit_low_watermark(result.offsets)
         faults.hit("commit.after_kafka_offsets")
@@ -282,6 +295,7 @@ class Pipeline:
         """Give up a logged intent: its records are read again from the table's offsets."""
         if pending is not None and pending.files is not None and self._journal is not None:
             await self._log([{"type": "outcome", "commit_id": pending.commit_id, "status": "abandoned"}])
+            self.metrics.commit("abandoned")
 
     def _recover(self) -> Journal:
         """Open the transaction log; settle every intent it has no outcome for (blocking)."""
@@ -311,6 +325,7 @@ class Pipeline:
         now = time.monotonic()
         self._failing_since = self._failing_since or cycle_started
         self.stats.failed_commits += 1
+        self.metrics.commit("failed")
         failing = now - self._failing_since
         if failing >= self._cfg.outage_timeout_s:
             raise CommitOutcomeUnknown(
@@ -370,6 +385,7 @@ class Pipeline:
         self._start.clear()
         stored = await asyncio.to_thread(self._committer.stored_offsets)
         self.stats.assignments += 1
+        self.metrics.assignments.inc()
         return {tp: o for tp, o in stored.items() if tp in tps}
 
     def _on_positioned(self, tps: set[TopicPartition], stored: Mapping[TopicPartition, int]) -> None:

@@ -1,0 +1,58 @@
+"""Prometheus metrics: what the pipeline did, counted where it happens.
+
+``serve`` exposes them over HTTP (``[metrics] port``); the names are documented in
+docs/operations.md. Labels carry the pipeline and the table, never unbounded values.
+"""
+
+from __future__ import annotations
+
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+
+class Metrics:
+    """One set of metrics per pipeline, in its own registry (so tests and several pipelines in
+    one process do not collide)."""
+
+    def __init__(self, pipeline: str, table: str, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        labels = {"pipeline": pipeline, "table": table}
+        names = list(labels)
+        r = self.registry
+        self.records_consumed = Counter("frazil_records_consumed", "Records taken from Kafka into the buffer",
+                                        names, registry=r).labels(**labels)
+        self.rows_committed = Counter("frazil_rows_committed", "Rows committed to the table", names,
+                                      registry=r).labels(**labels)
+        self._commits = Counter("frazil_commits", "Commit cycles by result (committed, failed, abandoned)",
+                                [*names, "result"], registry=r)
+        self._labels = labels
+        self.commit_seconds = Histogram("frazil_commit_seconds", "Catalog commit latency (landed commits)", names,
+                                        buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+                                        registry=r).labels(**labels)
+        self.bytes_in_use = Gauge("frazil_memory_bytes", "Bytes held: native buffer plus the pending batch", names,
+                                  registry=r).labels(**labels)
+        self.budget_bytes = Gauge("frazil_memory_budget_bytes", "The memory budget", names, registry=r).labels(**labels)
+        self.paused = Gauge("frazil_paused", "1 while consumption is paused by backpressure", names,
+                            registry=r).labels(**labels)
+        self.pauses = Counter("frazil_pauses", "Times consumption was paused by backpressure", names,
+                              registry=r).labels(**labels)
+        self.failing_seconds = Gauge("frazil_commit_failing_seconds",
+                                     "How long commits have been failing (0 when the last one landed)", names,
+                                     registry=r).labels(**labels)
+        self.assignments = Counter("frazil_partition_assignments", "Partition assignments (the first, then rebalances)",
+                                   names, registry=r).labels(**labels)
+
+    def commit(self, result: str) -> None:
+        self._commits.labels(**self._labels, result=result).inc()
+
+    def value(self, name: str, **extra: str) -> float:
+        """A sample's current value (for tests and the status output)."""
+        found = self.registry.get_sample_value(name, {**self._labels, **extra})
+        return 0.0 if found is None else found
+
+
+def serve(metrics: Metrics, host: str, port: int) -> WSGIServer:
+    """Serve ``/metrics`` on ``host:port`` from a background thread; ``shutdown()`` stops it."""
+    server, _thread = start_http_server(port, addr=host, registry=metrics.registry)
+    return server
