@@ -94,6 +94,9 @@ class JsonBuffer:
     def drain(self) -> pa.RecordBatch | None:
         """Everything buffered as one record batch with 64-byte aligned buffers; afterwards the
         buffer no longer counts it."""
+    def drain_batches(self) -> list[pa.RecordBatch]:
+        """Everything buffered as the batches it was appended in, without concatenating them
+        (one copy fewer than :meth:`drain`); with ``dedupe_by_key``, the one deduplicated batch."""
     def clear(self) -> None: ...
     @property
     def rows(self) -> int: ...

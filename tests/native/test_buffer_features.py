@@ -190,3 +190,13 @@ def test_a_schema_from_pyiceberg_with_every_primitive_decodes() -> None:
     assert row["c11"] == uuid.UUID("123e4567-e89b-12d3-a456-426614174000")  # the arrow.uuid type survives
     assert (row["c12"], row["c13"]) == (b"\x00\x01\x02\x03", b"hello")
     assert all(v is None for v in batch.to_pylist()[1].values())
+
+
+def test_drain_batches_hands_over_each_append_without_a_copy_into_one() -> None:
+    buf = _native.JsonBuffer(schema=FLAT)
+    for p in range(3):
+        append(buf, p, [0, 1], [b'{"id": 1}', b'{"id": 2}'])
+    batches = buf.drain_batches()
+    assert [b.num_rows for b in batches] == [2, 2, 2] and buf.rows == 0 and buf.bytes == 0
+    assert all(b.schema == FLAT for b in batches)
+    assert buf.drain_batches() == [] and buf.drain() is None

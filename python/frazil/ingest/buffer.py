@@ -50,8 +50,9 @@ class RecordBuffer:
         ).errors
 
     def drain(self) -> pa.Table | None:
-        batch = self._native.drain()
-        return None if batch is None else pa.Table.from_batches([batch])
+        """Everything buffered, as a table over the appended batches (no concatenation copy)."""
+        batches = self._native.drain_batches()
+        return pa.Table.from_batches(batches, schema=self.schema) if batches else None
 
     def clear(self) -> None:
         self._native.clear()

@@ -138,6 +138,11 @@ impl JsonBuffer {
         Ok(py.detach(|| inner.drain()).map_err(arrow_err)?.map(PyArrowType))
     }
 
+    fn drain_batches(&self, py: Python<'_>) -> PyResult<Vec<PyArrowType<RecordBatch>>> {
+        let inner = &self.inner;
+        Ok(py.detach(|| inner.drain_batches()).map_err(arrow_err)?.into_iter().map(PyArrowType).collect())
+    }
+
     fn clear(&self) {
         self.inner.clear();
     }

@@ -262,23 +262,45 @@ impl JsonBuffer {
     /// Everything buffered as one record batch (None when empty); what was drained is no longer
     /// counted. With `dedupe_by_key`, only the last record per key (by partition, offset) is kept.
     pub fn drain(&self) -> Result<Option<RecordBatch>, ArrowError> {
+        let entries = self.take_entries();
+        if entries.is_empty() {
+            return Ok(None);
+        }
+        self.concat(&entries).map(Some)
+    }
+
+    /// Everything buffered as the batches it was appended in, without concatenating them (one
+    /// copy fewer than [`Self::drain`]); with `dedupe_by_key` the one deduplicated batch.
+    pub fn drain_batches(&self) -> Result<Vec<RecordBatch>, ArrowError> {
+        let entries = self.take_entries();
+        if entries.is_empty() {
+            return Ok(Vec::new());
+        }
+        if self.options.dedupe_by_key {
+            return Ok(vec![self.concat(&entries)?]);
+        }
+        entries.into_iter().map(|e| align::align_batch(e.batch)).collect()
+    }
+
+    fn take_entries(&self) -> Vec<Entry> {
         let mut entries = Vec::new();
         for shard in &self.shards {
             entries.append(&mut shard.lock().expect("shard lock poisoned"));
-        }
-        if entries.is_empty() {
-            return Ok(None);
         }
         let bytes: usize = entries.iter().map(|e| e.bytes).sum();
         let rows: usize = entries.iter().map(|e| e.batch.num_rows()).sum();
         self.bytes.fetch_sub(bytes, Ordering::AcqRel);
         self.rows.fetch_sub(rows, Ordering::AcqRel);
+        entries
+    }
+
+    fn concat(&self, entries: &[Entry]) -> Result<RecordBatch, ArrowError> {
         let mut batch = concat_batches(&self.schema, entries.iter().map(|e| &e.batch))?;
         if self.options.dedupe_by_key {
             let keep = dedupe::last_per_key(entries.iter().map(|e| (e.partition, e.offsets.as_slice(), e.keys.as_ref())));
             batch = arrow::compute::filter_record_batch(&batch, &keep)?;
         }
-        Ok(Some(align::align_batch(batch)?))
+        align::align_batch(batch)
     }
 
     /// Drop everything buffered (after a rebalance the records are read again).

@@ -291,3 +291,22 @@ fn values_that_spill_into_each_other_never_shift_rows() {
     assert_eq!(batch.column(0).as_primitive::<Int64Type>().values(), &[5]);
     assert_eq!(batch.column_by_name(META_OFFSET).unwrap().as_primitive::<Int64Type>().values(), &[3]);
 }
+
+#[test]
+fn drain_batches_hands_over_the_appended_batches_aligned() {
+    let buf = JsonBuffer::new(schema(true), meta()).unwrap();
+    for partition in 0..3 {
+        let (o, k, v) = rows(100, 0);
+        buf.append(&records(partition, &o, &k, &v)).unwrap();
+    }
+    let batches = buf.drain_batches().unwrap();
+    assert_eq!(batches.iter().map(|b| b.num_rows()).collect::<Vec<_>>(), vec![100, 100, 100]);
+    assert_eq!((buf.rows(), buf.bytes()), (0, 0));
+    for batch in &batches {
+        assert_eq!(batch.schema(), schema(true));
+        for column in batch.columns() {
+            assert!(column.to_data().buffers().iter().all(align::is_aligned));
+        }
+    }
+    assert!(buf.drain_batches().unwrap().is_empty());
+}
