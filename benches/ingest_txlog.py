@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from frazil import config as config_mod
-from frazil.demo import create_topic, produce, sample_events
+from frazil.demo import CLICKSTREAM_COLUMNS, create_topic, produce, sample_events
 from frazil.devtools.kafka_broker import KafkaBroker
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
@@ -41,19 +41,14 @@ topics = ["bench"]
 properties = {{ uri = "sqlite:///warehouse/catalog.db", warehouse = "file://warehouse" }}
 [table]
 name = "bench.{name}"
-columns = [
-  {{ name = "event_id", type = "string", required = true }}, {{ name = "user_id", type = "long" }},
-  {{ name = "session_id", type = "string" }}, {{ name = "event_type", type = "string" }},
-  {{ name = "page", type = "string" }}, {{ name = "referrer", type = "string" }},
-  {{ name = "country", type = "string" }}, {{ name = "device", type = "string" }},
-  {{ name = "price", type = "double" }}, {{ name = "event_time", type = "timestamptz" }},
-]
+{columns}
 """
 
 
 def land(workdir: Path, bootstrap: str, name: str, fsync: str, interval: float, ends: dict, records: int) -> dict:
     path = workdir / f"{name}.toml"
-    path.write_text(CONFIG.format(name=name, fsync=fsync, interval=interval, bootstrap=bootstrap))
+    path.write_text(CONFIG.format(name=name, fsync=fsync, interval=interval, bootstrap=bootstrap,
+                                   columns=CLICKSTREAM_COLUMNS))
     cfg = config_mod.load(path)
     catalog = iceberg_catalog.load(cfg.catalog)
     started = time.perf_counter()

@@ -27,6 +27,21 @@ TOPIC = "clickstream"
 PARTITIONS = 6
 TABLE = "demo.clickstream"
 
+# The sample events' table columns; the outage run and the benchmarks use them too.
+CLICKSTREAM_COLUMNS = """\
+columns = [
+  { name = "event_id", type = "string", required = true },
+  { name = "user_id", type = "long" },
+  { name = "session_id", type = "string" },
+  { name = "event_type", type = "string" },
+  { name = "page", type = "string" },
+  { name = "referrer", type = "string" },
+  { name = "country", type = "string" },
+  { name = "device", type = "string" },
+  { name = "price", type = "double" },
+  { name = "event_time", type = "timestamptz" },
+]"""
+
 CONFIG = """\
 [pipeline]
 name = "demo"
@@ -44,19 +59,7 @@ properties = {{ uri = "sqlite:///warehouse/catalog.db", warehouse = "file://ware
 name = "{table}"
 metadata_columns = true
 partition_by = ["day(event_time)"]
-columns = [
-  {{ name = "event_id", type = "string", required = true }},
-  {{ name = "user_id", type = "long" }},
-  {{ name = "session_id", type = "string" }},
-  {{ name = "event_type", type = "string" }},
-  {{ name = "page", type = "string" }},
-  {{ name = "referrer", type = "string" }},
-  {{ name = "country", type = "string" }},
-  {{ name = "device", type = "string" }},
-  {{ name = "price", type = "double" }},
-  {{ name = "event_time", type = "timestamptz" }},
-]
-"""
+{columns}"""
 
 _TYPES = ["page_view"] * 12 + ["click"] * 6 + ["add_to_cart"] * 2 + ["purchase"]
 _COUNTRIES = ["DE", "US", "FR", "BR", "IN", "JP", "NG", "GB", "NL", "ES"]
@@ -146,7 +149,8 @@ def main(*, records: int, workdir: Path) -> int:
     with KafkaBroker.start(workdir / "kafka") as broker:
         print(f"   broker at {broker.bootstrap}")
         config_path = workdir / "frazil.toml"
-        config_path.write_text(CONFIG.format(bootstrap=broker.bootstrap, topic=TOPIC, table=TABLE))
+        config_path.write_text(CONFIG.format(bootstrap=broker.bootstrap, topic=TOPIC, table=TABLE,
+                                             columns=CLICKSTREAM_COLUMNS))
         print(f"2. topic {TOPIC} with {PARTITIONS} partitions; producing {records:,} sample events")
         asyncio.run(create_topic(broker.bootstrap, TOPIC, PARTITIONS))
         values = sample_events(records)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from frazil import config as config_mod
-from frazil.demo import create_topic, sample_events
+from frazil.demo import CLICKSTREAM_COLUMNS, create_topic, sample_events
 from frazil.devtools.kafka_broker import free_port
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
@@ -53,18 +53,7 @@ properties = {{ uri = "sqlite:///warehouse/catalog.db", warehouse = "file://ware
 
 [table]
 name = "ops.outage"
-columns = [
-  {{ name = "event_id", type = "string", required = true }},
-  {{ name = "user_id", type = "long" }},
-  {{ name = "session_id", type = "string" }},
-  {{ name = "event_type", type = "string" }},
-  {{ name = "page", type = "string" }},
-  {{ name = "referrer", type = "string" }},
-  {{ name = "country", type = "string" }},
-  {{ name = "device", type = "string" }},
-  {{ name = "price", type = "double" }},
-  {{ name = "event_time", type = "timestamptz" }},
-]
+{columns}
 """
 
 
@@ -125,7 +114,8 @@ def run(bootstrap: str, workdir: Path, *, outage_s: float = 60.0, budget_mb: int
     workdir.mkdir(parents=True, exist_ok=True)
     config_path = workdir / "frazil.toml"
     metrics_port = free_port()
-    config_path.write_text(CONFIG.format(bootstrap=bootstrap, topic=TOPIC, budget_mb=budget_mb, metrics_port=metrics_port))
+    config_path.write_text(CONFIG.format(bootstrap=bootstrap, topic=TOPIC, budget_mb=budget_mb, metrics_port=metrics_port,
+                                         columns=CLICKSTREAM_COLUMNS))
     cfg = config_mod.load(config_path)
     asyncio.run(create_topic(bootstrap, TOPIC, PARTITIONS))
     produce_s = before_s + outage_s + after_s
