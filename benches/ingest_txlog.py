@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import shutil
 import signal
 import subprocess
@@ -21,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+import _results
 from frazil import config as config_mod
 from frazil.demo import CLICKSTREAM_COLUMNS, create_topic, produce, sample_events
 from frazil.devtools.kafka_broker import KafkaBroker
@@ -28,7 +28,6 @@ from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
 from frazil.status import end_offsets
 
-RESULTS = Path(__file__).parent / "results" / "ingest_txlog.json"
 CONFIG = """\
 [pipeline]
 name = "{name}"
@@ -95,9 +94,7 @@ def main() -> int:
             rows.append(row)
             print(f"{name:<22}{fsync:>8}{interval:>10}{row['seconds']:>9}{row['records_per_s']:>12,}{row['commits']:>9}",
                   flush=True)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"rows": rows}, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    _results.write("ingest_txlog", rows)
     return 0
 
 

@@ -23,16 +23,15 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.json as pajson
 
+import _results
 from frazil import _native
 from frazil.demo import sample_events
 
 CHUNK = 10_000
-RESULTS = Path(__file__).parent / "results" / "native.json"
 
 CLICKSTREAM = pa.schema([
     ("event_id", pa.string()), ("user_id", pa.int64()), ("session_id", pa.string()), ("event_type", pa.string()),
@@ -183,10 +182,8 @@ def main() -> int:
                 base = base or row["records_per_s"]
                 print(f"{workload:<12}{system:<16}{threads:>8}{row['records_per_s']:>14,}{row['mb_per_s']:>9.1f}"
                       f"{row['records_per_s'] / base:>14.1f}x", flush=True)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"rows": rows, "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                                                             "pyarrow": pa.__version__}}, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    _results.write("native", rows, machine={"cpus": os.cpu_count(), "python": platform.python_version(),
+                                            "pyarrow": pa.__version__})
     return 0
 
 

@@ -10,16 +10,15 @@ same run measures ``always`` (the default: every append durable), ``interval`` (
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import _results
 from frazil.txlog import JournalPolicy, open_journal
 
-RESULTS = Path(__file__).parent / "results" / "txlog.json"
 
 
 def record(i: int) -> dict[str, object]:
@@ -59,9 +58,7 @@ def main() -> int:
             row = measure(policy, group, args.seconds)
             rows.append(row)
             print(f"{policy:<10}{group:>6}{row['reports_per_s']:>12,}{row['fsyncs_per_s']:>10,}", flush=True)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"rows": rows}, indent=2) + "\n")
-    print(f"wrote {RESULTS}")
+    _results.write("txlog", rows)
     return 0
 
 

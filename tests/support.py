@@ -3,18 +3,17 @@ independent reader that counts every (topic, partition, offset) in a table."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from aiokafka import AIOKafkaProducer
 from pyiceberg.catalog import Catalog
 
 from frazil import config as config_mod
 from frazil.config import Config
+from frazil import demo
 from frazil.demo import create_topic
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
@@ -69,22 +68,8 @@ def record(i: int) -> bytes:
 
 
 async def produce(bootstrap: str, topic: str, values: Iterable[bytes], partitions: int) -> int:
-    """Round-robin ``values`` over the partitions, waiting for every acknowledgement."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=10, acks="all", enable_idempotence=True)
-    await producer.start()
-    n = 0
-    try:
-        futures = []
-        for v in values:
-            futures.append(await producer.send(topic, v, partition=n % partitions))
-            n += 1
-            if len(futures) >= 5000:
-                await asyncio.gather(*futures)
-                futures = []
-        await asyncio.gather(*futures)
-    finally:
-        await producer.stop()
-    return n
+    """Round-robin ``values`` over the partitions (the demo's producer, without progress output)."""
+    return await demo.produce(bootstrap, topic, values, partitions=partitions, label=None)
 
 
 def catalog_of(cfg: Config) -> Catalog:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -104,9 +105,13 @@ def _progress(label: str, done: int, total: int, started: float) -> None:
         print(line, flush=True)
 
 
-async def produce(bootstrap: str, topic: str, values: list[bytes], *, partitions: int, label: str = "produced") -> None:
+async def produce(bootstrap: str, topic: str, values: Iterable[bytes], *, partitions: int,
+                  label: str | None = "produced") -> int:
+    """Round-robin ``values`` over the partitions, waiting for every acknowledgement; with a
+    ``label``, progress is shown as it goes. Returns how many were produced."""
     from aiokafka import AIOKafkaProducer
 
+    values = list(values)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=512 * 1024,
                                 acks="all", enable_idempotence=True)
     await producer.start()
@@ -117,9 +122,11 @@ async def produce(bootstrap: str, topic: str, values: list[bytes], *, partitions
             futures = [await producer.send(topic, v, key=str(i + j).encode(), partition=(i + j) % partitions)
                        for j, v in enumerate(values[i:i + chunk])]
             await asyncio.gather(*futures)
-            _progress(label, min(i + chunk, len(values)), len(values), started)
+            if label:
+                _progress(label, min(i + chunk, len(values)), len(values), started)
     finally:
         await producer.stop()
+    return len(values)
 
 
 async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:

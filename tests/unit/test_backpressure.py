@@ -16,3 +16,10 @@ def test_pause_and_resume_with_hysteresis() -> None:
 def test_watermarks_are_validated() -> None:
     with pytest.raises(ValueError):
         Backpressure(budget_bytes=10, high=0.5, low=0.5)
+
+
+def test_a_full_buffer_pauses_at_once_and_resumes_below_the_low_mark() -> None:
+    bp = Backpressure(budget_bytes=1000)
+    assert bp.full() is Action.PAUSE and bp.paused and bp.pauses == 1
+    assert bp.full() is Action.NONE and bp.pauses == 1
+    assert bp.update(600) is Action.NONE and bp.update(400) is Action.RESUME

@@ -40,6 +40,14 @@ class Backpressure:
     def low_bytes(self) -> int:
         return int(self.budget_bytes * self.low)
 
+    def full(self) -> Action:
+        """The buffer refused an append at its hard cap: pause now, whatever the count says."""
+        if self.paused:
+            return Action.NONE
+        self.paused = True
+        self.pauses += 1
+        return Action.PAUSE
+
     def update(self, used_bytes: int) -> Action:
         if not self.paused and used_bytes >= self.high_bytes:
             self.paused = True

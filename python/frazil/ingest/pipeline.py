@@ -161,15 +161,18 @@ class Pipeline:
             task.result()
 
     def _flow_control(self) -> None:
-        action = self._flow.update(self.bytes_in_use)
+        self._apply(self._flow.update(self.bytes_in_use))
         self.metrics.bytes_in_use.set(self.bytes_in_use)
+
+    def _apply(self, action: Action, why: str = "") -> None:
+        """Carry out a backpressure decision on the consumer, in the log and in the metrics."""
         self.metrics.paused.set(1 if self._flow.paused else 0)
         if action is Action.PAUSE:
             self._source.pause()
             self.stats.pauses += 1
             self.metrics.pauses.inc()
-            log.warning("backpressure: %d bytes in use of a %d byte budget; pausing all partitions "
-                        "(polling and heartbeats go on)%s", self.bytes_in_use, self._flow.budget_bytes,
+            log.warning("backpressure: %s; pausing all partitions (polling and heartbeats go on)%s",
+                        why or f"{self.bytes_in_use} bytes in use of a {self._flow.budget_bytes} byte budget",
                         "; a commit is failing" if self._failing_since else "")
         elif action is Action.RESUME:
             self._source.resume()
@@ -212,14 +215,8 @@ class Pipeline:
             self._end[tp] = records[-1].offset + 1
             self.stats.records_in += len(records)
             self.metrics.records_consumed.inc(len(records))
-        if full and not self._flow.paused:
-            self._flow.paused = True
-            self._flow.pauses += 1
-            self.stats.pauses += 1
-            self.metrics.pauses.inc()
-            self.metrics.paused.set(1)
-            self._source.pause()
-            log.warning("backpressure: the buffer is at its %d byte cap; pausing all partitions", self._flow.budget_bytes)
+        if full:
+            self._apply(self._flow.full(), f"the buffer is at its {self._flow.budget_bytes} byte cap")
 
     def _take_pending(self) -> Pending | None:
         """Move the buffer's rows into a pending batch; the next rows start where these end."""
