@@ -36,43 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from frazil.devtools import maven
+
 log = logging.getLogger(__name__)
 
 KAFKA_VERSION = os.environ.get("FRAZIL_KAFKA_VERSION", "4.1.2")
 LOG4J_VERSION = "2.24.3"
 START_TIMEOUT_S = 120.0
-
-_POM = """<?xml version="1.0" encoding="UTF-8"?>
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>dev.frazil</groupId>
-  <artifactId>kafka-broker-bundle</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency>
-      <groupId>org.apache.kafka</groupId>
-      <artifactId>kafka_2.13</artifactId>
-      <version>{kafka}</version>
-    </dependency>
-    <dependency>
-      <groupId>org.apache.logging.log4j</groupId>
-      <artifactId>log4j-api</artifactId>
-      <version>{log4j}</version>
-    </dependency>
-    <dependency>
-      <groupId>org.apache.logging.log4j</groupId>
-      <artifactId>log4j-core</artifactId>
-      <version>{log4j}</version>
-    </dependency>
-    <dependency>
-      <groupId>org.apache.logging.log4j</groupId>
-      <artifactId>log4j-slf4j-impl</artifactId>
-      <version>{log4j}</version>
-    </dependency>
-  </dependencies>
-</project>
-"""
 
 _LOG4J2 = """<?xml version="1.0" encoding="UTF-8"?>
 <Configuration status="WARN">
@@ -94,30 +64,14 @@ class BrokerError(RuntimeError):
     """The local broker could not be fetched, formatted or started."""
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("FRAZIL_CACHE", Path.home() / ".cache" / "frazil"))
-
-
 def ensure_jars(version: str = KAFKA_VERSION) -> Path:
     """Fetch the broker's jars into the cache (once) and return the lib directory."""
-    root = cache_dir() / f"kafka-{version}"
-    lib = root / "lib"
-    marker = root / ".complete"
-    if marker.exists():
-        return lib
-    if shutil.which("mvn") is None:
-        raise BrokerError("Maven (mvn) is needed to fetch the Kafka jars; install it (apt-get install maven)")
-    root.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(lib, ignore_errors=True)
-    (root / "pom.xml").write_text(_POM.format(kafka=version, log4j=LOG4J_VERSION))
-    print(f"fetching Apache Kafka {version} jars from Maven Central into {lib} ...", file=sys.stderr, flush=True)
-    cmd = ["mvn", "-B", "-q", "-f", str(root / "pom.xml"), "dependency:copy-dependencies",
-           f"-DoutputDirectory={lib}", "-DincludeScope=runtime"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise BrokerError(f"mvn failed ({proc.returncode}) fetching Kafka {version}:\n{proc.stdout[-4000:]}{proc.stderr[-4000:]}")
-    marker.write_text(version)
-    return lib
+    log4j = [maven.Artifact("org.apache.logging.log4j", name, LOG4J_VERSION)
+             for name in ("log4j-api", "log4j-core", "log4j-slf4j-impl")]
+    try:
+        return maven.fetch(f"kafka-{version}", [maven.Artifact("org.apache.kafka", "kafka_2.13", version), *log4j])
+    except maven.FetchError as exc:
+        raise BrokerError(str(exc)) from exc
 
 
 def new_cluster_id() -> str:
