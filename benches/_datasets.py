@@ -1,0 +1,95 @@
+"""The seeded datasets and workloads of the end-to-end benchmark, described once for every system.
+
+A dataset is a generator of JSON values plus its columns; a workload is a dataset with a
+partitioning. From the columns come frazil's TOML, the Arrow schema and Spark's DDL, so every
+system lands the same table shape: the columns plus Kafka's topic, partition, offset, timestamp
+and key.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from frazil.demo import CLICKSTREAM_COLUMNS, sample_events
+
+# (name, frazil type, required)
+Column = tuple[str, str, bool]
+
+_ARROW = {"string": pa.string(), "long": pa.int64(), "double": pa.float64(), "boolean": pa.bool_(),
+          "timestamptz": pa.timestamp("us", tz="UTC")}
+_SPARK = {"string": "STRING", "long": "BIGINT", "double": "DOUBLE", "boolean": "BOOLEAN", "timestamptz": "TIMESTAMP"}
+META_ARROW = [("_kafka_topic", pa.string()), ("_kafka_partition", pa.int32()), ("_kafka_offset", pa.int64()),
+              ("_kafka_timestamp", pa.timestamp("us", tz="UTC")), ("_kafka_key", pa.binary())]
+_WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"]
+
+
+def _clickstream_columns() -> list[Column]:
+    return [(c["name"], c["type"], c.get("required", False)) for c in tomllib.loads(CLICKSTREAM_COLUMNS)["columns"]]
+
+
+def _wide_columns() -> list[Column]:
+    cols: list[Column] = []
+    for i in range(12):
+        cols += [(f"s{i}", "string", False), (f"l{i}", "long", False), (f"d{i}", "double", False)]
+    return cols + [("flag", "boolean", False), ("at", "timestamptz", False), ("lat", "double", False),
+                   ("lon", "double", False), ("city", "string", False), ("tags", "string", False)]
+
+
+def wide_records(n: int, seed: int = 11) -> list[bytes]:
+    """``n`` flat records of about 1.2 KB: 42 fields of text, integers, doubles, a flag, a time."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        r: dict[str, object] = {}
+        for j in range(12):
+            r[f"s{j}"] = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(4, 9)))
+            r[f"l{j}"] = rng.randrange(-10**12, 10**12)
+            r[f"d{j}"] = rng.uniform(-1e6, 1e6)
+        r["flag"] = rng.random() < 0.5
+        r["at"] = f"2026-11-{1 + i % 28:02d}T{rng.randrange(24):02d}:{rng.randrange(60):02d}:00.{rng.randrange(1000):03d}Z"
+        r["lat"], r["lon"] = rng.uniform(-90, 90), rng.uniform(-180, 180)
+        r["city"] = rng.choice(_WORDS).title()
+        r["tags"] = ",".join(rng.choice(_WORDS) for _ in range(rng.randint(0, 4)))
+        out.append(json.dumps(r, separators=(",", ":")).encode())
+    return out
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    columns: list[Column]
+    generate: Callable[[int], list[bytes]]
+
+    def columns_toml(self) -> str:
+        items = ",\n".join(f'  {{ name = "{n}", type = "{t}"{", required = true" if r else ""} }}'
+                           for n, t, r in self.columns)
+        return f"columns = [\n{items},\n]"
+
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([pa.field(n, _ARROW[t], nullable=not r) for n, t, r in self.columns] + META_ARROW)
+
+    def spark_ddl(self) -> str:
+        """The JSON value's schema for ``from_json`` (columns only, all nullable)."""
+        return ", ".join(f"{n} {_SPARK[t]}" for n, t, _ in self.columns)
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    dataset: Dataset
+    partition_by: tuple[str, ...] = ()
+
+
+CLICKSTREAM = Dataset("clickstream", _clickstream_columns(), sample_events)
+WIDE = Dataset("wide", _wide_columns(), wide_records)
+WORKLOADS = {w.name: w for w in (
+    Workload("clickstream", CLICKSTREAM),
+    Workload("clickstream-by-day", CLICKSTREAM, ("day(event_time)",)),
+    Workload("wide", WIDE),
+)}

@@ -1,0 +1,370 @@
+"""End to end: frazil against its peers on the same data, broker, catalog and commit interval.
+
+One run, one real Kafka broker, one SQLite Iceberg catalog. For each workload a 12-partition
+topic is pre-filled with a seeded dataset; then each system lands every record in its own
+table, started as its own process, while this harness polls the catalog:
+
+- ``frazil``: ``frazil run`` with a config naming the topic and table;
+- ``spark-ss``: Spark Structured Streaming, Kafka source to the Iceberg sink, checkpointed,
+  ``local[2]`` (benches/e2e_systems/spark_ss.py);
+- ``plain-python``: aiokafka ``getmany``, ``json.loads``, pyarrow, pyiceberg ``append`` with
+  offsets in the snapshot summary (benches/e2e_systems/plain_python.py);
+- ``ceiling-consume`` / ``ceiling-parquet``: what this machine does at best for the two halves of
+  the job: consume the topic with the same client, and write the same Arrow data to Parquet.
+
+Throughput is counted from process launch until the catalog shows every record (start-up
+included, as a user waiting for a backfill sees it), then the table is read back and every
+(partition, offset) must be there exactly once. Memory is the peak RSS of the process tree,
+CPU the user + system seconds of the tree. A second phase produces at a steady rate into a
+fresh topic while each system runs and measures produce-to-queryable latency per record: the
+commit time of the snapshot that added the record's file minus the record's Kafka timestamp.
+
+Writes ``benches/results/e2e.json`` and ``benches/results/e2e.png``.
+
+    python benches/e2e.py [--records N] [--wide-records N] [--systems ...] [--workloads ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+import _datasets
+import _results
+from _procmon import TreeMonitor
+from frazil.demo import create_topic, produce
+from frazil.devtools.kafka_broker import KafkaBroker
+from frazil.status import end_offsets
+
+HERE = Path(__file__).resolve().parent
+PARTITIONS = 12
+CATALOG = "frazil"
+SYSTEMS = ("frazil", "spark-ss", "plain-python")
+CEILINGS = ("ceiling-consume", "ceiling-parquet")
+FRAZIL_CONFIG = """\
+[pipeline]
+name = "{name}"
+commit_interval_s = {interval}
+[kafka]
+bootstrap_servers = "{bootstrap}"
+topics = ["{topic}"]
+[catalog]
+name = "{catalog}"
+properties = {{ uri = "{uri}", warehouse = "{warehouse}" }}
+[table]
+name = "{table}"
+partition_by = {partition_by}
+{columns}
+"""
+
+
+class Bench:
+    def __init__(self, workdir: Path, bootstrap: str, interval: float) -> None:
+        self.workdir = workdir
+        self.bootstrap = bootstrap
+        self.interval = interval
+        self.props = {"type": "sql", "uri": f"sqlite:///{workdir}/warehouse/catalog.db",
+                      "warehouse": f"file://{workdir}/warehouse"}
+        (workdir / "warehouse").mkdir(parents=True, exist_ok=True)
+        from pyiceberg.catalog import load_catalog
+
+        self.catalog = load_catalog(CATALOG, **self.props)
+
+    # -- one system, one table ------------------------------------------------------------------
+
+    def job(self, system: str, workload: _datasets.Workload, topic: str, records: int) -> dict[str, Any]:
+        name = f"{system}_{workload.name}_{topic}".replace("-", "_")
+        return {"system": system, "workload": workload.name, "name": name, "bootstrap": self.bootstrap,
+                "topic": topic, "records": records, "interval_s": self.interval, "catalog_name": CATALOG,
+                "catalog_properties": self.props, "table": f"bench.{name}",
+                "partition_by": list(workload.partition_by), "spark_ddl": workload.dataset.spark_ddl(),
+                "arrow_schema": base64.b64encode(workload.dataset.arrow_schema().serialize().to_pybytes()).decode(),
+                "checkpoint": str(self.workdir / "checkpoints" / name), "workdir": str(self.workdir)}
+
+    def command(self, job: dict[str, Any], workload: _datasets.Workload) -> list[str]:
+        path = self.workdir / f"{job['name']}.json"
+        path.write_text(json.dumps(job))
+        system = job["system"]
+        if system == "frazil":
+            config = self.workdir / f"{job['name']}.toml"
+            config.write_text(FRAZIL_CONFIG.format(
+                name=job["name"], interval=self.interval, bootstrap=self.bootstrap, topic=job["topic"],
+                catalog=CATALOG, uri=self.props["uri"], warehouse=self.props["warehouse"], table=job["table"],
+                partition_by=json.dumps(job["partition_by"]), columns=workload.dataset.columns_toml()))
+            return [sys.executable, "-m", "frazil.cli", "run", "--config", str(config)]
+        script = {"spark-ss": "spark_ss.py", "plain-python": "plain_python.py"}[system]
+        return [sys.executable, str(HERE / "e2e_systems" / script), "--job", str(path)]
+
+    def launch(self, job: dict[str, Any], workload: _datasets.Workload) -> tuple[subprocess.Popen[bytes], float]:
+        log = open(self.workdir / f"{job['name']}.log", "wb")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+        started = time.time()
+        proc = subprocess.Popen(self.command(job, workload), stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=env)
+        log.close()
+        return proc, started
+
+    def total_records(self, table: str) -> int:
+        try:
+            snapshot = self.catalog.load_table(table).current_snapshot()
+        except Exception:  # noqa: BLE001 - not created yet, or the catalog is busy for a moment
+            return 0
+        return int(snapshot.summary.get("total-records") or 0) if snapshot else 0
+
+    def wait_landed(self, proc: subprocess.Popen[bytes], job: dict[str, Any], expect: int, timeout: float) -> float:
+        """Poll the catalog until the table holds ``expect`` records; the time it was seen."""
+        deadline = time.monotonic() + timeout
+        last_print = 0.0
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{job['system']} exited with {proc.returncode}; see {self.workdir / job['name']}.log")
+            landed = self.total_records(job["table"])
+            now = time.time()
+            if landed >= expect:
+                return now
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{job['system']}: {landed:,} of {expect:,} records after {timeout:.0f} s")
+            if now - last_print >= 5:
+                print(f"    {job['system']}: {landed:,}/{expect:,} landed", flush=True)
+                last_print = now
+            time.sleep(0.1)
+
+    @staticmethod
+    def stop(proc: subprocess.Popen[bytes]) -> None:
+        try:
+            proc.send_signal(signal.SIGTERM)  # the root only: it stops its own children (a JVM) in order
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        except ProcessLookupError:
+            pass
+        try:  # anything the process left behind in its session (a JVM)
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def verify(self, table_name: str, ends: dict[Any, int]) -> dict[str, Any]:
+        """Read the table back: every (partition, offset) below the log end, exactly once."""
+        table = self.catalog.load_table(table_name)
+        got = table.scan(selected_fields=("_kafka_partition", "_kafka_offset")).to_arrow()
+        key = pc.add(pc.multiply(pc.cast(got.column("_kafka_partition"), pa.int64()), 1 << 40), got.column("_kafka_offset"))
+        distinct = pc.count_distinct(key).as_py()
+        expect = sum(ends.values())
+        snapshots = sum(1 for _ in table.snapshots())
+        return {"rows": got.num_rows, "distinct_offsets": distinct, "snapshots": snapshots,
+                "exactly_once": got.num_rows == distinct == expect}
+
+    # -- the two phases --------------------------------------------------------------------------
+
+    def throughput(self, system: str, workload: _datasets.Workload, topic: str, ends: dict[Any, int],
+                   nbytes: int) -> dict[str, Any]:
+        records = sum(ends.values())
+        job = self.job(system, workload, topic, records)
+        proc, started = self.launch(job, workload)
+        monitor = TreeMonitor(proc.pid)
+        try:
+            landed_at = self.wait_landed(proc, job, records, timeout=1800)
+            usage = monitor.stop()
+        finally:
+            self.stop(proc)
+        seconds = landed_at - started
+        check = self.verify(job["table"], ends)
+        if not check["exactly_once"]:
+            raise RuntimeError(f"{system} on {workload.name}: not exactly once: {check}")
+        return {"system": system, "workload": workload.name, "records": records,
+                "avg_record_bytes": round(nbytes / records), "seconds": round(seconds, 2),
+                "records_per_s": round(records / seconds), "mb_per_s": round(nbytes / seconds / 1e6, 1),
+                **usage, "cpu_s_per_million": round(usage["cpu_s"] * 1e6 / records, 1), **check}
+
+    def ceiling(self, kind: str, workload: _datasets.Workload, topic: str, records: int) -> dict[str, Any]:
+        job = self.job(kind, workload, topic, records)
+        path = self.workdir / f"{job['name']}.json"
+        path.write_text(json.dumps(job))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+        proc = subprocess.Popen([sys.executable, str(HERE / "e2e_systems" / "ceilings.py"), kind.split("-")[1],
+                                 "--job", str(path)], stdout=subprocess.PIPE, env=env)
+        monitor = TreeMonitor(proc.pid)
+        out, _ = proc.communicate()
+        usage = monitor.stop()
+        if proc.returncode != 0:
+            raise RuntimeError(f"{kind} failed with {proc.returncode}")
+        result = json.loads(out.decode().strip().splitlines()[-1])
+        seconds = result["seconds"]
+        return {"system": kind, "workload": workload.name, "records": result["records"],
+                "avg_record_bytes": round(result["bytes"] / result["records"]), "seconds": round(seconds, 2),
+                "records_per_s": round(result["records"] / seconds), "mb_per_s": round(result["bytes"] / seconds / 1e6, 1),
+                "rss_peak_mb": usage["rss_peak_mb"]}
+
+    def latency(self, system: str, workload: _datasets.Workload, rate: int, warmup_s: float,
+                measure_s: float) -> dict[str, Any]:
+        topic = f"steady-{system}"
+        asyncio.run(create_topic(self.bootstrap, topic, PARTITIONS))
+        values = workload.dataset.generate(int(rate * (warmup_s + measure_s)))
+        job = self.job(system, workload, topic, len(values))
+        proc, _ = self.launch(job, workload)
+        monitor = TreeMonitor(proc.pid)
+        try:
+            produce_started = time.time()
+            asyncio.run(paced_produce(self.bootstrap, topic, values, rate))
+            produce_s = time.time() - produce_started
+            self.wait_landed(proc, job, len(values), timeout=600)
+            usage = monitor.stop()
+        finally:
+            self.stop(proc)
+        check = self.verify(job["table"], asyncio.run(end_offsets(self.bootstrap, [topic])))
+        lat = produce_to_queryable_ms(self.catalog.load_table(job["table"]), since_ms=(produce_started + warmup_s) * 1000)
+        lat.sort()
+        pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]  # noqa: E731
+        return {"system": system, "workload": f"{workload.name}-steady", "rate_per_s": rate,
+                "achieved_rate_per_s": round(len(values) / produce_s), "measured_records": len(lat),
+                "latency_p50_ms": pick(0.50), "latency_p99_ms": pick(0.99), "latency_max_ms": lat[-1],
+                "rss_peak_mb": usage["rss_peak_mb"], "cpu_s": usage["cpu_s"], **check}
+
+
+async def paced_produce(bootstrap: str, topic: str, values: list[bytes], rate: int) -> None:
+    """Send ``values`` at ``rate`` per second, in 20 ms ticks on an absolute schedule."""
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks="all", enable_idempotence=True)
+    await producer.start()
+    try:
+        per_tick = max(1, rate // 50)
+        started = time.monotonic()
+        futures = []
+        for tick, i in enumerate(range(0, len(values), per_tick)):
+            await asyncio.sleep(max(0.0, started + tick * 0.02 - time.monotonic()))
+            for j, v in enumerate(values[i:i + per_tick]):
+                futures.append(await producer.send(topic, v, key=str(i + j).encode(), partition=(i + j) % PARTITIONS))
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+def produce_to_queryable_ms(table: Any, *, since_ms: float) -> list[int]:
+    """Per record produced at or after ``since_ms``: the commit time of the snapshot that added
+    its data file minus its Kafka timestamp, in ms."""
+    committed_at = {s.snapshot_id: s.timestamp_ms for s in table.snapshots()}
+    entries = table.inspect.entries()
+    out: list[int] = []
+    for snapshot_id, data_file in zip(entries.column("snapshot_id").to_pylist(), entries.column("data_file").to_pylist()):
+        if data_file["content"] != 0:
+            continue
+        path = data_file["file_path"].removeprefix("file://")
+        stamps = pq.read_table(path, columns=["_kafka_timestamp"]).column(0).cast(pa.int64()).to_pylist()
+        at = committed_at[snapshot_id]
+        out += [at - us // 1000 for us in stamps if us // 1000 >= since_ms]
+    return out
+
+
+def prefill(bench: Bench, dataset: _datasets.Dataset, records: int) -> tuple[str, dict[Any, int], int]:
+    topic = f"prefill-{dataset.name}"
+    values = dataset.generate(records)
+    asyncio.run(create_topic(bench.bootstrap, topic, PARTITIONS))
+    asyncio.run(produce(bench.bootstrap, topic, values, partitions=PARTITIONS, label=f"pre-fill {topic}"))
+    return topic, asyncio.run(end_offsets(bench.bootstrap, [topic])), sum(len(v) for v in values)
+
+
+def print_row(row: dict[str, Any]) -> None:
+    if "latency_p50_ms" in row:
+        print(f"  {row['system']:<16}{row['workload']:<22} p50 {row['latency_p50_ms']:>6,} ms  p99 "
+              f"{row['latency_p99_ms']:>6,} ms  rss {row['rss_peak_mb']:>7,.0f} MiB", flush=True)
+    else:
+        print(f"  {row['system']:<16}{row['workload']:<22}{row['records_per_s']:>10,} rec/s {row['mb_per_s']:>7,.1f} MB/s"
+              f"  rss {row['rss_peak_mb']:>7,.0f} MiB" + (f"  cpu {row['cpu_s_per_million']:>6.1f} s/M" if "cpu_s" in row else ""),
+              flush=True)
+
+
+def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """frazil's records/s over each other system's, per workload; for latency, the peer's p50
+    and p99 over frazil's (above 1 means frazil is faster either way)."""
+    out = []
+    frazil = {r["workload"]: r for r in rows if r["system"] == "frazil"}
+    for r in rows:
+        f = frazil.get(r["workload"])
+        if f is None or r["system"] == "frazil":
+            continue
+        if "latency_p50_ms" in r:
+            out.append({"workload": r["workload"], "versus": r["system"],
+                        "p50_ratio": round(r["latency_p50_ms"] / max(f["latency_p50_ms"], 1), 2),
+                        "p99_ratio": round(r["latency_p99_ms"] / max(f["latency_p99_ms"], 1), 2)})
+        else:
+            out.append({"workload": r["workload"], "versus": r["system"],
+                        "frazil_over": round(f["records_per_s"] / r["records_per_s"], 2)})
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=1_000_000, help="clickstream records per topic")
+    parser.add_argument("--wide-records", type=int, default=250_000)
+    parser.add_argument("--interval", type=float, default=2.0, help="commit interval of every system, s")
+    parser.add_argument("--systems", nargs="+", default=[*SYSTEMS, *CEILINGS])
+    parser.add_argument("--workloads", nargs="+", default=list(_datasets.WORKLOADS))
+    parser.add_argument("--rate", type=int, default=5000, help="steady produce rate of the latency phase, /s")
+    parser.add_argument("--warmup-s", type=float, default=20.0)
+    parser.add_argument("--measure-s", type=float, default=30.0)
+    parser.add_argument("--no-latency", action="store_true")
+    args = parser.parse_args()
+    workdir = Path(".run/bench-e2e").resolve()
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    rows: list[dict[str, Any]] = []
+    began = time.monotonic()
+    with KafkaBroker.start(workdir / "kafka", heap="1g") as broker:
+        bench = Bench(workdir, broker.bootstrap, args.interval)
+        topics: dict[str, tuple[str, dict[Any, int], int]] = {}
+        for name in args.workloads:
+            workload = _datasets.WORKLOADS[name]
+            dataset = workload.dataset
+            if dataset.name not in topics:
+                count = args.wide_records if dataset.name == "wide" else args.records
+                topics[dataset.name] = prefill(bench, dataset, count)
+            topic, ends, nbytes = topics[dataset.name]
+            print(f"workload {name}: {sum(ends.values()):,} records, {nbytes / 1e6:,.0f} MB", flush=True)
+            for system in args.systems:
+                if system in CEILINGS:
+                    if workload.partition_by:
+                        continue  # the same bytes as the unpartitioned workload
+                    row = bench.ceiling(system, workload, topic, sum(ends.values()))
+                else:
+                    row = bench.throughput(system, workload, topic, ends, nbytes)
+                rows.append(row)
+                print_row(row)
+        if not args.no_latency:
+            print(f"steady {args.rate:,} records/s for {args.warmup_s + args.measure_s:.0f} s "
+                  f"(latency of the last {args.measure_s:.0f} s)", flush=True)
+            for system in (s for s in args.systems if s in SYSTEMS):
+                row = bench.latency(system, _datasets.WORKLOADS["clickstream"], args.rate, args.warmup_s, args.measure_s)
+                rows.append(row)
+                print_row(row)
+    versus = ratios(rows)
+    for r in versus:
+        print(f"  frazil vs {r['versus']:<16}{r['workload']:<22}" + (
+            f"{r['frazil_over']:.2f}x records/s" if "frazil_over" in r else f"p50 {r['p50_ratio']:.2f}x  p99 {r['p99_ratio']:.2f}x"))
+    machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "commit_interval_s": args.interval,
+               "partitions": PARTITIONS, "wall_s": round(time.monotonic() - began)}
+    path = _results.write("e2e", rows, ratios=versus, machine=machine)
+    import _chart
+
+    _chart.draw(rows, path.with_suffix(".png"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""The raw ceilings of this machine for one dataset, each in its own process.
+
+- ``consume``: aiokafka reads every record of the topic and does nothing with it (the bytes are
+  counted). frazil consumes with the same client, so this bounds it.
+- ``parquet``: the dataset's Arrow data (built before timing by frazil's native buffer, with the
+  Kafka columns) written to Parquet with zstd, the codec pyiceberg and Spark use by default;
+  median of three writes.
+
+Each prints one JSON line: ``{"seconds": ..., "records": ..., "bytes": ...}``.
+
+    python benches/e2e_systems/ceilings.py consume --job job.json
+    python benches/e2e_systems/ceilings.py parquet --job job.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+async def consume(job: dict[str, Any]) -> dict[str, Any]:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    from frazil.status import partitions
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=job["bootstrap"], enable_auto_commit=False,
+                                auto_offset_reset="earliest", max_partition_fetch_bytes=4 << 20)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(t, p) for t, p in await partitions(job["bootstrap"], [job["topic"]])]
+        if not tps:
+            raise SystemExit(f"topic {job['topic']} has no partitions")
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        records = nbytes = 0
+        started = time.perf_counter()
+        while records < job["records"]:
+            for messages in (await consumer.getmany(timeout_ms=500, max_records=50_000)).values():
+                records += len(messages)
+                nbytes += sum(len(m.value) for m in messages)
+        return {"seconds": time.perf_counter() - started, "records": records, "bytes": nbytes}
+    finally:
+        await consumer.stop()
+
+
+def parquet(job: dict[str, Any]) -> dict[str, Any]:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import _datasets
+    from frazil import _native
+
+    values = _datasets.WORKLOADS[job["workload"]].dataset.generate(job["records"])
+    schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(job["arrow_schema"])))
+    buffer = _native.JsonBuffer(schema=schema, metadata_columns=True, max_bytes=1 << 34)
+    chunk = 50_000
+    for i in range(0, len(values), chunk):
+        part = values[i:i + chunk]
+        buffer.append(topic=job["topic"], partition=i % 12, offsets=list(range(i, i + len(part))),
+                      timestamps_ms=[0] * len(part), keys=[None] * len(part), values=part)
+    table = pa.Table.from_batches(buffer.drain_batches())
+    times = []
+    with tempfile.TemporaryDirectory(dir=job["workdir"]) as tmp:
+        for i in range(3):
+            started = time.perf_counter()
+            pq.write_table(table, f"{tmp}/{i}.parquet", compression="zstd")
+            times.append(time.perf_counter() - started)
+    return {"seconds": statistics.median(times), "records": table.num_rows, "bytes": sum(len(v) for v in values)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kind", choices=["consume", "parquet"])
+    parser.add_argument("--job", type=Path, required=True)
+    args = parser.parse_args()
+    job = json.loads(args.job.read_text())
+    result = asyncio.run(consume(job)) if args.kind == "consume" else parquet(job)
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
