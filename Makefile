@@ -6,7 +6,7 @@ RUST_SOURCES := $(shell find rust/src -name '*.rs') rust/Cargo.toml Cargo.toml C
 export FRAZIL_CACHE ?= $(HOME)/.cache/frazil
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help venv build demo test test-rust test-python stubtest typecheck chaos bench-native bench-txlog bench-ingest-txlog outage kafka-fetch clean
+.PHONY: help venv build bench-deps demo test test-rust test-python stubtest typecheck chaos bench bench-native bench-txlog bench-ingest-txlog outage kafka-fetch spark-fetch clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -25,6 +25,17 @@ $(VENV)/.build-ok: $(VENV)/.venv-ok $(RUST_SOURCES) pyproject.toml
 	touch $@
 
 build: $(VENV)/.build-ok ## build the Rust extension into the virtualenv (frazil._native)
+
+$(VENV)/.bench-ok: $(VENV)/.build-ok
+	@echo "installing the benchmark extras (pyspark, psutil, matplotlib) and fetching the Spark jars..."
+	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release -q -E dev,bench
+	$(PY) -m frazil.spark.jars fetch --kafka >/dev/null
+	touch $@
+
+bench-deps: $(VENV)/.bench-ok ## the benchmark extras and the Spark jars (Iceberg runtime, SQLite JDBC, Kafka connector)
+
+spark-fetch: $(VENV)/.venv-ok ## fetch the Spark jars into $(FRAZIL_CACHE)
+	$(PY) -m frazil.spark.jars fetch --kafka
 
 kafka-fetch: $(VENV)/.venv-ok ## fetch the Kafka broker jars into $(FRAZIL_CACHE)
 	$(PY) -m frazil.devtools.kafka_broker fetch
@@ -48,6 +59,9 @@ test: test-rust stubtest typecheck test-python ## everything CI runs
 
 chaos: build ## the SIGKILL crash run alone, verbose
 	$(PY) -m pytest tests/chaos -v -s
+
+bench: bench-deps ## end to end vs Spark Structured Streaming, a plain Python loop and the ceilings; e2e.json + e2e.png
+	$(PY) benches/e2e.py $${BENCH_ARGS:-}
 
 bench-native: build ## decode throughput: native buffer vs pyarrow.json vs json.loads, 1 and 2 threads
 	$(PY) benches/native.py --records $${BENCH_RECORDS:-200000}

@@ -311,8 +311,8 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=1_000_000, help="clickstream records per topic")
-    parser.add_argument("--wide-records", type=int, default=250_000)
+    parser.add_argument("--records", type=int, default=2_000_000, help="clickstream records per topic")
+    parser.add_argument("--wide-records", type=int, default=500_000)
     parser.add_argument("--interval", type=float, default=2.0, help="commit interval of every system, s")
     parser.add_argument("--systems", nargs="+", default=[*SYSTEMS, *CEILINGS])
     parser.add_argument("--workloads", nargs="+", default=list(_datasets.WORKLOADS))

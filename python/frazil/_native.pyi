@@ -94,9 +94,11 @@ class JsonBuffer:
     def drain(self) -> pa.RecordBatch | None:
         """Everything buffered as one record batch with 64-byte aligned buffers; afterwards the
         buffer no longer counts it."""
-    def drain_batches(self) -> list[pa.RecordBatch]:
+    def drain_batches(self, *, min_rows: int = 0) -> list[pa.RecordBatch]:
         """Everything buffered as the batches it was appended in, without concatenating them
-        (one copy fewer than :meth:`drain`); with ``dedupe_by_key``, the one deduplicated batch."""
+        (one copy fewer than :meth:`drain`); with ``dedupe_by_key``, the one deduplicated batch.
+        With ``min_rows``, runs of smaller batches are glued into batches of at least that many
+        rows (big batches are never copied)."""
     def clear(self) -> None: ...
     @property
     def rows(self) -> int: ...

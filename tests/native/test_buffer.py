@@ -98,3 +98,21 @@ def test_matches_the_pure_python_reference(rows: list[dict]) -> None:
                                     schema=SCHEMA.remove(4))
     got = pa.Table.from_batches([batch]) if batch is not None else expected.slice(0, 0)
     assert got.equals(expected)
+
+
+def test_drain_glues_a_trickle_of_small_batches_into_few_chunks_in_order() -> None:
+    class Rec:
+        def __init__(self, offset: int) -> None:
+            self.offset, self.timestamp, self.key, self.value = offset, 0, None, b'{"id": %d}' % offset
+
+    buf = RecordBuffer(SCHEMA, metadata_columns=False)
+    for start in range(0, 3000, 3):  # 1,000 appends of 3 rows, as a slow topic delivers them
+        assert buf.append("t", start % 12, [Rec(o) for o in range(start, start + 3)]) == []
+    table = buf.drain()
+    assert table is not None
+    ids, partitions = table.column("id").to_pylist(), [i // 3 % 12 for i in table.column("id").to_pylist()]
+    assert sorted(ids) == list(range(3000))
+    for p in range(12):  # each partition's rows in offset order
+        mine = [i for i, q in zip(ids, partitions) if q == p]
+        assert mine == sorted(mine)
+    assert table.column("id").num_chunks == 1  # one write task for pyiceberg, not a thousand

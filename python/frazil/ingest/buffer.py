@@ -18,6 +18,12 @@ class KafkaRecord(Protocol):
     value: bytes | None
 
 
+# A steady trickle appends a few rows per partition per poll: 10,000 rows came as ~1,000 batches,
+# and pyiceberg's writer spends ~0.4 ms per batch in Python (schema projection), so writing them
+# took 450 ms (gluing them first: 150 ms). Batches this large or larger are kept as they are.
+COALESCE_ROWS = 65_536
+
+
 class RecordBuffer:
     """Decodes JSON record values into rows of one Arrow schema, off the GIL."""
 
@@ -50,8 +56,10 @@ class RecordBuffer:
         ).errors
 
     def drain(self) -> pa.Table | None:
-        """Everything buffered, as a table over the appended batches (no concatenation copy)."""
-        batches = self._native.drain_batches()
+        """Everything buffered, in appended order, as a table of chunks of at least
+        ``COALESCE_ROWS`` rows: small batches are glued in runs (natively, each run freed once
+        glued), big ones handed over without a copy."""
+        batches = self._native.drain_batches(min_rows=COALESCE_ROWS)
         return pa.Table.from_batches(batches, schema=self.schema) if batches else None
 
     def clear(self) -> None:

@@ -238,10 +238,12 @@ class Pipeline:
         pending = self._pending
         if pending is None:
             return
+        phases: dict[str, float] = {}
         try:
             if pending.files is None:
                 assert pending.data is not None
                 files = await asyncio.to_thread(self._committer.write_files, pending.data)
+                phases["write"] = time.monotonic()
                 await self._log([
                     {"type": "files", "table": self._cfg.table.name, "files": [f.file_path for f in files],
                      "ranges": encode_ranges(pending.ranges)},
@@ -251,8 +253,10 @@ class Pipeline:
                 if self._pending is not None and self._pending.commit_id == pending.commit_id:
                     self._pending = pending
             assert pending.files is not None
+            phases["journal"] = time.monotonic()
             result = await asyncio.to_thread(self._committer.commit_files, pending.files, pending.ranges,
                                              pending.commit_id)
+            phases["commit"] = time.monotonic()
         except OffsetOverlapError as exc:
             log.warning("%s", exc)
             await self._abandon(pending)
@@ -268,6 +272,11 @@ class Pipeline:
              "status": "abandoned" if result.already_committed else "committed", "snapshot_id": result.snapshot_id},
             {"type": "offsets", "table": self._cfg.table.name,
              "offsets": {f"{t}/{p}": o for (t, p), o in sorted(result.offsets.items())}}])
+        wrote = phases.get("write", started)
+        log.info("cycle %s: %d rows in %.0f ms (write files %.0f, journal %.0f, commit %.0f, log outcome %.0f)",
+                 pending.commit_id, pending.rows, 1000 * (time.monotonic() - started), 1000 * (wrote - started),
+                 1000 * (phases["journal"] - wrote), 1000 * (phases["commit"] - phases["journal"]),
+                 1000 * (time.monotonic() - phases["commit"]))
         if self._pending is not None and self._pending.commit_id == pending.commit_id:
             self._pending = None  # (a rebalance may have dropped it meanwhile)
         if self._failing_since is not None:

@@ -138,9 +138,10 @@ impl JsonBuffer {
         Ok(py.detach(|| inner.drain()).map_err(arrow_err)?.map(PyArrowType))
     }
 
-    fn drain_batches(&self, py: Python<'_>) -> PyResult<Vec<PyArrowType<RecordBatch>>> {
+    #[pyo3(signature = (*, min_rows = 0))]
+    fn drain_batches(&self, py: Python<'_>, min_rows: usize) -> PyResult<Vec<PyArrowType<RecordBatch>>> {
         let inner = &self.inner;
-        Ok(py.detach(|| inner.drain_batches()).map_err(arrow_err)?.into_iter().map(PyArrowType).collect())
+        Ok(py.detach(|| inner.drain_batches(min_rows)).map_err(arrow_err)?.into_iter().map(PyArrowType).collect())
     }
 
     fn clear(&self) {

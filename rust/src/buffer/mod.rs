@@ -271,7 +271,13 @@ impl JsonBuffer {
 
     /// Everything buffered as the batches it was appended in, without concatenating them (one
     /// copy fewer than [`Self::drain`]); with `dedupe_by_key` the one deduplicated batch.
-    pub fn drain_batches(&self) -> Result<Vec<RecordBatch>, ArrowError> {
+    ///
+    /// With `min_rows > 1`, runs of consecutive smaller batches are glued into batches of at
+    /// least `min_rows` rows (the last run, or one cut short by a big batch, may be smaller);
+    /// batches of `min_rows` rows or more are never copied. Each run is freed once glued, so the
+    /// peak is the data plus one run. A writer that pays per batch (pyiceberg projects every
+    /// batch in Python) wants this when a slow topic appends a few rows at a time.
+    pub fn drain_batches(&self, min_rows: usize) -> Result<Vec<RecordBatch>, ArrowError> {
         let entries = self.take_entries();
         if entries.is_empty() {
             return Ok(Vec::new());
@@ -279,7 +285,37 @@ impl JsonBuffer {
         if self.options.dedupe_by_key {
             return Ok(vec![self.concat(&entries)?]);
         }
-        entries.into_iter().map(|e| align::align_batch(e.batch)).collect()
+        let mut out = Vec::new();
+        let mut run: Vec<RecordBatch> = Vec::new();
+        let mut run_rows = 0;
+        for entry in entries {
+            let rows = entry.batch.num_rows();
+            if rows >= min_rows {
+                if !run.is_empty() {
+                    out.push(self.glue(&mut run)?);
+                    run_rows = 0;
+                }
+                out.push(align::align_batch(entry.batch)?);
+                continue;
+            }
+            run.push(entry.batch);
+            run_rows += rows;
+            if run_rows >= min_rows {
+                out.push(self.glue(&mut run)?);
+                run_rows = 0;
+            }
+        }
+        if !run.is_empty() {
+            out.push(self.glue(&mut run)?);
+        }
+        Ok(out)
+    }
+
+    /// One aligned batch from `run`, which is left empty (its batches freed).
+    fn glue(&self, run: &mut Vec<RecordBatch>) -> Result<RecordBatch, ArrowError> {
+        let batch = if run.len() == 1 { run.pop().expect("one batch") } else { concat_batches(&self.schema, run.iter())? };
+        run.clear();
+        align::align_batch(batch)
     }
 
     fn take_entries(&self) -> Vec<Entry> {

@@ -299,7 +299,7 @@ fn drain_batches_hands_over_the_appended_batches_aligned() {
         let (o, k, v) = rows(100, 0);
         buf.append(&records(partition, &o, &k, &v)).unwrap();
     }
-    let batches = buf.drain_batches().unwrap();
+    let batches = buf.drain_batches(0).unwrap();
     assert_eq!(batches.iter().map(|b| b.num_rows()).collect::<Vec<_>>(), vec![100, 100, 100]);
     assert_eq!((buf.rows(), buf.bytes()), (0, 0));
     for batch in &batches {
@@ -308,5 +308,30 @@ fn drain_batches_hands_over_the_appended_batches_aligned() {
             assert!(column.to_data().buffers().iter().all(align::is_aligned));
         }
     }
-    assert!(buf.drain_batches().unwrap().is_empty());
+    assert!(buf.drain_batches(0).unwrap().is_empty());
+}
+
+#[test]
+fn drain_batches_glues_runs_of_small_batches_and_leaves_big_ones_alone() {
+    let buf = JsonBuffer::new(schema(true), meta()).unwrap();
+    // one partition, so one shard: the entries come back in append order
+    let mut next = 0;
+    for n in [10, 10, 10, 500, 10, 30, 10] {
+        let (o, k, v) = rows(n, next);
+        buf.append(&records(0, &o, &k, &v)).unwrap();
+        next += n as i64;
+    }
+    let batches = buf.drain_batches(25).unwrap();
+    assert_eq!(batches.iter().map(|b| b.num_rows()).collect::<Vec<_>>(), vec![30, 500, 10, 30, 10]);
+    let offsets: Vec<i64> = batches
+        .iter()
+        .flat_map(|b| b.column_by_name(META_OFFSET).unwrap().as_primitive::<Int64Type>().values().to_vec())
+        .collect();
+    assert_eq!(offsets, (0..next).collect::<Vec<_>>());
+    for batch in &batches {
+        for column in batch.columns() {
+            assert!(column.to_data().buffers().iter().all(align::is_aligned));
+        }
+    }
+    assert_eq!((buf.rows(), buf.bytes()), (0, 0));
 }
