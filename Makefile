@@ -6,7 +6,7 @@ RUST_SOURCES := $(shell find rust/src -name '*.rs') rust/Cargo.toml Cargo.toml C
 export FRAZIL_CACHE ?= $(HOME)/.cache/frazil
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help venv build bench-deps demo test test-rust test-python stubtest typecheck chaos bench bench-native bench-txlog bench-ingest-txlog outage kafka-fetch spark-fetch clean
+.PHONY: help venv build bench-deps demo test test-rust test-python stubtest typecheck chaos bench bench-profile bench-native bench-txlog bench-ingest-txlog outage kafka-fetch spark-fetch clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -27,7 +27,7 @@ $(VENV)/.build-ok: $(VENV)/.venv-ok $(RUST_SOURCES) pyproject.toml
 build: $(VENV)/.build-ok ## build the Rust extension into the virtualenv (frazil._native)
 
 $(VENV)/.bench-ok: $(VENV)/.build-ok
-	@echo "installing the benchmark extras (pyspark, psutil, matplotlib) and fetching the Spark jars..."
+	@echo "installing the benchmark extras (pyspark, psutil, matplotlib, py-spy) and fetching the Spark jars..."
 	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release -q -E dev,bench
 	$(PY) -m frazil.spark.jars fetch --kafka >/dev/null
 	touch $@
@@ -62,6 +62,9 @@ chaos: build ## the SIGKILL crash run alone, verbose
 
 bench: bench-deps ## end to end vs Spark Structured Streaming, a plain Python loop and the ceilings; e2e.json + e2e.png
 	$(PY) benches/e2e.py $${BENCH_ARGS:-}
+
+bench-profile: bench-deps ## where frazil's time goes: py-spy over frazil landing each workload; e2e_profile.json
+	$(PY) benches/e2e.py --profile --systems frazil --no-latency $${BENCH_ARGS:-}
 
 bench-native: build ## decode throughput: native buffer vs pyarrow.json vs json.loads, 1 and 2 threads
 	$(PY) benches/native.py --records $${BENCH_RECORDS:-200000}

@@ -45,6 +45,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 import _datasets
+import _profile
 import _results
 from _procmon import TreeMonitor
 from frazil.demo import create_topic, produce
@@ -74,7 +75,8 @@ partition_by = {partition_by}
 
 
 class Bench:
-    def __init__(self, workdir: Path, bootstrap: str, interval: float) -> None:
+    def __init__(self, workdir: Path, bootstrap: str, interval: float, *, profile: bool = False) -> None:
+        self.profile = profile
         self.workdir = workdir
         self.bootstrap = bootstrap
         self.interval = interval
@@ -178,11 +180,16 @@ class Bench:
         job = self.job(system, workload, topic, records)
         proc, started = self.launch(job, workload)
         monitor = TreeMonitor(proc.pid)
+        spy = _profile.record(proc.pid, self.workdir / f"{job['name']}.profile") if self.profile else None
         try:
             landed_at = self.wait_landed(proc, job, records, timeout=1800)
             usage = monitor.stop()
         finally:
             self.stop(proc)
+        profile = {}
+        if spy is not None:
+            spy.wait(timeout=60)
+            profile = {"profile": _profile.summarise(self.workdir / f"{job['name']}.profile")}
         seconds = landed_at - started
         check = self.verify(job["table"], ends)
         if not check["exactly_once"]:
@@ -190,7 +197,7 @@ class Bench:
         return {"system": system, "workload": workload.name, "records": records,
                 "avg_record_bytes": round(nbytes / records), "seconds": round(seconds, 2),
                 "records_per_s": round(records / seconds), "mb_per_s": round(nbytes / seconds / 1e6, 1),
-                **usage, "cpu_s_per_million": round(usage["cpu_s"] * 1e6 / records, 1), **check}
+                **usage, "cpu_s_per_million": round(usage["cpu_s"] * 1e6 / records, 1), **check, **profile}
 
     def ceiling(self, kind: str, workload: _datasets.Workload, topic: str, records: int) -> dict[str, Any]:
         job = self.job(kind, workload, topic, records)
@@ -320,6 +327,9 @@ def main() -> int:
     parser.add_argument("--warmup-s", type=float, default=20.0)
     parser.add_argument("--measure-s", type=float, default=30.0)
     parser.add_argument("--no-latency", action="store_true")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile frazil with py-spy while it lands each workload; writes e2e_profile.json "
+                             "instead of e2e.json (sampling slows the profiled runs)")
     args = parser.parse_args()
     workdir = Path(".run/bench-e2e").resolve()
     shutil.rmtree(workdir, ignore_errors=True)
@@ -327,7 +337,7 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     began = time.monotonic()
     with KafkaBroker.start(workdir / "kafka", heap="1g") as broker:
-        bench = Bench(workdir, broker.bootstrap, args.interval)
+        bench = Bench(workdir, broker.bootstrap, args.interval, profile=args.profile)
         topics: dict[str, tuple[str, dict[Any, int], int]] = {}
         for name in args.workloads:
             workload = _datasets.WORKLOADS[name]
@@ -359,6 +369,12 @@ def main() -> int:
             f"{r['frazil_over']:.2f}x records/s" if "frazil_over" in r else f"p50 {r['p50_ratio']:.2f}x  p99 {r['p99_ratio']:.2f}x"))
     machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "commit_interval_s": args.interval,
                "partitions": PARTITIONS, "wall_s": round(time.monotonic() - began)}
+    if args.profile:
+        for row in rows:
+            for thread, steps in row.get("profile", {}).items():
+                print(f"  {row['system']} {row['workload']} [{thread}]: " + ", ".join(f"{k} {v}s" for k, v in steps.items()))
+        _results.write("e2e_profile", rows, machine=machine)
+        return 0
     path = _results.write("e2e", rows, ratios=versus, machine=machine)
     import _chart
 
