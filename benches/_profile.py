@@ -11,6 +11,7 @@ import collections
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 RATE_HZ = 100
@@ -31,7 +32,8 @@ STEPS = {
 
 
 def record(pid: int, path: Path) -> subprocess.Popen[bytes]:
-    exe = shutil.which("py-spy")
+    beside = Path(sys.executable).parent / "py-spy"  # the virtualenv's, when it is not on PATH
+    exe = str(beside) if beside.exists() else shutil.which("py-spy")
     if exe is None:
         raise RuntimeError("py-spy is needed for --profile (make bench-deps installs it)")
     return subprocess.Popen([exe, "record", "--pid", str(pid), "--native", "--threads", "--rate", str(RATE_HZ),
