@@ -30,9 +30,10 @@ $(VENV)/.bench-ok: $(VENV)/.build-ok
 	@echo "installing the benchmark extras (pyspark, psutil, matplotlib, py-spy) and fetching the Spark jars..."
 	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release -q -E dev,bench
 	$(PY) -m frazil.spark.jars fetch --kafka >/dev/null
+	$(PY) benches/e2e_systems/kafka_connect.py --fetch >/dev/null
 	touch $@
 
-bench-deps: $(VENV)/.bench-ok ## the benchmark extras and the Spark jars (Iceberg runtime, SQLite JDBC, Kafka connector)
+bench-deps: $(VENV)/.bench-ok ## the benchmark extras, Spark's jars and the Kafka Connect Iceberg sink's jars
 
 spark-fetch: $(VENV)/.venv-ok ## fetch the Spark jars into $(FRAZIL_CACHE)
 	$(PY) -m frazil.spark.jars fetch --kafka
@@ -60,7 +61,7 @@ test: test-rust stubtest typecheck test-python ## everything CI runs
 chaos: build ## the SIGKILL crash run alone, verbose
 	$(PY) -m pytest tests/chaos -v -s
 
-bench: bench-deps ## end to end vs Spark Structured Streaming, a plain Python loop and the ceilings; e2e.json + e2e.png
+bench: bench-deps ## end to end vs Spark SS, the Iceberg Kafka Connect sink, a plain Python loop, the ceilings; e2e.json + png
 	$(PY) benches/e2e.py $${BENCH_ARGS:-}
 
 bench-profile: bench-deps ## where frazil's time goes: py-spy over frazil landing each workload; e2e_profile.json

@@ -9,6 +9,8 @@ table, started as its own process, while this harness polls the catalog:
   ``local[2]`` (benches/e2e_systems/spark_ss.py);
 - ``plain-python``: aiokafka ``getmany``, ``json.loads``, pyarrow, pyiceberg ``append`` with
   offsets in the snapshot summary (benches/e2e_systems/plain_python.py);
+- ``kafka-connect``: the Apache Iceberg Kafka Connect sink in a standalone Connect worker, from
+  Maven Central jars (benches/e2e_systems/kafka_connect.py);
 - ``ceiling-consume`` / ``ceiling-parquet``: what this machine does at best for the two halves of
   the job: consume the topic with the same client, and write the same Arrow data to Parquet.
 
@@ -55,7 +57,7 @@ from frazil.status import end_offsets
 HERE = Path(__file__).resolve().parent
 PARTITIONS = 12
 CATALOG = "frazil"
-SYSTEMS = ("frazil", "spark-ss", "plain-python")
+SYSTEMS = ("frazil", "spark-ss", "plain-python", "kafka-connect")
 CEILINGS = ("ceiling-consume", "ceiling-parquet")
 FRAZIL_CONFIG = """\
 [pipeline]
@@ -109,7 +111,7 @@ class Bench:
                 catalog=CATALOG, uri=self.props["uri"], warehouse=self.props["warehouse"], table=job["table"],
                 partition_by=json.dumps(job["partition_by"]), columns=workload.dataset.columns_toml()))
             return [sys.executable, "-m", "frazil.cli", "run", "--config", str(config)]
-        script = {"spark-ss": "spark_ss.py", "plain-python": "plain_python.py"}[system]
+        script = {"spark-ss": "spark_ss.py", "plain-python": "plain_python.py", "kafka-connect": "kafka_connect.py"}[system]
         return [sys.executable, str(HERE / "e2e_systems" / script), "--job", str(path)]
 
     def launch(self, job: dict[str, Any], workload: _datasets.Workload) -> tuple[subprocess.Popen[bytes], float]:
@@ -336,6 +338,9 @@ def main() -> int:
     workdir.mkdir(parents=True)
     rows: list[dict[str, Any]] = []
     began = time.monotonic()
+    if "kafka-connect" in args.systems:  # fetch its jars before anything is timed
+        subprocess.run([sys.executable, str(HERE / "e2e_systems" / "kafka_connect.py"), "--fetch"], check=True,
+                       stdout=subprocess.DEVNULL)
     with KafkaBroker.start(workdir / "kafka", heap="1g") as broker:
         bench = Bench(workdir, broker.bootstrap, args.interval, profile=args.profile)
         topics: dict[str, tuple[str, dict[Any, int], int]] = {}
