@@ -34,6 +34,7 @@ def draw(rows: list[dict[str, Any]], path: Path) -> None:
         ax.bar_label(bars, labels=[f"{y / 1000:,.0f}k" for y in ys], fontsize=7, rotation=90, padding=2)
     ax.set_xticks(range(len(workloads)), workloads)
     ax.set_yscale("log")
+    ax.set_ylim(top=ax.get_ylim()[1] * 4)  # room for the labels above the tallest bar
     ax.set_ylabel("records/s, launch to every record queryable (log)")
     ax.set_title("Throughput, pre-filled 12-partition topic")
     ax.legend(fontsize=8)
@@ -45,10 +46,17 @@ def draw(rows: list[dict[str, Any]], path: Path) -> None:
                color=[COLORS[n] for n in names], alpha=0.55)
         ax.bar([x + 0.2 for x in xs], [r["latency_p99_ms"] / 1000 for r in latency], 0.4, label="p99",
                color=[COLORS[n] for n in names])
-        ax.set_xticks(list(xs), names)
+        ax.set_xticks(list(xs), names, rotation=20, fontsize=8)
         ax.set_ylabel("produce to queryable, s")
         ax.set_title(f"Latency at {latency[0]['rate_per_s']:,} records/s (p50 light, p99 dark)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     print(f"wrote {path}")
+
+
+if __name__ == "__main__":  # redraw from the last results: python benches/_chart.py
+    import json
+
+    results = Path(__file__).parent / "results" / "e2e.json"
+    draw(json.loads(results.read_text())["rows"], results.with_suffix(".png"))
