@@ -17,7 +17,6 @@ import io
 import json
 import os
 import platform
-import random
 import statistics
 import sys
 import time
@@ -27,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pyarrow as pa
 import pyarrow.json as pajson
 
+import _datasets
 import _results
 from frazil import _native
 from frazil.demo import sample_events
@@ -51,21 +51,7 @@ def wide_schema() -> pa.Schema:
 
 
 def wide_records(n: int, seed: int = 11) -> list[bytes]:
-    rng = random.Random(seed)
-    words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"]
-    out = []
-    for i in range(n):
-        r: dict[str, object] = {}
-        for j in range(12):
-            r[f"s{j}"] = " ".join(rng.choice(words) for _ in range(rng.randint(2, 6)))
-            r[f"l{j}"] = rng.randrange(-10**12, 10**12)
-            r[f"d{j}"] = rng.uniform(-1e6, 1e6)
-        r["flag"] = rng.random() < 0.5
-        r["at"] = f"2026-11-{1 + i % 28:02d}T{rng.randrange(24):02d}:{rng.randrange(60):02d}:00.{rng.randrange(1000):03d}Z"
-        r["geo"] = {"lat": rng.uniform(-90, 90), "lon": rng.uniform(-180, 180), "city": rng.choice(words).title()}
-        r["tags"] = [rng.choice(words) for _ in range(rng.randint(0, 4))]
-        out.append(json.dumps(r, separators=(",", ":")).encode())
-    return out
+    return _datasets.wide_records(n, seed, nested=True)
 
 
 def chunks(values: list[bytes]) -> list[dict[str, object]]:
