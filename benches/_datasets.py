@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -90,7 +91,18 @@ class Dataset:
 class Workload:
     name: str
     dataset: Dataset
-    partition_by: tuple[str, ...] = ()
+    partition_by: tuple[str, ...] = ()  # frazil's spelling, e.g. "day(event_time)"
+
+    def day_columns(self) -> list[str]:
+        """The columns partitioned by day, for the peers' own table set-up (the only transform
+        the workloads use)."""
+        out = []
+        for spec in self.partition_by:
+            m = re.fullmatch(r"day\((\w+)\)", spec)
+            if m is None:
+                raise ValueError(f"workload {self.name}: the peers know only day(col) partitions, not {spec}")
+            out.append(m.group(1))
+        return out
 
 
 CLICKSTREAM = Dataset("clickstream", _clickstream_columns(), sample_events)

@@ -96,13 +96,23 @@ class Bench:
         return {"system": system, "workload": workload.name, "name": name, "bootstrap": self.bootstrap,
                 "topic": topic, "records": records, "interval_s": self.interval, "catalog_name": CATALOG,
                 "catalog_properties": self.props, "table": f"bench.{name}",
-                "partition_by": list(workload.partition_by), "spark_ddl": workload.dataset.spark_ddl(),
+                "partition_by": list(workload.partition_by), "day_partitions": workload.day_columns(),
+                "spark_ddl": workload.dataset.spark_ddl(),
                 "arrow_schema": base64.b64encode(workload.dataset.arrow_schema().serialize().to_pybytes()).decode(),
                 "checkpoint": str(self.workdir / "checkpoints" / name), "workdir": str(self.workdir)}
 
-    def command(self, job: dict[str, Any], workload: _datasets.Workload) -> list[str]:
+    def write_job(self, job: dict[str, Any]) -> Path:
         path = self.workdir / f"{job['name']}.json"
         path.write_text(json.dumps(job))
+        return path
+
+    @staticmethod
+    def env() -> dict[str, str]:
+        """The environment of a system's process: benches/ importable (for _datasets)."""
+        return {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+
+    def command(self, job: dict[str, Any], workload: _datasets.Workload) -> list[str]:
+        path = self.write_job(job)
         system = job["system"]
         if system == "frazil":
             config = self.workdir / f"{job['name']}.toml"
@@ -116,10 +126,9 @@ class Bench:
 
     def launch(self, job: dict[str, Any], workload: _datasets.Workload) -> tuple[subprocess.Popen[bytes], float]:
         log = open(self.workdir / f"{job['name']}.log", "wb")
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
         started = time.time()
         proc = subprocess.Popen(self.command(job, workload), stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, env=env)
+                                start_new_session=True, env=self.env())
         log.close()
         return proc, started
 
@@ -196,28 +205,20 @@ class Bench:
         check = self.verify(job["table"], ends)
         if not check["exactly_once"]:
             raise RuntimeError(f"{system} on {workload.name}: not exactly once: {check}")
-        return {"system": system, "workload": workload.name, "records": records,
-                "avg_record_bytes": round(nbytes / records), "seconds": round(seconds, 2),
-                "records_per_s": round(records / seconds), "mb_per_s": round(nbytes / seconds / 1e6, 1),
+        return {"system": system, "workload": workload.name, **rates(records, nbytes, seconds),
                 **usage, "cpu_s_per_million": round(usage["cpu_s"] * 1e6 / records, 1), **check, **profile}
 
     def ceiling(self, kind: str, workload: _datasets.Workload, topic: str, records: int) -> dict[str, Any]:
-        job = self.job(kind, workload, topic, records)
-        path = self.workdir / f"{job['name']}.json"
-        path.write_text(json.dumps(job))
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+        path = self.write_job(self.job(kind, workload, topic, records))
         proc = subprocess.Popen([sys.executable, str(HERE / "e2e_systems" / "ceilings.py"), kind.split("-")[1],
-                                 "--job", str(path)], stdout=subprocess.PIPE, env=env)
+                                 "--job", str(path)], stdout=subprocess.PIPE, env=self.env())
         monitor = TreeMonitor(proc.pid)
         out, _ = proc.communicate()
         usage = monitor.stop()
         if proc.returncode != 0:
             raise RuntimeError(f"{kind} failed with {proc.returncode}")
         result = json.loads(out.decode().strip().splitlines()[-1])
-        seconds = result["seconds"]
-        return {"system": kind, "workload": workload.name, "records": result["records"],
-                "avg_record_bytes": round(result["bytes"] / result["records"]), "seconds": round(seconds, 2),
-                "records_per_s": round(result["records"] / seconds), "mb_per_s": round(result["bytes"] / seconds / 1e6, 1),
+        return {"system": kind, "workload": workload.name, **rates(result["records"], result["bytes"], result["seconds"]),
                 "rss_peak_mb": usage["rss_peak_mb"]}
 
     def latency(self, system: str, workload: _datasets.Workload, rate: int, warmup_s: float,
@@ -244,6 +245,12 @@ class Bench:
                 "achieved_rate_per_s": round(len(values) / produce_s), "measured_records": len(lat),
                 "latency_p50_ms": pick(0.50), "latency_p99_ms": pick(0.99), "latency_max_ms": lat[-1],
                 "rss_peak_mb": usage["rss_peak_mb"], "cpu_s": usage["cpu_s"], **check}
+
+
+def rates(records: int, nbytes: int, seconds: float) -> dict[str, Any]:
+    """The throughput fields of a row."""
+    return {"records": records, "avg_record_bytes": round(nbytes / records), "seconds": round(seconds, 2),
+            "records_per_s": round(records / seconds), "mb_per_s": round(nbytes / seconds / 1e6, 1)}
 
 
 async def paced_produce(bootstrap: str, topic: str, values: list[bytes], rate: int) -> None:

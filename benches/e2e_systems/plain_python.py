@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import base64
 import json
-import re
 import signal
 import time
 from pathlib import Path
@@ -42,12 +41,10 @@ def table_for(job: dict[str, Any], schema: pa.Schema) -> Any:
     except NamespaceAlreadyExistsError:
         pass
     table = catalog.create_table(job["table"], schema=schema, properties={"format-version": "2"})
-    if job["partition_by"]:
+    if job["day_partitions"]:
         with table.update_spec() as spec:
-            for p in job["partition_by"]:
-                m = re.fullmatch(r"day\((\w+)\)", p)
-                assert m, f"plain loop knows only day(col) partitions, not {p}"
-                spec.add_field(m.group(1), DayTransform(), f"{m.group(1)}_day")
+            for column in job["day_partitions"]:
+                spec.add_field(column, DayTransform(), f"{column}_day")
     return table
 
 

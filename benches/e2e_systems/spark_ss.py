@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import signal
 import threading
 from pathlib import Path
@@ -35,11 +34,7 @@ def main() -> None:
 
     namespace = job["table"].split(".")[0]
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
-    parts = []
-    for p in job["partition_by"]:
-        m = re.fullmatch(r"day\((\w+)\)", p)
-        assert m, f"the Spark peer knows only day(col) partitions, not {p}"
-        parts.append(f"days({m.group(1)})")
+    parts = [f"days({column})" for column in job["day_partitions"]]
     spark.sql(f"""CREATE TABLE IF NOT EXISTS {job['table']} ({job['spark_ddl']}, _kafka_topic STRING,
                   _kafka_partition INT, _kafka_offset BIGINT, _kafka_timestamp TIMESTAMP, _kafka_key BINARY)
                   USING iceberg {f"PARTITIONED BY ({', '.join(parts)})" if parts else ""}
