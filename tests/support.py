@@ -48,17 +48,23 @@ columns = [
   {{ name = "amount", type = "double" }},
   {{ name = "at", type = "timestamptz" }},
 ]
-"""
+
+[maintenance]
+enabled = {maintenance}
+{extra}"""
 
 
 def write_config(workdir: Path, bootstrap: str, topics: list[str], *, pipeline: str = "p", table: str = "db.events",
                  interval: float = 0.5, outage_timeout: float = 300, budget_mb: int = 256,
-                 metrics_port: int = 0) -> Path:
+                 metrics_port: int = 0, maintenance: bool = False, extra: str = "") -> Path:
+    """A pipeline config in ``workdir``. ``extra``: more TOML, appended (after ``[maintenance]``:
+    keys of that section, then further sections)."""
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "frazil.toml"
     path.write_text(CONFIG.format(pipeline=pipeline, interval=interval, bootstrap=bootstrap,
                                   topics=json.dumps(topics), table=table, outage_timeout=outage_timeout,
-                                  budget_mb=budget_mb, metrics_port=metrics_port))
+                                  budget_mb=budget_mb, metrics_port=metrics_port,
+                                  maintenance=str(maintenance).lower(), extra=extra))
     return path
 
 

@@ -87,6 +87,49 @@ def _txlog(args: argparse.Namespace) -> int:
     return 0
 
 
+def _maintain(args: argparse.Namespace) -> int:
+    from frazil.spark import session
+    from frazil.spark.jobs import TableJobs
+    from frazil.spark.schedule import FULL_RUN, Job
+    from frazil.txlog import recover
+
+    cfg = config_mod.load(args.config)
+    logs.setup(cfg.log_level, cfg.log_format)
+    jobs = tuple(Job(j) for j in args.jobs.split(",")) if args.jobs else FULL_RUN
+    if Job.ORPHANS in jobs and cfg.txlog_dir.exists() and not args.force:
+        unresolved = recover(cfg.txlog_dir, read_only=True).state.unresolved()
+        if unresolved:
+            raise ConfigError(f"the transaction log {cfg.txlog_dir} holds {len(unresolved)} commit(s) whose data files "
+                              "are written but not settled; removing orphan files now could delete them. Start "
+                              "`frazil run` once to settle them, or pass --force")
+    missing = session.available()
+    if missing:
+        raise ConfigError(f"maintenance runs on Spark, but {missing}")
+    print(f"maintenance of {cfg.table.name}: {', '.join(j.value for j in jobs)} (starting Spark, {cfg.spark.master})",
+          flush=True)
+    table_jobs = TableJobs(session.get(session.for_config(cfg)), cfg.catalog.name, cfg.table.name, cfg.maintenance)
+    try:
+        results, failed = table_jobs.run(jobs)
+    finally:
+        session.stop()
+    for r in results:
+        print(f"  {r.job.value:<32}{r.seconds:7.1f}s  " + (", ".join(f"{k}={v}" for k, v in r.counts.items())
+                                                          or "nothing to do"))
+    for job in failed:
+        print(f"  {job.value:<32}  FAILED (see the log above)")
+    return 1 if failed else 0
+
+
+def _backfill(args: argparse.Namespace) -> int:
+    from frazil import daemon
+
+    cfg = config_mod.load(args.config)
+    logs.setup(cfg.log_level, cfg.log_format)
+    stats = daemon.backfill(cfg, batch_rows=args.batch_rows, memory_mb=args.memory_mb)
+    print(f"backfill {cfg.pipeline}: {stats.rows_committed} rows committed in {stats.commits} commit(s)")
+    return 0
+
+
 def _demo(args: argparse.Namespace) -> int:
     from frazil import demo
 
@@ -110,6 +153,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", type=Path, required=True, help="the transaction log directory")
     p.add_argument("--tail", type=int, default=20, help="how many of the last records to print (default 20)")
     p.set_defaults(func=_txlog)
+    jobs = "rewrite_data_files, rewrite_position_delete_files, rewrite_manifests, expire_snapshots, remove_orphan_files"
+    p = sub.add_parser("maintain", help=f"run table maintenance on Spark now: {jobs}")
+    _config_arg(p)
+    p.add_argument("--jobs", default="", help=f"comma-separated subset of: {jobs} (default: all, in that order)")
+    p.add_argument("--force", action="store_true",
+                   help="remove orphan files even if the transaction log holds unsettled commits")
+    p.set_defaults(func=_maintain)
+    p = sub.add_parser("compact", help="rewrite small data files into bigger ones (maintain --jobs rewrite_data_files)")
+    _config_arg(p)
+    p.set_defaults(func=_maintain, jobs="rewrite_data_files", force=False)
+    p = sub.add_parser("backfill", help="land everything the topics hold now in big flushes written by Spark, then stop")
+    _config_arg(p)
+    p.add_argument("--batch-rows", type=int, default=2_000_000, help="rows per flush (default 2,000,000)")
+    p.add_argument("--memory-mb", type=int, default=2048, help="memory budget for the buffer (default 2048)")
+    p.set_defaults(func=_backfill)
     p = sub.add_parser("demo", help="end to end on a local broker and warehouse (used by make demo)")
     p.add_argument("--records", type=int, default=200_000)
     p.add_argument("--workdir", type=Path, default=Path(".run/demo"))

@@ -63,6 +63,27 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class SparkConfig:
+    master: str = "local[*]"
+    # Flushes of at least this many rows are written by Spark instead of in process (0: never).
+    bulk_min_rows: int = 0
+    jars: tuple[str, ...] = ()        # empty: fetch the Iceberg runtime and SQLite driver into the cache
+    conf: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MaintenanceConfig:
+    enabled: bool = True
+    interval_s: float = 3600.0        # compaction, manifests, position deletes, orphan files
+    max_snapshots: int = 100          # expire down to half of this when a commit goes over it
+    snapshot_max_age_s: float = 86_400.0
+    target_file_size_mb: int = 128
+    min_input_files: int = 5
+    sort_order: str = ""              # e.g. "event_time" or "user_id DESC NULLS LAST"; "" keeps bin-packing
+    orphan_min_age_s: float = 259_200.0  # 3 days, Iceberg's own default
+
+
+@dataclass(frozen=True)
 class Config:
     pipeline: str
     commit_interval_s: float
@@ -79,6 +100,8 @@ class Config:
     metrics: MetricsConfig = MetricsConfig()
     log_level: str = "INFO"
     log_format: str = "text"
+    spark: SparkConfig = SparkConfig()
+    maintenance: MaintenanceConfig = MaintenanceConfig()
     source: Path | None = field(default=None, compare=False)
 
 
@@ -173,6 +196,49 @@ def _partition_by(raw: list[Any], key: str, columns: tuple[Column, ...]) -> tupl
     return tuple(out)
 
 
+def _spark(s: _Section) -> SparkConfig:
+    master = s.get("master", str, "local[*]")
+    if not re.match(r"^(local(\[(\*|\d+)\])?|spark://[\w.-]+:\d+(,[\w.-]+:\d+)*)$", master):
+        raise ConfigError(f"spark.master {master!r} must be local, local[N], local[*] or spark://host:port")
+    bulk_min_rows = s.get("bulk_min_rows", int, 0)
+    if bulk_min_rows < 0:
+        raise ConfigError(f"spark.bulk_min_rows must be 0 (never) or a row count, got {bulk_min_rows}")
+    jars = s.get("jars", list, [])
+    if not all(isinstance(j, str) and j for j in jars):
+        raise ConfigError(f"spark.jars must be a list of jar paths, got {jars!r}")
+    conf = s.get("conf", dict, {})
+    s.finish()
+    return SparkConfig(master, bulk_min_rows, tuple(jars), {str(k): str(v) for k, v in conf.items()})
+
+
+def _maintenance(s: _Section, outage_timeout_s: float, commit_interval_s: float) -> MaintenanceConfig:
+    m = MaintenanceConfig(
+        enabled=s.get("enabled", bool, True),
+        interval_s=s.positive("interval_s", float, 3600.0),
+        max_snapshots=s.positive("max_snapshots", int, 100),
+        snapshot_max_age_s=s.positive("snapshot_max_age_s", float, 86_400.0),
+        target_file_size_mb=s.positive("target_file_size_mb", int, 128),
+        min_input_files=s.positive("min_input_files", int, 5),
+        sort_order=s.get("sort_order", str, "").strip(),
+        orphan_min_age_s=s.positive("orphan_min_age_s", float, 259_200.0),
+    )
+    s.finish()
+    if m.max_snapshots < 2:
+        raise ConfigError(f"maintenance.max_snapshots must be at least 2, got {m.max_snapshots}")
+    # A written data file waits for its commit for at most outage_timeout_s (then frazil stops, and
+    # the transaction log commits it on restart before maintenance runs): it must never look orphaned.
+    floor = outage_timeout_s + 2 * commit_interval_s
+    if m.orphan_min_age_s <= floor:
+        raise ConfigError(
+            f"maintenance.orphan_min_age_s ({m.orphan_min_age_s:g}) must be greater than pipeline.outage_timeout_s "
+            f"plus two commit intervals ({floor:g}): a data file written but not yet committed would be deleted")
+    if m.sort_order and not re.match(r"^\w+( (ASC|DESC))?( NULLS (FIRST|LAST))?(, *\w+( (ASC|DESC))?( NULLS (FIRST|LAST))?)*$",
+                                     m.sort_order, re.IGNORECASE):
+        raise ConfigError(f"maintenance.sort_order {m.sort_order!r} must be columns like \"event_time\" or "
+                          "\"user_id DESC NULLS LAST, event_time\"")
+    return m
+
+
 def _resolve(value: str, base: Path) -> str:
     """Relative sqlite/file locations are taken relative to the config file."""
     for prefix in ("sqlite:///", "file://"):
@@ -246,6 +312,9 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
     metrics = MetricsConfig(metrics_port, m.get("host", str, "127.0.0.1"))
     m.finish()
 
+    spark = _spark(top.section("spark", required=False))
+    maintenance = _maintenance(top.section("maintenance", required=False), outage_timeout_s, commit_interval_s)
+
     t = top.section("table")
     name = t.get("name", str, hint='"namespace.table", e.g. "demo.events"')
     if name.count(".") < 1 or not all(_NAME.match(part) for part in name.split(".")):
@@ -260,9 +329,16 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
     )
     t.finish()
     top.finish()
+    known = {c.name for c in columns} | ({"_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp"}
+                                         if table.metadata_columns else set())
+    for term in filter(None, maintenance.sort_order.split(",")):
+        if term.split()[0] not in known:
+            raise ConfigError(f"maintenance.sort_order names {term.split()[0]!r}, which is not a column of "
+                              f"{name}; use one of {', '.join(sorted(known))}")
     return Config(pipeline, commit_interval_s, max_buffer_records, max_commit_attempts,
                   memory_budget_mb * 1024 * 1024, outage_timeout_s, txlog_dir, txlog_fsync, kafka,
-                  CatalogConfig(catalog_name, props), table, on_bad_record, metrics, log_level, log_format, source)
+                  CatalogConfig(catalog_name, props), table, on_bad_record, metrics, log_level, log_format, spark,
+                  maintenance, source)
 
 
 def load(path: Path | str) -> Config:

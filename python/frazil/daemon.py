@@ -6,14 +6,28 @@ import asyncio
 import gc
 import logging
 import os
+import dataclasses
 import signal
+import time
+from collections.abc import Mapping
 
 import uvloop
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NoSuchTableError
 
 from frazil.config import Config
+from frazil.errors import ConfigError
 from frazil.iceberg import catalog as iceberg_catalog
+from frazil.iceberg import offsets
+from frazil.iceberg.offsets import TopicPartition
 from frazil.ingest.pipeline import Pipeline, Stats
 from frazil.metrics import serve as serve_metrics
+from frazil.spark import session as spark_session
+from frazil.spark.bulk import SparkWriter
+from frazil.spark.jobs import TableJobs
+from frazil.spark.maintainer import Maintainer
+from frazil.spark.schedule import Schedule
+from frazil.status import end_offsets
 
 log = logging.getLogger(__name__)
 
@@ -30,22 +44,110 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-async def serve(cfg: Config, stop: asyncio.Event) -> Stats:
-    """Run the pipeline until ``stop`` is set; the buffered rows are committed before returning."""
+def check_spark(cfg: Config) -> None:
+    """Fail at start, not at the first bulk flush or maintenance run, when Spark cannot run here."""
+    uses = [what for what, on in (("[maintenance] enabled", cfg.maintenance.enabled),
+                                  ("[spark] bulk_min_rows", cfg.spark.bulk_min_rows > 0)) if on]
+    missing = spark_session.available() if uses else None
+    if missing:
+        raise ConfigError(f"{' and '.join(uses)} need Spark, but {missing}; install it or set "
+                          "[maintenance] enabled = false and [spark] bulk_min_rows = 0")
+
+
+def _maintainer(cfg: Config, catalog: Catalog, pipeline: Pipeline) -> Maintainer:
+    def jobs() -> TableJobs:
+        return TableJobs(spark_session.get(spark_session.for_config(cfg)), cfg.catalog.name, cfg.table.name,
+                         cfg.maintenance)
+
+    def snapshot_count() -> int:
+        return len(catalog.load_table(cfg.table.name).metadata.snapshots)
+
+    return Maintainer(Schedule(cfg.maintenance, time.monotonic()), jobs, pipeline.metrics,
+                      snapshot_count=snapshot_count)
+
+
+async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartition, int] | None = None) -> Stats:
+    """Run the pipeline (and table maintenance, when on) until ``stop`` is set, or until every
+    partition of ``until`` was read up to its offset; the buffered rows are committed before
+    returning."""
+    check_spark(cfg)
     catalog = await asyncio.to_thread(iceberg_catalog.load, cfg.catalog)
-    table = await asyncio.to_thread(iceberg_catalog.ensure_table, catalog, cfg.table)
-    pipeline = Pipeline(cfg, catalog, table)
+    table = await asyncio.to_thread(iceberg_catalog.ensure_table, catalog, cfg.table,
+                                    iceberg_catalog.maintenance_properties(cfg.maintenance))
+    bulk = SparkWriter(spark_session.for_config(cfg), cfg.catalog.name) if cfg.spark.bulk_min_rows else None
+    pipeline = Pipeline(cfg, catalog, table, bulk=bulk)
+    maintainer = _maintainer(cfg, catalog, pipeline) if cfg.maintenance.enabled else None
+    if maintainer is not None:
+        pipeline.on_committed = maintainer.committed
     tune_gc()
     server = serve_metrics(pipeline.metrics, cfg.metrics.host, cfg.metrics.port) if cfg.metrics.port else None
     if server is not None:
         log.info("metrics at http://%s:%d/metrics", cfg.metrics.host, cfg.metrics.port)
+    maintenance = asyncio.create_task(maintainer.run(stop)) if maintainer is not None else None
+    watcher = asyncio.create_task(_stop_when_read(pipeline, until, stop)) if until is not None else None
     try:
         await pipeline.run(stop)
     finally:
+        if watcher is not None:
+            watcher.cancel()
+        if maintenance is not None:
+            stop.set()
+            await _stop_maintenance(maintenance)
         if server is not None:
             server.shutdown()
             server.server_close()
     return pipeline.stats
+
+
+async def _stop_when_read(pipeline: Pipeline, until: Mapping[TopicPartition, int], stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        positions = pipeline.positions()
+        if all(positions.get(tp, -1) >= end for tp, end in until.items() if end > 0):
+            log.info("read every partition up to its end offset; committing what is buffered and stopping")
+            stop.set()
+        await asyncio.sleep(0.2)
+
+
+def backfill(cfg: Config, *, batch_rows: int, memory_mb: int) -> Stats:
+    """Land everything the topics hold now (from the table's offsets to the current end offsets)
+    in big flushes written by Spark, through the same exactly-once path as ``run``, then stop.
+    Stop ``frazil run`` for the pipeline first: both would share its consumer group."""
+    cfg = dataclasses.replace(
+        cfg, max_buffer_records=batch_rows, memory_budget_bytes=memory_mb * 1024 * 1024,
+        commit_interval_s=max(cfg.commit_interval_s, 600.0),   # flush on size, not time
+        spark=dataclasses.replace(cfg.spark, bulk_min_rows=1),
+        maintenance=dataclasses.replace(cfg.maintenance, enabled=False))
+
+    async def main() -> Stats:
+        ends = await end_offsets(cfg.kafka.bootstrap_servers, cfg.kafka.topics)
+        catalog = await asyncio.to_thread(iceberg_catalog.load, cfg.catalog)
+        try:
+            table = await asyncio.to_thread(catalog.load_table, cfg.table.name)
+            stored = offsets.stored_offsets(table.properties, cfg.pipeline)
+        except NoSuchTableError:
+            stored = {}
+        todo = sum(max(0, end - stored.get(tp, 0)) for tp, end in ends.items())
+        log.info("backfill %s: %d records to land from %d partition(s), in flushes of up to %d rows written by Spark",
+                 cfg.pipeline, todo, len(ends), batch_rows)
+        stop = asyncio.Event()
+        if todo == 0:
+            return Stats()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        return await serve(cfg, stop, until=ends)
+
+    return uvloop.run(main())
+
+
+async def _stop_maintenance(task: asyncio.Task[None]) -> None:
+    """Cancel the running Spark jobs (a half-done rewrite commits nothing), wait, stop Spark."""
+    if not task.done():
+        await asyncio.to_thread(spark_session.cancel_jobs)
+    await asyncio.wait([task])
+    await asyncio.to_thread(spark_session.stop)
+    if not task.cancelled() and task.exception() is not None:
+        raise task.exception()  # type: ignore[misc]
 
 
 def run(cfg: Config) -> Stats:

@@ -43,6 +43,18 @@ class Metrics:
         self.assignments = Counter("frazil_partition_assignments", "Partition assignments (the first, then rebalances)",
                                    names, registry=r).labels(**labels)
 
+        self.snapshots = Gauge("frazil_table_snapshots", "Snapshots in the table's metadata (after the last commit "
+                               "or maintenance run)", names, registry=r).labels(**labels)
+        self._maintenance_runs = Counter("frazil_maintenance_runs", "Maintenance jobs by job and result (ok, failed)",
+                                         [*names, "job", "result"], registry=r)
+        self._maintenance_seconds = Gauge("frazil_maintenance_last_seconds", "How long each job's last "
+                                          "successful run took", [*names, "job"], registry=r)
+
+    def maintenance(self, job: str, result: str, seconds: float | None = None) -> None:
+        self._maintenance_runs.labels(**self._labels, job=job, result=result).inc()
+        if seconds is not None:
+            self._maintenance_seconds.labels(**self._labels, job=job).set(seconds)
+
     def commit(self, result: str) -> None:
         self._commits.labels(**self._labels, result=result).inc()
 

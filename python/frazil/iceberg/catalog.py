@@ -41,7 +41,7 @@ from pyiceberg.types import (
     UUIDType,
 )
 
-from frazil.config import CatalogConfig, TableConfig
+from frazil.config import CatalogConfig, MaintenanceConfig, TableConfig
 from frazil.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -114,8 +114,18 @@ def spec_for(schema: Schema, partition_by: tuple[str, ...]) -> PartitionSpec:
     return PartitionSpec(*fields)
 
 
-def ensure_table(catalog: Catalog, cfg: TableConfig) -> Table:
-    """Load the table, creating it (and its namespace) when missing and ``create`` is on."""
+def maintenance_properties(cfg: MaintenanceConfig) -> dict[str, str]:
+    """Table properties that keep metadata bounded when maintenance is on: every commit writes a
+    new metadata file, and only the last ``max_snapshots`` of them are kept."""
+    if not cfg.enabled:
+        return {}
+    return {"write.metadata.delete-after-commit.enabled": "true",
+            "write.metadata.previous-versions-max": str(cfg.max_snapshots)}
+
+
+def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] | None = None) -> Table:
+    """Load the table, creating it (and its namespace) when missing and ``create`` is on; set
+    frazil's required properties and ``properties`` on it."""
     try:
         table = catalog.load_table(cfg.name)
     except NoSuchTableError:
@@ -129,7 +139,7 @@ def ensure_table(catalog: Catalog, cfg: TableConfig) -> Table:
         schema = schema_for(cfg)
         try:
             table = catalog.create_table(cfg.name, schema, partition_spec=spec_for(schema, cfg.partition_by),
-                                         properties={"format-version": "2", **REQUIRED_PROPERTIES})
+                                         properties={"format-version": "2", **REQUIRED_PROPERTIES, **(properties or {})})
             log.info("created table %s with %d columns, partitioned by %s", cfg.name, len(schema.fields),
                      list(cfg.partition_by) or "nothing")
         except TableAlreadyExistsError:
@@ -138,7 +148,7 @@ def ensure_table(catalog: Catalog, cfg: TableConfig) -> Table:
                if c not in {f.name for f in table.schema().fields}]
     if missing:
         raise ConfigError(f"table {cfg.name} has no column(s) {', '.join(missing)}; add them to the table or drop them from the config")
-    wrong = {k: v for k, v in REQUIRED_PROPERTIES.items() if table.properties.get(k) != v}
+    wrong = {k: v for k, v in {**REQUIRED_PROPERTIES, **(properties or {})}.items() if table.properties.get(k) != v}
     if wrong:
         with table.transaction() as tx:
             tx.set_properties(wrong)

@@ -43,6 +43,7 @@ class CommitResult:
     attempts: int
     seconds: float
     already_committed: bool = False
+    snapshots: int = 0        # the table's snapshot count after this commit (for maintenance)
 
 
 def find_commit(table: Table, commit_id: str) -> int | None:
@@ -186,7 +187,8 @@ class Committer:
         if snapshot_id is None:
             snapshot_id = find_commit(table, commit_id)
         stored = offsets.stored_offsets(table.properties, self._pipeline)
-        result = CommitResult(commit_id, snapshot_id, rows, stored, attempt, time.monotonic() - started)
+        result = CommitResult(commit_id, snapshot_id, rows, stored, attempt, time.monotonic() - started,
+                              snapshots=len(table.metadata.snapshots))
         log.info("commit %s table=%s snapshot=%s rows=%d attempts=%d took=%.0fms offsets=%s",
                  commit_id, self._table_name, snapshot_id, rows, attempt, result.seconds * 1000,
                  offsets.encode(stored))

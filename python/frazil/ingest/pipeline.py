@@ -20,7 +20,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +39,7 @@ from frazil.iceberg.offsets import Range, TopicPartition
 from frazil.ingest.buffer import RecordBuffer
 from frazil.ingest.source import KafkaSource
 from frazil.metrics import Metrics
+from frazil.spark.bulk import SparkWriter
 from frazil.txlog import Journal, JournalPolicy, open_journal
 
 log = logging.getLogger(__name__)
@@ -83,9 +84,14 @@ def decode_ranges(encoded: Mapping[str, list[int]]) -> dict[TopicPartition, Rang
 
 
 class Pipeline:
-    def __init__(self, cfg: Config, catalog: Catalog, table: Table) -> None:
-        """``table`` is the target table as ``catalog.ensure_table`` left it. Build on the loop."""
+    def __init__(self, cfg: Config, catalog: Catalog, table: Table, *, bulk: SparkWriter | None = None,
+                 on_committed: Callable[[CommitResult], None] | None = None) -> None:
+        """``table`` is the target table as ``catalog.ensure_table`` left it. Flushes of at least
+        ``spark.bulk_min_rows`` rows are written by ``bulk`` when given. ``on_committed`` hears of
+        every landed commit. Build on the loop."""
         self._cfg = cfg
+        self._bulk = bulk
+        self.on_committed = on_committed
         self._committer = Committer(catalog, cfg.table.name, cfg.pipeline, max_attempts=cfg.max_commit_attempts)
         self._buffer = RecordBuffer(iceberg_catalog.arrow_schema(table), metadata_columns=cfg.table.metadata_columns,
                                     max_bytes=cfg.memory_budget_bytes)
@@ -112,6 +118,10 @@ class Pipeline:
     def bytes_in_use(self) -> int:
         pending = self._pending.data.nbytes if self._pending is not None and self._pending.data is not None else 0
         return self._buffer.bytes + pending
+
+    def positions(self) -> dict[TopicPartition, int]:
+        """The next offset this pipeline takes from each positioned partition."""
+        return {tp: self._end.get(tp, start) for tp, start in self._start.items() if start is not None}
 
     async def run(self, stop: asyncio.Event) -> None:
         """Recover the transaction log, ingest until ``stop`` is set, commit what is buffered."""
@@ -242,7 +252,7 @@ class Pipeline:
         try:
             if pending.files is None:
                 assert pending.data is not None
-                files = await asyncio.to_thread(self._committer.write_files, pending.data)
+                files = await asyncio.to_thread(self._write_files, pending.data, pending.commit_id)
                 wrote = time.monotonic()
                 await self._log([
                     {"type": "files", "table": self._cfg.table.name, "files": [f.file_path for f in files],
@@ -288,8 +298,17 @@ class Pipeline:
         self.metrics.rows_committed.inc(result.rows)
         self.metrics.commit_seconds.observe(result.seconds)
         self.last_result = result
+        if self.on_committed is not None:
+            self.on_committed(result)
         await self._source.commit_low_watermark(result.offsets)
         faults.hit("commit.after_kafka_offsets")
+
+    def _write_files(self, data: pa.Table, commit_id: str) -> list[DataFile]:
+        """Data files for a pending batch: through Spark when it is a bulk flush, else in process."""
+        if self._bulk is not None and data.num_rows >= self._cfg.spark.bulk_min_rows:
+            # a fresh folder per attempt: a failed attempt's files are left for orphan removal
+            return self._bulk.write(self._committer.load(), data, f"{commit_id}-{uuid.uuid4().hex[:8]}")
+        return self._committer.write_files(data)
 
     async def _log(self, records: list[dict[str, Any]]) -> None:
         """Make ``records`` durable in the transaction log (fsync off the event loop)."""

@@ -13,12 +13,17 @@ costs about 7 s on two cores.
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import shutil
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from frazil.config import Config
 from frazil.errors import ConfigError
+from frazil.spark import jars
 
 _lock = threading.Lock()
 _session: Any = None
@@ -55,9 +60,34 @@ def conf(catalog_name: str, properties: Mapping[str, str], *, jars: list[Path], 
         "spark.sql.defaultCatalog": catalog_name,
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "4",
+        # Maintenance cut-offs are passed as UTC timestamps.
+        "spark.sql.session.timeZone": "UTC",
+        # Bulk writes (bulk.py) write plain Parquet that Iceberg adopts: microsecond timestamps,
+        # not Spark's INT96; no _SUCCESS marker in the table's folders (it would only ever be an
+        # orphan).
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        "spark.sql.parquet.compression.codec": "zstd",
+        "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+        "spark.driver.memory": "2g",
     }
     out.update(extra or {})
     return out
+
+
+def for_config(cfg: Config) -> dict[str, str]:
+    """The settings of the session a frazil pipeline uses (``[catalog]`` and ``[spark]``)."""
+    paths = [Path(j) for j in cfg.spark.jars] or jars.jars()
+    return conf(cfg.catalog.name, cfg.catalog.properties, jars=paths, master=cfg.spark.master,
+                app_name=f"frazil-{cfg.pipeline}", extra=cfg.spark.conf)
+
+
+def available() -> str | None:
+    """Why Spark cannot start here (pyspark or Java missing), or None."""
+    if importlib.util.find_spec("pyspark") is None:
+        return "pyspark is not installed (pip install 'pyspark==4.1.*')"
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        return "no Java runtime: install Java 17 or 21, or set JAVA_HOME"
+    return None
 
 
 def get(settings: Mapping[str, str]) -> Any:
@@ -81,3 +111,11 @@ def stop() -> None:
         if _session is not None:
             _session.stop()
             _session = None
+
+
+def cancel_jobs() -> None:
+    """Cancel whatever the session is running (its callers get an error), if it has started."""
+    with _lock:
+        session = _session
+    if session is not None:
+        session.sparkContext.cancelAllJobs()

@@ -1,0 +1,79 @@
+"""The daemon's maintenance service: runs the due Spark jobs off the event loop while ingestion goes on.
+
+Ingestion never waits for it: jobs run in a worker thread (py4j blocks on the JVM, not on the
+GIL), and their commits meet ingestion's only at the catalog's compare-and-swap, where the
+loser re-reads and retries. A failing job is logged and counted, and runs again at its next turn;
+it never stops ingestion. The Spark session starts on the first due job, not at start-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from frazil.iceberg.committer import CommitResult
+from frazil.metrics import Metrics
+from frazil.spark.jobs import JobResult, TableJobs
+from frazil.spark.schedule import Job, Schedule
+
+log = logging.getLogger(__name__)
+
+CHECK_EVERY_S = 1.0
+
+
+class Maintainer:
+    def __init__(self, schedule: Schedule, jobs: Callable[[], TableJobs], metrics: Metrics, *,
+                 snapshot_count: Callable[[], int], clock: Callable[[], float] = time.monotonic) -> None:
+        """``jobs`` builds the table's jobs (starting Spark) on first use; ``snapshot_count``
+        reads the table's snapshot count (blocking)."""
+        self._schedule, self._make_jobs, self._metrics = schedule, jobs, metrics
+        self._snapshot_count, self._clock = snapshot_count, clock
+        self._jobs: TableJobs | None = None
+        self.runs: list[list[JobResult]] = []
+
+    def committed(self, result: CommitResult) -> None:
+        """Called after every landed commit with the snapshot count it saw."""
+        self._schedule.snapshots = result.snapshots
+        self._metrics.snapshots.set(result.snapshots)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            due = self._schedule.due(self._clock())
+            if due:
+                await self._run(due)
+            try:
+                await asyncio.wait_for(stop.wait(), CHECK_EVERY_S)
+            except TimeoutError:
+                pass
+
+    async def _run(self, due: tuple[Job, ...]) -> None:
+        log.info("maintenance: running %s", ", ".join(j.value for j in due))
+        results: list[JobResult] = []
+        try:
+            results = await asyncio.to_thread(self._blocking_run, due)
+        except Exception as exc:  # noqa: BLE001 - e.g. Spark cannot start: loud, counted, retried next turn
+            log.error("maintenance could not run (%s: %s); ingestion goes on, it is tried again at its next turn",
+                      type(exc).__name__, exc)
+            for job in due:
+                self._metrics.maintenance(job.value, "failed")
+        snapshots = self._schedule.snapshots
+        try:
+            snapshots = await asyncio.to_thread(self._snapshot_count)
+        except Exception as exc:  # noqa: BLE001 - the catalog may be down; the next commit reports it
+            log.warning("maintenance: cannot read the snapshot count (%s)", exc)
+        self._schedule.ran(due, self._clock(), snapshots)
+        self._metrics.snapshots.set(snapshots)
+        if results:
+            self.runs.append(results)
+
+    def _blocking_run(self, due: tuple[Job, ...]) -> list[JobResult]:
+        if self._jobs is None:
+            self._jobs = self._make_jobs()
+        results, failed = self._jobs.run(due)
+        for result in results:
+            self._metrics.maintenance(result.job.value, "ok", result.seconds)
+        for job in failed:
+            self._metrics.maintenance(job.value, "failed")
+        return results
