@@ -90,9 +90,9 @@ async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartiti
     finally:
         if watcher is not None:
             watcher.cancel()
-        if maintenance is not None:
+        if maintenance is not None and maintainer is not None:
             stop.set()
-            await _stop_maintenance(maintenance)
+            await _stop_maintenance(maintainer, maintenance)
         if server is not None:
             server.shutdown()
             server.server_close()
@@ -140,10 +140,10 @@ def backfill(cfg: Config, *, batch_rows: int, memory_mb: int) -> Stats:
     return uvloop.run(main())
 
 
-async def _stop_maintenance(task: asyncio.Task[None]) -> None:
-    """Cancel the running Spark jobs (a half-done rewrite commits nothing), wait, stop Spark."""
+async def _stop_maintenance(maintainer: Maintainer, task: asyncio.Task[None]) -> None:
+    """Cancel the running Spark job (a half-done rewrite commits nothing), wait, stop Spark."""
     if not task.done():
-        await asyncio.to_thread(spark_session.cancel_jobs)
+        await asyncio.to_thread(maintainer.cancel)
     await asyncio.wait([task])
     await asyncio.to_thread(spark_session.stop)
     if not task.cancelled() and task.exception() is not None:

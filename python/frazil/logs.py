@@ -32,5 +32,5 @@ def setup(level: str = "INFO", fmt: str = "text") -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     # The libraries are chatty at INFO; their warnings still show.
-    for noisy in ("aiokafka", "kafka", "pyiceberg"):
+    for noisy in ("aiokafka", "kafka", "pyiceberg", "py4j"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -54,9 +54,11 @@ META_COLUMNS: tuple[tuple[str, IcebergType, bool], ...] = (
     ("_kafka_key", BinaryType(), False),
 )
 
-# Table properties frazil relies on. pyiceberg's own commit retry re-applies a change on a
-# refreshed table without re-checking our offsets, so frazil retries itself (committer.py).
-REQUIRED_PROPERTIES = {"commit.retry.num-retries": "0"}
+# Table properties frazil relies on. frazil's own commits never use pyiceberg's retry (it would
+# re-apply the offsets without re-checking them, see committer.py). These retries are for the
+# other writers: Spark's maintenance commits re-validate on each retry, and with frazil committing
+# every few seconds they lose the compare-and-swap often (Iceberg's default is 4 retries).
+REQUIRED_PROPERTIES = {"commit.retry.num-retries": "20", "commit.retry.min-wait-ms": "50"}
 
 _PRIMITIVES: dict[str, IcebergType] = {
     "boolean": BooleanType(), "int": IntegerType(), "long": LongType(), "float": FloatType(),

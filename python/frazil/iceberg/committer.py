@@ -3,8 +3,8 @@
 For each attempt the committer reloads the table, checks the ranges against the offsets the
 table holds now (rule 3), and commits data plus offsets in one transaction whose requirements
 pin the table's current snapshot, so the catalog's compare-and-swap fails if anything landed in
-between. pyiceberg's own retry is off for frazil's tables (see ``catalog.REQUIRED_PROPERTIES``):
-a retry here re-reads and re-checks. An error other than a clean conflict leaves the outcome
+between. pyiceberg's own retry is never used for these commits (``_no_inner_retry``): a retry
+here re-reads and re-checks. An error other than a clean conflict leaves the outcome
 unknown; it is resolved by looking for the commit id in the table's snapshots (rule 5) before
 anything is retried.
 
@@ -24,7 +24,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io.pyarrow import _dataframe_to_data_files, parquet_file_to_data_file
 from pyiceberg.manifest import DataFile
-from pyiceberg.table import Table
+from pyiceberg.table import Table, TableProperties
 
 from frazil import faults
 from frazil.errors import CommitOutcomeUnknown, OffsetGapError, OffsetOverlapError
@@ -44,6 +44,17 @@ class CommitResult:
     seconds: float
     already_committed: bool = False
     snapshots: int = 0        # the table's snapshot count after this commit (for maintenance)
+
+
+def _no_inner_retry(table: Table) -> Table:
+    """``table`` as pyiceberg's commit sees it, with its own retry off. On a conflict pyiceberg
+    would re-apply the append and the offsets on the refreshed table and rebuild the
+    requirements, so a range another commit landed meanwhile would land twice. The table's real
+    ``commit.retry.*`` properties are left for other writers: Spark's maintenance commits re-validate
+    on retry, and need retries to get past frazil's frequent commits."""
+    properties = {**table.metadata.properties, TableProperties.COMMIT_NUM_RETRIES: "0"}
+    return Table(table.name(), table.metadata.model_copy(update={"properties": properties}), table.metadata_location,
+                 table.io, table.catalog)
 
 
 def find_commit(table: Table, commit_id: str) -> int | None:
@@ -116,7 +127,7 @@ class Committer:
             summary = {offsets.COMMIT_ID_KEY: commit_id, offsets.PIPELINE_KEY: self._pipeline,
                        offsets.property_key(self._pipeline): encoded}
             try:
-                tx = table.transaction()
+                tx = _no_inner_retry(table).transaction()
                 with tx.update_snapshot(snapshot_properties=summary).fast_append() as append:
                     for data_file in files:
                         append.append_data_file(data_file)

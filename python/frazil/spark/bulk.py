@@ -45,6 +45,7 @@ from pyiceberg.types import FixedType, TimeType, UUIDType
 
 from frazil.errors import FrazilError
 from frazil.spark import session
+from frazil.spark.jobs import describe
 
 log = logging.getLogger(__name__)
 
@@ -164,9 +165,8 @@ class SparkWriter:
         except BulkWriteError:
             raise
         except Exception as exc:  # noqa: BLE001 - Spark, py4j and storage errors: nothing was committed
-            first = str(exc).strip().splitlines()[0][:500] if str(exc).strip() else ""
             raise BulkWriteError(f"Spark could not write {data.num_rows} rows for {table.name()}: "
-                                 f"{type(exc).__name__}: {first}; nothing was committed") from exc
+                                 f"{describe(exc)}; nothing was committed") from exc
         rows = sum(f.record_count for f in files)
         if rows != data.num_rows:
             raise BulkWriteError(f"Spark wrote {rows} rows for {table.name()} but was given {data.num_rows}; "

@@ -3,8 +3,9 @@
 Each job commits to the table by itself, concurrently with ingestion. Nothing here touches
 frazil's offsets: they live in table properties, and a Spark commit re-applies its change on the
 latest metadata, properties included. A conflict with an ingestion commit fails one side's
-compare-and-swap; frazil's committer re-reads and retries, and a job is retried here (both with
-``commit.retry.num-retries=0`` on the table, so every retry is a fresh, re-validated attempt).
+compare-and-swap; frazil's committer re-reads and retries, Spark retries its commit (with
+Iceberg's commit retry inside Spark, which re-validates the rewrite on the refreshed table;
+``catalog.REQUIRED_PROPERTIES`` gives it enough retries to get past frequent ingestion commits).
 
 Blocking (py4j waits on the JVM): call from a worker thread.
 """
@@ -40,6 +41,14 @@ class JobResult:
     counts: dict[str, int] = field(default_factory=dict)   # the procedure's own output columns
 
 
+def describe(exc: BaseException) -> str:
+    """One line on what went wrong, the Java exception's own message when Spark raised one."""
+    java = getattr(exc, "java_exception", None)
+    text = str(java.toString()) if java is not None else str(exc)
+    text = text.strip().splitlines()[0] if text.strip() else ""
+    return f"{type(exc).__name__}: {text[:500]}"
+
+
 def _timestamp(ms: int) -> str:
     """A Spark SQL timestamp literal (the session's time zone is UTC, see session.conf)."""
     return "TIMESTAMP '" + datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f") + "'"
@@ -53,12 +62,20 @@ class TableJobs:
                  clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self._spark, self._catalog, self._table, self._cfg = spark, catalog_name, table_name, cfg
         self._attempts, self._backoff_s, self._sleep, self._clock_ms = attempts, backoff_s, sleep, clock_ms
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        """Stop: cancel the running Spark job (a half-done job commits nothing) and run no more."""
+        self.cancelled = True
+        self._spark.sparkContext.cancelAllJobs()
 
     def run(self, jobs: tuple[Job, ...]) -> tuple[list[JobResult], list[Job]]:
         """Run ``jobs`` in order; a failing job is logged and the next one still runs. Returns
         the results and the jobs that failed every attempt."""
         results, failed = [], []
         for job in jobs:
+            if self.cancelled:
+                break
             try:
                 results.append(self.one(job))
             except MaintenanceError as exc:
@@ -79,7 +96,9 @@ class TableJobs:
             try:
                 counts = action()
             except Exception as exc:  # noqa: BLE001 - py4j and Spark raise many kinds; all are retried
-                summary = str(exc).strip().splitlines()[0][:500] if str(exc).strip() else type(exc).__name__
+                summary = describe(exc)
+                if self.cancelled:
+                    raise MaintenanceError(f"{job.value} on {self._table} was cancelled (frazil is stopping)") from exc
                 if attempt == self._attempts:
                     raise MaintenanceError(f"{job.value} on {self._table} failed {attempt} times; last error: "
                                            f"{summary}") from exc

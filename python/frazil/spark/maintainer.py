@@ -38,6 +38,11 @@ class Maintainer:
         self._schedule.snapshots = result.snapshots
         self._metrics.snapshots.set(result.snapshots)
 
+    def cancel(self) -> None:
+        """Blocking: cancel the running job, if Spark has started (called once ingestion has stopped)."""
+        if self._jobs is not None:
+            self._jobs.cancel()
+
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             due = self._schedule.due(self._clock())

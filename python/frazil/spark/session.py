@@ -112,10 +112,3 @@ def stop() -> None:
             _session.stop()
             _session = None
 
-
-def cancel_jobs() -> None:
-    """Cancel whatever the session is running (its callers get an error), if it has started."""
-    with _lock:
-        session = _session
-    if session is not None:
-        session.sparkContext.cancelAllJobs()

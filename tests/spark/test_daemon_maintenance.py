@@ -1,0 +1,90 @@
+"""``frazil run`` with maintenance on: Spark compacts and expires while records stream in."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import support
+from frazil.devtools.kafka_broker import KafkaBroker
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
+
+RECORDS = 150_000
+CHUNKS = 120         # one every 0.25 s: about 40 s of steady ingestion
+PARTITIONS = 4
+MAX_SNAPSHOTS = 20
+
+
+def _produce(bootstrap: str, topic: str, errors: list[BaseException]) -> None:
+    try:
+        per = RECORDS // CHUNKS
+        for c in range(CHUNKS):
+            asyncio.run(support.produce(bootstrap, topic, (support.record(i) for i in range(c * per, (c + 1) * per)),
+                                        PARTITIONS))
+            time.sleep(0.25)
+    except BaseException as exc:  # noqa: BLE001 - reported by the test
+        errors.append(exc)
+
+
+def test_compaction_and_expiry_run_while_frazil_ingests_and_lose_nothing(kafka: KafkaBroker, tmp_path: Path) -> None:
+    topic = "maintained"
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
+    config = support.write_config(
+        tmp_path, kafka.bootstrap, [topic], interval=0.3, maintenance=True,
+        extra=f"interval_s = 10\nmax_snapshots = {MAX_SNAPSHOTS}\nmin_input_files = 2\n"
+              "[spark]\nmaster = \"local[2]\"\nconf = { \"spark.driver.memory\" = \"1g\" }\n")
+    cfg = support.load(config)
+    catalog = support.catalog_of(cfg)
+    log = tmp_path / "frazil.log"
+    errors: list[BaseException] = []
+    producer = threading.Thread(target=_produce, args=(kafka.bootstrap, topic, errors), daemon=True)
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "frazil.cli", "run", "--config", str(config)],
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        producer.start()
+        producer.join(timeout=120)
+        assert not errors and not producer.is_alive(), errors
+        ends = asyncio.run(support.end_offsets(kafka.bootstrap, [topic]))
+        assert sum(ends.values()) == RECORDS
+        support.wait_until_committed(catalog, cfg, ends, timeout=120, alive=lambda: proc.poll() is None)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=120)
+    text = log.read_text()
+    assert code == 0, text[-3000:]
+
+    # nothing lost or duplicated, offsets exactly at the end of the topic
+    support.assert_exactly_once(support.count_offsets(catalog, cfg.table.name), ends)
+    assert support.stored(catalog, cfg) == ends
+
+    lines = text.splitlines()
+    commits = [i for i, line in enumerate(lines) if re.search(r" cycle \S+: \d+ rows in", line)]
+    compactions = [(i, int(m.group(1)), int(m.group(2))) for i, line in enumerate(lines)
+                   if (m := re.search(r"maintenance rewrite_data_files on \S+ took .*rewritten_data_files_count=(\d+), "
+                                      r"added_data_files_count=(\d+)", line))]
+    starts = [i for i, line in enumerate(lines) if "maintenance: running rewrite_data_files" in line]
+    assert compactions and starts, text[-3000:]
+    # a compaction made fewer files while commits were landing around it: before, during and after
+    i, rewritten, added = compactions[0]
+    assert rewritten > added >= 1
+    assert any(c < starts[0] for c in commits) and any(starts[0] < c < i for c in commits) and any(c > i for c in commits), \
+        "ingestion stopped while Spark compacted"
+
+    table = catalog.load_table(cfg.table.name)
+    live_files = table.inspect.files().num_rows
+    # each commit added one file; each compaction replaced `rewritten` files by `added`
+    assert live_files == len(commits) - sum(r - a for _, r, a in compactions) < len(commits)
+    # bounded: every expiry keeps half of max_snapshots; what landed during and after the last one
+    # adds to it (a run takes a few seconds, at about three commits a second here)
+    assert len(table.snapshots()) <= 2 * MAX_SNAPSHOTS < len(commits), (len(table.snapshots()), len(commits))
+    assert "maintenance expire_snapshots" in text and "Traceback" not in text
