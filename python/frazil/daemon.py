@@ -16,7 +16,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 
 from frazil.config import Config
-from frazil.errors import ConfigError
+from frazil.errors import CommitOutcomeUnknown, ConfigError
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
 from frazil.iceberg.offsets import TopicPartition
@@ -135,7 +135,15 @@ def backfill(cfg: Config, *, batch_rows: int, memory_mb: int) -> Stats:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        return await serve(cfg, stop, until=ends)
+        stats = await serve(cfg, stop, until=ends)
+        table = await asyncio.to_thread(catalog.load_table, cfg.table.name)
+        landed = offsets.stored_offsets(table.properties, cfg.pipeline)
+        short = {tp: (landed.get(tp, 0), end) for tp, end in ends.items() if landed.get(tp, 0) < end}
+        if short:
+            raise CommitOutcomeUnknown(
+                f"backfill {cfg.pipeline} stopped before landing everything: (table offset, target) per partition "
+                f"{ {f'{t}/{p}': v for (t, p), v in sorted(short.items())} }. Nothing is lost or doubled; run it again")
+        return stats
 
     return uvloop.run(main())
 

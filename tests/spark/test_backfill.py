@@ -1,0 +1,89 @@
+"""``frazil backfill``: millions of records written by Spark, committed through the exactly-once path.
+Also on a Spark standalone cluster started from PySpark's own jars."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import support
+from frazil.devtools.kafka_broker import KafkaBroker
+from frazil.devtools.spark_cluster import SparkCluster
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
+
+BULK_RECORDS = int(os.environ.get("FRAZIL_BULK_RECORDS", "5000000"))
+
+
+def _run(config: Path, log: Path, *args: str, timeout: float = 900) -> str:
+    with open(log, "ab") as out:
+        proc = subprocess.run([sys.executable, "-m", "frazil.cli", *args, "--config", str(config)],
+                              stdout=out, stderr=subprocess.STDOUT, timeout=timeout)
+    text = log.read_text()
+    assert proc.returncode == 0, f"frazil {args[0]} exited with {proc.returncode}:\n{text[-4000:]}"
+    return text
+
+
+def _bulk_files(catalog, table: str) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    paths = catalog.load_table(table).inspect.files().column("file_path").to_pylist()
+    return len(paths), sum(1 for p in paths if "/data/frazil-bulk-" in p)
+
+
+def test_bulk_catch_up_of_millions_of_records_lands_each_once(kafka: KafkaBroker, tmp_path: Path) -> None:
+    topic, partitions = "backlog", 12
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, partitions))
+    started = time.monotonic()
+    asyncio.run(support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(BULK_RECORDS)), partitions))
+    print(f"produced {BULK_RECORDS} records in {time.monotonic() - started:.0f}s")
+    config = support.write_config(tmp_path, kafka.bootstrap, [topic],
+                                  extra="[spark]\nmaster = \"local[2]\"\nconf = { \"spark.driver.memory\" = \"3g\" }\n")
+    cfg = support.load(config)
+    log = tmp_path / "frazil.log"
+    started = time.monotonic()
+    text = _run(config, log, "backfill", "--batch-rows", "1250000", "--memory-mb", "1536")
+    print(f"backfill took {time.monotonic() - started:.0f}s")
+    ends = asyncio.run(support.end_offsets(kafka.bootstrap, [topic]))
+    assert sum(ends.values()) == BULK_RECORDS
+    catalog = support.catalog_of(cfg)
+    assert support.stored(catalog, cfg) == ends
+    support.assert_exactly_once_by_partition(catalog, cfg.table.name, ends)
+    files, bulk = _bulk_files(catalog, cfg.table.name)
+    assert files == bulk > 0, "every data file was written by Spark"
+    assert text.count("through Spark in") >= 2, "the catch-up came in several bulk flushes"
+    # a second backfill finds nothing left and lands nothing twice
+    _run(config, log, "backfill")
+    assert support.stored(catalog, cfg) == ends
+    assert catalog.load_table(cfg.table.name).scan(selected_fields=("_kafka_offset",)).to_arrow().num_rows == BULK_RECORDS
+
+
+def test_backfill_and_compaction_on_a_standalone_cluster(kafka: KafkaBroker, tmp_path: Path) -> None:
+    topic, partitions, records = "on-cluster", 4, 120_000
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, partitions))
+    with SparkCluster.start(tmp_path / "spark", cores=2, memory="2g") as cluster:
+        spark = (f"[spark]\nmaster = \"{cluster.master_url}\"\n"
+                 "conf = { \"spark.driver.host\" = \"127.0.0.1\", \"spark.executor.memory\" = \"1g\" }\n")
+        config = support.write_config(tmp_path / "p", kafka.bootstrap, [topic], extra="min_input_files = 2\n" + spark)
+        cfg = support.load(config)
+        catalog = support.catalog_of(cfg)
+        log = tmp_path / "frazil.log"
+        for part in range(3):  # three backfills: three bulk commits, so compaction has files to merge
+            asyncio.run(support.produce(kafka.bootstrap, topic, (support.record(i) for i in
+                                                                 range(part * records // 3, (part + 1) * records // 3)),
+                                        partitions))
+            _run(config, log, "backfill", "--batch-rows", str(records))
+        files_before, bulk = _bulk_files(catalog, cfg.table.name)
+        assert files_before == bulk >= 3
+        _run(config, log, "compact")
+        apps = sorted(p.name for p in cluster.work_dir.glob("app-*"))
+    assert len(apps) == 4, f"each command ran as an application on the cluster: {apps}"
+    ends = asyncio.run(support.end_offsets(kafka.bootstrap, [topic]))
+    support.assert_exactly_once(support.count_offsets(catalog, cfg.table.name), ends)
+    assert support.stored(catalog, cfg) == ends
+    files_after, _ = _bulk_files(catalog, cfg.table.name)
+    assert files_after < files_before
