@@ -153,12 +153,11 @@ class SparkWriter:
             for name, expr in helpers:
                 df = df.withColumn(name, F.expr(expr))
             location = f"{table.location().rstrip('/')}/data/frazil-bulk-{write_id}"
-            parallelism = spark.sparkContext.defaultParallelism
-            if helpers:  # one file per partition value and task, not one per value per input slice
-                df = df.repartition(parallelism, *[F.col(name) for name, _ in helpers])
-                writer = df.write.partitionBy(*[name for name, _ in helpers])
-            else:
-                writer = df.repartition(parallelism).write
+            # No shuffle: the Arrow batches become the tasks' input as they are, one task per core.
+            # Spark's partitioned writer sorts each task's rows by the helper columns, so a task
+            # writes one file per partition value it holds.
+            df = df.coalesce(spark.sparkContext.defaultParallelism)
+            writer = df.write.partitionBy(*[name for name, _ in helpers]) if helpers else df.write
             writer.mode("errorifexists").parquet(location)
             paths = _parquet_files(location)
             files = [data_file(table, path) for path in paths]

@@ -114,7 +114,8 @@ class TableJobs:
 
     def _call(self, procedure: str, **args: str) -> dict[str, int]:
         rendered = ", ".join(f"{name} => {value}" for name, value in args.items())
-        rows = self._spark.sql(f"CALL {self._catalog}.system.{procedure}(table => '{self._table}'"
+        # fully qualified: a namespace named like the catalog would otherwise be read as the catalog
+        rows = self._spark.sql(f"CALL {self._catalog}.system.{procedure}(table => '{self._catalog}.{self._table}'"
                                f"{', ' + rendered if rendered else ''})").collect()
         return {k: int(v) for k, v in rows[0].asDict().items() if isinstance(v, int)} if rows else {}
 
