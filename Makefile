@@ -6,7 +6,7 @@ RUST_SOURCES := $(shell find rust/src -name '*.rs') rust/Cargo.toml Cargo.toml C
 export FRAZIL_CACHE ?= $(HOME)/.cache/frazil
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help venv build bench-deps demo test test-rust test-python stubtest typecheck chaos bench bench-profile bench-native bench-txlog bench-ingest-txlog outage kafka-fetch spark-fetch clean
+.PHONY: help venv build bench-deps demo test test-rust test-python stubtest typecheck chaos bench bench-maintenance bench-profile bench-native bench-txlog bench-ingest-txlog outage kafka-fetch spark-fetch clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -27,7 +27,7 @@ $(VENV)/.build-ok: $(VENV)/.venv-ok $(RUST_SOURCES) pyproject.toml
 build: $(VENV)/.build-ok ## build the Rust extension into the virtualenv (frazil._native)
 
 $(VENV)/.bench-ok: $(VENV)/.build-ok
-	@echo "installing the benchmark extras (pyspark, psutil, matplotlib, py-spy) and fetching the Spark jars..."
+	@echo "installing the benchmark extras (psutil, matplotlib, py-spy) and fetching the Spark and Kafka Connect jars..."
 	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release -q -E dev,bench
 	$(PY) -m frazil.spark.jars fetch --kafka >/dev/null
 	$(PY) benches/e2e_systems/kafka_connect.py --fetch >/dev/null
@@ -53,7 +53,8 @@ stubtest: build ## check python/frazil/_native.pyi against the built module
 typecheck: build ## mypy --strict on python/frazil
 	$(PY) -m mypy
 
-test-python: build ## Python tests: unit, native, integration (real Kafka + catalog), chaos
+test-python: build ## Python tests: unit, native, integration (real Kafka + catalog), Spark, chaos
+	$(PY) -m frazil.spark.jars fetch >/dev/null
 	$(PY) -m pytest $${PYTEST_ARGS:-}
 
 test: test-rust stubtest typecheck test-python ## everything CI runs
@@ -63,6 +64,9 @@ chaos: build ## the SIGKILL crash run alone, verbose
 
 bench: bench-deps ## end to end vs Spark SS, the Iceberg Kafka Connect sink, a plain Python loop, the ceilings; e2e.json + png
 	$(PY) benches/e2e.py $${BENCH_ARGS:-}
+
+bench-maintenance: build ## commit latency and metadata over 1,000 cycles with maintenance on/off, compaction, bulk writes vs Spark; maintenance.json
+	$(PY) benches/maintenance.py $${BENCH_ARGS:-}
 
 bench-profile: bench-deps ## where frazil's time goes: py-spy over frazil landing each workload; e2e_profile.json
 	$(PY) benches/e2e.py --profile --systems frazil --no-latency $${BENCH_ARGS:-}

@@ -39,6 +39,12 @@ def _check(args: argparse.Namespace) -> int:
           f"partition_by={list(cfg.table.partition_by)}")
     print(f"  txlog      {cfg.txlog_dir} (fsync {cfg.txlog_fsync})")
     print(f"  memory     budget {cfg.memory_budget_bytes // (1024 * 1024)} MiB; stop after {cfg.outage_timeout_s:g}s of failing commits")
+    m = cfg.maintenance
+    print(f"  spark      {cfg.spark.master}; "
+          + (f"flushes of {cfg.spark.bulk_min_rows}+ rows written by Spark" if cfg.spark.bulk_min_rows else "bulk writes off"))
+    print("  maintenance " + (f"every {m.interval_s:g}s, expiry above {m.max_snapshots} snapshots, files to "
+                             f"{m.target_file_size_mb} MB{', sorted by ' + m.sort_order if m.sort_order else ''}, "
+                             f"orphans older than {m.orphan_min_age_s:g}s" if m.enabled else "off"))
     return 0
 
 
@@ -95,7 +101,11 @@ def _maintain(args: argparse.Namespace) -> int:
 
     cfg = config_mod.load(args.config)
     logs.setup(cfg.log_level, cfg.log_format)
-    jobs = tuple(Job(j) for j in args.jobs.split(",")) if args.jobs else FULL_RUN
+    names = [j.strip() for j in args.jobs.split(",") if j.strip()]
+    unknown = [n for n in names if n not in {j.value for j in Job}]
+    if unknown:
+        raise ConfigError(f"--jobs: unknown job(s) {', '.join(unknown)}; choose from {', '.join(j.value for j in FULL_RUN)}")
+    jobs = tuple(Job(n) for n in names) if names else FULL_RUN
     if Job.ORPHANS in jobs and cfg.txlog_dir.exists() and not args.force:
         unresolved = recover(cfg.txlog_dir, read_only=True).state.unresolved()
         if unresolved:
