@@ -34,7 +34,10 @@ class Maintainer:
         self.runs: list[list[JobResult]] = []
 
     def committed(self, result: CommitResult) -> None:
-        """Called after every landed commit with the snapshot count it saw."""
+        """Called after every commit cycle with the snapshot count it saw (0: it landed nothing
+        and did not look)."""
+        if not result.snapshots:
+            return
         self._schedule.snapshots = result.snapshots
         self._metrics.snapshots.set(result.snapshots)
 
