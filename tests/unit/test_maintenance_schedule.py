@@ -7,7 +7,7 @@ import pytest
 from frazil import config as config_mod
 from frazil.config import MaintenanceConfig
 from frazil.errors import ConfigError
-from frazil.spark.schedule import FULL_RUN, Job, Schedule, expire_before
+from frazil.spark.schedule import FULL_RUN, PAUSE_AFTER_FAILURE_S, Job, Schedule, expire_before
 
 CFG = MaintenanceConfig(interval_s=60, max_snapshots=10, snapshot_max_age_s=3600)
 
@@ -34,6 +34,13 @@ def test_too_many_snapshots_make_expiry_due_at_once_and_only_expiry() -> None:
     s.ran((Job.EXPIRE,), 1002.0, snapshots_after=5)
     assert s.due(1003.0) == ()
     assert s.last_full is None  # an expiry alone does not move the full run
+
+
+def test_a_failed_run_pauses_everything_so_a_broken_spark_is_not_restarted_every_poll() -> None:
+    s = Schedule(CFG, started=1000.0)
+    s.ran((Job.EXPIRE,), 1001.0, snapshots_after=50, failed=True)
+    assert s.due(1001.0 + PAUSE_AFTER_FAILURE_S - 0.1) == ()
+    assert s.due(1001.0 + PAUSE_AFTER_FAILURE_S) in ((Job.EXPIRE,), FULL_RUN)
 
 
 def test_expiry_keeps_the_newest_half_when_over_the_count() -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from frazil.iceberg.committer import CommitResult
 from frazil.metrics import Metrics
 from frazil.spark.jobs import JobResult, TableJobs
-from frazil.spark.schedule import Job, Schedule
+from frazil.spark.schedule import PAUSE_AFTER_FAILURE_S, Job, Schedule
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +59,12 @@ class Maintainer:
     async def _run(self, due: tuple[Job, ...]) -> None:
         log.info("maintenance: running %s", ", ".join(j.value for j in due))
         results: list[JobResult] = []
+        failed = True
         try:
-            results = await asyncio.to_thread(self._blocking_run, due)
-        except Exception as exc:  # noqa: BLE001 - e.g. Spark cannot start: loud, counted, retried next turn
-            log.error("maintenance could not run (%s: %s); ingestion goes on, it is tried again at its next turn",
-                      type(exc).__name__, exc)
+            results, failed = await asyncio.to_thread(self._blocking_run, due)
+        except Exception as exc:  # noqa: BLE001 - e.g. Spark cannot start: loud, counted, retried later
+            log.error("maintenance could not run (%s: %s); ingestion goes on, it is tried again in %.0fs at the "
+                      "earliest", type(exc).__name__, exc, PAUSE_AFTER_FAILURE_S)
             for job in due:
                 self._metrics.maintenance(job.value, "failed")
         snapshots = self._schedule.snapshots
@@ -71,12 +72,12 @@ class Maintainer:
             snapshots = await asyncio.to_thread(self._snapshot_count)
         except Exception as exc:  # noqa: BLE001 - the catalog may be down; the next commit reports it
             log.warning("maintenance: cannot read the snapshot count (%s)", exc)
-        self._schedule.ran(due, self._clock(), snapshots)
+        self._schedule.ran(due, self._clock(), snapshots, failed=failed)
         self._metrics.snapshots.set(snapshots)
         if results:
             self.runs.append(results)
 
-    def _blocking_run(self, due: tuple[Job, ...]) -> list[JobResult]:
+    def _blocking_run(self, due: tuple[Job, ...]) -> tuple[list[JobResult], bool]:
         if self._jobs is None:
             self._jobs = self._make_jobs()
         results, failed = self._jobs.run(due)
@@ -84,4 +85,4 @@ class Maintainer:
             self._metrics.maintenance(result.job.value, "ok", result.seconds)
         for job in failed:
             self._metrics.maintenance(job.value, "failed")
-        return results
+        return results, bool(failed)

@@ -26,6 +26,9 @@ class Job(enum.Enum):
 
 
 FULL_RUN = (Job.COMPACT, Job.POSITION_DELETES, Job.MANIFESTS, Job.EXPIRE, Job.ORPHANS)
+# After a run with a failure (Spark cannot start, the catalog is down), nothing is due for this
+# long, so a table over max_snapshots does not restart a failing Spark every second.
+PAUSE_AFTER_FAILURE_S = 60.0
 
 
 @dataclass
@@ -36,19 +39,25 @@ class Schedule:
     started: float
     last_full: float | None = None
     snapshots: int = 0          # the count the last commit reported
+    paused_until: float = 0.0
 
     def due(self, now: float) -> tuple[Job, ...]:
+        if now < self.paused_until:
+            return ()
         if now - (self.last_full if self.last_full is not None else self.started) >= self.cfg.interval_s:
             return FULL_RUN
         if self.snapshots > self.cfg.max_snapshots:
             return (Job.EXPIRE,)
         return ()
 
-    def ran(self, jobs: Sequence[Job], now: float, snapshots_after: int) -> None:
-        """Record a run (successful or not: a failing job waits for its next turn, not the next poll)."""
+    def ran(self, jobs: Sequence[Job], now: float, snapshots_after: int, *, failed: bool = False) -> None:
+        """Record a run. A failing full run waits for its next interval; after any failure nothing
+        runs for ``PAUSE_AFTER_FAILURE_S``."""
         if tuple(jobs) == FULL_RUN:
             self.last_full = now
         self.snapshots = snapshots_after
+        if failed:
+            self.paused_until = now + PAUSE_AFTER_FAILURE_S
 
 
 def expire_before(snapshot_ms: Sequence[int], now_ms: int, cfg: MaintenanceConfig) -> int | None:

@@ -1,0 +1,67 @@
+"""The daemon's maintenance service with a fake Spark side (pure logic, no JVM)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from frazil.config import MaintenanceConfig
+from frazil.iceberg.committer import CommitResult
+from frazil.metrics import Metrics
+from frazil.spark.jobs import JobResult, TableJobs
+from frazil.spark.maintainer import Maintainer
+from frazil.spark.schedule import Job, Schedule
+
+
+class FakeJobs:
+    def __init__(self) -> None:
+        self.ran: list[tuple[Job, ...]] = []
+
+    def run(self, jobs: tuple[Job, ...]) -> tuple[list[JobResult], list[Job]]:
+        self.ran.append(jobs)
+        return [JobResult(j, 0.5, 1, {"x": 1}) for j in jobs if j is not Job.ORPHANS], [j for j in jobs if j is Job.ORPHANS]
+
+
+def result(snapshots: int) -> CommitResult:
+    return CommitResult("c", 1, 10, {}, 1, 0.01, snapshots=snapshots)
+
+
+@pytest.mark.asyncio
+async def test_a_commit_over_max_snapshots_runs_expiry_once_and_failures_are_counted_not_raised() -> None:
+    now = [0.0]
+    fake = FakeJobs()
+    metrics = Metrics("p", "db.t")
+    counts = iter([5, 5, 5])
+    m = Maintainer(Schedule(MaintenanceConfig(interval_s=100, max_snapshots=10), 0.0), lambda: fake,  # type: ignore[arg-type, return-value]
+                   metrics, snapshot_count=lambda: next(counts), clock=lambda: now[0])
+    stop = asyncio.Event()
+    task = asyncio.create_task(m.run(stop))
+    m.committed(result(11))
+    m.committed(result(0))   # a cycle that landed nothing says nothing about the count
+    await asyncio.sleep(1.2)
+    assert fake.ran == [(Job.EXPIRE,)]
+    assert metrics.value("frazil_table_snapshots") == 5
+    now[0] = 100.0   # the full run: the failing orphan removal is counted, the loop goes on
+    await asyncio.sleep(1.2)
+    stop.set()
+    await task
+    assert len(fake.ran) == 2 and metrics.value("frazil_maintenance_runs_total", job="remove_orphan_files", result="failed") == 1
+    assert metrics.value("frazil_maintenance_runs_total", job="rewrite_data_files", result="ok") == 1
+
+
+@pytest.mark.asyncio
+async def test_spark_that_cannot_start_is_logged_and_tried_again_later() -> None:
+    def broken() -> TableJobs:
+        raise RuntimeError("no java")
+
+    metrics = Metrics("p", "db.t")
+    m = Maintainer(Schedule(MaintenanceConfig(interval_s=100, max_snapshots=10), 0.0), broken, metrics,
+                   snapshot_count=lambda: 20, clock=lambda: 1.0)
+    m.committed(result(20))
+    stop = asyncio.Event()
+    task = asyncio.create_task(m.run(stop))
+    await asyncio.sleep(2.5)
+    stop.set()
+    await task
+    assert metrics.value("frazil_maintenance_runs_total", job="expire_snapshots", result="failed") == 1
