@@ -12,7 +12,7 @@ from frazil.config import Column, TableConfig
 from frazil.iceberg import catalog as iceberg_catalog
 
 COLUMNS = (Column("id", "long", required=True), Column("name", "string"), Column("amount", "double"),
-           Column("at", "timestamptz"))
+           Column("at", "timestamptz"), Column("local", "timestamp"))
 
 
 def make_table(catalog: Catalog, name: str, partition_by: tuple[str, ...] = ()) -> Table:
@@ -28,6 +28,7 @@ def rows(table: Table, start: int, end: int, *, topic: str = "events", partition
         "name": [f"n{i % 13}" for i in range(start, end)],
         "amount": [i * 0.5 for i in range(start, end)],
         "at": [None if i % 101 == 0 else base + timedelta(hours=i % 120) for i in range(start, end)],
+        "local": [datetime(2026, 11, 1, 23, 30) + timedelta(minutes=i % 90) for i in range(start, end)],
         "_kafka_topic": [topic] * n, "_kafka_partition": [partition] * n, "_kafka_offset": list(range(start, end)),
         "_kafka_timestamp": [base] * n, "_kafka_key": [None] * n,
     }, schema=iceberg_catalog.arrow_schema(table))

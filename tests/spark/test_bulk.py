@@ -72,3 +72,8 @@ def test_in_process_and_spark_files_hold_the_same_rows(spark: Any, catalog: Cata
     local_files = committer.write_files(data)
     read = [pq.read_table([f.file_path.removeprefix("file://") for f in fs]).sort_by("id") for fs in (spark_files, local_files)]
     assert read[0].to_pylist() == read[1].to_pylist()
+    # the same Parquet types too: `timestamp` stays local time (not adjusted to UTC), `timestamptz` UTC
+    def types(t: pa.Table) -> list[pa.DataType]:
+        large = {pa.large_string(): pa.string(), pa.large_binary(): pa.binary()}
+        return [large.get(f.type, f.type) for f in t.schema]
+    assert types(read[0]) == types(read[1])

@@ -146,8 +146,12 @@ class SparkWriter:
             spark = session.get(self._settings)
             from pyspark.sql import functions as F
 
+            from pyspark.sql.pandas.types import from_arrow_schema
+
             ids = {f.name: int(f.metadata[b"PARQUET:field_id"]) for f in data.schema}
-            df = spark.createDataFrame(data)
+            # Iceberg's `timestamp` (no zone) must stay local time in the file (TIMESTAMP_NTZ);
+            # by default Spark would read it as an instant and write it adjusted to UTC.
+            df = spark.createDataFrame(data, schema=from_arrow_schema(data.schema, prefer_timestamp_ntz=True))
             df = df.select(*[F.col(f"`{name}`").alias(name, metadata={"parquet.field.id": ids[name]}) for name in df.columns])
             helpers = partition_columns(self._catalog, table.schema(), table.spec())
             for name, expr in helpers:
