@@ -47,6 +47,10 @@ CONFIG = """\
 [pipeline]
 name = "demo"
 commit_interval_s = 2.0
+max_buffer_records = 25000   # small commits, so step 5 has small files to compact
+
+[maintenance]
+min_input_files = 2
 
 [kafka]
 bootstrap_servers = "{bootstrap}"
