@@ -66,7 +66,8 @@ def _maintainer(cfg: Config, catalog: Catalog, pipeline: Pipeline) -> Maintainer
                       snapshot_count=snapshot_count)
 
 
-async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartition, int] | None = None) -> Stats:
+async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartition, int] | None = None,
+                from_offsets: Mapping[TopicPartition, int] | None = None) -> Stats:
     """Run the pipeline (and table maintenance, when on) until ``stop`` is set, or until every
     partition of ``until`` was read up to its offset; the buffered rows are committed before
     returning."""
@@ -84,7 +85,8 @@ async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartiti
     if server is not None:
         log.info("metrics at http://%s:%d/metrics", cfg.metrics.host, cfg.metrics.port)
     maintenance = asyncio.create_task(maintainer.run(stop)) if maintainer is not None else None
-    watcher = asyncio.create_task(_stop_when_read(pipeline, until, stop)) if until is not None else None
+    watcher = (asyncio.create_task(_stop_when_read(pipeline, until, from_offsets or {}, stop))
+               if until is not None else None)
     try:
         await pipeline.run(stop)
     finally:
@@ -93,18 +95,28 @@ async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartiti
         if maintenance is not None and maintainer is not None:
             stop.set()
             await _stop_maintenance(maintainer, maintenance)
+        await asyncio.to_thread(spark_session.stop)  # if bulk writes or maintenance started it
         if server is not None:
             server.shutdown()
             server.server_close()
     return pipeline.stats
 
 
-async def _stop_when_read(pipeline: Pipeline, until: Mapping[TopicPartition, int], stop: asyncio.Event) -> None:
+async def _stop_when_read(pipeline: Pipeline, until: Mapping[TopicPartition, int], start: Mapping[TopicPartition, int],
+                          stop: asyncio.Event) -> None:
+    """Set ``stop`` once every partition was read up to ``until``; say how far it got every 10 s."""
+    total = sum(max(0, end - start.get(tp, 0)) for tp, end in until.items())
+    last_report = time.monotonic()
     while not stop.is_set():
         positions = pipeline.positions()
         if all(positions.get(tp, -1) >= end for tp, end in until.items() if end > 0):
             log.info("read every partition up to its end offset; committing what is buffered and stopping")
             stop.set()
+        elif time.monotonic() - last_report >= 10:
+            last_report = time.monotonic()
+            read = sum(min(end, positions.get(tp, start.get(tp, 0))) - start.get(tp, 0) for tp, end in until.items())
+            log.info("backfill: read %d of %d records (%.0f%%), %d rows committed", read, total,
+                     100 * read / max(total, 1), pipeline.stats.rows_committed)
         await asyncio.sleep(0.2)
 
 
@@ -135,7 +147,7 @@ def backfill(cfg: Config, *, batch_rows: int, memory_mb: int) -> Stats:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        stats = await serve(cfg, stop, until=ends)
+        stats = await serve(cfg, stop, until=ends, from_offsets=stored)
         table = await asyncio.to_thread(catalog.load_table, cfg.table.name)
         landed = offsets.stored_offsets(table.properties, cfg.pipeline)
         short = {tp: (landed.get(tp, 0), end) for tp, end in ends.items() if landed.get(tp, 0) < end}
@@ -149,11 +161,10 @@ def backfill(cfg: Config, *, batch_rows: int, memory_mb: int) -> Stats:
 
 
 async def _stop_maintenance(maintainer: Maintainer, task: asyncio.Task[None]) -> None:
-    """Cancel the running Spark job (a half-done rewrite commits nothing), wait, stop Spark."""
+    """Cancel the running Spark job (a half-done rewrite commits nothing) and wait for it."""
     if not task.done():
         await asyncio.to_thread(maintainer.cancel)
     await asyncio.wait([task])
-    await asyncio.to_thread(spark_session.stop)
     if not task.cancelled() and task.exception() is not None:
         raise task.exception()  # type: ignore[misc]
 

@@ -87,3 +87,24 @@ def test_backfill_and_compaction_on_a_standalone_cluster(kafka: KafkaBroker, tmp
     assert support.stored(catalog, cfg) == ends
     files_after, _ = _bulk_files(catalog, cfg.table.name)
     assert files_after < files_before
+
+
+def test_a_backfill_that_cannot_land_everything_exits_1_and_says_where_it_stopped(kafka: KafkaBroker,
+                                                                                  tmp_path: Path) -> None:
+    topic = "unwritable"
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, 2))
+    asyncio.run(support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(1000)), 2))
+    config = support.write_config(tmp_path, kafka.bootstrap, [topic])
+    # a uuid column: Spark's Parquet writer cannot write Iceberg's uuid, so every bulk write fails
+    config.write_text(config.read_text().replace('{ name = "at", type = "timestamptz" },',
+                                                 '{ name = "at", type = "timestamptz" },\n  { name = "u", type = "uuid" },'))
+    log = tmp_path / "frazil.log"
+    with open(log, "wb") as out:
+        proc = subprocess.run([sys.executable, "-m", "frazil.cli", "backfill", "--config", str(config)],
+                              stdout=out, stderr=subprocess.STDOUT, timeout=300)
+    text = log.read_text()
+    assert proc.returncode == 1, text[-3000:]
+    assert "cannot write column(s) u (uuid, fixed, time)" in text
+    assert "stopped before landing everything" in text and "unwritable/0" in text
+    cfg = support.load(config)
+    assert support.stored(support.catalog_of(cfg), cfg) == {}

@@ -79,6 +79,9 @@ class TableJobs:
             try:
                 results.append(self.one(job))
             except MaintenanceError as exc:
+                if self.cancelled:
+                    log.info("%s", exc)
+                    break
                 log.error("%s", exc)
                 failed.append(job)
         if failed:
