@@ -1,0 +1,18 @@
+"""Control-topic wire format: event payloads and their Avro codec. Pure, no I/O."""
+
+from frazil.events.codec import EventDecodeError, decode, encode
+from frazil.events.payloads import (
+    Assignment,
+    ColumnStat,
+    CommitComplete,
+    CommitToTable,
+    DataComplete,
+    DataFileRef,
+    DataWritten,
+    Event,
+    OffsetRange,
+    StartCommit,
+)
+
+__all__ = ["Assignment", "ColumnStat", "CommitComplete", "CommitToTable", "DataComplete", "DataFileRef",
+           "DataWritten", "Event", "EventDecodeError", "OffsetRange", "StartCommit", "decode", "encode"]

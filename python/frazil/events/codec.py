@@ -1,0 +1,161 @@
+"""Control-topic events as bytes: a two-byte header (magic, schema version) and an Avro body (fastavro).
+
+The version names the writer's schema. A reader resolves any version it knows against its own,
+newest schema, so fields a newer writer added are ignored and fields it lacks take their
+defaults. A version the reader does not know (a newer frazil) is an error that says to upgrade
+the readers first; bytes that are not a frazil event are an error that names what came instead.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import fastavro
+
+from frazil.errors import FrazilError
+from frazil.events.payloads import (
+    Assignment,
+    ColumnStat,
+    CommitComplete,
+    CommitToTable,
+    DataComplete,
+    DataFileRef,
+    DataWritten,
+    Event,
+    OffsetRange,
+    Payload,
+    StartCommit,
+)
+
+MAGIC = 0xF7
+VERSION = 1
+NAMESPACE = "io.frazil.events.v1"
+
+
+class EventDecodeError(FrazilError):
+    """Bytes on the control topic that cannot be read as a frazil event."""
+
+
+def _opt(name: str, avro_type: Any) -> dict[str, Any]:
+    return {"name": name, "type": ["null", avro_type], "default": None}
+
+
+_COLUMN = {"type": "record", "name": "ColumnStat", "fields": [
+    {"name": "field_id", "type": "int"},
+    _opt("value_count", "long"), _opt("null_count", "long"), _opt("nan_count", "long"), _opt("size_bytes", "long"),
+    _opt("lower", "bytes"), _opt("upper", "bytes"),
+]}
+_FILE = {"type": "record", "name": "DataFileRef", "fields": [
+    {"name": "path", "type": "string"},
+    {"name": "file_format", "type": "string"},
+    {"name": "record_count", "type": "long"},
+    {"name": "size_bytes", "type": "long"},
+    {"name": "spec_id", "type": "int"},
+    {"name": "partition", "type": {"type": "array", "items": ["null", "bytes"]}, "default": []},
+    {"name": "columns", "type": {"type": "array", "items": _COLUMN}, "default": []},
+    {"name": "split_offsets", "type": {"type": "array", "items": "long"}, "default": []},
+    _opt("sort_order_id", "int"),
+]}
+_RANGE = {"type": "record", "name": "OffsetRange", "fields": [
+    {"name": "topic", "type": "string"}, {"name": "partition", "type": "int"},
+    {"name": "start", "type": "long"}, {"name": "end", "type": "long"}, {"name": "generation", "type": "int"},
+]}
+_ASSIGNMENT = {"type": "record", "name": "Assignment", "fields": [
+    {"name": "topic", "type": "string"}, {"name": "partition", "type": "int"}, {"name": "generation", "type": "int"},
+]}
+_PAYLOADS: list[dict[str, Any]] = [
+    {"type": "record", "name": "StartCommit", "fields": [{"name": "commit_id", "type": "string"}]},
+    {"type": "record", "name": "DataWritten", "fields": [
+        {"name": "commit_id", "type": "string"}, {"name": "table", "type": "string"},
+        {"name": "files", "type": {"type": "array", "items": _FILE}},
+        {"name": "ranges", "type": {"type": "array", "items": _RANGE}},
+    ]},
+    {"type": "record", "name": "DataComplete", "fields": [
+        {"name": "commit_id", "type": "string"},
+        {"name": "assignments", "type": {"type": "array", "items": _ASSIGNMENT}},
+        _opt("last_record_ms", "long"),
+    ]},
+    {"type": "record", "name": "CommitToTable", "fields": [
+        {"name": "commit_id", "type": "string"}, {"name": "table", "type": "string"},
+        _opt("snapshot_id", "long"), _opt("valid_through_ms", "long"),
+    ]},
+    {"type": "record", "name": "CommitComplete", "fields": [
+        {"name": "commit_id", "type": "string"}, _opt("valid_through_ms", "long"),
+    ]},
+]
+SCHEMA_V1: dict[str, Any] = {
+    "type": "record", "name": "Event", "namespace": NAMESPACE, "fields": [
+        {"name": "group", "type": "string"},
+        {"name": "sender", "type": "string"},
+        {"name": "sent_ms", "type": "long"},
+        {"name": "payload", "type": _PAYLOADS},
+    ],
+}
+
+# Every schema version this build can read, by the version byte. Add a version by adding its
+# writer schema here and making it the reader schema; never change a published one.
+WRITER_SCHEMAS = {1: fastavro.parse_schema(SCHEMA_V1)}
+READER_SCHEMA = WRITER_SCHEMAS[VERSION]
+
+_TYPES: dict[str, type] = {cls.__name__: cls for cls in (StartCommit, DataWritten, DataComplete, CommitToTable,
+                                                         CommitComplete)}
+
+
+def _payload_record(payload: Payload) -> dict[str, Any]:
+    if isinstance(payload, DataWritten):
+        body: dict[str, Any] = {
+            "commit_id": payload.commit_id, "table": payload.table,
+            "files": [{**vars(f), "partition": list(f.partition), "columns": [vars(c) for c in f.columns],
+                       "split_offsets": list(f.split_offsets)} for f in payload.files],
+            "ranges": [vars(r) for r in payload.ranges]}
+    elif isinstance(payload, DataComplete):
+        body = {"commit_id": payload.commit_id, "assignments": [vars(a) for a in payload.assignments],
+                "last_record_ms": payload.last_record_ms}
+    else:
+        body = dict(vars(payload))
+    return {"-type": f"{NAMESPACE}.{type(payload).__name__}", **body}
+
+
+def encode(event: Event) -> bytes:
+    out = io.BytesIO()
+    out.write(bytes((MAGIC, VERSION)))
+    record = {"group": event.group, "sender": event.sender, "sent_ms": event.sent_ms,
+              "payload": _payload_record(event.payload)}
+    fastavro.schemaless_writer(out, READER_SCHEMA, record)
+    return out.getvalue()
+
+
+def _payload(name: str, body: dict[str, Any]) -> Payload:
+    kind = _TYPES.get(name.rsplit(".", 1)[-1])
+    if kind is None:
+        raise EventDecodeError(f"unknown event type {name}")
+    if kind is DataWritten:
+        files = tuple(DataFileRef(**{**f, "partition": tuple(f["partition"]),
+                                     "columns": tuple(ColumnStat(**c) for c in f["columns"]),
+                                     "split_offsets": tuple(f["split_offsets"])}) for f in body["files"])
+        return DataWritten(body["commit_id"], body["table"], files, tuple(OffsetRange(**r) for r in body["ranges"]))
+    if kind is DataComplete:
+        return DataComplete(body["commit_id"], tuple(Assignment(**a) for a in body["assignments"]),
+                            body["last_record_ms"])
+    return kind(**body)  # type: ignore[no-any-return]
+
+
+def decode(data: bytes, *, where: str = "") -> Event:
+    """``where`` (e.g. ``control[0]@1234``) is named in errors."""
+    at = f" at {where}" if where else ""
+    if len(data) < 2 or data[0] != MAGIC:
+        raise EventDecodeError(f"control-topic record{at} is not a frazil event (starts with {data[:8]!r}); "
+                               "is another application writing to the control topic?")
+    writer = WRITER_SCHEMAS.get(data[1])
+    if writer is None:
+        raise EventDecodeError(f"control-topic event{at} has schema version {data[1]}, this frazil reads up to "
+                               f"{max(WRITER_SCHEMAS)}: upgrade every frazil process before any of them writes "
+                               "a newer version")
+    try:
+        record = fastavro.schemaless_reader(io.BytesIO(data[2:]), writer, READER_SCHEMA, return_record_name=True)
+    except Exception as exc:  # noqa: BLE001 - truncated or corrupt Avro
+        raise EventDecodeError(f"control-topic event{at} is corrupt ({type(exc).__name__}: {exc})") from exc
+    assert isinstance(record, dict)
+    name, body = record["payload"]
+    return Event(record["group"], record["sender"], record["sent_ms"], payload=_payload(name, body))

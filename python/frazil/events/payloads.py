@@ -1,0 +1,110 @@
+"""The control-topic events of the distributed commit cycle, as plain frozen data (no I/O).
+
+One cycle, for one commit id:
+- the coordinator sends ``StartCommit``;
+- each worker answers, in one Kafka transaction, with one ``DataWritten`` per table it wrote
+  (the files and, per source partition, the offset range they cover) and one ``DataComplete``
+  (every partition it owns, with its assignment generation, and its last record timestamp);
+- the coordinator commits each table once, then sends ``CommitToTable`` per table and
+  ``CommitComplete``.
+
+Partition values and column bounds travel as Iceberg's own single-value binary encoding
+(``pyiceberg.conversions``), so this module needs no knowledge of Iceberg types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ColumnStat:
+    """One column's metrics in a data file, keyed by field id."""
+
+    field_id: int
+    value_count: int | None = None
+    null_count: int | None = None
+    nan_count: int | None = None
+    size_bytes: int | None = None
+    lower: bytes | None = None
+    upper: bytes | None = None
+
+
+@dataclass(frozen=True)
+class DataFileRef:
+    """A written, not yet committed data file, with what a commit needs to add it."""
+
+    path: str
+    file_format: str                  # "PARQUET"
+    record_count: int
+    size_bytes: int
+    spec_id: int
+    partition: tuple[bytes | None, ...] = ()    # one value per partition field, Iceberg single-value encoding
+    columns: tuple[ColumnStat, ...] = ()
+    split_offsets: tuple[int, ...] = ()
+    sort_order_id: int | None = None
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """Records ``[start, end)`` of one source partition, read under assignment ``generation``."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    generation: int
+
+
+@dataclass(frozen=True)
+class Assignment:
+    topic: str
+    partition: int
+    generation: int
+
+
+@dataclass(frozen=True)
+class StartCommit:
+    commit_id: str
+
+
+@dataclass(frozen=True)
+class DataWritten:
+    commit_id: str
+    table: str
+    files: tuple[DataFileRef, ...]
+    ranges: tuple[OffsetRange, ...]
+
+
+@dataclass(frozen=True)
+class DataComplete:
+    commit_id: str
+    assignments: tuple[Assignment, ...]
+    last_record_ms: int | None = None    # the newest record timestamp the worker has taken
+
+
+@dataclass(frozen=True)
+class CommitToTable:
+    commit_id: str
+    table: str
+    snapshot_id: int | None              # None: nothing new landed (everything was already there)
+    valid_through_ms: int | None = None  # VTTS; None for a partial commit (timeout)
+
+
+@dataclass(frozen=True)
+class CommitComplete:
+    commit_id: str
+    valid_through_ms: int | None = None
+
+
+Payload = StartCommit | DataWritten | DataComplete | CommitToTable | CommitComplete
+
+
+@dataclass(frozen=True)
+class Event:
+    """What goes on the control topic: who sent it, when, and the payload."""
+
+    group: str                            # the pipeline; events of other pipelines are ignored
+    sender: str                           # the member id of the worker or coordinator
+    sent_ms: int
+    payload: Payload = field(kw_only=True)
