@@ -1,0 +1,119 @@
+"""The coordinator's view of one commit cycle: which replies count, and when to commit. Pure.
+
+Rules (exactly-once.md, rules 4 and 6):
+- Replies to another commit id are not this cycle's (a late answer to an earlier StartCommit).
+- Each worker answers once per cycle; a redelivered reply changes nothing.
+- Generations fence zombies: a reply whose assignment generation is older than the newest
+  generation any reply of this cycle carries for one of its partitions is dropped whole
+  (``DataWritten`` and ``DataComplete`` of that worker), because its owner has been replaced.
+  Its files are never committed; the partitions' new owner re-reads them from the table.
+- The cycle is complete when every source partition is covered by a current ``DataComplete``;
+  then every table is committed once, with a valid-through timestamp (VTTS: the oldest of the
+  workers' newest record timestamps). After ``timeout_ms`` whatever arrived is committed, without
+  VTTS (a partial commit).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from frazil.events.payloads import DataComplete, DataFileRef, DataWritten, OffsetRange
+
+TopicPartition = tuple[str, int]
+
+
+class Readiness(enum.Enum):
+    WAIT = "wait"
+    FULL = "full"          # every partition answered: commit with VTTS
+    PARTIAL = "partial"    # the timeout passed: commit what arrived, no VTTS
+    EMPTY = "empty"        # the timeout passed and nothing arrived with data: end the cycle
+
+
+@dataclass(frozen=True)
+class TableCommit:
+    """What one table gets in this cycle: every accepted file and range, from every worker."""
+
+    table: str
+    files: tuple[DataFileRef, ...]
+    ranges: tuple[OffsetRange, ...]
+
+
+@dataclass
+class CommitState:
+    commit_id: str
+    partitions: frozenset[TopicPartition]    # every source partition of the pipeline
+    started_ms: int
+    timeout_ms: int
+    _written: dict[str, list[DataWritten]] = field(default_factory=dict)    # by sender
+    _complete: dict[str, DataComplete] = field(default_factory=dict)        # by sender
+    _newest: dict[TopicPartition, int] = field(default_factory=dict)        # newest generation per partition
+    dropped: list[str] = field(default_factory=list)                        # why replies were not taken
+
+    def add(self, sender: str, payload: DataWritten | DataComplete) -> bool:
+        """Take one reply; ``False`` (with the reason in ``dropped``) when it does not count."""
+        if payload.commit_id != self.commit_id:
+            self.dropped.append(f"{sender}: reply to commit {payload.commit_id}, not {self.commit_id}")
+            return False
+        if sender in self._complete:
+            self.dropped.append(f"{sender}: a second reply to {self.commit_id} (redelivered?)")
+            return False
+        if isinstance(payload, DataWritten):
+            self._written.setdefault(sender, []).append(payload)
+            return True
+        for a in payload.assignments:
+            tp = (a.topic, a.partition)
+            self._newest[tp] = max(self._newest.get(tp, a.generation), a.generation)
+        self._complete[sender] = payload
+        self._drop_stale()
+        return sender in self._complete
+
+    def _generation_of(self, sender: str) -> dict[TopicPartition, int]:
+        out = {(a.topic, a.partition): a.generation for a in self._complete[sender].assignments}
+        for written in self._written.get(sender, []):
+            for r in written.ranges:
+                out[(r.topic, r.partition)] = min(out.get((r.topic, r.partition), r.generation), r.generation)
+        return out
+
+    def _drop_stale(self) -> None:
+        for sender in list(self._complete):
+            stale = {tp: g for tp, g in self._generation_of(sender).items() if g < self._newest.get(tp, g)}
+            if stale:
+                self.dropped.append(f"{sender}: generation {min(stale.values())} is older than "
+                                    f"{max(self._newest[tp] for tp in stale)} for {sorted(stale)[:3]}; "
+                                    "its reply is dropped whole (a zombie)")
+                del self._complete[sender]
+                self._written.pop(sender, None)
+
+    def covered(self) -> frozenset[TopicPartition]:
+        return frozenset((a.topic, a.partition) for c in self._complete.values() for a in c.assignments)
+
+    def readiness(self, now_ms: int) -> Readiness:
+        if self.partitions <= self.covered():
+            return Readiness.FULL
+        if now_ms - self.started_ms < self.timeout_ms:
+            return Readiness.WAIT
+        return Readiness.PARTIAL if self.tables() else Readiness.EMPTY
+
+    def tables(self) -> list[TableCommit]:
+        """One entry per table, from the complete replies only (a worker's files count once its
+        DataComplete, sent in the same transaction, has arrived)."""
+        by_table: dict[str, tuple[list[DataFileRef], list[OffsetRange]]] = {}
+        for sender in sorted(self._complete):
+            for written in self._written.get(sender, []):
+                files, ranges = by_table.setdefault(written.table, ([], []))
+                files.extend(written.files)
+                ranges.extend(written.ranges)
+        return [TableCommit(t, tuple(f), tuple(r)) for t, (f, r) in sorted(by_table.items()) if f or r]
+
+    def valid_through_ms(self) -> int | None:
+        """VTTS for a full cycle: the oldest newest-record timestamp among the workers; None for
+        a partial cycle or when a worker has taken no record yet."""
+        if not self.partitions <= self.covered():
+            return None
+        stamps: Iterable[int | None] = (c.last_record_ms for c in self._complete.values())
+        values = list(stamps)
+        if not values or any(v is None for v in values):
+            return None
+        return min(v for v in values if v is not None)

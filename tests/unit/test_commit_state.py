@@ -1,0 +1,89 @@
+"""The coordinator's commit-cycle decisions (pure): what counts, when to commit, zombies dropped."""
+
+from __future__ import annotations
+
+from frazil.coordination.commit_state import CommitState, Readiness
+from frazil.events import Assignment, DataComplete, DataFileRef, DataWritten, OffsetRange
+
+P = frozenset({("t", 0), ("t", 1), ("t", 2)})
+
+
+def state() -> CommitState:
+    return CommitState("c1", P, started_ms=1000, timeout_ms=5000)
+
+
+def written(table: str, tps: list[int], gen: int, commit: str = "c1") -> DataWritten:
+    return DataWritten(commit, table, (DataFileRef(f"f-{table}-{tps}-{gen}", "PARQUET", 10, 100, 0),),
+                       tuple(OffsetRange("t", p, 0, 10, gen) for p in tps))
+
+
+def complete(tps: list[int], gen: int, last: int | None = 50, commit: str = "c1") -> DataComplete:
+    return DataComplete(commit, tuple(Assignment("t", p, gen) for p in tps), last)
+
+
+def test_every_partition_answered_is_a_full_commit_per_table_with_vtts() -> None:
+    s = state()
+    s.add("w1", written("db.a", [0, 1], 3))
+    s.add("w1", written("db.b", [0], 3))
+    s.add("w1", complete([0, 1], 3, last=70))
+    assert s.readiness(1001) is Readiness.WAIT
+    s.add("w2", written("db.a", [2], 3))
+    s.add("w2", complete([2], 3, last=40))
+    assert s.readiness(1001) is Readiness.FULL
+    tables = {t.table: t for t in s.tables()}
+    assert sorted(tables) == ["db.a", "db.b"]  # one commit per table, however many workers
+    assert len(tables["db.a"].files) == 2 and {r.partition for r in tables["db.a"].ranges} == {0, 1, 2}
+    assert s.valid_through_ms() == 40
+
+
+def test_after_the_timeout_what_arrived_is_a_partial_commit_without_vtts() -> None:
+    s = state()
+    s.add("w1", written("db.a", [0], 3))
+    s.add("w1", complete([0, 1], 3))
+    assert s.readiness(5999) is Readiness.WAIT
+    assert s.readiness(6000) is Readiness.PARTIAL
+    assert s.valid_through_ms() is None and len(s.tables()) == 1
+
+
+def test_an_idle_cycle_ends_empty_after_the_timeout() -> None:
+    s = state()
+    s.add("w1", complete([0], 3))
+    assert s.readiness(6000) is Readiness.EMPTY
+
+
+def test_files_count_only_with_their_workers_data_complete() -> None:
+    s = state()
+    s.add("w1", written("db.a", [0], 3))
+    assert s.tables() == []
+
+
+def test_a_zombie_reply_with_an_older_generation_is_dropped_whole() -> None:
+    s = state()
+    s.add("zombie", written("db.a", [0, 1], 3))
+    s.add("zombie", complete([0, 1], 3))
+    # a rebalance: the new owner of partition 1 answers with generation 4
+    s.add("w2", written("db.a", [1, 2], 4))
+    assert s.add("w2", complete([1, 2], 4))
+    assert [f.path for t in s.tables() for f in t.files] == ["f-db.a-[1, 2]-4"]
+    assert any("zombie: generation 3 is older than 4" in d for d in s.dropped)
+    # and a late zombie reply after the newer one is refused too
+    s2 = state()
+    s2.add("w2", complete([1, 2], 4))
+    s2.add("zombie", written("db.a", [0, 1], 3))
+    assert not s2.add("zombie", complete([0, 1], 3))
+    assert s2.tables() == []
+
+
+def test_replies_to_another_commit_and_redeliveries_do_not_count() -> None:
+    s = state()
+    assert not s.add("w1", complete([0], 3, commit="c0"))
+    assert s.add("w1", complete([0], 3))
+    assert not s.add("w1", complete([0], 3))
+    assert s.covered() == {("t", 0)} and len(s.dropped) == 2
+
+
+def test_no_vtts_while_a_worker_has_taken_no_record() -> None:
+    s = state()
+    s.add("w1", complete([0, 1], 3, last=None))
+    s.add("w2", complete([2], 3, last=10))
+    assert s.readiness(1001) is Readiness.FULL and s.valid_through_ms() is None
