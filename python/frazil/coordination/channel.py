@@ -1,0 +1,105 @@
+"""The control topic as a channel: events out in Kafka transactions, committed events in.
+
+Every process of a pipeline has one. A worker's reply to a StartCommit (its DataWritten events
+and its DataComplete) goes out in one transaction, so the coordinator sees all of it or none of
+it; aborted and in-flight transactions are invisible (``read_committed``). Workers read from the
+end of the topic (what was said before they joined is not for them); the coordinator reads from
+its own consumer group's committed position, so replies sent before a failover are read again
+by the next coordinator.
+
+The topic is created (one partition: one order for every event) if it does not exist.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.structs import OffsetAndMetadata
+
+from frazil.events import codec
+from frazil.events.payloads import Event, Payload
+
+log = logging.getLogger(__name__)
+
+
+async def ensure_topic(bootstrap: str, topic: str) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, 1, 1)])
+        log.info("created control topic %s", topic)
+    except TopicAlreadyExistsError:
+        pass
+    finally:
+        await admin.close()
+
+
+@dataclass(frozen=True)
+class Received:
+    event: Event
+    offset: int
+
+
+class ControlChannel:
+    def __init__(self, bootstrap: str, topic: str, *, group: str, member: str, transactional_id: str,
+                 consumer_group: str | None = None) -> None:
+        """``group`` is the pipeline (events of other pipelines on the topic are skipped);
+        ``consumer_group`` set: read from that group's committed position (the coordinator),
+        else from the end (a worker)."""
+        self._bootstrap, self._topic, self._group, self._member = bootstrap, topic, group, member
+        self._tp = TopicPartition(topic, 0)
+        self._consumer_group = consumer_group
+        self._producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=transactional_id,
+                                          enable_idempotence=True)
+        self._consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=consumer_group,
+                                          enable_auto_commit=False, isolation_level="read_committed",
+                                          auto_offset_reset="earliest")
+
+    async def start(self) -> None:
+        await ensure_topic(self._bootstrap, self._topic)
+        await self._producer.start()
+        await self._consumer.start()
+        self._consumer.assign([self._tp])
+        if self._consumer_group is None:
+            await self._consumer.seek_to_end(self._tp)
+        else:
+            committed = await self._consumer.committed(self._tp)
+            if committed is None:
+                await self._consumer.seek_to_beginning(self._tp)
+            else:
+                self._consumer.seek(self._tp, committed)
+
+    async def stop(self) -> None:
+        try:
+            await self._producer.stop()
+        finally:
+            await self._consumer.stop()
+
+    async def send(self, payloads: list[Payload]) -> None:
+        """All of ``payloads`` in one transaction: readers see every one of them or none."""
+        now = int(time.time() * 1000)
+        async with self._producer.transaction():
+            for payload in payloads:
+                await self._producer.send(self._topic, codec.encode(Event(self._group, self._member, now,
+                                                                          payload=payload)))
+
+    async def poll(self, timeout_ms: int) -> list[Received]:
+        """Committed events of this pipeline, in topic order; a record that is not a frazil event
+        raises ``EventDecodeError`` naming its offset."""
+        batches = await self._consumer.getmany(self._tp, timeout_ms=timeout_ms)
+        out = []
+        for record in batches.get(self._tp, []):
+            event = codec.decode(record.value or b"", where=f"{self._topic}[0]@{record.offset}")
+            if event.group == self._group:
+                out.append(Received(event, record.offset))
+        return out
+
+    async def commit_position(self, offset: int) -> None:
+        """The coordinator: events before ``offset`` need not be read again after a failover."""
+        assert self._consumer_group is not None, "only the coordinator keeps a position"
+        await self._consumer.commit({self._tp: OffsetAndMetadata(offset, "")})
