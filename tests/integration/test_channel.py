@@ -57,7 +57,10 @@ async def test_a_reply_arrives_whole_aborted_ones_never_and_the_coordinator_resu
     successor = channel(kafka, topic, "c2", coordinator=True)
     await successor.start()
     try:
-        again = await successor.poll(3000)
+        assert not await successor.caught_up()
+        again = []
+        while not await successor.caught_up():
+            again += await successor.poll(500)
         assert [r.event.payload for r in again][:2] == reply
     finally:
         await successor.stop()

@@ -99,6 +99,11 @@ class ControlChannel:
                 out.append(Received(event, record.offset))
         return out
 
+    async def caught_up(self) -> bool:
+        """Whether everything committed on the topic so far has been read."""
+        end = (await self._consumer.end_offsets([self._tp]))[self._tp]   # the last stable offset
+        return bool(await self._consumer.position(self._tp) >= end)
+
     async def commit_position(self, offset: int) -> None:
         """The coordinator: events before ``offset`` need not be read again after a failover."""
         assert self._consumer_group is not None, "only the coordinator keeps a position"

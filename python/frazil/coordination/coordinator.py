@@ -1,0 +1,147 @@
+"""The coordinator's commit cycle over the control channel (one live coordinator per pipeline).
+
+A cycle: send StartCommit(commit id); collect replies in a ``CommitState`` until every source
+partition answered (full) or ``commit_timeout_s`` passed (partial); commit each table once with
+the files and ranges of the accepted replies (the committer checks contiguity against the
+table's offsets inside the compare-and-swap, and resolves unknown outcomes by commit id); send
+CommitToTable per table and CommitComplete; then move the coordinator's position on the control
+topic past the cycle's events.
+
+Failover: a new coordinator first reads the control topic from the position the last one
+committed. If it finds a cycle that was started but not completed, it finishes that cycle with
+the replies found (same commit id: if the old coordinator's catalog commit landed, the
+committer finds it and nothing lands twice), before starting its own.
+
+A table whose commit fails is left out of CommitComplete's cycle; its records are read again by
+their workers from the table's offsets (workers compare after every CommitComplete).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Protocol
+
+from pyiceberg.catalog import Catalog
+
+from frazil import faults
+from frazil.coordination.channel import Received
+from frazil.coordination.commit_state import CommitState, Readiness, TableCommit, TopicPartition
+from frazil.errors import FrazilError, OffsetOverlapError
+from frazil.events.payloads import CommitComplete, CommitToTable, DataComplete, DataWritten, Payload, StartCommit
+from frazil.iceberg.committer import CommitResult, Committer
+from frazil.iceberg.datafiles import from_ref
+from frazil.iceberg.offsets import Range
+
+log = logging.getLogger(__name__)
+
+POLL_MS = 100
+
+
+class Channel(Protocol):
+    async def send(self, payloads: list[Payload]) -> None: ...
+    async def poll(self, timeout_ms: int) -> list[Received]: ...
+    async def caught_up(self) -> bool: ...
+    async def commit_position(self, offset: int) -> None: ...
+
+
+CommitTable = Callable[[TableCommit, str], CommitResult]   # blocking; run in a worker thread
+
+
+class Coordinator:
+    def __init__(self, channel: Channel, pipeline: str, partitions: frozenset[TopicPartition],
+                 commit_table: CommitTable, *, timeout_s: float, clock_ms: Callable[[], int] | None = None) -> None:
+        self._channel, self._pipeline, self._partitions = channel, pipeline, partitions
+        self._commit_table, self._timeout_ms = commit_table, int(timeout_s * 1000)
+        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self._last_offset: int | None = None   # the last control-topic offset this coordinator handled
+        self.completed: list[tuple[str, list[CommitResult]]] = []
+
+    async def recover(self) -> None:
+        """Read what the last coordinator left; finish its open cycle if there is one."""
+        backlog: list[Received] = []
+        while not await self._channel.caught_up():
+            backlog += await self._channel.poll(500)
+        open_cycle: CommitState | None = None
+        for received in backlog:
+            payload = received.event.payload
+            if isinstance(payload, StartCommit):
+                open_cycle = CommitState(payload.commit_id, self._partitions, received.event.sent_ms, self._timeout_ms)
+            elif isinstance(payload, CommitComplete) and open_cycle is not None and payload.commit_id == open_cycle.commit_id:
+                open_cycle = None
+            elif isinstance(payload, (DataWritten, DataComplete)) and open_cycle is not None:
+                open_cycle.add(received.event.sender, payload)
+            self._last_offset = received.offset
+        if open_cycle is not None:
+            log.warning("coordinator: finishing commit %s, which the previous coordinator started (%d replies found)",
+                        open_cycle.commit_id, len(open_cycle.covered()))
+            await self._finish(open_cycle, full=open_cycle.readiness(self._clock_ms()) is Readiness.FULL)
+        elif self._last_offset is not None:
+            await self._channel.commit_position(self._last_offset + 1)
+
+    async def cycle(self) -> list[CommitResult]:
+        """One commit cycle, start to end. Returns the tables' commit results."""
+        commit_id = f"{self._pipeline}-{uuid.uuid4().hex}"
+        state = CommitState(commit_id, self._partitions, self._clock_ms(), self._timeout_ms)
+        await self._channel.send([StartCommit(commit_id)])
+        faults.hit("coordinator.after_start_commit")
+        while (ready := state.readiness(self._clock_ms())) is Readiness.WAIT:
+            for received in await self._channel.poll(POLL_MS):
+                self._last_offset = received.offset
+                payload = received.event.payload
+                if isinstance(payload, (DataWritten, DataComplete)):
+                    state.add(received.event.sender, payload)
+        for reason in state.dropped:
+            log.warning("commit %s: dropped a reply: %s", commit_id, reason)
+        if ready is Readiness.PARTIAL:
+            missing = sorted(self._partitions - state.covered())
+            log.warning("commit %s: timed out after %.1fs without %d partition(s) (e.g. %s); committing what arrived, "
+                        "without a valid-through timestamp", commit_id, self._timeout_ms / 1000, len(missing), missing[:5])
+        return await self._finish(state, full=ready is Readiness.FULL)
+
+    async def _finish(self, state: CommitState, *, full: bool) -> list[CommitResult]:
+        vtts = state.valid_through_ms() if full else None
+        results: list[CommitResult] = []
+        events: list[Payload] = []
+        for table in state.tables():
+            try:
+                result = await asyncio.to_thread(self._commit_table, table, state.commit_id)
+            except OffsetOverlapError as exc:
+                log.warning("commit %s: %s", state.commit_id, exc)
+                continue
+            except FrazilError as exc:
+                log.error("commit %s to %s failed: %s; its workers read the records again from the table's offsets",
+                          state.commit_id, table.table, exc)
+                continue
+            results.append(result)
+            events.append(CommitToTable(state.commit_id, table.table, result.snapshot_id, vtts))
+        faults.hit("coordinator.after_catalog_commits")
+        await self._channel.send([*events, CommitComplete(state.commit_id, vtts)])
+        faults.hit("coordinator.after_commit_complete")
+        if self._last_offset is not None:
+            await self._channel.commit_position(self._last_offset + 1)
+        self.completed.append((state.commit_id, results))
+        return results
+
+
+def table_committer(catalog: Catalog, pipeline: str, *, max_attempts: int) -> CommitTable:
+    """Commits a cycle's files and ranges for one table through frazil's exactly-once committer."""
+
+    def commit(table: TableCommit, commit_id: str) -> CommitResult:
+        committer = Committer(catalog, table.table, pipeline, max_attempts=max_attempts)
+        loaded = committer.load()
+        specs, schema = loaded.specs(), loaded.schema()
+        ranges: dict[TopicPartition, Range] = {}
+        for r in table.ranges:
+            tp = (r.topic, r.partition)
+            if tp in ranges:
+                raise FrazilError(f"commit {commit_id} to {table.table}: two ranges for {r.topic}[{r.partition}] in one "
+                                  "cycle (two owners of one partition in one generation); this is a bug")
+            ranges[tp] = Range(r.start, r.end)
+        files = [from_ref(f, specs[f.spec_id], schema) for f in table.files]
+        return committer.commit_files(files, ranges, commit_id)
+
+    return commit

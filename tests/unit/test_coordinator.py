@@ -1,0 +1,127 @@
+"""The coordinator's cycle with an in-process fake channel and fake table commits (pure logic)."""
+
+from __future__ import annotations
+
+import pytest
+
+from frazil.coordination.channel import Received
+from frazil.coordination.commit_state import TableCommit
+from frazil.coordination.coordinator import Coordinator
+from frazil.errors import CommitOutcomeUnknown
+from frazil.events import (
+    Assignment,
+    CommitComplete,
+    CommitToTable,
+    DataComplete,
+    DataFileRef,
+    DataWritten,
+    Event,
+    OffsetRange,
+    StartCommit,
+)
+from frazil.events.payloads import Payload
+from frazil.iceberg.committer import CommitResult
+
+P = frozenset({("t", 0), ("t", 1)})
+
+
+class FakeChannel:
+    """The control topic as a list; ``workers`` answer every StartCommit they see."""
+
+    def __init__(self, workers: dict[str, list[int]], backlog: list[Event] | None = None) -> None:
+        self.log: list[Event] = list(backlog or [])
+        self.read = 0
+        self.position: int | None = None
+        self.workers = workers
+
+    async def send(self, payloads: list[Payload]) -> None:
+        for p in payloads:
+            self.log.append(Event("p", "coordinator", 0, payload=p))
+            if isinstance(p, StartCommit):
+                for name, parts in self.workers.items():
+                    self.log.append(Event("p", name, 0, payload=DataWritten(
+                        p.commit_id, "db.t", (DataFileRef(f"{name}.parquet", "PARQUET", 1, 1, 0),),
+                        tuple(OffsetRange("t", q, 0, 5, 1) for q in parts))))
+                    self.log.append(Event("p", name, 0, payload=DataComplete(
+                        p.commit_id, tuple(Assignment("t", q, 1) for q in parts), 100 + len(parts))))
+
+    async def poll(self, timeout_ms: int) -> list[Received]:
+        out = [Received(e, i) for i, e in enumerate(self.log) if i >= self.read]
+        self.read = len(self.log)
+        return out
+
+    async def caught_up(self) -> bool:
+        return self.read >= len(self.log)
+
+    async def commit_position(self, offset: int) -> None:
+        self.position = offset
+
+    def payloads(self, kind: type) -> list[Payload]:
+        return [e.payload for e in self.log if isinstance(e.payload, kind)]
+
+
+class Tables:
+    def __init__(self, fail: bool = False) -> None:
+        self.calls: list[tuple[TableCommit, str]] = []
+        self.fail = fail
+
+    def __call__(self, table: TableCommit, commit_id: str) -> CommitResult:
+        self.calls.append((table, commit_id))
+        if self.fail:
+            raise CommitOutcomeUnknown("catalog down")
+        return CommitResult(commit_id, 42, sum(f.record_count for f in table.files), {}, 1, 0.01)
+
+
+@pytest.mark.asyncio
+async def test_a_full_cycle_commits_each_table_once_with_every_workers_files_and_vtts() -> None:
+    channel, tables = FakeChannel({"w1": [0], "w2": [1]}), Tables()
+    coordinator = Coordinator(channel, "p", P, tables, timeout_s=5)
+    results = await coordinator.cycle()
+    assert len(results) == 1 and len(tables.calls) == 1
+    table, commit_id = tables.calls[0]
+    assert {f.path for f in table.files} == {"w1.parquet", "w2.parquet"} and len(table.ranges) == 2
+    assert channel.payloads(CommitToTable) == [CommitToTable(commit_id, "db.t", 42, 101)]
+    assert channel.payloads(CommitComplete) == [CommitComplete(commit_id, 101)]
+    assert channel.position == 5   # past StartCommit and the four replies
+
+
+@pytest.mark.asyncio
+async def test_a_missing_worker_gives_a_partial_commit_after_the_timeout_without_vtts() -> None:
+    now = [0]
+    channel, tables = FakeChannel({"w1": [0]}), Tables()
+    coordinator = Coordinator(channel, "p", P, tables, timeout_s=0.05, clock_ms=lambda: now[0])
+
+    async def advance() -> list[Received]:
+        now[0] += 30
+        return await FakeChannel.poll(channel, 0)
+
+    channel.poll = lambda timeout_ms: advance()  # type: ignore[method-assign]
+    await coordinator.cycle()
+    assert len(tables.calls) == 1 and [f.path for f in tables.calls[0][0].files] == ["w1.parquet"]
+    assert channel.payloads(CommitComplete)[0].valid_through_ms is None
+
+
+@pytest.mark.asyncio
+async def test_a_failing_table_commit_is_logged_and_the_cycle_still_completes() -> None:
+    channel = FakeChannel({"w1": [0, 1]})
+    await Coordinator(channel, "p", P, Tables(fail=True), timeout_s=5).cycle()
+    assert channel.payloads(CommitToTable) == [] and len(channel.payloads(CommitComplete)) == 1
+
+
+@pytest.mark.asyncio
+async def test_a_successor_finishes_the_open_cycle_with_the_same_commit_id_and_only_that_one() -> None:
+    first = FakeChannel({"w1": [0, 1]})
+    await first.send([StartCommit("old-1")])   # the old coordinator died before committing
+    tables = Tables()
+    successor = Coordinator(FakeChannel({}, backlog=first.log), "p", P, tables, timeout_s=5)
+    await successor.recover()
+    assert [c for _, c in tables.calls] == ["old-1"]
+
+    # a cycle that was completed is not committed again
+    done = FakeChannel({"w1": [0, 1]})
+    await done.send([StartCommit("old-2")])
+    await done.send([CommitComplete("old-2")])
+    tables = Tables()
+    successor = Coordinator(FakeChannel({}, backlog=done.log), "p", P, tables, timeout_s=5)
+    await successor.recover()
+    assert tables.calls == []
