@@ -84,6 +84,13 @@ class MaintenanceConfig:
 
 
 @dataclass(frozen=True)
+class CoordinationConfig:
+    mode: str = "single"              # "single": one process; "distributed": many, one coordinator
+    control_topic: str = ""           # "" -> frazil-control-<pipeline>
+    commit_timeout_s: float = 30.0    # then commit what arrived (partial, no VTTS)
+
+
+@dataclass(frozen=True)
 class Config:
     pipeline: str
     commit_interval_s: float
@@ -102,6 +109,7 @@ class Config:
     log_format: str = "text"
     spark: SparkConfig = SparkConfig()
     maintenance: MaintenanceConfig = MaintenanceConfig()
+    coordination: CoordinationConfig = CoordinationConfig()
     source: Path | None = field(default=None, compare=False)
 
 
@@ -312,6 +320,15 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
     metrics = MetricsConfig(metrics_port, m.get("host", str, "127.0.0.1"))
     m.finish()
 
+    co = top.section("coordination", required=False)
+    mode = co.get("mode", str, "single")
+    if mode not in ("single", "distributed"):
+        raise ConfigError(f"coordination.mode {mode!r} must be \"single\" or \"distributed\"")
+    control_topic = co.get("control_topic", str, f"frazil-control-{pipeline}")
+    if not _NAME.match(control_topic):
+        raise ConfigError(f"coordination.control_topic {control_topic!r} is not a valid topic name")
+    coordination = CoordinationConfig(mode, control_topic, co.positive("commit_timeout_s", float, 30.0))
+    co.finish()
     spark = _spark(top.section("spark", required=False))
     maintenance = _maintenance(top.section("maintenance", required=False), outage_timeout_s, commit_interval_s)
 
@@ -338,7 +355,7 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
     return Config(pipeline, commit_interval_s, max_buffer_records, max_commit_attempts,
                   memory_budget_mb * 1024 * 1024, outage_timeout_s, txlog_dir, txlog_fsync, kafka,
                   CatalogConfig(catalog_name, props), table, on_bad_record, metrics, log_level, log_format, spark,
-                  maintenance, source)
+                  maintenance, coordination, source)
 
 
 def load(path: Path | str) -> Config:

@@ -22,6 +22,7 @@ from frazil.iceberg import offsets
 from frazil.iceberg.offsets import TopicPartition
 from frazil.ingest.pipeline import Pipeline, Stats
 from frazil.metrics import serve as serve_metrics
+from frazil.coordination.service import CoordinatorService, worker_channel
 from frazil.spark import session as spark_session
 from frazil.spark.bulk import SparkWriter
 from frazil.spark.jobs import TableJobs
@@ -76,7 +77,15 @@ async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartiti
     table = await asyncio.to_thread(iceberg_catalog.ensure_table, catalog, cfg.table,
                                     iceberg_catalog.maintenance_properties(cfg.maintenance))
     bulk = SparkWriter(spark_session.for_config(cfg), cfg.catalog.name) if cfg.spark.bulk_min_rows else None
-    pipeline = Pipeline(cfg, catalog, table, bulk=bulk)
+    distributed = cfg.coordination.mode == "distributed"
+    channel = worker_channel(cfg) if distributed else None
+    if channel is not None:
+        await channel.start()
+    pipeline = Pipeline(cfg, catalog, table, bulk=bulk, channel=channel)
+    coordination = (asyncio.create_task(CoordinatorService(cfg, catalog, pipeline.assignment).run(stop))
+                    if distributed else None)
+    if coordination is not None:  # a failed coordinator stops the process (the error is raised below)
+        coordination.add_done_callback(lambda _: stop.set())
     maintainer = _maintainer(cfg, catalog, pipeline) if cfg.maintenance.enabled else None
     if maintainer is not None:
         pipeline.on_committed = maintainer.committed
@@ -92,6 +101,13 @@ async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartiti
     finally:
         if watcher is not None:
             watcher.cancel()
+        if coordination is not None:
+            stop.set()
+            await asyncio.wait([coordination])
+            if channel is not None:
+                await channel.stop()
+            if not coordination.cancelled() and coordination.exception() is not None:
+                raise coordination.exception()  # type: ignore[misc]
         if maintenance is not None and maintainer is not None:
             stop.set()
             await _stop_maintenance(maintainer, maintenance)

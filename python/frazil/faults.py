@@ -18,6 +18,9 @@ POINTS = (
     "txlog.before_fsync",        # journal records written, not yet synced
     "txlog.checkpoint.before_rename",   # checkpoint written to its temporary file
     "txlog.checkpoint.before_cleanup",  # checkpoint in place, old segments not yet deleted
+    "worker.after_files_written",       # a reply's data files written, nothing sent
+    "worker.before_reply",              # the reply is about to go out in its transaction
+    "worker.after_reply",               # the reply's transaction committed
     "coordinator.after_start_commit",   # StartCommit sent, no reply read yet
     "coordinator.after_catalog_commits",  # every table committed, CommitComplete not sent
     "coordinator.after_commit_complete",  # CommitComplete sent, control-topic position not moved

@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog, load_catalog
-from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    NamespaceAlreadyExistsError,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+)
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
@@ -138,6 +143,9 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
             catalog.create_namespace(namespace)
         except NamespaceAlreadyExistsError:
             pass
+        except Exception:  # noqa: BLE001 - several processes starting at once: SQLite's unique key fires
+            if not catalog.namespace_exists(namespace):
+                raise
         schema = schema_for(cfg)
         try:
             table = catalog.create_table(cfg.name, schema, partition_spec=spec_for(schema, cfg.partition_by),
@@ -146,15 +154,26 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
                      list(cfg.partition_by) or "nothing")
         except TableAlreadyExistsError:
             table = catalog.load_table(cfg.name)
+        except Exception:  # noqa: BLE001 - the same race, for the table
+            if not catalog.table_exists(cfg.name):
+                raise
+            table = catalog.load_table(cfg.name)
     missing = [c for c in ([m[0] for m in META_COLUMNS] if cfg.metadata_columns else []) + [c.name for c in cfg.columns]
                if c not in {f.name for f in table.schema().fields}]
     if missing:
         raise ConfigError(f"table {cfg.name} has no column(s) {', '.join(missing)}; add them to the table or drop them from the config")
-    wrong = {k: v for k, v in {**REQUIRED_PROPERTIES, **(properties or {})}.items() if table.properties.get(k) != v}
-    if wrong:
-        with table.transaction() as tx:
-            tx.set_properties(wrong)
-        log.info("set table properties %s on %s", wrong, cfg.name)
+    wanted = {**REQUIRED_PROPERTIES, **(properties or {})}
+    for attempt in range(5):  # processes starting together race here; the loser re-reads
+        wrong = {k: v for k, v in wanted.items() if table.properties.get(k) != v}
+        if not wrong:
+            return table
+        try:
+            with table.transaction() as tx:
+                tx.set_properties(wrong)
+            log.info("set table properties %s on %s", wrong, cfg.name)
+        except CommitFailedException:
+            if attempt == 4:
+                raise
         table = catalog.load_table(cfg.name)
     return table
 

@@ -20,6 +20,7 @@ import dataclasses
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,9 @@ from frazil.iceberg.committer import CommitResult, Committer
 from frazil.iceberg.offsets import Range, TopicPartition
 from frazil.ingest.buffer import RecordBuffer
 from frazil.ingest.source import KafkaSource
+from frazil.coordination.channel import ControlChannel
+from frazil.events.payloads import Assignment, CommitComplete, DataComplete, DataWritten, OffsetRange, Payload, StartCommit
+from frazil.iceberg.datafiles import to_ref
 from frazil.metrics import Metrics
 from frazil.spark.bulk import SparkWriter
 from frazil.txlog import Journal, JournalPolicy, open_journal
@@ -85,13 +89,20 @@ def decode_ranges(encoded: Mapping[str, list[int]]) -> dict[TopicPartition, Rang
 
 class Pipeline:
     def __init__(self, cfg: Config, catalog: Catalog, table: Table, *, bulk: SparkWriter | None = None,
-                 on_committed: Callable[[CommitResult], None] | None = None) -> None:
+                 on_committed: Callable[[CommitResult], None] | None = None,
+                 channel: ControlChannel | None = None) -> None:
         """``table`` is the target table as ``catalog.ensure_table`` left it. Flushes of at least
         ``spark.bulk_min_rows`` rows are written by ``bulk`` when given. ``on_committed`` hears of
         every landed commit. Build on the loop."""
         self._cfg = cfg
         self._bulk = bulk
         self.on_committed = on_committed
+        # Distributed mode: this process is a worker; the coordinator (maybe in another process)
+        # asks for data on the control channel and commits it. Events are handled one at a time.
+        self._channel = channel
+        self._control: deque[Payload] = deque()
+        self._in_flight: Pending | None = None      # replied, waiting for its CommitComplete
+        self._last_record_ms: int | None = None
         self._committer = Committer(catalog, cfg.table.name, cfg.pipeline, max_attempts=cfg.max_commit_attempts)
         self._buffer = RecordBuffer(iceberg_catalog.arrow_schema(table), metadata_columns=cfg.table.metadata_columns,
                                     max_bytes=cfg.memory_budget_bytes)
@@ -119,6 +130,10 @@ class Pipeline:
         pending = self._pending.data.nbytes if self._pending is not None and self._pending.data is not None else 0
         return self._buffer.bytes + pending
 
+    def assignment(self) -> set[TopicPartition]:
+        """The source partitions this process owns now."""
+        return set(self._source.assignment)
+
     def positions(self) -> dict[TopicPartition, int]:
         """The next offset this pipeline takes from each positioned partition."""
         return {tp: self._end.get(tp, start) for tp, start in self._start.items() if start is not None}
@@ -132,7 +147,11 @@ class Pipeline:
                 batches = await self._source.poll(POLL_TIMEOUT_MS)
                 if batches:
                     self._append(batches)
+                if self._channel is not None:
+                    self._control.extend(r.event.payload for r in await self._channel.poll(0))
                 self._check_task()
+                if self._task is None and self._control:
+                    self._task = asyncio.create_task(self._handle(self._control.popleft()))
                 self._flow_control()
                 self.metrics.failing_seconds.set(time.monotonic() - self._failing_since if self._failing_since else 0)
                 if self._task is None and self._due():
@@ -149,6 +168,8 @@ class Pipeline:
                  self.stats.failed_commits, self.stats.pauses)
 
     def _due(self) -> bool:
+        if self._channel is not None:  # the coordinator decides when
+            return False
         if not self._end and self._pending is None:
             self._last_commit = time.monotonic()
             return False
@@ -223,6 +244,7 @@ class Pipeline:
             if start is None:
                 self._start[tp] = records[0].offset
             self._end[tp] = records[-1].offset + 1
+            self._last_record_ms = max(self._last_record_ms or 0, max(r.timestamp for r in records))
             self.stats.records_in += len(records)
             self.metrics.records_consumed.inc(len(records))
         if full:
@@ -303,6 +325,64 @@ class Pipeline:
         await self._source.commit_low_watermark(result.offsets)
         faults.hit("commit.after_kafka_offsets")
 
+    async def _handle(self, payload: Payload) -> None:
+        """A control event, as a worker: answer a StartCommit; settle a reply on its CommitComplete."""
+        if isinstance(payload, StartCommit):
+            await self._reply(payload.commit_id)
+        elif isinstance(payload, CommitComplete) and self._in_flight is not None \
+                and payload.commit_id == self._in_flight.commit_id:
+            await self._settle()
+
+    async def _reply(self, commit_id: str) -> None:
+        """Everything buffered, written as data files and reported with its ranges, and every owned
+        partition reported complete: one Kafka transaction (exactly-once.md, the commit cycle)."""
+        assert self._channel is not None
+        if self._in_flight is not None:   # its CommitComplete never came (the coordinator changed)
+            await self._settle()
+        if not self._start and not self._source.assignment:
+            return  # not positioned yet: the coordinator waits for our partitions or times out
+        pending = self._take_pending()
+        generation = self._source.generation
+        payloads: list[Payload] = []
+        nfiles = 0
+        if pending is not None:
+            assert pending.data is not None
+            files = await asyncio.to_thread(self._write_files, pending.data, commit_id)
+            faults.hit("worker.after_files_written")
+            table = await asyncio.to_thread(self._committer.load)
+            refs = tuple(to_ref(f, table.spec(), table.schema()) for f in files)
+            ranges = tuple(OffsetRange(t, p, r.start, r.end, generation) for (t, p), r in sorted(pending.ranges.items()))
+            payloads.append(DataWritten(commit_id, self._cfg.table.name, refs, ranges))
+            nfiles = len(refs)
+            self._in_flight = dataclasses.replace(pending, data=None, files=tuple(files), commit_id=commit_id)
+        owned = tuple(Assignment(t, p, generation) for t, p in sorted(self._source.assignment))
+        payloads.append(DataComplete(commit_id, owned, self._last_record_ms))
+        faults.hit("worker.before_reply")
+        await self._channel.send(payloads)
+        faults.hit("worker.after_reply")
+        log.info("replied to commit %s: %d rows in %d file(s) for %d partition(s), generation %d", commit_id,
+                 pending.rows if pending else 0, nfiles, len(owned), generation)
+
+    async def _settle(self) -> None:
+        """After a cycle: did our reply land? If not (dropped as stale, an overlap, a failed table
+        commit), read every partition again from the table's offsets."""
+        in_flight, self._in_flight = self._in_flight, None
+        assert in_flight is not None
+        stored = await asyncio.to_thread(self._committer.stored_offsets)
+        missing = {tp: (stored.get(tp), r.end) for tp, r in in_flight.ranges.items() if stored.get(tp, -1) < r.end}
+        if not missing:
+            self.stats.commits += 1
+            self.stats.rows_committed += in_flight.rows
+            self.metrics.commit("committed")
+            self.metrics.rows_committed.inc(in_flight.rows)
+            await self._source.commit_low_watermark(stored)
+            return
+        log.warning("reply %s did not land for %s (table offset, reply end); reading every partition again from "
+                    "the table", in_flight.commit_id,
+                    ", ".join(f"{t}[{p}]={v}" for (t, p), v in sorted(missing.items())[:5]))
+        self.metrics.commit("abandoned")
+        await self._rewind(set(self._start))
+
     def _write_files(self, data: pa.Table, commit_id: str) -> list[DataFile]:
         """Data files for a pending batch: through Spark when it is a bulk flush, else in process."""
         if self._bulk is not None and data.num_rows >= self._cfg.spark.bulk_min_rows:
@@ -364,6 +444,13 @@ class Pipeline:
     async def _drain(self) -> None:
         """On stop: land the pending batch and the buffer, or say what is left to read again."""
         await self._wait_task()
+        if self._channel is not None:
+            if self._end or self._in_flight is not None:
+                log.info("stopping a worker: %d buffered rows are not replied; the partitions' next owner reads them "
+                         "again from the table%s", self._buffer.rows,
+                         f"; reply {self._in_flight.commit_id} lands if the coordinator commits it"
+                         if self._in_flight else "")
+            return
         for _ in range(2):  # the pending batch, then what the buffer holds
             if self._pending is None and not self._end:
                 return
@@ -401,6 +488,7 @@ class Pipeline:
         self._end.clear()
         self._start.clear()
         self._pending = None
+        self._in_flight = None  # it may still land; the next assignment resumes from the table either way
 
     async def _on_assigned(self, tps: set[TopicPartition]) -> Mapping[TopicPartition, int]:
         self._buffer.clear()

@@ -53,6 +53,7 @@ class KafkaSource:
             max_partition_fetch_bytes=4 * 1024 * 1024,
         )
         self.assignment: set[TP] = set()
+        self.generation = -1   # the consumer group's generation of the current assignment
         # aiokafka logs and swallows exceptions raised in a rebalance listener; keep the first
         # one and raise it from poll() so the pipeline stops instead of running unpositioned.
         self._failure: BaseException | None = None
@@ -107,6 +108,9 @@ class KafkaSource:
 
     async def _assigned(self, tps: set[TP]) -> None:
         self.assignment = set(tps)
+        # aiokafka sets it from the JoinGroup response before calling the listener; it has no
+        # public accessor. Workers report it so the coordinator can drop a zombie's replies.
+        self.generation = int(getattr(self._consumer._coordinator, "generation", -1))
         try:
             stored = await self._on_assigned(tps)
             await self.seek(tps, stored)
