@@ -31,10 +31,13 @@ async def ensure_topic(bootstrap: str, topic: str) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(topic, 1, 1)])
-        log.info("created control topic %s", topic)
-    except TopicAlreadyExistsError:
-        pass
+        if topic in await admin.list_topics():
+            return
+        try:
+            await admin.create_topics([NewTopic(topic, 1, 1)])
+            log.info("created control topic %s", topic)
+        except TopicAlreadyExistsError:
+            pass  # another process created it meanwhile
     finally:
         await admin.close()
 
