@@ -80,6 +80,7 @@ class Workers:
 
     workdir: Path
     env: dict[str, str]
+    topic: str = TOPIC
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def config(self, name: str) -> Path:
@@ -119,15 +120,15 @@ class Workers:
 
 
 def setup(workdir: Path, bootstrap: str, workers: int, *, interval: float = 1.0, timeout: float = 5.0,
-          partitions: int = 12) -> Workers:
+          partitions: int = 12, topic: str = TOPIC) -> Workers:
     workdir.mkdir(parents=True, exist_ok=True)
-    asyncio.run(create_topic(bootstrap, TOPIC, partitions))
+    asyncio.run(create_topic(bootstrap, topic, partitions))
     env = dict(os.environ)
-    group = Workers(workdir, env)
+    group = Workers(workdir, env, topic)
     for i in range(workers):
         name = f"w{i}"
         group.config(name).write_text(CONFIG.format(interval=interval, workdir=workdir, worker=name, bootstrap=bootstrap,
-                                                    topic=TOPIC, timeout=timeout))
+                                                    topic=topic, timeout=timeout))
     return group
 
 
@@ -150,7 +151,10 @@ def verdict(counts: Counter[tuple[str, int, int]], ends: dict[tuple[str, int], i
             "duplicates": sum(n - 1 for n in counts.values() if n > 1), "unexpected": len(set(counts) - expected)}
 
 
-def wait_committed(workdir: Path, ends: dict[tuple[str, int], int], group: Workers, timeout: float) -> None:
+def wait_committed(workdir: Path, ends: dict[tuple[str, int], int], group: Workers, timeout: float, *,
+                   restart_killed: bool = False) -> None:
+    """Until the table's offsets reach ``ends``. A worker that exits fails the wait, unless it was
+    SIGKILLed (by an armed fault point) and ``restart_killed``: then it comes back without faults."""
     cfg = config_mod.load(workdir / "w0.toml")
     catalog = iceberg_catalog.load(cfg.catalog)
     deadline = time.monotonic() + timeout
@@ -163,6 +167,9 @@ def wait_committed(workdir: Path, ends: dict[tuple[str, int], int], group: Worke
         if all(have.get(tp, 0) >= end for tp, end in ends.items()):
             return
         dead = group.exited()
+        for name in [n for n, code in dead.items() if code == -signal.SIGKILL and restart_killed]:
+            group.start(name, {"FRAZIL_FAULTS": ""})
+            del dead[name]
         if dead:
             raise RuntimeError(f"worker(s) exited by themselves: {dead}; tail of {next(iter(dead))}:\n"
                                f"{group.tail(next(iter(dead)))}")
@@ -171,9 +178,9 @@ def wait_committed(workdir: Path, ends: dict[tuple[str, int], int], group: Worke
 
 
 def kill_run(workdir: Path, bootstrap: str, *, records: int, workers: int, kills: int, seed: int,
-             progress: bool = True) -> dict[str, Any]:
+             progress: bool = True, topic: str = TOPIC) -> dict[str, Any]:
     rng = random.Random(seed)
-    group = setup(workdir, bootstrap, workers)
+    group = setup(workdir, bootstrap, workers, topic=topic)
     for i in range(workers):
         group.start(f"w{i}")
     produced = threading.Event()
@@ -185,7 +192,7 @@ def kill_run(workdir: Path, bootstrap: str, *, records: int, workers: int, kills
             per = records // chunks
             for c in range(chunks):
                 n = per if c < chunks - 1 else records - per * (chunks - 1)
-                asyncio.run(produce(bootstrap, TOPIC, (record(i) for i in range(c * per, c * per + n)),
+                asyncio.run(produce(bootstrap, topic, (record(i) for i in range(c * per, c * per + n)),
                                     partitions=12, label=None))
                 time.sleep(2.5)
         except BaseException as exc:  # noqa: BLE001 - reported below
@@ -212,7 +219,7 @@ def kill_run(workdir: Path, bootstrap: str, *, records: int, workers: int, kills
     thread.join()
     if errors:
         raise errors[0]
-    ends = asyncio.run(end_offsets(bootstrap, [TOPIC]))
+    ends = asyncio.run(end_offsets(bootstrap, [topic]))
     try:
         wait_committed(workdir, ends, group, timeout=300)
     finally:

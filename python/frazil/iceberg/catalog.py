@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -80,7 +81,16 @@ def load(cfg: CatalogConfig) -> Catalog:
         if value.startswith(prefix):
             target = Path(value[len(prefix):])
             (target.parent if key == "uri" else target).mkdir(parents=True, exist_ok=True)
-    return load_catalog(cfg.name, **props)
+    for attempt in range(1, 6):
+        try:
+            return load_catalog(cfg.name, **props)
+        except Exception as exc:  # noqa: BLE001 - processes starting together race to create SQLite's tables
+            if attempt == 5 or props.get("type") != "sql":
+                raise
+            log.warning("loading catalog %s failed (%s: %s); retrying", cfg.name, type(exc).__name__,
+                        str(exc).splitlines()[0][:200])
+            time.sleep(0.2 * attempt)
+    raise AssertionError("unreachable")
 
 
 def _iceberg_type(name: str) -> IcebergType:
