@@ -6,7 +6,7 @@ RUST_SOURCES := $(shell find rust/src -name '*.rs') rust/Cargo.toml Cargo.toml C
 export FRAZIL_CACHE ?= $(HOME)/.cache/frazil
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help venv build bench-deps demo test test-rust test-python stubtest typecheck chaos bench bench-maintenance bench-profile bench-native bench-txlog bench-ingest-txlog outage kafka-fetch spark-fetch clean
+.PHONY: help venv build bench-deps demo test test-rust test-python stubtest typecheck chaos bench bench-maintenance bench-profile bench-native bench-txlog bench-ingest-txlog eos outage kafka-fetch spark-fetch clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -79,6 +79,9 @@ bench-txlog: build ## transaction-log appends/s by fsync policy and group size
 
 bench-ingest-txlog: build ## ingest throughput with the transaction log fsynced vs not, same data, one run
 	$(PY) benches/ingest_txlog.py
+
+eos: build ## 3 distributed workers, 1M records, 30+ SIGKILLs; independent count; benches/results/eos.json
+	$(PY) -m frazil.devtools.eos --records $${EOS_RECORDS:-1000000} --kills $${EOS_KILLS:-30}
 
 outage: build ## 60 s catalog outage under steady load; writes benches/results/outage.json
 	$(PY) -m frazil.devtools.outage --outage-s $${OUTAGE_S:-60}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import signal
 import time
 from pathlib import Path
 
@@ -69,3 +70,83 @@ def test_a_process_killed_at_each_fault_point_loses_and_duplicates_nothing(kafka
     result = {**eos.verdict(found["counts"], ends), "snapshots_per_cycle_max": found["snapshots_per_cycle_max"]}
     assert result["rows"] == records, result
     _assert_exact(result)
+
+
+def _wait_for(predicate, what: str, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _snapshots(tmp_path: Path) -> list[dict[str, str]]:
+    from frazil import config as config_mod
+    from frazil.iceberg import catalog as iceberg_catalog
+
+    cfg = config_mod.load(tmp_path / "w0.toml")
+    table = iceberg_catalog.load(cfg.catalog).load_table(cfg.table.name)
+    return [dict(s.summary.additional_properties) for s in table.snapshots() if s.summary is not None]
+
+
+def test_idle_partitions_hold_nothing_back_and_a_silent_worker_only_until_the_timeout(kafka: KafkaBroker,
+                                                                                        tmp_path: Path) -> None:
+    topic = "eos-idle"
+    # commit timeout 1 s, below the 3 s session timeout: a stopped worker is waited for, then skipped
+    group = eos.setup(tmp_path, kafka.bootstrap, 2, interval=0.5, timeout=1.0, partitions=4, topic=topic)
+    try:
+        for name in ("w0", "w1"):
+            group.start(name)
+        _wait_for(lambda: all("replied to commit" in group.tail(n, 20000) for n in ("w0", "w1")), "both workers to reply")
+        # one record on partition 0, three idle partitions: it lands in a full commit, with VTTS
+        asyncio.run(eos.produce(kafka.bootstrap, topic, [eos.record(0)], partitions=1, label=None))
+        eos.wait_committed(tmp_path, {(topic, 0): 1}, group, timeout=30)
+        landed = [s for s in _snapshots(tmp_path) if s.get("frazil.offsets.eos", "").find('"0":1') >= 0]
+        assert landed and all("frazil.vtts" in s for s in landed), landed
+
+        # a worker goes silent (SIGSTOP): the next cycles wait for it up to the timeout, then commit
+        # the other worker's partitions without VTTS (partial), until the group moves its partitions
+        before = len(_snapshots(tmp_path))
+        group.procs["w1"].send_signal(signal.SIGSTOP)
+        asyncio.run(eos.produce(kafka.bootstrap, topic, (eos.record(i) for i in range(1, 41)), partitions=4, label=None))
+        ends = asyncio.run(end_offsets(kafka.bootstrap, [topic]))
+        eos.wait_committed(tmp_path, ends, group, timeout=60)
+        after = _snapshots(tmp_path)[before:]
+        assert any("frazil.vtts" not in s for s in after), "no partial commit while a worker was silent"
+        group.procs["w1"].send_signal(signal.SIGCONT)
+        time.sleep(3)   # the zombie wakes, finds its partitions gone
+    finally:
+        group.procs["w1"].send_signal(signal.SIGCONT)
+        group.stop_all()
+    found = eos.count(tmp_path)
+    _assert_exact({**eos.verdict(found["counts"], ends), "snapshots_per_cycle_max": found["snapshots_per_cycle_max"]})
+
+
+def test_a_zombie_worker_woken_after_its_partitions_moved_lands_nothing_twice(kafka: KafkaBroker,
+                                                                              tmp_path: Path) -> None:
+    topic = "eos-zombie"
+    group = eos.setup(tmp_path, kafka.bootstrap, 2, interval=0.5, timeout=5.0, partitions=4, topic=topic)
+    records, chunk = 40_000, 2_000
+    try:
+        for name in ("w0", "w1"):
+            group.start(name)
+        _wait_for(lambda: all("replied to commit" in group.tail(n, 20000) for n in ("w0", "w1")), "both workers to reply")
+        for c in range(records // chunk):
+            asyncio.run(eos.produce(kafka.bootstrap, topic, (eos.record(i) for i in range(c * chunk, (c + 1) * chunk)),
+                                    partitions=4, label=None))
+            if c == 4:   # mid-stream, with records buffered and maybe a reply in flight
+                group.procs["w1"].send_signal(signal.SIGSTOP)
+            if c == 12:  # well past the 3 s session timeout: its partitions have moved to w0
+                group.procs["w1"].send_signal(signal.SIGCONT)
+            time.sleep(0.5)
+        ends = asyncio.run(end_offsets(kafka.bootstrap, [topic]))
+        eos.wait_committed(tmp_path, ends, group, timeout=120)
+    finally:
+        group.procs["w1"].send_signal(signal.SIGCONT)
+        group.stop_all()
+    found = eos.count(tmp_path)
+    result = {**eos.verdict(found["counts"], ends), "snapshots_per_cycle_max": found["snapshots_per_cycle_max"]}
+    assert result["rows"] == records, result
+    _assert_exact(result)
+    assert "partitions revoked" in group.tail("w1", 200_000) or "did not land" in group.tail("w1", 200_000)

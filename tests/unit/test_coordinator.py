@@ -65,7 +65,7 @@ class Tables:
         self.calls: list[tuple[TableCommit, str]] = []
         self.fail = fail
 
-    def __call__(self, table: TableCommit, commit_id: str) -> CommitResult:
+    def __call__(self, table: TableCommit, commit_id: str, vtts: int | None) -> CommitResult:
         self.calls.append((table, commit_id))
         if self.fail:
             raise CommitOutcomeUnknown("catalog down")

@@ -48,7 +48,8 @@ class Channel(Protocol):
     async def commit_position(self, offset: int) -> None: ...
 
 
-CommitTable = Callable[[TableCommit, str], CommitResult]   # blocking; run in a worker thread
+# (what to commit, commit id, VTTS or None); blocking, run in a worker thread
+CommitTable = Callable[[TableCommit, str, int | None], CommitResult]
 
 
 class Coordinator:
@@ -108,7 +109,7 @@ class Coordinator:
         events: list[Payload] = []
         for table in state.tables():
             try:
-                result = await asyncio.to_thread(self._commit_table, table, state.commit_id)
+                result = await asyncio.to_thread(self._commit_table, table, state.commit_id, vtts)
             except OffsetOverlapError as exc:
                 log.warning("commit %s: %s", state.commit_id, exc)
                 continue
@@ -130,7 +131,7 @@ class Coordinator:
 def table_committer(catalog: Catalog, pipeline: str, *, max_attempts: int) -> CommitTable:
     """Commits a cycle's files and ranges for one table through frazil's exactly-once committer."""
 
-    def commit(table: TableCommit, commit_id: str) -> CommitResult:
+    def commit(table: TableCommit, commit_id: str, valid_through_ms: int | None) -> CommitResult:
         committer = Committer(catalog, table.table, pipeline, max_attempts=max_attempts)
         loaded = committer.load()
         specs, schema = loaded.specs(), loaded.schema()
@@ -142,6 +143,6 @@ def table_committer(catalog: Catalog, pipeline: str, *, max_attempts: int) -> Co
                                   "cycle (two owners of one partition in one generation); this is a bug")
             ranges[tp] = Range(r.start, r.end)
         files = [from_ref(f, specs[f.spec_id], schema) for f in table.files]
-        return committer.commit_files(files, ranges, commit_id)
+        return committer.commit_files(files, ranges, commit_id, valid_through_ms=valid_through_ms)
 
     return commit

@@ -98,8 +98,9 @@ class Committer:
         return self.commit_files(self.write_files(data), ranges, commit_id)
 
     def commit_files(self, files: Sequence[DataFile], ranges: Mapping[TopicPartition, Range],
-                     commit_id: str) -> CommitResult:
-        """Commit ``files`` (holding the rows of exactly ``ranges``) with the advanced offsets."""
+                     commit_id: str, *, valid_through_ms: int | None = None) -> CommitResult:
+        """Commit ``files`` (holding the rows of exactly ``ranges``) with the advanced offsets;
+        ``valid_through_ms`` (VTTS) goes into the snapshot summary when given."""
         rows = sum(f.record_count for f in files)
         started = time.monotonic()
         last_error: Exception | None = None
@@ -126,6 +127,8 @@ class Committer:
             encoded = offsets.encode(new_offsets)
             summary = {offsets.COMMIT_ID_KEY: commit_id, offsets.PIPELINE_KEY: self._pipeline,
                        offsets.property_key(self._pipeline): encoded}
+            if valid_through_ms is not None:
+                summary[offsets.VTTS_KEY] = str(valid_through_ms)
             try:
                 tx = _no_inner_retry(table).transaction()
                 with tx.update_snapshot(snapshot_properties=summary).fast_append() as append:

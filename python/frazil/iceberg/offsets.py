@@ -18,6 +18,7 @@ TopicPartition = tuple[str, int]
 OFFSETS_PREFIX = "frazil.offsets."
 COMMIT_ID_KEY = "frazil.commit-id"
 PIPELINE_KEY = "frazil.pipeline"
+VTTS_KEY = "frazil.vtts"   # valid-through timestamp (ms) of a full distributed commit
 
 
 def property_key(pipeline: str) -> str:

@@ -479,8 +479,8 @@ class Pipeline:
             await asyncio.wait([task])  # its outcome is surfaced by the run loop
         dropped = self._buffer.rows + (self._pending.rows if self._pending else 0)
         await self._abandon(self._pending)
-        if dropped:
-            log.info("partitions revoked: dropping %d uncommitted rows; they are read again by the new owner", dropped)
+        log.info("partitions revoked (%d): dropping %d uncommitted rows%s; they are read again from the table",
+                 len(tps), dropped, f" and reply {self._in_flight.commit_id}" if self._in_flight else "")
         # Every partition is re-positioned from the table on the next assignment (aiokafka's
         # assignors are eager: an assignment always follows), so forget them all, not only the
         # revoked ones: a range must never claim records that were dropped here.
