@@ -82,8 +82,11 @@ def test_replies_to_another_commit_and_redeliveries_do_not_count() -> None:
     assert s.covered() == {("t", 0)} and len(s.dropped) == 2
 
 
-def test_no_vtts_while_a_worker_has_taken_no_record() -> None:
+def test_a_worker_that_has_taken_no_record_does_not_hold_vtts_back() -> None:
     s = state()
     s.add("w1", complete([0, 1], 3, last=None))
     s.add("w2", complete([2], 3, last=10))
-    assert s.readiness(1001) is Readiness.FULL and s.valid_through_ms() is None
+    assert s.readiness(1001) is Readiness.FULL and s.valid_through_ms() == 10
+    idle = state()
+    idle.add("w1", complete([0, 1, 2], 3, last=None))
+    assert idle.valid_through_ms() is None

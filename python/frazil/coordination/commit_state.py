@@ -16,7 +16,6 @@ Rules (exactly-once.md, rules 4 and 6):
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from frazil.events.payloads import DataComplete, DataFileRef, DataWritten, OffsetRange
@@ -108,12 +107,11 @@ class CommitState:
         return [TableCommit(t, tuple(f), tuple(r)) for t, (f, r) in sorted(by_table.items()) if f or r]
 
     def valid_through_ms(self) -> int | None:
-        """VTTS for a full cycle: the oldest newest-record timestamp among the workers; None for
-        a partial cycle or when a worker has taken no record yet."""
+        """VTTS for a full cycle: the oldest newest-record timestamp among the workers that have
+        taken records (a worker that has taken none has nothing to hold it back; like the Iceberg
+        sink, records not yet fetched are not known). None for a partial cycle, or when no worker
+        has taken a record."""
         if not self.partitions <= self.covered():
             return None
-        stamps: Iterable[int | None] = (c.last_record_ms for c in self._complete.values())
-        values = list(stamps)
-        if not values or any(v is None for v in values):
-            return None
-        return min(v for v in values if v is not None)
+        stamps = [c.last_record_ms for c in self._complete.values() if c.last_record_ms is not None]
+        return min(stamps) if stamps else None
