@@ -18,6 +18,7 @@ import logging
 import uuid
 from collections.abc import Callable
 
+from aiokafka.errors import KafkaError, ProducerFenced
 from pyiceberg.catalog import Catalog
 
 from frazil.config import Config
@@ -27,6 +28,8 @@ from frazil.coordination.coordinator import Coordinator, table_committer
 from frazil.status import partitions
 
 log = logging.getLogger(__name__)
+
+FENCED_PAUSE_S = 5.0
 
 
 def election_partition(topics: tuple[str, ...]) -> TopicPartition:
@@ -47,27 +50,33 @@ class CoordinatorService:
 
     async def run(self, stop: asyncio.Event) -> None:
         task: asyncio.Task[None] | None = None
+        not_before = 0.0
+        loop = asyncio.get_running_loop()
         try:
             while not stop.is_set():
                 leader = self._election in self._assignment()
-                if leader and task is None:
+                if leader and task is None and loop.time() >= not_before:
                     log.info("coordinator: this process owns %s[%d]; starting the coordinator", *self._election)
                     task = asyncio.create_task(self._lead())
                 elif not leader and task is not None:
                     log.info("coordinator: %s[%d] moved to another process; stopping the coordinator", *self._election)
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+                    await _end(task)
                     task = None
                 if task is not None and task.done():
-                    task.result()  # a coordinator failure stops the process, loudly
+                    try:
+                        task.result()
+                    except ProducerFenced:
+                        # Another process started a coordinator: this one is the zombie. Stop; if the
+                        # group still says this process leads, try again after a pause.
+                        log.warning("coordinator: fenced by a newer coordinator of %s; stopping this one",
+                                    self._cfg.pipeline)
+                        not_before = loop.time() + FENCED_PAUSE_S
+                    task = None  # any other failure was raised above and stops the process, loudly
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), 0.2)
         finally:
             if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await _end(task)
 
     async def _lead(self) -> None:
         cfg = self._cfg
@@ -90,4 +99,12 @@ class CoordinatorService:
                     log.info("coordinator: commit %s landed as snapshot %s with %d rows", r.commit_id, r.snapshot_id,
                              r.rows)
         finally:
-            await channel.stop()
+            with contextlib.suppress(KafkaError):   # a fenced producer may refuse to close cleanly
+                await channel.stop()
+
+
+async def _end(task: asyncio.Task[None]) -> None:
+    """Stop a coordinator task whose leadership is gone; being fenced on the way out is expected."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, ProducerFenced):
+        await task
