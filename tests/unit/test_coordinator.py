@@ -125,3 +125,23 @@ async def test_a_successor_finishes_the_open_cycle_with_the_same_commit_id_and_o
     successor = Coordinator(FakeChannel({}, backlog=done.log), "p", P, tables, timeout_s=5)
     await successor.recover()
     assert tables.calls == []
+
+
+@pytest.mark.asyncio
+async def test_a_commit_request_starts_the_cycle_before_the_interval() -> None:
+    from frazil.events import CommitRequest
+
+    now = [0]
+    channel = FakeChannel({})
+    coordinator = Coordinator(channel, "p", P, Tables(), timeout_s=5, clock_ms=lambda: now[0])
+
+    async def tick(timeout_ms: int) -> list[Received]:
+        now[0] += 100
+        if now[0] == 1000:
+            channel.log.append(Event("p", "w3", 0, payload=CommitRequest("10000 rows buffered")))
+        return await FakeChannel.poll(channel, 0)
+
+    channel.poll = tick  # type: ignore[method-assign]
+    assert await coordinator.wait_for_trigger(600) == "requested by w3 (10000 rows buffered)"
+    assert now[0] == 1000
+    assert await coordinator.wait_for_trigger(0.5) == "interval"

@@ -13,6 +13,7 @@ from frazil.events import (
     Assignment,
     ColumnStat,
     CommitComplete,
+    CommitRequest,
     CommitToTable,
     DataComplete,
     DataFileRef,
@@ -48,6 +49,7 @@ payloads = st.one_of(
               last_record_ms=opt_long),
     st.builds(CommitToTable, commit_id=text, table=text, snapshot_id=opt_long, valid_through_ms=opt_long),
     st.builds(CommitComplete, commit_id=text, valid_through_ms=opt_long),
+    st.builds(CommitRequest, reason=text),
 )
 
 

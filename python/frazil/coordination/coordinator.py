@@ -31,7 +31,15 @@ from frazil import faults
 from frazil.coordination.channel import Received
 from frazil.coordination.commit_state import CommitState, Readiness, TableCommit, TopicPartition
 from frazil.errors import FrazilError, OffsetOverlapError
-from frazil.events.payloads import CommitComplete, CommitToTable, DataComplete, DataWritten, Payload, StartCommit
+from frazil.events.payloads import (
+    CommitComplete,
+    CommitRequest,
+    CommitToTable,
+    DataComplete,
+    DataWritten,
+    Payload,
+    StartCommit,
+)
 from frazil.iceberg.committer import CommitResult, Committer
 from frazil.iceberg.datafiles import from_ref
 from frazil.iceberg.offsets import Range
@@ -61,15 +69,20 @@ class Coordinator:
         self._last_offset: int | None = None   # the last control-topic offset this coordinator handled
         self.completed: list[tuple[str, list[CommitResult]]] = []
 
-    async def recover(self) -> None:
-        """Read what the last coordinator left; finish its open cycle if there is one."""
+    async def recover(self) -> bool:
+        """Read what the last coordinator left; finish its open cycle if there is one. Returns
+        whether a worker asked for a cycle after the last one (start the next one at once)."""
         backlog: list[Received] = []
         while not await self._channel.caught_up():
             backlog += await self._channel.poll(500)
         open_cycle: CommitState | None = None
+        requested = False
         for received in backlog:
             payload = received.event.payload
-            if isinstance(payload, StartCommit):
+            if isinstance(payload, CommitRequest):
+                requested = True
+            elif isinstance(payload, StartCommit):
+                requested = False
                 open_cycle = CommitState(payload.commit_id, self._partitions, received.event.sent_ms, self._timeout_ms)
             elif isinstance(payload, CommitComplete) and open_cycle is not None and payload.commit_id == open_cycle.commit_id:
                 open_cycle = None
@@ -82,6 +95,17 @@ class Coordinator:
             await self._finish(open_cycle, full=open_cycle.readiness(self._clock_ms()) is Readiness.FULL)
         elif self._last_offset is not None:
             await self._channel.commit_position(self._last_offset + 1)
+        return requested
+
+    async def wait_for_trigger(self, interval_s: float) -> str:
+        """Until ``interval_s`` has passed or a worker sent ``CommitRequest``; says which."""
+        deadline = self._clock_ms() + int(interval_s * 1000)
+        while self._clock_ms() < deadline:
+            for received in await self._channel.poll(min(POLL_MS, max(1, deadline - self._clock_ms()))):
+                self._last_offset = received.offset
+                if isinstance(received.event.payload, CommitRequest):
+                    return f"requested by {received.event.sender} ({received.event.payload.reason})"
+        return "interval"
 
     async def cycle(self) -> list[CommitResult]:
         """One commit cycle, start to end. Returns the tables' commit results."""

@@ -90,9 +90,13 @@ class CoordinatorService:
             coordinator = Coordinator(channel, cfg.pipeline, source,
                                       table_committer(self._catalog, cfg.pipeline, max_attempts=cfg.max_commit_attempts),
                                       timeout_s=cfg.coordination.commit_timeout_s)
-            await coordinator.recover()
+            requested = await coordinator.recover()
             while True:
-                await asyncio.sleep(cfg.commit_interval_s)
+                trigger = "requested before this coordinator started" if requested else \
+                    await coordinator.wait_for_trigger(cfg.commit_interval_s)
+                requested = False
+                if trigger != "interval":
+                    log.info("coordinator: starting a cycle early, %s", trigger)
                 results = await coordinator.cycle()
                 self.cycles += 1
                 for r in results:

@@ -5,6 +5,7 @@ from frazil.events.payloads import (
     Assignment,
     ColumnStat,
     CommitComplete,
+    CommitRequest,
     CommitToTable,
     DataComplete,
     DataFileRef,
@@ -14,5 +15,5 @@ from frazil.events.payloads import (
     StartCommit,
 )
 
-__all__ = ["Assignment", "ColumnStat", "CommitComplete", "CommitToTable", "DataComplete", "DataFileRef",
+__all__ = ["Assignment", "ColumnStat", "CommitComplete", "CommitRequest", "CommitToTable", "DataComplete", "DataFileRef",
            "DataWritten", "Event", "EventDecodeError", "OffsetRange", "StartCommit", "decode", "encode"]

@@ -18,6 +18,7 @@ from frazil.events.payloads import (
     Assignment,
     ColumnStat,
     CommitComplete,
+    CommitRequest,
     CommitToTable,
     DataComplete,
     DataFileRef,
@@ -83,6 +84,7 @@ _PAYLOADS: list[dict[str, Any]] = [
     {"type": "record", "name": "CommitComplete", "fields": [
         {"name": "commit_id", "type": "string"}, _opt("valid_through_ms", "long"),
     ]},
+    {"type": "record", "name": "CommitRequest", "fields": [{"name": "reason", "type": "string"}]},
 ]
 SCHEMA_V1: dict[str, Any] = {
     "type": "record", "name": "Event", "namespace": NAMESPACE, "fields": [
@@ -99,7 +101,7 @@ WRITER_SCHEMAS = {1: fastavro.parse_schema(SCHEMA_V1)}
 READER_SCHEMA = WRITER_SCHEMAS[VERSION]
 
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in (StartCommit, DataWritten, DataComplete, CommitToTable,
-                                                         CommitComplete)}
+                                                         CommitComplete, CommitRequest)}
 
 
 def _payload_record(payload: Payload) -> dict[str, Any]:

@@ -8,6 +8,8 @@ One cycle, for one commit id:
 - the coordinator commits each table once, then sends ``CommitToTable`` per table and
   ``CommitComplete``.
 
+Between cycles a worker may send ``CommitRequest`` to start the next one early.
+
 Partition values and column bounds travel as Iceberg's own single-value binary encoding
 (``pyiceberg.conversions``), so this module needs no knowledge of Iceberg types.
 """
@@ -97,7 +99,15 @@ class CommitComplete:
     valid_through_ms: int | None = None
 
 
-Payload = StartCommit | DataWritten | DataComplete | CommitToTable | CommitComplete
+@dataclass(frozen=True)
+class CommitRequest:
+    """A worker asks for a cycle now: its buffer reached ``max_buffer_records`` or its memory
+    budget (the record-count and bytes triggers). The coordinator starts one unless it is in one."""
+
+    reason: str
+
+
+Payload = StartCommit | DataWritten | DataComplete | CommitToTable | CommitComplete | CommitRequest
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,16 @@ from frazil.iceberg.offsets import Range, TopicPartition
 from frazil.ingest.buffer import RecordBuffer
 from frazil.ingest.source import KafkaSource
 from frazil.coordination.channel import ControlChannel
-from frazil.events.payloads import Assignment, CommitComplete, DataComplete, DataWritten, OffsetRange, Payload, StartCommit
+from frazil.events.payloads import (
+    Assignment,
+    CommitComplete,
+    CommitRequest,
+    DataComplete,
+    DataWritten,
+    OffsetRange,
+    Payload,
+    StartCommit,
+)
 from frazil.iceberg.datafiles import to_ref
 from frazil.metrics import Metrics
 from frazil.spark.bulk import SparkWriter
@@ -103,6 +112,7 @@ class Pipeline:
         self._control: deque[Payload] = deque()
         self._in_flight: Pending | None = None      # replied, waiting for its CommitComplete
         self._last_record_ms: int | None = None
+        self._requested: float | None = None          # when a CommitRequest went out, not yet answered
         self._committer = Committer(catalog, cfg.table.name, cfg.pipeline, max_attempts=cfg.max_commit_attempts)
         self._buffer = RecordBuffer(iceberg_catalog.arrow_schema(table), metadata_columns=cfg.table.metadata_columns,
                                     max_bytes=cfg.memory_budget_bytes)
@@ -152,6 +162,14 @@ class Pipeline:
                 self._check_task()
                 if self._task is None and self._control:
                     self._task = asyncio.create_task(self._handle(self._control.popleft()))
+                if self._channel is not None and self._task is None and self._full() and (
+                        self._requested is None
+                        or time.monotonic() - self._requested >= self._cfg.coordination.commit_timeout_s):
+                    # once per cycle (cleared by our next reply), again if no cycle came (a lost request)
+                    self._requested = time.monotonic()
+                    self._task = asyncio.create_task(self._channel.send([CommitRequest(
+                        f"{self._buffer.rows} rows buffered" if self._buffer.rows >= self._cfg.max_buffer_records
+                        else "memory budget reached")]))
                 self._flow_control()
                 self.metrics.failing_seconds.set(time.monotonic() - self._failing_since if self._failing_since else 0)
                 if self._task is None and self._due():
@@ -167,8 +185,12 @@ class Pipeline:
                  elapsed, self.stats.records_in, self.stats.rows_committed, self.stats.commits,
                  self.stats.failed_commits, self.stats.pauses)
 
+    def _full(self) -> bool:
+        """The record-count and bytes triggers."""
+        return self._buffer.rows >= self._cfg.max_buffer_records or self._flow.paused
+
     def _due(self) -> bool:
-        if self._channel is not None:  # the coordinator decides when
+        if self._channel is not None:  # the coordinator decides when (a full buffer asks it)
             return False
         if not self._end and self._pending is None:
             self._last_commit = time.monotonic()
@@ -176,8 +198,7 @@ class Pipeline:
         elapsed = time.monotonic() - self._last_commit
         if self._failing_since is not None:  # retry a failing commit once per interval, no faster
             return elapsed >= self._cfg.commit_interval_s
-        return (elapsed >= self._cfg.commit_interval_s or self._buffer.rows >= self._cfg.max_buffer_records
-                or self._flow.paused)
+        return elapsed >= self._cfg.commit_interval_s or self._full()
 
     def _check_task(self) -> None:
         """Surface a commit task's failure on the loop that runs the pipeline."""
@@ -337,6 +358,7 @@ class Pipeline:
         """Everything buffered, written as data files and reported with its ranges, and every owned
         partition reported complete: one Kafka transaction (exactly-once.md, the commit cycle)."""
         assert self._channel is not None
+        self._requested = None
         if self._in_flight is not None:   # its CommitComplete never came (the coordinator changed)
             await self._settle()
         if not self._start and not self._source.assignment:

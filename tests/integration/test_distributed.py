@@ -1,0 +1,36 @@
+"""Distributed mode's record-count trigger: a full buffer asks the coordinator for a cycle."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from frazil.devtools import eos
+from frazil.devtools.kafka_broker import KafkaBroker
+from frazil.status import end_offsets
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_full_worker_buffer_starts_a_cycle_long_before_the_interval(kafka: KafkaBroker, tmp_path: Path) -> None:
+    topic = "eos-trigger"
+    group = eos.setup(tmp_path, kafka.bootstrap, 2, interval=600.0, timeout=5.0, partitions=4, topic=topic)
+    for name in ("w0", "w1"):
+        cfg = group.config(name)
+        cfg.write_text(cfg.read_text().replace('commit_interval_s = 600.0', 'commit_interval_s = 600.0\nmax_buffer_records = 2000'))
+    try:
+        for name in ("w0", "w1"):
+            group.start(name)
+        asyncio.run(eos.produce(kafka.bootstrap, topic, (eos.record(i) for i in range(20_000)), partitions=4, label=None))
+        ends = asyncio.run(end_offsets(kafka.bootstrap, [topic]))
+        # the interval is 10 minutes: only the workers' requests can land this within the wait
+        eos.wait_committed(tmp_path, ends, group, timeout=90)
+    finally:
+        group.stop_all()
+    logs = group.tail("w0", 500_000) + group.tail("w1", 500_000)
+    assert "starting a cycle early, requested" in logs
+    found = eos.count(tmp_path)
+    verdict = eos.verdict(found["counts"], ends)
+    assert verdict["rows"] == 20_000 and verdict["lost"] == verdict["duplicates"] == 0, verdict
