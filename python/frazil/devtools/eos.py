@@ -204,26 +204,26 @@ def kill_run(workdir: Path, bootstrap: str, *, records: int, workers: int, kills
     thread.start()
     done = 0
     started = time.monotonic()
-    while done < kills or not produced.is_set():
-        time.sleep(rng.uniform(2.0, 5.0))
-        dead = group.exited()
-        if dead:
-            raise RuntimeError(f"worker(s) exited by themselves: {dead}; tail:\n{group.tail(next(iter(dead)))}")
-        victim = f"w{rng.randrange(workers)}"
-        group.kill(victim)
-        group.start(victim)
-        done += 1
-        if progress:
-            print(f"  kill {done}: SIGKILL {victim} at {time.monotonic() - started:.0f}s"
-                  f"{'' if produced.is_set() else ' (still producing)'}", flush=True)
-    thread.join()
-    if errors:
-        raise errors[0]
-    ends = asyncio.run(end_offsets(bootstrap, [topic]))
     try:
+        while done < kills or not produced.is_set():
+            time.sleep(rng.uniform(2.0, 5.0))
+            dead = group.exited()
+            if dead:
+                raise RuntimeError(f"worker(s) exited by themselves: {dead}; tail:\n{group.tail(next(iter(dead)))}")
+            victim = f"w{rng.randrange(workers)}"
+            group.kill(victim)
+            group.start(victim)
+            done += 1
+            if progress:
+                print(f"  kill {done}: SIGKILL {victim} at {time.monotonic() - started:.0f}s"
+                      f"{'' if produced.is_set() else ' (still producing)'}", flush=True)
+        thread.join()
+        if errors:
+            raise errors[0]
+        ends = asyncio.run(end_offsets(bootstrap, [topic]))
         wait_committed(workdir, ends, group, timeout=300)
     finally:
-        codes = group.stop_all()
+        codes = group.stop_all()   # never leave workers behind, whatever failed
     found = count(workdir)
     result = {"kills": done, "records_produced": sum(ends.values()), **verdict(found["counts"], ends),
               "snapshots_per_cycle_max": found["snapshots_per_cycle_max"], "cycles": found["cycles"],
