@@ -11,6 +11,11 @@ again from Kafka. If the commit cannot land
 commit id, loudly, until ``outage_timeout_s`` passes; meanwhile records keep arriving into the
 buffer until the memory budget pauses consumption. A rebalance waits for an in-flight commit,
 then drops what is buffered and pending; the new assignment resumes from the table.
+
+In distributed mode (``channel`` given) the same loop is a worker: it never commits; it answers
+the coordinator's StartCommit with its data files, ranges and partitions in one Kafka
+transaction, asks for an early cycle when full, and after CommitComplete reads everything again
+from the table if its reply did not land (docs/architecture.md, distributed mode).
 """
 
 from __future__ import annotations
