@@ -90,6 +90,8 @@ def test_compaction_and_expiry_run_while_frazil_ingests_and_lose_nothing(kafka: 
     live_files = table.inspect.files().num_rows
     # each commit added one file; each compaction replaced `rewritten` files by `added`
     assert live_files == len(commits) - sum(r - a for _, r, a in compactions) < len(commits)
-    # bounded: however many commits landed, expiry brought the count back under max_snapshots
-    assert len(table.snapshots()) <= MAX_SNAPSHOTS < 2 * MAX_SNAPSHOTS < len(commits), (len(table.snapshots()), len(commits))
+    # bounded: however many commits landed, expiry brought the count back under max_snapshots (plus
+    # the compaction and manifest-rewrite snapshots of a full run that may have landed after the wait)
+    assert len(table.snapshots()) <= MAX_SNAPSHOTS + 2 < 2 * MAX_SNAPSHOTS < len(commits), (len(table.snapshots()),
+                                                                                             len(commits))
     assert "maintenance expire_snapshots" in text and "Traceback" not in text
