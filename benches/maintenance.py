@@ -46,7 +46,7 @@ from frazil.spark import jars, session  # noqa: E402
 from frazil.spark.bulk import SparkWriter  # noqa: E402
 from frazil.spark.jobs import TableJobs  # noqa: E402
 from frazil.spark.maintainer import Maintainer  # noqa: E402
-from frazil.spark.schedule import Job, Schedule  # noqa: E402
+from frazil.spark.schedule import Job  # noqa: E402
 
 CATALOG = "bench"
 TP = ("clickstream", 0)
@@ -94,12 +94,8 @@ async def commit_cycles(catalog: Any, cfg: TableConfig, batch: pa.Table, cycles:
     maintainer: Maintainer | None = None
     stop = asyncio.Event()
     task = None
-    if maintenance is not None:
-        def jobs() -> TableJobs:
-            return TableJobs(session.get(spark_settings), CATALOG, cfg.name, maintenance)
-
-        maintainer = Maintainer(Schedule(maintenance, time.monotonic()), jobs, Metrics("bench", cfg.name),
-                                snapshot_count=lambda: len(catalog.load_table(cfg.name).metadata.snapshots))
+    if maintenance is not None:   # the daemon's own service, as `frazil run` builds it
+        maintainer = Maintainer.for_table(catalog, cfg.name, maintenance, spark_settings, CATALOG, Metrics("bench", cfg.name))
         task = asyncio.create_task(maintainer.run(stop))
     commit_ms: list[float] = []
     rows = batch.num_rows

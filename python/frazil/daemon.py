@@ -12,7 +12,6 @@ import time
 from collections.abc import Mapping
 
 import uvloop
-from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 
 from frazil.config import Config
@@ -25,9 +24,7 @@ from frazil.metrics import serve as serve_metrics
 from frazil.coordination.service import CoordinatorService, worker_channel
 from frazil.spark import session as spark_session
 from frazil.spark.bulk import SparkWriter
-from frazil.spark.jobs import TableJobs
 from frazil.spark.maintainer import Maintainer
-from frazil.spark.schedule import Schedule
 from frazil.status import end_offsets
 
 log = logging.getLogger(__name__)
@@ -55,18 +52,6 @@ def check_spark(cfg: Config) -> None:
                           "[maintenance] enabled = false and [spark] bulk_min_rows = 0")
 
 
-def _maintainer(cfg: Config, catalog: Catalog, pipeline: Pipeline) -> Maintainer:
-    def jobs() -> TableJobs:
-        return TableJobs(spark_session.get(spark_session.for_config(cfg)), cfg.catalog.name, cfg.table.name,
-                         cfg.maintenance)
-
-    def snapshot_count() -> int:
-        return len(catalog.load_table(cfg.table.name).metadata.snapshots)
-
-    return Maintainer(Schedule(cfg.maintenance, time.monotonic()), jobs, pipeline.metrics,
-                      snapshot_count=snapshot_count)
-
-
 async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartition, int] | None = None,
                 from_offsets: Mapping[TopicPartition, int] | None = None) -> Stats:
     """Run the pipeline (and table maintenance, when on) until ``stop`` is set, or until every
@@ -86,7 +71,8 @@ async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartiti
                     if distributed else None)
     if coordination is not None:  # a failed coordinator stops the process (the error is raised below)
         coordination.add_done_callback(lambda _: stop.set())
-    maintainer = _maintainer(cfg, catalog, pipeline) if cfg.maintenance.enabled else None
+    maintainer = (Maintainer.for_table(catalog, cfg.table.name, cfg.maintenance, spark_session.for_config(cfg),
+                                       cfg.catalog.name, pipeline.metrics) if cfg.maintenance.enabled else None)
     if maintainer is not None:
         pipeline.on_committed = maintainer.committed
     tune_gc()

@@ -340,16 +340,21 @@ class Pipeline:
             log.warning("commit %s landed after %.0fs of failures; the outage is over", pending.commit_id,
                         time.monotonic() - self._failing_since)
             self._failing_since = None
-        self.stats.commits += 1
-        self.stats.rows_committed += result.rows
-        self.metrics.commit("abandoned" if result.already_committed else "committed")
-        self.metrics.rows_committed.inc(result.rows)
         self.metrics.commit_seconds.observe(result.seconds)
         self.last_result = result
         if self.on_committed is not None:
             self.on_committed(result)
-        await self._source.commit_low_watermark(result.offsets)
+        await self._landed(result.rows, "abandoned" if result.already_committed else "committed", result.offsets)
         faults.hit("commit.after_kafka_offsets")
+
+    async def _landed(self, rows: int, outcome: str, stored: Mapping[TopicPartition, int]) -> None:
+        """Count a landed cycle (in process or by the coordinator) and move the consumer group's
+        low watermark to the table's offsets."""
+        self.stats.commits += 1
+        self.stats.rows_committed += rows
+        self.metrics.commit(outcome)
+        self.metrics.rows_committed.inc(rows)
+        await self._source.commit_low_watermark(stored)
 
     async def _handle(self, payload: Payload) -> None:
         """A control event, as a worker: answer a StartCommit; settle a reply on its CommitComplete."""
@@ -398,11 +403,7 @@ class Pipeline:
         stored = await asyncio.to_thread(self._committer.stored_offsets)
         missing = {tp: (stored.get(tp), r.end) for tp, r in in_flight.ranges.items() if stored.get(tp, -1) < r.end}
         if not missing:
-            self.stats.commits += 1
-            self.stats.rows_committed += in_flight.rows
-            self.metrics.commit("committed")
-            self.metrics.rows_committed.inc(in_flight.rows)
-            await self._source.commit_low_watermark(stored)
+            await self._landed(in_flight.rows, "committed", stored)
             return
         log.warning("reply %s did not land for %s (table offset, reply end); reading every partition again from "
                     "the table", in_flight.commit_id,

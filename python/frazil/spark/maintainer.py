@@ -11,10 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
+from pyiceberg.catalog import Catalog
+
+from frazil.config import MaintenanceConfig
 from frazil.iceberg.committer import CommitResult
 from frazil.metrics import Metrics
+from frazil.spark import session
 from frazil.spark.jobs import JobResult, TableJobs
 from frazil.spark.schedule import PAUSE_AFTER_FAILURE_S, Job, Schedule
 
@@ -32,6 +36,19 @@ class Maintainer:
         self._snapshot_count, self._clock = snapshot_count, clock
         self._jobs: TableJobs | None = None
         self.runs: list[list[JobResult]] = []
+
+    @classmethod
+    def for_table(cls, catalog: Catalog, table_name: str, cfg: MaintenanceConfig, spark_settings: Mapping[str, str],
+                  catalog_name: str, metrics: Metrics) -> Maintainer:
+        """The service for one table: Spark (started on the first due job) with ``spark_settings``
+        on the catalog ``catalog_name``, the snapshot count from ``catalog``."""
+        def jobs() -> TableJobs:
+            return TableJobs(session.get(spark_settings), catalog_name, table_name, cfg)
+
+        def snapshot_count() -> int:
+            return len(catalog.load_table(table_name).metadata.snapshots)
+
+        return cls(Schedule(cfg, time.monotonic()), jobs, metrics, snapshot_count=snapshot_count)
 
     def committed(self, result: CommitResult) -> None:
         """Called after every commit cycle with the snapshot count it saw (0: it landed nothing
