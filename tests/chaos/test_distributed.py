@@ -68,8 +68,8 @@ def test_a_process_killed_at_each_fault_point_loses_and_duplicates_nothing(kafka
         group.stop_all()
     found = eos.count(tmp_path)
     result = {**eos.verdict(found["counts"], ends), "snapshots_per_cycle_max": found["snapshots_per_cycle_max"]}
-    assert result["rows"] == records, result
     _assert_exact(result)
+    assert result["rows"] == records, result
 
 
 def _wait_for(predicate, what: str, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
@@ -111,7 +111,7 @@ def test_idle_partitions_hold_nothing_back_and_a_silent_worker_only_until_the_ti
         # one record on partition 0, three idle partitions: it lands in a full commit, with VTTS
         asyncio.run(eos.produce(kafka.bootstrap, topic, [eos.record(0)], partitions=1, label=None))
         eos.wait_committed(tmp_path, {(topic, 0): 1}, group, timeout=30)
-        landed = [s for s in _snapshots(tmp_path) if s.get("frazil.offsets.eos", "").find('"0":1') >= 0]
+        landed = [s for s in _snapshots(tmp_path) if s.get(f"frazil.offsets.{topic}", "").find('"0":1') >= 0]
         assert landed and all("frazil.vtts" in s for s in landed), landed
 
         # a worker goes silent (SIGSTOP): the next cycles wait for it up to the timeout, then commit
@@ -158,6 +158,6 @@ def test_a_zombie_worker_woken_after_its_partitions_moved_lands_nothing_twice(ka
         group.stop_all()
     found = eos.count(tmp_path)
     result = {**eos.verdict(found["counts"], ends), "snapshots_per_cycle_max": found["snapshots_per_cycle_max"]}
-    assert result["rows"] == records, result
     _assert_exact(result)
+    assert result["rows"] == records, result
     assert "partitions revoked" in group.tail("w1", 200_000) or "did not land" in group.tail("w1", 200_000)

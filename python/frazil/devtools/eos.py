@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 TOPIC = "eos"
 CONFIG = """\
 [pipeline]
-name = "eos"
+name = "{pipeline}"
 commit_interval_s = {interval}
 txlog_dir = "{workdir}/txlog/{worker}"
 log_level = "INFO"
@@ -127,8 +127,11 @@ def setup(workdir: Path, bootstrap: str, workers: int, *, interval: float = 1.0,
     group = Workers(workdir, env, topic)
     for i in range(workers):
         name = f"w{i}"
+        # the pipeline is named after the topic: runs on one broker must not share a control topic,
+        # a coordinator transactional id or a consumer group (a coordinator would finish another
+        # run's open cycle into this run's table)
         group.config(name).write_text(CONFIG.format(interval=interval, workdir=workdir, worker=name, bootstrap=bootstrap,
-                                                    topic=topic, timeout=timeout))
+                                                    topic=topic, timeout=timeout, pipeline=topic))
     return group
 
 
