@@ -128,6 +128,32 @@ async def test_a_successor_finishes_the_open_cycle_with_the_same_commit_id_and_o
 
 
 @pytest.mark.asyncio
+async def test_a_successor_waits_for_the_open_cycles_missing_replies_until_its_timeout() -> None:
+    """The old coordinator died while one worker had not answered yet: the successor takes that
+    answer too (one full commit with VTTS), instead of a partial commit at once."""
+    first = FakeChannel({"w1": [0]})
+    await first.send([StartCommit("old-1")])
+    late = FakeChannel({"w2": [1]})
+    await late.send([StartCommit("old-1")])
+    now = [1000]
+    channel = FakeChannel({}, backlog=first.log)
+    tables = Tables()
+    successor = Coordinator(channel, "p", P, tables, timeout_s=5, clock_ms=lambda: now[0])
+
+    async def poll(timeout_ms: int) -> list[Received]:
+        now[0] += 100
+        if now[0] == 1500:   # w2's reply to old-1 arrives after the takeover
+            channel.log.extend(e for e in late.log if not isinstance(e.payload, StartCommit))
+        return await FakeChannel.poll(channel, 0)
+
+    channel.poll = poll  # type: ignore[method-assign]
+    await successor.recover()
+    assert [c for _, c in tables.calls] == ["old-1"]
+    assert {f.path for f in tables.calls[0][0].files} == {"w1.parquet", "w2.parquet"}
+    assert channel.payloads(CommitComplete) == [CommitComplete("old-1", 101)]
+
+
+@pytest.mark.asyncio
 async def test_a_commit_request_starts_the_cycle_before_the_interval() -> None:
     from frazil.events import CommitRequest
 

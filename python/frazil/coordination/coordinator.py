@@ -8,9 +8,10 @@ CommitToTable per table and CommitComplete; then move the coordinator's position
 topic past the cycle's events.
 
 Failover: a new coordinator first reads the control topic from the position the last one
-committed. If it finds a cycle that was started but not completed, it finishes that cycle with
-the replies found (same commit id: if the old coordinator's catalog commit landed, the
-committer finds it and nothing lands twice), before starting its own.
+committed. If it finds a cycle that was started but not completed, it takes it over: it goes on
+collecting replies until that cycle is full or its timeout (counted from the original
+StartCommit) passes, then commits it under the same commit id (if the old coordinator's catalog
+commit landed, the committer finds it and nothing lands twice), before starting its own.
 
 A table whose commit fails is left out of CommitComplete's cycle; its records are read again by
 their workers from the table's offsets (workers compare after every CommitComplete).
@@ -62,8 +63,11 @@ CommitTable = Callable[[TableCommit, str, int | None], CommitResult]
 
 class Coordinator:
     def __init__(self, channel: Channel, pipeline: str, partitions: frozenset[TopicPartition],
-                 commit_table: CommitTable, *, timeout_s: float, clock_ms: Callable[[], int] | None = None) -> None:
+                 commit_table: CommitTable, *, timeout_s: float, clock_ms: Callable[[], int] | None = None,
+                 fence: bool = True) -> None:
+        """``fence=False`` only for the test that shows what the generation check prevents."""
         self._channel, self._pipeline, self._partitions = channel, pipeline, partitions
+        self._fence = fence
         self._commit_table, self._timeout_ms = commit_table, int(timeout_s * 1000)
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._last_offset: int | None = None   # the last control-topic offset this coordinator handled
@@ -83,16 +87,18 @@ class Coordinator:
                 requested = True
             elif isinstance(payload, StartCommit):
                 requested = False
-                open_cycle = CommitState(payload.commit_id, self._partitions, received.event.sent_ms, self._timeout_ms)
+                open_cycle = CommitState(payload.commit_id, self._partitions, received.event.sent_ms, self._timeout_ms,
+                                         fence=self._fence)
             elif isinstance(payload, CommitComplete) and open_cycle is not None and payload.commit_id == open_cycle.commit_id:
                 open_cycle = None
             elif isinstance(payload, (DataWritten, DataComplete)) and open_cycle is not None:
                 open_cycle.add(received.event.sender, payload)
             self._last_offset = received.offset
         if open_cycle is not None:
-            log.warning("coordinator: finishing commit %s, which the previous coordinator started (%d replies found)",
-                        open_cycle.commit_id, len(open_cycle.covered()))
-            await self._finish(open_cycle, full=open_cycle.readiness(self._clock_ms()) is Readiness.FULL)
+            log.warning("coordinator: taking over commit %s, which the previous coordinator started (%d of %d "
+                        "partitions answered); collecting the rest until its timeout", open_cycle.commit_id,
+                        len(open_cycle.covered() & self._partitions), len(self._partitions))
+            await self._conclude(open_cycle, await self._collect(open_cycle))
         elif self._last_offset is not None:
             await self._channel.commit_position(self._last_offset + 1)
         return requested
@@ -110,21 +116,29 @@ class Coordinator:
     async def cycle(self) -> list[CommitResult]:
         """One commit cycle, start to end. Returns the tables' commit results."""
         commit_id = f"{self._pipeline}-{uuid.uuid4().hex}"
-        state = CommitState(commit_id, self._partitions, self._clock_ms(), self._timeout_ms)
+        state = CommitState(commit_id, self._partitions, self._clock_ms(), self._timeout_ms, fence=self._fence)
         await self._channel.send([StartCommit(commit_id)])
         faults.hit("coordinator.after_start_commit")
+        return await self._conclude(state, await self._collect(state))
+
+    async def _collect(self, state: CommitState) -> Readiness:
+        """Take replies until the cycle is full or timed out."""
         while (ready := state.readiness(self._clock_ms())) is Readiness.WAIT:
             for received in await self._channel.poll(POLL_MS):
                 self._last_offset = received.offset
                 payload = received.event.payload
                 if isinstance(payload, (DataWritten, DataComplete)):
                     state.add(received.event.sender, payload)
+        return ready
+
+    async def _conclude(self, state: CommitState, ready: Readiness) -> list[CommitResult]:
         for reason in state.dropped:
-            log.warning("commit %s: dropped a reply: %s", commit_id, reason)
+            log.warning("commit %s: dropped a reply: %s", state.commit_id, reason)
         if ready is Readiness.PARTIAL:
             missing = sorted(self._partitions - state.covered())
             log.warning("commit %s: timed out after %.1fs without %d partition(s) (e.g. %s); committing what arrived, "
-                        "without a valid-through timestamp", commit_id, self._timeout_ms / 1000, len(missing), missing[:5])
+                        "without a valid-through timestamp", state.commit_id, self._timeout_ms / 1000, len(missing),
+                        missing[:5])
         return await self._finish(state, full=ready is Readiness.FULL)
 
     async def _finish(self, state: CommitState, *, full: bool) -> list[CommitResult]:

@@ -4,7 +4,9 @@ while this process owns the election partition.
 Election: the member assigned partition 0 of the first configured topic is the coordinator (the
 consumer group guarantees exactly one owner per generation). When the assignment moves, the old
 owner stops its coordinator and the new one starts, reading the control topic from the position
-the last one committed. A coordinator that does not know it lost (paused, partitioned away) is
+the last one committed. A rebalance that leaves the partition where it was does not stop the
+coordinator (aiokafka's rebalances are eager: every member gives up everything first); until the
+new assignment is known, the old one counts. A coordinator that does not know it lost (paused, partitioned away) is
 fenced twice: its control-topic producer shares the role's transactional id, so the new one's
 start fences its sends; and its catalog commits meet the table's offsets inside the
 compare-and-swap.
@@ -21,6 +23,7 @@ from collections.abc import Callable
 from aiokafka.errors import KafkaError, ProducerFenced
 from pyiceberg.catalog import Catalog
 
+from frazil import faults
 from frazil.config import Config
 from frazil.coordination.channel import ControlChannel
 from frazil.coordination.commit_state import TopicPartition
@@ -89,7 +92,7 @@ class CoordinatorService:
             source = frozenset(await partitions(cfg.kafka.bootstrap_servers, cfg.kafka.topics))
             coordinator = Coordinator(channel, cfg.pipeline, source,
                                       table_committer(self._catalog, cfg.pipeline, max_attempts=cfg.max_commit_attempts),
-                                      timeout_s=cfg.coordination.commit_timeout_s)
+                                      timeout_s=cfg.coordination.commit_timeout_s, fence=not faults.off("fencing"))
             requested = await coordinator.recover()
             while True:
                 trigger = "requested before this coordinator started" if requested else \

@@ -146,8 +146,9 @@ class Pipeline:
         return self._buffer.bytes + pending
 
     def assignment(self) -> set[TopicPartition]:
-        """The source partitions this process owns now."""
-        return set(self._source.assignment)
+        """The source partitions this process owns now; during a rebalance, the ones it owned
+        before (a coordinator is not stopped by a rebalance that leaves it the election partition)."""
+        return self._source.settled_assignment()
 
     def positions(self) -> dict[TopicPartition, int]:
         """The next offset this pipeline takes from each positioned partition."""

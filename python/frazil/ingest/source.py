@@ -53,6 +53,8 @@ class KafkaSource:
             max_partition_fetch_bytes=4 * 1024 * 1024,
         )
         self.assignment: set[TP] = set()
+        self.rebalancing = False   # between a revocation and the next assignment
+        self._before: set[TP] = set()
         self.generation = -1   # the consumer group's generation of the current assignment
         # aiokafka logs and swallows exceptions raised in a rebalance listener; keep the first
         # one and raise it from poll() so the pipeline stops instead of running unpositioned.
@@ -98,7 +100,13 @@ class KafkaSource:
         except Exception as exc:  # noqa: BLE001 - a lagging low watermark is harmless; say so and go on
             log.warning("could not commit consumer-group offsets (only used for lag; the table holds the truth): %s", exc)
 
+    def settled_assignment(self) -> set[TP]:
+        """The assignment, or during a rebalance the one before it (what this process held last)."""
+        return set(self._before if self.rebalancing else self.assignment)
+
     async def _revoked(self, tps: set[TP]) -> None:
+        if not self.rebalancing:
+            self._before, self.rebalancing = set(self.assignment), True
         self.assignment -= tps
         try:
             await self._on_revoked(tps)
@@ -108,9 +116,12 @@ class KafkaSource:
 
     async def _assigned(self, tps: set[TP]) -> None:
         self.assignment = set(tps)
+        self.rebalancing = False
         # aiokafka sets it from the JoinGroup response before calling the listener; it has no
         # public accessor. Workers report it so the coordinator can drop a zombie's replies.
         self.generation = int(getattr(self._consumer._coordinator, "generation", -1))
+        log.info("assigned %d partition(s) in generation %d: %s", len(tps), self.generation,
+                 ", ".join(f"{t}[{p}]" for t, p in sorted(tps)[:12]) + (" ..." if len(tps) > 12 else ""))
         try:
             stored = await self._on_assigned(tps)
             await self.seek(tps, stored)
