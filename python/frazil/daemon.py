@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import uvloop
 from pyiceberg.exceptions import NoSuchTableError
 
+from frazil import faults
 from frazil.config import Config
 from frazil.errors import CommitOutcomeUnknown, ConfigError
 from frazil.iceberg import catalog as iceberg_catalog
@@ -190,6 +191,10 @@ def run(cfg: Config) -> Stats:
             loop.add_signal_handler(sig, on_signal, sig)
         log.info("frazil pipeline %s -> %s, commit every %.1fs (pid %d)", cfg.pipeline, cfg.table.name,
                  cfg.commit_interval_s, os.getpid())
+        if faults.armed():
+            log.warning("FRAZIL_FAULTS is set (%s): this process is under a fault-injection test%s", faults.armed(),
+                        "; FENCING IS OFF: zombie writes and overlapping offset ranges are committed"
+                        if faults.off("fencing") else "")
         return await serve(cfg, stop)
 
     return uvloop.run(main())

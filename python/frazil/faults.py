@@ -3,7 +3,14 @@
 Arm with the environment (``FRAZIL_FAULTS="commit.after_catalog=raise"``; several separated by
 commas) or with :func:`arm`. Actions: ``kill`` (SIGKILL this process), ``kill@N`` (SIGKILL on the
 Nth time the point is reached), ``raise`` (an OSError, as a lost response would), ``raise-once``
-(the same, then disarms). Unarmed points cost one dict lookup.
+(the same, then disarms), ``stop`` (SIGSTOP this process, once: it goes on where it stopped when
+someone sends SIGCONT, as a paused VM or a long GC does), ``kill-after-stop`` (SIGKILL, but only
+once a ``stop`` point has stopped this process: a zombie that says one thing on waking, then
+dies). Unarmed points cost one dict lookup.
+
+One switch is not a point: ``fencing=off`` turns off what refuses a zombie's writes (the
+coordinator's generation check and the committer's contiguity check) so a test can show that
+its zombie really would have written twice. Never in production; the process says so loudly.
 """
 
 from __future__ import annotations
@@ -26,7 +33,12 @@ POINTS = (
     "coordinator.after_commit_complete",  # CommitComplete sent, control-topic position not moved
 )
 
+SWITCHES = ("fencing",)
+ACTIONS = ("kill", "raise", "raise-once", "stop", "kill-after-stop")
+
 _armed: dict[str, str] = {}
+_off: set[str] = set()
+_stopped = False
 _hits: dict[str, int] = {}
 
 
@@ -34,31 +46,60 @@ class InjectedFault(OSError):
     """Raised by a fault point armed with ``raise``."""
 
 
-def _parse(spec: str) -> dict[str, str]:
-    out = {}
+def _parse(spec: str) -> tuple[dict[str, str], set[str]]:
+    out, off = {}, set()
     for item in filter(None, (s.strip() for s in spec.split(","))):
         point, _, action = item.partition("=")
+        if point in SWITCHES and action == "off":
+            off.add(point)
+            continue
         counted = action.startswith("kill@") and action[5:].isdigit() and int(action[5:]) > 0
-        if point not in POINTS or not (counted or action in ("kill", "raise", "raise-once")):
-            raise ValueError(f"bad fault spec {item!r}: points are {', '.join(POINTS)}; "
-                             "actions kill, kill@N, raise, raise-once")
+        if point not in POINTS or not (counted or action in ACTIONS):
+            raise ValueError(f"bad fault spec {item!r}: points are {', '.join(POINTS)}; actions "
+                             f"{', '.join(ACTIONS)}, kill@N; or a switch ({', '.join(SWITCHES)}) =off")
         out[point] = action
-    return out
+    return out, off
 
 
 def arm(point: str, action: str) -> None:
-    _armed.update(_parse(f"{point}={action}"))
+    armed, off = _parse(f"{point}={action}")
+    _armed.update(armed)
+    _off.update(off)
 
 
 def disarm() -> None:
+    global _stopped
     _armed.clear()
+    _off.clear()
     _hits.clear()
+    _stopped = False
+
+
+def off(switch: str) -> bool:
+    """Whether a safety ``switch`` (see SWITCHES) has been turned off for a test."""
+    assert switch in SWITCHES, switch
+    return switch in _off
+
+
+def armed() -> str:
+    """What is armed, for the process's start-up log ("" when nothing)."""
+    return ",".join([f"{p}={a}" for p, a in sorted(_armed.items())] + [f"{s}=off" for s in sorted(_off)])
 
 
 def hit(point: str) -> None:
+    global _stopped
     action = _armed.get(point)
     if action is None:
         return
+    if action == "stop":
+        del _armed[point]
+        _stopped = True
+        os.kill(os.getpid(), signal.SIGSTOP)   # returns once someone sends SIGCONT
+        return
+    if action == "kill-after-stop":
+        if not _stopped:
+            return
+        action = "kill"
     if action.startswith("kill@"):
         _hits[point] = _hits.get(point, 0) + 1
         if _hits[point] < int(action[5:]):
@@ -71,4 +112,4 @@ def hit(point: str) -> None:
     raise InjectedFault(f"injected fault at {point}")
 
 
-_armed.update(_parse(os.environ.get("FRAZIL_FAULTS", "")))
+_armed, _off = _parse(os.environ.get("FRAZIL_FAULTS", ""))

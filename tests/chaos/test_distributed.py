@@ -8,6 +8,7 @@ import asyncio
 import os
 import random
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -161,3 +162,69 @@ def test_a_zombie_worker_woken_after_its_partitions_moved_lands_nothing_twice(ka
     _assert_exact(result)
     assert result["rows"] == records, result
     assert "partitions revoked" in group.tail("w1", 200_000) or "did not land" in group.tail("w1", 200_000)
+
+
+def _stopped(proc: subprocess.Popen[bytes]) -> bool:
+    return Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+
+
+@pytest.mark.parametrize("fencing", ["on", "off"])
+def test_a_zombie_reply_after_its_partitions_moved_lands_nothing_twice_and_would_without_fencing(
+        kafka: KafkaBroker, tmp_path: Path, fencing: str) -> None:
+    """A deterministic zombie. w1 (partitions 1 and 3; w0 holds partition 0 and coordinates) stops
+    itself (SIGSTOP) right after writing the data files of a reply. Its session times out; w0 takes
+    every partition and reads 1 and 3 again from the table, while the coordinator still waits for
+    w1's answer (commit timeout 30 s). Woken (SIGCONT), w1 sends its reply and dies before it can
+    rejoin (kill-after-stop). That cycle lands w1's files; w0's next reply covers the same offsets.
+
+    Fencing on: that reply is refused inside the compare-and-swap and read again, and every offset
+    is in the table once. Fencing off (``FRAZIL_FAULTS=fencing=off``: no generation check, no
+    contiguity check): the same run lands records twice, so this test fails without the fencing."""
+    topic = f"eos-zombie-fencing-{fencing}"
+    group = eos.setup(tmp_path, kafka.bootstrap, 2, interval=0.5, timeout=30.0, partitions=4, topic=topic)
+    switch = "fencing=off" if fencing == "off" else ""
+    produced = 0
+
+    def produce(n: int) -> None:
+        nonlocal produced
+        asyncio.run(eos.produce(kafka.bootstrap, topic, (eos.record(i) for i in range(produced, produced + n)),
+                                partitions=4, label=None))
+        produced += n
+
+    try:
+        group.start("w0", {"FRAZIL_FAULTS": switch})
+        _wait_for(lambda: "starting the coordinator" in group.tail("w0", 50_000), "w0 to coordinate")
+        group.start("w1", {"FRAZIL_FAULTS": ",".join(filter(None, [
+            "worker.after_files_written=stop", "worker.after_reply=kill-after-stop", switch]))})
+        # client ids order the members: w0 keeps partition 0 (the coordinator), w1 gets 1 and 3
+        _wait_for(lambda: "replied to commit" in group.tail("w1", 50_000), "w1 to join and reply")
+        assert f"{topic}[0]" not in group.tail("w1", 50_000), group.tail("w1")
+        deadline = time.monotonic() + 60
+        while not _stopped(group.procs["w1"]):   # w1 stops at its first reply with data
+            assert time.monotonic() < deadline, f"w1 never stopped; tail:\n{group.tail('w1')}"
+            produce(1000)
+            time.sleep(0.3)
+        produce(2000)
+        _wait_for(lambda: "assigned 4 partition(s)" in group.tail("w0", 200_000), "w0 to take w1's partitions", 30)
+        time.sleep(2)   # w0 re-reads partitions 1 and 3 from the table
+        group.procs["w1"].send_signal(signal.SIGCONT)
+        assert group.procs["w1"].wait(timeout=30) == -signal.SIGKILL, group.tail("w1")
+        del group.procs["w1"]   # dead for good: no rejoin may rescue w0's overlapping reply
+        produce(2000)
+        ends = asyncio.run(end_offsets(kafka.bootstrap, [topic]))
+        eos.wait_committed(tmp_path, ends, group, timeout=120)
+    finally:
+        for proc in group.procs.values():
+            proc.send_signal(signal.SIGCONT)
+        group.stop_all()
+    found = eos.count(tmp_path)
+    result = {**eos.verdict(found["counts"], ends), "snapshots_per_cycle_max": found["snapshots_per_cycle_max"]}
+    print(fencing, result)
+    coordinator_log = group.tail("w0", 2_000_000)
+    if fencing == "on":
+        _assert_exact(result)
+        assert result["rows"] == produced
+        assert "part of it is already in the table" in coordinator_log   # the fence fired
+    else:
+        assert "FENCING IS OFF" in coordinator_log
+        assert result["duplicates"] > 0, result

@@ -45,6 +45,7 @@ class CommitState:
     partitions: frozenset[TopicPartition]    # every source partition of the pipeline
     started_ms: int
     timeout_ms: int
+    fence: bool = True      # False only for the test that shows what the generation check prevents
     _written: dict[str, list[DataWritten]] = field(default_factory=dict)    # by sender
     _complete: dict[str, DataComplete] = field(default_factory=dict)        # by sender
     _newest: dict[TopicPartition, int] = field(default_factory=dict)        # newest generation per partition
@@ -65,7 +66,8 @@ class CommitState:
             tp = (a.topic, a.partition)
             self._newest[tp] = max(self._newest.get(tp, a.generation), a.generation)
         self._complete[sender] = payload
-        self._drop_stale()
+        if self.fence:
+            self._drop_stale()
         return sender in self._complete
 
     def _generation_of(self, sender: str) -> dict[TopicPartition, int]:

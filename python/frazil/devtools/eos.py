@@ -48,6 +48,7 @@ log_level = "INFO"
 [kafka]
 bootstrap_servers = "{bootstrap}"
 topics = ["{topic}"]
+client_id = "{pipeline}-{worker}"
 session_timeout_ms = 3000
 heartbeat_interval_ms = 500
 

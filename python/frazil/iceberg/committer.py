@@ -118,7 +118,8 @@ class Committer:
                 return self._result(commit_id, landed, rows, table, attempt, started)
             stored = offsets.stored_offsets(table.properties, self._pipeline)
             decision = offsets.plan(stored, ranges)
-            self._check(decision, stored, ranges, commit_id)
+            if not faults.off("fencing"):
+                self._check(decision, stored, ranges, commit_id)
             if decision.all_committed:
                 log.info("commit %s table=%s: every range is already in the table, dropping %d rows",
                          commit_id, self._table_name, rows)
