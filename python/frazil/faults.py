@@ -27,6 +27,7 @@ POINTS = (
     "txlog.checkpoint.before_cleanup",  # checkpoint in place, old segments not yet deleted
     "worker.after_files_written",       # a reply's data files written, nothing sent
     "worker.before_reply",              # the reply is about to go out in its transaction
+    "worker.in_reply_transaction",      # the reply is sent, its transaction not committed
     "worker.after_reply",               # the reply's transaction committed
     "coordinator.after_start_commit",   # StartCommit sent, no reply read yet
     "coordinator.after_catalog_commits",  # every table committed, CommitComplete not sent

@@ -228,3 +228,46 @@ def test_a_zombie_reply_after_its_partitions_moved_lands_nothing_twice_and_would
     else:
         assert "FENCING IS OFF" in coordinator_log
         assert result["duplicates"] > 0, result
+
+
+def test_a_worker_paused_inside_its_reply_transaction_holds_the_pipeline_back_only_until_the_broker_aborts_it(
+        kafka: KafkaBroker, tmp_path: Path) -> None:
+    """w1 stops (SIGSTOP) with its reply sent but its transaction open: every read_committed reader
+    of the control topic is held at that transaction. The broker aborts it after the reply
+    transaction timeout (10 s here), w0 takes w1's partitions, and commits go on. Woken, w1 finds its
+    transaction gone, says so, starts a new producer, reads its partitions again and carries on
+    (it does not exit). Every offset lands once."""
+    topic = "eos-paused-transaction"
+    group = eos.setup(tmp_path, kafka.bootstrap, 2, interval=0.5, timeout=5.0, partitions=4, topic=topic)
+    produced = 0
+
+    def produce(n: int) -> None:
+        nonlocal produced
+        asyncio.run(eos.produce(kafka.bootstrap, topic, (eos.record(i) for i in range(produced, produced + n)),
+                                partitions=4, label=None))
+        produced += n
+
+    try:
+        group.start("w0")
+        _wait_for(lambda: "starting the coordinator" in group.tail("w0", 50_000), "w0 to coordinate")
+        group.start("w1", {"FRAZIL_FAULTS": "worker.in_reply_transaction=stop"})
+        _wait_for(lambda: _stopped(group.procs["w1"]), "w1 to stop inside a reply transaction")
+        produce(4000)
+        # held back while the transaction is open, then committed by w0 alone
+        eos.wait_committed(tmp_path, asyncio.run(end_offsets(kafka.bootstrap, [topic])), group, timeout=90)
+        group.procs["w1"].send_signal(signal.SIGCONT)
+        _wait_for(lambda: "could not be sent" in group.tail("w1", 200_000), "w1 to notice its aborted reply", 60)
+        _wait_for(lambda: group.tail("w1", 200_000).count("replied to commit") >= 1, "w1 to reply again", 60)
+        produce(4000)
+        ends = asyncio.run(end_offsets(kafka.bootstrap, [topic]))
+        eos.wait_committed(tmp_path, ends, group, timeout=90)
+        assert group.procs["w1"].poll() is None, group.tail("w1")
+    finally:
+        for proc in group.procs.values():
+            proc.send_signal(signal.SIGCONT)
+        codes = group.stop_all()
+    found = eos.count(tmp_path)
+    result = {**eos.verdict(found["counts"], ends), "snapshots_per_cycle_max": found["snapshots_per_cycle_max"]}
+    print(result)
+    _assert_exact(result)
+    assert result["rows"] == produced and codes == {"w0": 0, "w1": 0}, (result, codes)

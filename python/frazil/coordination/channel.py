@@ -12,15 +12,18 @@ The topic is created (one partition: one order for every event) if it does not e
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from aiokafka.structs import OffsetAndMetadata
 
+from frazil import faults
 from frazil.events import codec
 from frazil.events.payloads import Event, Payload
 
@@ -50,15 +53,17 @@ class Received:
 
 class ControlChannel:
     def __init__(self, bootstrap: str, topic: str, *, group: str, member: str, transactional_id: str,
-                 consumer_group: str | None = None) -> None:
+                 consumer_group: str | None = None, transaction_timeout_ms: int = 60_000) -> None:
         """``group`` is the pipeline (events of other pipelines on the topic are skipped);
         ``consumer_group`` set: read from that group's committed position (the coordinator),
-        else from the end (a worker)."""
+        else from the end (a worker). A transaction left open longer than
+        ``transaction_timeout_ms`` (a paused process) is aborted by the broker; until then it holds
+        back every ``read_committed`` reader of the topic."""
         self._bootstrap, self._topic, self._group, self._member = bootstrap, topic, group, member
         self._tp = TopicPartition(topic, 0)
         self._consumer_group = consumer_group
-        self._producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=transactional_id,
-                                          enable_idempotence=True)
+        self._transactional_id, self._transaction_timeout_ms = transactional_id, transaction_timeout_ms
+        self._producer = self._new_producer()
         self._consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=consumer_group,
                                           enable_auto_commit=False, isolation_level="read_committed",
                                           auto_offset_reset="earliest")
@@ -77,19 +82,36 @@ class ControlChannel:
             else:
                 self._consumer.seek(self._tp, committed)
 
+    def _new_producer(self) -> AIOKafkaProducer:
+        return AIOKafkaProducer(bootstrap_servers=self._bootstrap, transactional_id=self._transactional_id,
+                                enable_idempotence=True, transaction_timeout_ms=self._transaction_timeout_ms)
+
+    async def reset_producer(self) -> None:
+        """After a failed transaction (aborted by the broker's timeout while this process was
+        paused, or fenced): a new producer with the same transactional id, whose start aborts
+        whatever the old one left open."""
+        with contextlib.suppress(KafkaError):
+            await self._producer.stop()
+        self._producer = self._new_producer()
+        await self._producer.start()
+
     async def stop(self) -> None:
         try:
             await self._producer.stop()
         finally:
             await self._consumer.stop()
 
-    async def send(self, payloads: list[Payload]) -> None:
-        """All of ``payloads`` in one transaction: readers see every one of them or none."""
+    async def send(self, payloads: list[Payload], *, fault_point: str | None = None) -> None:
+        """All of ``payloads`` in one transaction: readers see every one of them or none.
+        ``fault_point`` is hit inside the transaction, before its commit."""
         now = int(time.time() * 1000)
         async with self._producer.transaction():
-            for payload in payloads:
-                await self._producer.send(self._topic, codec.encode(Event(self._group, self._member, now,
-                                                                          payload=payload)))
+            sent = [await self._producer.send(self._topic, codec.encode(Event(self._group, self._member, now,
+                                                                              payload=payload)))
+                    for payload in payloads]
+            if fault_point is not None:
+                await asyncio.gather(*sent)   # on the broker: the transaction is open there now
+                faults.hit(fault_point)
 
     async def poll(self, timeout_ms: int) -> list[Received]:
         """Committed events of this pipeline, in topic order; a record that is not a frazil event

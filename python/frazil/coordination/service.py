@@ -39,10 +39,18 @@ def election_partition(topics: tuple[str, ...]) -> TopicPartition:
     return (topics[0], 0)
 
 
+def reply_transaction_timeout_ms(cfg: Config) -> int:
+    """A worker's reply transaction takes milliseconds; one left open (a paused worker) holds back
+    every reader of the control topic until the broker aborts it. So: the commit timeout (after it
+    the cycle has moved on anyway), at least 10 s for a slow broker."""
+    return max(10_000, int(cfg.coordination.commit_timeout_s * 1000))
+
+
 def worker_channel(cfg: Config) -> ControlChannel:
     member = f"worker-{uuid.uuid4().hex[:12]}"
     return ControlChannel(cfg.kafka.bootstrap_servers, cfg.coordination.control_topic, group=cfg.pipeline,
-                          member=member, transactional_id=f"frazil-{cfg.pipeline}-{member}")
+                          member=member, transactional_id=f"frazil-{cfg.pipeline}-{member}",
+                          transaction_timeout_ms=reply_transaction_timeout_ms(cfg))
 
 
 class CoordinatorService:

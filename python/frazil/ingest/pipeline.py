@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+from aiokafka.errors import KafkaError
 from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
@@ -391,7 +392,18 @@ class Pipeline:
         owned = tuple(Assignment(t, p, generation) for t, p in sorted(self._source.assignment))
         payloads.append(DataComplete(commit_id, owned, self._last_record_ms))
         faults.hit("worker.before_reply")
-        await self._channel.send(payloads)
+        try:
+            await self._channel.send(payloads, fault_point="worker.in_reply_transaction")
+        except KafkaError as exc:
+            # e.g. paused past the transaction timeout: the broker aborted the reply. If it did land
+            # after all, our next reply overlaps the table and is refused; either way: read again.
+            log.warning("reply to commit %s could not be sent (%s: %s); reading every partition again from the "
+                        "table with a new control-topic producer", commit_id, type(exc).__name__, exc)
+            self._in_flight = None
+            self.metrics.commit("abandoned")
+            await self._channel.reset_producer()
+            await self._rewind(set(self._start))
+            return
         faults.hit("worker.after_reply")
         log.info("replied to commit %s: %d rows in %d file(s) for %d partition(s), generation %d", commit_id,
                  pending.rows if pending else 0, nfiles, len(owned), generation)
