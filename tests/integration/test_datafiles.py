@@ -50,3 +50,35 @@ def test_a_data_file_survives_the_trip_and_commits_with_its_partition_and_metric
     assert table.scan(row_filter="at >= '2026-11-02T00:00:00+00:00'").to_arrow().num_rows == sum(
         1 for i in range(n) if i % 50 >= 24)
     assert not isinstance(event.payload, StartCommit)
+
+
+def test_files_reported_for_another_table_of_the_same_name_are_refused(tmp_path: Path) -> None:
+    """A reply written before the table was dropped and recreated (or by another deployment under
+    the same pipeline name) names the table UUID it wrote for; the coordinator commits nothing."""
+    import pytest
+
+    from frazil.coordination.commit_state import TableCommit
+    from frazil.coordination.coordinator import table_committer
+    from frazil.errors import FrazilError
+    from frazil.events.payloads import OffsetRange
+
+    catalog = iceberg_catalog.load(CatalogConfig("frazil", {"type": "sql", "uri": f"sqlite:///{tmp_path}/c.db",
+                                                            "warehouse": f"file://{tmp_path}"}))
+    cfg = TableConfig("db.t", (Column("id", "long", True),))
+    old = iceberg_catalog.ensure_table(catalog, cfg)
+    data = pa.Table.from_pydict({"id": [1, 2, 3], "_kafka_topic": ["t"] * 3, "_kafka_partition": [0] * 3,
+                                 "_kafka_offset": [0, 1, 2], "_kafka_timestamp": [datetime(2026, 11, 1, tzinfo=UTC)] * 3,
+                                 "_kafka_key": [None] * 3}, schema=iceberg_catalog.arrow_schema(old))
+    refs = tuple(to_ref(f, old.spec(), old.schema())
+                 for f in Committer(catalog, "db.t", "p", sleep=lambda s: None).write_files(data))
+    commit = table_committer(catalog, "p", max_attempts=1)
+    reply = TableCommit("db.t", refs, (OffsetRange("t", 0, 0, 3, 1),), frozenset({str(old.metadata.table_uuid)}))
+
+    catalog.drop_table("db.t")
+    new = iceberg_catalog.ensure_table(catalog, cfg)
+    with pytest.raises(FrazilError, match=f"written for table UUID\\(s\\) {old.metadata.table_uuid}.*nothing was committed"):
+        commit(reply, "c1", None)
+    assert catalog.load_table("db.t").snapshots() == []
+
+    # the same files reported for the table as it is now land
+    assert commit(TableCommit("db.t", refs, reply.ranges, frozenset({str(new.metadata.table_uuid)})), "c2", None).rows == 3

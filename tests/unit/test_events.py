@@ -43,7 +43,7 @@ ranges = st.builds(OffsetRange, topic=text, partition=ints, start=longs, end=lon
 payloads = st.one_of(
     st.builds(StartCommit, commit_id=text),
     st.builds(DataWritten, commit_id=text, table=text, files=st.lists(files, max_size=3).map(tuple),
-              ranges=st.lists(ranges, max_size=3).map(tuple)),
+              ranges=st.lists(ranges, max_size=3).map(tuple), table_uuid=text),
     st.builds(DataComplete, commit_id=text,
               assignments=st.lists(st.builds(Assignment, topic=text, partition=ints, generation=ints), max_size=4).map(tuple),
               last_record_ms=opt_long),
@@ -65,8 +65,8 @@ def test_payloads_that_share_a_shape_keep_their_type() -> None:
 
 
 def test_a_newer_writers_extra_fields_are_ignored_and_missing_ones_take_defaults() -> None:
-    """Schema evolution: a version-2 writer added a field and dropped an optional one."""
-    v2 = fastavro.parse_schema({
+    """Schema evolution: a version-3 writer added a field and dropped an optional one."""
+    v3 = fastavro.parse_schema({
         "type": "record", "name": "Event", "namespace": codec.NAMESPACE, "fields": [
             {"name": "group", "type": "string"}, {"name": "sender", "type": "string"},
             {"name": "sent_ms", "type": "long"}, {"name": "host", "type": "string"},
@@ -74,15 +74,26 @@ def test_a_newer_writers_extra_fields_are_ignored_and_missing_ones_take_defaults
                 {"type": "record", "name": "CommitComplete", "fields": [
                     {"name": "commit_id", "type": "string"}, {"name": "tables", "type": "int"}]}]}]})
     out = io.BytesIO()
-    out.write(bytes((codec.MAGIC, 2)))
-    fastavro.schemaless_writer(out, v2, {"group": "p", "sender": "w", "sent_ms": 7, "host": "h1",
+    out.write(bytes((codec.MAGIC, 3)))
+    fastavro.schemaless_writer(out, v3, {"group": "p", "sender": "w", "sent_ms": 7, "host": "h1",
                                          "payload": {"commit_id": "c9", "tables": 3}})
-    codec.WRITER_SCHEMAS[2] = v2
+    codec.WRITER_SCHEMAS[3] = v3
     try:
         event = decode(out.getvalue())
     finally:
-        del codec.WRITER_SCHEMAS[2]
+        del codec.WRITER_SCHEMAS[3]
     assert event == Event("p", "w", 7, payload=CommitComplete("c9", None))
+
+
+def test_a_version_1_reply_still_reads_with_no_table_uuid() -> None:
+    """A worker of the previous version may still be answering during a rolling upgrade."""
+    out = io.BytesIO()
+    out.write(bytes((codec.MAGIC, 1)))
+    written = {"commit_id": "c1", "table": "db.t", "files": [], "ranges": [
+        {"topic": "t", "partition": 0, "start": 0, "end": 5, "generation": 3}]}
+    fastavro.schemaless_writer(out, codec.WRITER_SCHEMAS[1], {
+        "group": "p", "sender": "w", "sent_ms": 1, "payload": ("io.frazil.events.v1.DataWritten", written)})
+    assert decode(out.getvalue()).payload == DataWritten("c1", "db.t", (), (OffsetRange("t", 0, 0, 5, 3),), "")
 
 
 def test_an_unknown_version_says_to_upgrade_the_readers_first() -> None:

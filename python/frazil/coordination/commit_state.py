@@ -37,6 +37,7 @@ class TableCommit:
     table: str
     files: tuple[DataFileRef, ...]
     ranges: tuple[OffsetRange, ...]
+    table_uuids: frozenset[str] = frozenset()   # what the workers wrote for ("" : not said)
 
 
 @dataclass
@@ -100,13 +101,14 @@ class CommitState:
     def tables(self) -> list[TableCommit]:
         """One entry per table, from the complete replies only (a worker's files count once its
         DataComplete, sent in the same transaction, has arrived)."""
-        by_table: dict[str, tuple[list[DataFileRef], list[OffsetRange]]] = {}
+        by_table: dict[str, tuple[list[DataFileRef], list[OffsetRange], set[str]]] = {}
         for sender in sorted(self._complete):
             for written in self._written.get(sender, []):
-                files, ranges = by_table.setdefault(written.table, ([], []))
+                files, ranges, uuids = by_table.setdefault(written.table, ([], [], set()))
                 files.extend(written.files)
                 ranges.extend(written.ranges)
-        return [TableCommit(t, tuple(f), tuple(r)) for t, (f, r) in sorted(by_table.items()) if f or r]
+                uuids.add(written.table_uuid)
+        return [TableCommit(t, tuple(f), tuple(r), frozenset(u)) for t, (f, r, u) in sorted(by_table.items()) if f or r]
 
     def valid_through_ms(self) -> int | None:
         """VTTS for a full cycle: the oldest newest-record timestamp among the workers that have

@@ -172,6 +172,12 @@ def table_committer(catalog: Catalog, pipeline: str, *, max_attempts: int) -> Co
     def commit(table: TableCommit, commit_id: str, valid_through_ms: int | None) -> CommitResult:
         committer = Committer(catalog, table.table, pipeline, max_attempts=max_attempts)
         loaded = committer.load()
+        foreign = table.table_uuids - {"", str(loaded.metadata.table_uuid)}
+        if foreign:
+            raise FrazilError(f"commit {commit_id} to {table.table}: files were written for table UUID(s) "
+                              f"{', '.join(sorted(foreign))}, but {table.table} is {loaded.metadata.table_uuid}. "
+                              "The table was dropped and recreated, or another deployment uses pipeline name "
+                              f"{pipeline!r} on this Kafka cluster (give each its own); nothing was committed")
         specs, schema = loaded.specs(), loaded.schema()
         ranges: dict[TopicPartition, Range] = {}
         for r in table.ranges:

@@ -8,6 +8,7 @@ the readers first; bytes that are not a frazil event are an error that names wha
 
 from __future__ import annotations
 
+import copy
 import io
 from typing import Any
 
@@ -30,7 +31,7 @@ from frazil.events.payloads import (
 )
 
 MAGIC = 0xF7
-VERSION = 1
+VERSION = 2
 NAMESPACE = "io.frazil.events.v1"
 
 
@@ -95,9 +96,14 @@ SCHEMA_V1: dict[str, Any] = {
     ],
 }
 
+# Version 2: DataWritten carries the table's UUID (a version-1 reply reads as "": not checked).
+SCHEMA_V2: dict[str, Any] = copy.deepcopy(SCHEMA_V1)
+next(p for p in SCHEMA_V2["fields"][3]["type"] if p["name"] == "DataWritten")["fields"].append(
+    {"name": "table_uuid", "type": "string", "default": ""})
+
 # Every schema version this build can read, by the version byte. Add a version by adding its
 # writer schema here and making it the reader schema; never change a published one.
-WRITER_SCHEMAS = {1: fastavro.parse_schema(SCHEMA_V1)}
+WRITER_SCHEMAS = {1: fastavro.parse_schema(SCHEMA_V1), 2: fastavro.parse_schema(SCHEMA_V2)}
 READER_SCHEMA = WRITER_SCHEMAS[VERSION]
 
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in (StartCommit, DataWritten, DataComplete, CommitToTable,
@@ -110,7 +116,7 @@ def _payload_record(payload: Payload) -> dict[str, Any]:
             "commit_id": payload.commit_id, "table": payload.table,
             "files": [{**vars(f), "partition": list(f.partition), "columns": [vars(c) for c in f.columns],
                        "split_offsets": list(f.split_offsets)} for f in payload.files],
-            "ranges": [vars(r) for r in payload.ranges]}
+            "ranges": [vars(r) for r in payload.ranges], "table_uuid": payload.table_uuid}
     elif isinstance(payload, DataComplete):
         body = {"commit_id": payload.commit_id, "assignments": [vars(a) for a in payload.assignments],
                 "last_record_ms": payload.last_record_ms}
@@ -136,7 +142,8 @@ def _payload(name: str, body: dict[str, Any]) -> Payload:
         files = tuple(DataFileRef(**{**f, "partition": tuple(f["partition"]),
                                      "columns": tuple(ColumnStat(**c) for c in f["columns"]),
                                      "split_offsets": tuple(f["split_offsets"])}) for f in body["files"])
-        return DataWritten(body["commit_id"], body["table"], files, tuple(OffsetRange(**r) for r in body["ranges"]))
+        return DataWritten(body["commit_id"], body["table"], files, tuple(OffsetRange(**r) for r in body["ranges"]),
+                           body["table_uuid"])
     if kind is DataComplete:
         return DataComplete(body["commit_id"], tuple(Assignment(**a) for a in body["assignments"]),
                             body["last_record_ms"])

@@ -76,6 +76,10 @@ class DataWritten:
     table: str
     files: tuple[DataFileRef, ...]
     ranges: tuple[OffsetRange, ...]
+    # the table's UUID when the files were written: the coordinator refuses them for another
+    # table of that name (dropped and recreated, or another deployment under the same pipeline
+    # name). "" in version-1 events.
+    table_uuid: str = ""
 
 
 @dataclass(frozen=True)

@@ -386,7 +386,7 @@ class Pipeline:
             table = await asyncio.to_thread(self._committer.load)
             refs = tuple(to_ref(f, table.spec(), table.schema()) for f in files)
             ranges = tuple(OffsetRange(t, p, r.start, r.end, generation) for (t, p), r in sorted(pending.ranges.items()))
-            payloads.append(DataWritten(commit_id, self._cfg.table.name, refs, ranges))
+            payloads.append(DataWritten(commit_id, self._cfg.table.name, refs, ranges, str(table.metadata.table_uuid)))
             nfiles = len(refs)
             self._in_flight = dataclasses.replace(pending, data=None, files=tuple(files), commit_id=commit_id)
         owned = tuple(Assignment(t, p, generation) for t, p in sorted(self._source.assignment))
