@@ -149,6 +149,16 @@ def count(workdir: Path) -> dict[str, Any]:
             "stored": offsets.stored_offsets(table.properties, cfg.pipeline), "cycles": len(per_commit)}
 
 
+def stored(workdir: Path) -> dict[tuple[str, int], int]:
+    """The table's offsets now ({} before the table exists)."""
+    cfg = config_mod.load(workdir / "w0.toml")
+    try:
+        return offsets.stored_offsets(iceberg_catalog.load(cfg.catalog).load_table(cfg.table.name).properties,
+                                      cfg.pipeline)
+    except Exception:  # noqa: BLE001 - not created yet
+        return {}
+
+
 def verdict(counts: Counter[tuple[str, int, int]], ends: dict[tuple[str, int], int]) -> dict[str, int]:
     expected = {(t, p, o) for (t, p), end in ends.items() for o in range(end)}
     return {"rows": sum(counts.values()), "distinct_offsets": len(counts), "lost": len(expected - set(counts)),
@@ -159,15 +169,10 @@ def wait_committed(workdir: Path, ends: dict[tuple[str, int], int], group: Worke
                    restart_killed: bool = False) -> None:
     """Until the table's offsets reach ``ends``. A worker that exits fails the wait, unless it was
     SIGKILLed (by an armed fault point) and ``restart_killed``: then it comes back without faults."""
-    cfg = config_mod.load(workdir / "w0.toml")
-    catalog = iceberg_catalog.load(cfg.catalog)
     deadline = time.monotonic() + timeout
     have: dict[tuple[str, int], int] = {}
     while time.monotonic() < deadline:
-        try:
-            have = offsets.stored_offsets(catalog.load_table(cfg.table.name).properties, cfg.pipeline)
-        except Exception:  # noqa: BLE001 - not created yet
-            have = {}
+        have = stored(workdir)
         if all(have.get(tp, 0) >= end for tp, end in ends.items()):
             return
         dead = group.exited()
@@ -221,17 +226,22 @@ def kill_run(workdir: Path, bootstrap: str, *, records: int, workers: int, kills
             if progress:
                 print(f"  kill {done}: SIGKILL {victim} at {time.monotonic() - started:.0f}s"
                       f"{'' if produced.is_set() else ' (still producing)'}", flush=True)
+        kills_ended = time.monotonic()
+        landed_during_kills = sum(stored(workdir).values())   # progress under fire
         thread.join()
         if errors:
             raise errors[0]
         ends = asyncio.run(end_offsets(bootstrap, [topic]))
         wait_committed(workdir, ends, group, timeout=300)
+        catch_up_s = time.monotonic() - kills_ended
     finally:
         codes = group.stop_all()   # never leave workers behind, whatever failed
     found = count(workdir)
     result = {"kills": done, "records_produced": sum(ends.values()), **verdict(found["counts"], ends),
               "snapshots_per_cycle_max": found["snapshots_per_cycle_max"], "cycles": found["cycles"],
-              "stored_equals_end": found["stored"] == ends, "exit_codes": codes, "seed": seed}
+              "stored_equals_end": found["stored"] == ends, "exit_codes": codes, "seed": seed,
+              "kill_phase_s": round(kills_ended - started, 1), "landed_during_kills": landed_during_kills,
+              "catch_up_s": round(catch_up_s, 1)}
     return result
 
 
