@@ -271,3 +271,38 @@ def test_a_worker_paused_inside_its_reply_transaction_holds_the_pipeline_back_on
     print(result)
     _assert_exact(result)
     assert result["rows"] == produced and codes == {"w0": 0, "w1": 0}, (result, codes)
+
+
+def test_files_a_cycle_could_not_land_are_held_by_their_workers_and_land_in_a_later_cycle(kafka: KafkaBroker,
+                                                                                        tmp_path: Path) -> None:
+    """Rule 6 in distributed mode. Every process is armed: the coordinator's first catalog commit
+    fails (one attempt allowed), so the cycle completes naming the table as failed and its workers
+    keep those files; and each worker's first data files fail right after being written (as a
+    storage error would), so it answers nothing that cycle and holds them. Both kinds of held files
+    are reported again, with the new ones, and land in a later cycle: nothing is read again from
+    Kafka, nothing is lost or doubled, nobody exits."""
+    topic = "eos-held-files"
+    group = eos.setup(tmp_path, kafka.bootstrap, 2, interval=0.5, timeout=3.0, partitions=4, topic=topic,
+                      pipeline_extra="max_commit_attempts = 1")
+    faults_spec = "commit.before_catalog=raise-once,worker.after_files_written=raise-once"
+    records, chunk = 20_000, 2_000
+    try:
+        for name in ("w0", "w1"):
+            group.start(name, {"FRAZIL_FAULTS": faults_spec})
+        _wait_for(lambda: all("replied to commit" in group.tail(n, 20000) for n in ("w0", "w1")), "both workers to reply")
+        for c in range(records // chunk):
+            asyncio.run(eos.produce(kafka.bootstrap, topic, (eos.record(i) for i in range(c * chunk, (c + 1) * chunk)),
+                                    partitions=4, label=None))
+            time.sleep(0.3)
+        ends = asyncio.run(end_offsets(kafka.bootstrap, [topic]))
+        eos.wait_committed(tmp_path, ends, group, timeout=120)
+    finally:
+        codes = group.stop_all()
+    logs = {n: group.tail(n, 2_000_000) for n in ("w0", "w1")}
+    found = eos.count(tmp_path)
+    result = {**eos.verdict(found["counts"], ends), "snapshots_per_cycle_max": found["snapshots_per_cycle_max"]}
+    _assert_exact(result)
+    assert result["rows"] == records and codes == {"w0": 0, "w1": 0}, (result, codes)
+    assert all("Holding" in text for text in logs.values()), "a worker did not hold its failed files"
+    assert any("keeping its" in text for text in logs.values()), "no worker kept the files of a failed table commit"
+    assert not any("reading every partition again" in text for text in logs.values()), "records were read again"

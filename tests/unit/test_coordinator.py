@@ -102,10 +102,39 @@ async def test_a_missing_worker_gives_a_partial_commit_after_the_timeout_without
 
 
 @pytest.mark.asyncio
-async def test_a_failing_table_commit_is_logged_and_the_cycle_still_completes() -> None:
-    channel = FakeChannel({"w1": [0, 1]})
-    await Coordinator(channel, "p", P, Tables(fail=True), timeout_s=5).cycle()
-    assert channel.payloads(CommitToTable) == [] and len(channel.payloads(CommitComplete)) == 1
+async def test_a_failing_table_commit_is_carried_to_the_next_cycle_until_the_outage_timeout() -> None:
+    """Rule 6: the cycle completes naming the failed table (its workers keep the files); rule 8:
+    after outage_timeout_s of failures the coordinator stops instead of retrying forever. A commit
+    that lands in between ends the outage."""
+    now = [0]
+    channel, tables = FakeChannel({"w1": [0, 1]}), Tables(fail=True)
+    coordinator = Coordinator(channel, "p", P, tables, timeout_s=5, outage_timeout_s=60, clock_ms=lambda: now[0])
+
+    async def at(seconds: int, fail: bool) -> None:
+        now[0], tables.fail = seconds * 1000, fail
+        await coordinator.cycle()
+
+    await at(0, fail=True)
+    assert channel.payloads(CommitToTable) == []
+    assert [c.failed_tables for c in channel.payloads(CommitComplete)] == [("db.t",)]
+    await at(30, fail=False)
+    assert channel.payloads(CommitComplete)[-1].failed_tables == ()
+    await at(70, fail=True)
+    await at(129, fail=True)   # 59 s into the second outage: still carried
+    with pytest.raises(CommitOutcomeUnknown, match="failed for 60s.*stopping the coordinator"):
+        await at(130, fail=True)
+
+
+@pytest.mark.asyncio
+async def test_a_gap_stops_the_coordinator() -> None:
+    from frazil.errors import OffsetGapError
+
+    class Gap(Tables):
+        def __call__(self, table: TableCommit, commit_id: str, vtts: int | None) -> CommitResult:
+            raise OffsetGapError("would skip records: t[0] stored=3 range=[5, 9)")
+
+    with pytest.raises(OffsetGapError, match="stored=3"):
+        await Coordinator(FakeChannel({"w1": [0, 1]}), "p", P, Gap(), timeout_s=5).cycle()
 
 
 @pytest.mark.asyncio

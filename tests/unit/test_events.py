@@ -48,7 +48,8 @@ payloads = st.one_of(
               assignments=st.lists(st.builds(Assignment, topic=text, partition=ints, generation=ints), max_size=4).map(tuple),
               last_record_ms=opt_long),
     st.builds(CommitToTable, commit_id=text, table=text, snapshot_id=opt_long, valid_through_ms=opt_long),
-    st.builds(CommitComplete, commit_id=text, valid_through_ms=opt_long),
+    st.builds(CommitComplete, commit_id=text, valid_through_ms=opt_long,
+              failed_tables=st.lists(text, max_size=3).map(tuple)),
     st.builds(CommitRequest, reason=text),
 )
 

@@ -13,8 +13,12 @@ collecting replies until that cycle is full or its timeout (counted from the ori
 StartCommit) passes, then commits it under the same commit id (if the old coordinator's catalog
 commit landed, the committer finds it and nothing lands twice), before starting its own.
 
-A table whose commit fails is left out of CommitComplete's cycle; its records are read again by
-their workers from the table's offsets (workers compare after every CommitComplete).
+A table whose commit fails in a way worth retrying (catalog or storage down) is named in
+CommitComplete's ``failed_tables``: its workers keep the files and report them again, with the
+next ones, in the next cycle (rule 6); after ``outage_timeout_s`` of failures the coordinator
+stops, loudly. A commit refused for its content (an overlap, files for another table) is read
+again by its workers from the table's offsets (workers compare after every CommitComplete). A
+gap stops the coordinator (rule 3).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from pyiceberg.catalog import Catalog
 from frazil import faults
 from frazil.coordination.channel import Received
 from frazil.coordination.commit_state import CommitState, Readiness, TableCommit, TopicPartition
-from frazil.errors import FrazilError, OffsetOverlapError
+from frazil.errors import CommitOutcomeUnknown, FrazilError, OffsetGapError, OffsetOverlapError
 from frazil.events.payloads import (
     CommitComplete,
     CommitRequest,
@@ -64,10 +68,12 @@ CommitTable = Callable[[TableCommit, str, int | None], CommitResult]
 class Coordinator:
     def __init__(self, channel: Channel, pipeline: str, partitions: frozenset[TopicPartition],
                  commit_table: CommitTable, *, timeout_s: float, clock_ms: Callable[[], int] | None = None,
-                 fence: bool = True) -> None:
-        """``fence=False`` only for the test that shows what the generation check prevents."""
+                 fence: bool = True, outage_timeout_s: float = 900.0) -> None:
+        """``fence=False`` only for the test that shows what the generation check prevents. A table
+        whose commits keep failing for ``outage_timeout_s`` stops the coordinator (rule 8)."""
         self._channel, self._pipeline, self._partitions = channel, pipeline, partitions
-        self._fence = fence
+        self._fence, self._outage_timeout_s = fence, outage_timeout_s
+        self._failing_since: dict[str, float] = {}   # by table: when its commits started failing
         self._commit_table, self._timeout_ms = commit_table, int(timeout_s * 1000)
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._last_offset: int | None = None   # the last control-topic offset this coordinator handled
@@ -145,20 +151,38 @@ class Coordinator:
         vtts = state.valid_through_ms() if full else None
         results: list[CommitResult] = []
         events: list[Payload] = []
+        failed: list[str] = []
         for table in state.tables():
             try:
                 result = await asyncio.to_thread(self._commit_table, table, state.commit_id, vtts)
             except OffsetOverlapError as exc:
                 log.warning("commit %s: %s", state.commit_id, exc)
                 continue
+            except OffsetGapError:
+                raise   # rule 3: never commit, stop loudly with the numbers
             except FrazilError as exc:
-                log.error("commit %s to %s failed: %s; its workers read the records again from the table's offsets",
-                          state.commit_id, table.table, exc)
+                if not exc.retriable:
+                    log.error("commit %s to %s refused: %s; its workers read the records again from the table's "
+                              "offsets", state.commit_id, table.table, exc)
+                    continue
+                now_s = self._clock_ms() / 1000
+                failing = now_s - self._failing_since.setdefault(table.table, now_s)
+                if failing >= self._outage_timeout_s:
+                    raise CommitOutcomeUnknown(
+                        f"commits to {table.table} have failed for {failing:.0f}s (outage_timeout_s="
+                        f"{self._outage_timeout_s:g}); stopping the coordinator. Nothing is lost: the table's offsets "
+                        f"did not move. Last error: {exc}") from exc
+                log.error("commit %s to %s failed: %s; its workers keep the files and report them again in the next "
+                          "cycle (failing for %.0fs of outage_timeout_s=%g)", state.commit_id, table.table, exc,
+                          failing, self._outage_timeout_s)
+                failed.append(table.table)
                 continue
+            if self._failing_since.pop(table.table, None) is not None:
+                log.warning("commit %s to %s landed; the outage is over", state.commit_id, table.table)
             results.append(result)
             events.append(CommitToTable(state.commit_id, table.table, result.snapshot_id, vtts))
         faults.hit("coordinator.after_catalog_commits")
-        await self._channel.send([*events, CommitComplete(state.commit_id, vtts)])
+        await self._channel.send([*events, CommitComplete(state.commit_id, vtts, tuple(failed))])
         faults.hit("coordinator.after_commit_complete")
         if self._last_offset is not None:
             await self._channel.commit_position(self._last_offset + 1)
@@ -171,7 +195,11 @@ def table_committer(catalog: Catalog, pipeline: str, *, max_attempts: int) -> Co
 
     def commit(table: TableCommit, commit_id: str, valid_through_ms: int | None) -> CommitResult:
         committer = Committer(catalog, table.table, pipeline, max_attempts=max_attempts)
-        loaded = committer.load()
+        try:
+            loaded = committer.load()
+        except Exception as exc:  # noqa: BLE001 - catalog unreachable: nothing was attempted
+            raise CommitOutcomeUnknown(f"commit {commit_id}: cannot load {table.table} ({type(exc).__name__}: "
+                                       f"{exc}); nothing was committed") from exc
         foreign = table.table_uuids - {"", str(loaded.metadata.table_uuid)}
         if foreign:
             raise FrazilError(f"commit {commit_id} to {table.table}: files were written for table UUID(s) "

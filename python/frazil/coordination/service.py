@@ -100,7 +100,8 @@ class CoordinatorService:
             source = frozenset(await partitions(cfg.kafka.bootstrap_servers, cfg.kafka.topics))
             coordinator = Coordinator(channel, cfg.pipeline, source,
                                       table_committer(self._catalog, cfg.pipeline, max_attempts=cfg.max_commit_attempts),
-                                      timeout_s=cfg.coordination.commit_timeout_s, fence=not faults.off("fencing"))
+                                      timeout_s=cfg.coordination.commit_timeout_s, fence=not faults.off("fencing"),
+                                      outage_timeout_s=cfg.outage_timeout_s)
             requested = await coordinator.recover()
             while True:
                 trigger = "requested before this coordinator started" if requested else \

@@ -44,7 +44,7 @@ name = "{pipeline}"
 commit_interval_s = {interval}
 txlog_dir = "{workdir}/txlog/{worker}"
 log_level = "INFO"
-
+{pipeline_extra}
 [kafka]
 bootstrap_servers = "{bootstrap}"
 topics = ["{topic}"]
@@ -121,7 +121,8 @@ class Workers:
 
 
 def setup(workdir: Path, bootstrap: str, workers: int, *, interval: float = 1.0, timeout: float = 5.0,
-          partitions: int = 12, topic: str = TOPIC) -> Workers:
+          partitions: int = 12, topic: str = TOPIC, pipeline_extra: str = "") -> Workers:
+    """``pipeline_extra``: more ``[pipeline]`` keys, as TOML lines."""
     workdir.mkdir(parents=True, exist_ok=True)
     asyncio.run(create_topic(bootstrap, topic, partitions))
     env = dict(os.environ)
@@ -132,7 +133,8 @@ def setup(workdir: Path, bootstrap: str, workers: int, *, interval: float = 1.0,
         # a coordinator transactional id or a consumer group (a coordinator would finish another
         # run's open cycle into this run's table)
         group.config(name).write_text(CONFIG.format(interval=interval, workdir=workdir, worker=name, bootstrap=bootstrap,
-                                                    topic=topic, timeout=timeout, pipeline=topic))
+                                                    topic=topic, timeout=timeout, pipeline=topic,
+                                                    pipeline_extra=pipeline_extra))
     return group
 
 

@@ -96,10 +96,13 @@ SCHEMA_V1: dict[str, Any] = {
     ],
 }
 
-# Version 2: DataWritten carries the table's UUID (a version-1 reply reads as "": not checked).
+# Version 2: DataWritten carries the table's UUID (a version-1 reply reads as "": not checked);
+# CommitComplete names the tables whose commit failed and is carried to the next cycle.
 SCHEMA_V2: dict[str, Any] = copy.deepcopy(SCHEMA_V1)
-next(p for p in SCHEMA_V2["fields"][3]["type"] if p["name"] == "DataWritten")["fields"].append(
-    {"name": "table_uuid", "type": "string", "default": ""})
+_V2_RECORDS = {p["name"]: p for p in SCHEMA_V2["fields"][3]["type"]}
+_V2_RECORDS["DataWritten"]["fields"].append({"name": "table_uuid", "type": "string", "default": ""})
+_V2_RECORDS["CommitComplete"]["fields"].append(
+    {"name": "failed_tables", "type": {"type": "array", "items": "string"}, "default": []})
 
 # Every schema version this build can read, by the version byte. Add a version by adding its
 # writer schema here and making it the reader schema; never change a published one.
@@ -120,6 +123,9 @@ def _payload_record(payload: Payload) -> dict[str, Any]:
     elif isinstance(payload, DataComplete):
         body = {"commit_id": payload.commit_id, "assignments": [vars(a) for a in payload.assignments],
                 "last_record_ms": payload.last_record_ms}
+    elif isinstance(payload, CommitComplete):
+        body = {"commit_id": payload.commit_id, "valid_through_ms": payload.valid_through_ms,
+                "failed_tables": list(payload.failed_tables)}
     else:
         body = dict(vars(payload))
     return {"-type": f"{NAMESPACE}.{type(payload).__name__}", **body}
@@ -147,6 +153,8 @@ def _payload(name: str, body: dict[str, Any]) -> Payload:
     if kind is DataComplete:
         return DataComplete(body["commit_id"], tuple(Assignment(**a) for a in body["assignments"]),
                             body["last_record_ms"])
+    if kind is CommitComplete:
+        return CommitComplete(body["commit_id"], body["valid_through_ms"], tuple(body["failed_tables"]))
     return kind(**body)  # type: ignore[no-any-return]
 
 

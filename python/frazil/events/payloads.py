@@ -101,6 +101,9 @@ class CommitToTable:
 class CommitComplete:
     commit_id: str
     valid_through_ms: int | None = None
+    # tables whose commit failed in a way worth retrying (catalog or storage down): their workers
+    # keep the files and report them again in the next cycle (rule 6). () in version-1 events.
+    failed_tables: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,20 @@ class Pending:
     files: tuple[DataFile, ...] | None = None
 
 
+def _chain(batches: list[Pending]) -> Pending:
+    """Written batches, oldest first, as one: one range per partition from the first batch's start
+    to the last one's end (contiguous: nothing was re-read in between, or they would have been
+    dropped), and every batch's files."""
+    ranges: dict[TopicPartition, Range] = {}
+    for batch in batches:
+        for tp, rng in batch.ranges.items():
+            before = ranges.get(tp)
+            assert before is None or before.end == rng.start, f"{tp}: {before} then {rng}"
+            ranges[tp] = rng if before is None else Range(before.start, rng.end)
+    files = tuple(f for batch in batches for f in (batch.files or ()))
+    return Pending(None, ranges, batches[-1].commit_id, sum(b.rows for b in batches), files)
+
+
 def encode_ranges(ranges: Mapping[TopicPartition, Range]) -> dict[str, list[int]]:
     return {f"{t}/{p}": [r.start, r.end] for (t, p), r in sorted(ranges.items())}
 
@@ -117,6 +131,9 @@ class Pipeline:
         self._channel = channel
         self._control: deque[Payload] = deque()
         self._in_flight: Pending | None = None      # replied, waiting for its CommitComplete
+        # Not yet landed, to report in the next reply, oldest first: a batch whose files could not
+        # be written or reported (storage or catalog down), or a reply whose table commit failed.
+        self._held: list[Pending] = []
         self._last_record_ms: int | None = None
         self._requested: float | None = None          # when a CommitRequest went out, not yet answered
         self._committer = Committer(catalog, cfg.table.name, cfg.pipeline, max_attempts=cfg.max_commit_attempts)
@@ -144,7 +161,8 @@ class Pipeline:
     @property
     def bytes_in_use(self) -> int:
         pending = self._pending.data.nbytes if self._pending is not None and self._pending.data is not None else 0
-        return self._buffer.bytes + pending
+        held = sum(int(p.data.nbytes) for p in self._held if p.data is not None)
+        return self._buffer.bytes + pending + held
 
     def assignment(self) -> set[TopicPartition]:
         """The source partitions this process owns now; during a rebalance, the ones it owned
@@ -364,7 +382,7 @@ class Pipeline:
             await self._reply(payload.commit_id)
         elif isinstance(payload, CommitComplete) and self._in_flight is not None \
                 and payload.commit_id == self._in_flight.commit_id:
-            await self._settle()
+            await self._settle(payload.failed_tables)
 
     async def _reply(self, commit_id: str) -> None:
         """Everything buffered, written as data files and reported with its ranges, and every owned
@@ -375,20 +393,41 @@ class Pipeline:
             await self._settle()
         if not self._start and not self._source.assignment:
             return  # not positioned yet: the coordinator waits for our partitions or times out
-        pending = self._take_pending()
+        new = self._take_pending()
+        if new is not None:
+            self._held.append(new)
         generation = self._source.generation
         payloads: list[Payload] = []
         nfiles = 0
-        if pending is not None:
-            assert pending.data is not None
-            files = await asyncio.to_thread(self._write_files, pending.data, commit_id)
-            faults.hit("worker.after_files_written")
-            table = await asyncio.to_thread(self._committer.load)
-            refs = tuple(to_ref(f, table.spec(), table.schema()) for f in files)
+        pending: Pending | None = None
+        try:
+            for i, held in enumerate(self._held):
+                if held.files is None:
+                    assert held.data is not None
+                    files = await asyncio.to_thread(self._write_files, held.data, commit_id)
+                    self._held[i] = dataclasses.replace(held, data=None, files=tuple(files))
+            if new is not None:
+                faults.hit("worker.after_files_written")
+            table = await asyncio.to_thread(self._load_table) if self._held else None
+        except (FrazilError, OSError) as exc:
+            if isinstance(exc, FrazilError) and not exc.retriable:
+                raise
+            self._reply_failed(commit_id, exc)
+            return  # no reply: the cycle goes on without our partitions; we try again at the next one
+        if self._failing_since is not None:
+            log.warning("reply to commit %s: files written and the table loaded after %.0fs of failures", commit_id,
+                        time.monotonic() - self._failing_since)
+            self._failing_since = None
+        if self._held:
+            assert table is not None
+            pending = dataclasses.replace(_chain(self._held), commit_id=commit_id)
+            self._held.clear()
+            assert pending.files is not None
+            refs = tuple(to_ref(f, table.spec(), table.schema()) for f in pending.files)
             ranges = tuple(OffsetRange(t, p, r.start, r.end, generation) for (t, p), r in sorted(pending.ranges.items()))
             payloads.append(DataWritten(commit_id, self._cfg.table.name, refs, ranges, str(table.metadata.table_uuid)))
             nfiles = len(refs)
-            self._in_flight = dataclasses.replace(pending, data=None, files=tuple(files), commit_id=commit_id)
+            self._in_flight = pending
         owned = tuple(Assignment(t, p, generation) for t, p in sorted(self._source.assignment))
         payloads.append(DataComplete(commit_id, owned, self._last_record_ms))
         faults.hit("worker.before_reply")
@@ -408,21 +447,61 @@ class Pipeline:
         log.info("replied to commit %s: %d rows in %d file(s) for %d partition(s), generation %d", commit_id,
                  pending.rows if pending else 0, nfiles, len(owned), generation)
 
-    async def _settle(self) -> None:
-        """After a cycle: did our reply land? If not (dropped as stale, an overlap, a failed table
-        commit), read every partition again from the table's offsets."""
+    async def _settle(self, failed_tables: tuple[str, ...] = ()) -> None:
+        """After a cycle: did our reply land? If its table's commit failed (``failed_tables``, a
+        catalog or storage outage), keep the files for the next reply (rule 6). If it was refused
+        (dropped as stale, an overlap), or the cycle's CommitComplete never came, read every
+        partition again from the table's offsets."""
         in_flight, self._in_flight = self._in_flight, None
         assert in_flight is not None
-        stored = await asyncio.to_thread(self._committer.stored_offsets)
+        try:
+            stored = await asyncio.to_thread(self._committer.stored_offsets)
+        except Exception:
+            if self._cfg.table.name not in failed_tables:
+                raise
+            # The catalog is down and the commit failed: hold the files. Had it landed after all,
+            # the next reply would overlap the table and be refused (then we read again).
+            stored = {tp: r.start for tp, r in in_flight.ranges.items()}
         missing = {tp: (stored.get(tp), r.end) for tp, r in in_flight.ranges.items() if stored.get(tp, -1) < r.end}
         if not missing:
             await self._landed(in_flight.rows, "committed", stored)
+            return
+        if self._cfg.table.name in failed_tables and all(stored.get(tp, r.start) == r.start
+                                                          for tp, r in in_flight.ranges.items()):
+            self._held.insert(0, in_flight)
+            self.metrics.commit("failed")
+            log.warning("commit %s of %s failed; keeping its %d file(s) (%d rows) to report again in the next cycle",
+                        in_flight.commit_id, self._cfg.table.name, len(in_flight.files or ()), in_flight.rows)
             return
         log.warning("reply %s did not land for %s (table offset, reply end); reading every partition again from "
                     "the table", in_flight.commit_id,
                     ", ".join(f"{t}[{p}]={v}" for (t, p), v in sorted(missing.items())[:5]))
         self.metrics.commit("abandoned")
         await self._rewind(set(self._start))
+
+    def _load_table(self) -> Table:
+        try:
+            return self._committer.load()
+        except Exception as exc:  # noqa: BLE001 - catalog unreachable
+            raise CommitOutcomeUnknown(f"cannot load {self._cfg.table.name}: {type(exc).__name__}: {exc}") from exc
+
+    def _reply_failed(self, commit_id: str, exc: BaseException) -> None:
+        """A worker could not write or report its files: hold them for the next cycle, loudly; stop
+        after ``outage_timeout_s`` (rule 8)."""
+        now = time.monotonic()
+        self._failing_since = self._failing_since or now
+        failing = now - self._failing_since
+        self.stats.failed_commits += 1
+        self.metrics.commit("failed")
+        rows = sum(p.rows for p in self._held)
+        if failing >= self._cfg.outage_timeout_s:
+            raise CommitOutcomeUnknown(
+                f"a worker of {self._cfg.pipeline} could not write or report its data files for {failing:.0f}s "
+                f"(outage_timeout_s={self._cfg.outage_timeout_s:g}); stopping. Nothing is lost: the partitions' next "
+                f"owner reads them again from the table. Last error: {type(exc).__name__}: {exc}") from exc
+        log.error("cannot answer commit %s: %s: %s. Holding %d rows for the next cycle (failing for %.0fs of "
+                  "outage_timeout_s=%g); %d bytes held of a %d byte budget", commit_id, type(exc).__name__, exc, rows,
+                  failing, self._cfg.outage_timeout_s, self.bytes_in_use, self._flow.budget_bytes)
 
     def _write_files(self, data: pa.Table, commit_id: str) -> list[DataFile]:
         """Data files for a pending batch: through Spark when it is a bulk flush, else in process."""
@@ -486,7 +565,7 @@ class Pipeline:
         """On stop: land the pending batch and the buffer, or say what is left to read again."""
         await self._wait_task()
         if self._channel is not None:
-            if self._end or self._in_flight is not None:
+            if self._end or self._in_flight is not None or self._held:
                 log.info("stopping a worker: %d buffered rows are not replied; the partitions' next owner reads them "
                          "again from the table%s", self._buffer.rows,
                          f"; reply {self._in_flight.commit_id} lands if the coordinator commits it"
@@ -508,6 +587,7 @@ class Pipeline:
         self._buffer.clear()
         self._end.clear()
         self._pending = None  # the caller abandoned it in the log
+        self._held.clear()
         for tp in tps:  # take nothing of them until they are positioned again
             self._start.pop(tp, None)
         stored = await asyncio.to_thread(self._committer.stored_offsets)
@@ -518,7 +598,8 @@ class Pipeline:
         task = self._task
         if task is not None and task is not asyncio.current_task():
             await asyncio.wait([task])  # its outcome is surfaced by the run loop
-        dropped = self._buffer.rows + (self._pending.rows if self._pending else 0)
+        dropped = (self._buffer.rows + (self._pending.rows if self._pending else 0)
+                   + sum(p.rows for p in self._held))
         await self._abandon(self._pending)
         log.info("partitions revoked (%d): dropping %d uncommitted rows%s; they are read again from the table",
                  len(tps), dropped, f" and reply {self._in_flight.commit_id}" if self._in_flight else "")
@@ -530,11 +611,13 @@ class Pipeline:
         self._start.clear()
         self._pending = None
         self._in_flight = None  # it may still land; the next assignment resumes from the table either way
+        self._held.clear()
 
     async def _on_assigned(self, tps: set[TopicPartition]) -> Mapping[TopicPartition, int]:
         self._buffer.clear()
         self._end.clear()
         self._pending = None
+        self._held.clear()
         self._start.clear()
         stored = await asyncio.to_thread(self._committer.stored_offsets)
         self.stats.assignments += 1
