@@ -68,7 +68,7 @@ async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartiti
     if channel is not None:
         await channel.start()
     pipeline = Pipeline(cfg, catalog, table, bulk=bulk, channel=channel)
-    coordination = (asyncio.create_task(CoordinatorService(cfg, catalog, pipeline.assignment).run(stop))
+    coordination = (asyncio.create_task(CoordinatorService(cfg, catalog, pipeline.assignment, pipeline.metrics).run(stop))
                     if distributed else None)
     if coordination is not None:  # a failed coordinator stops the process (the error is raised below)
         coordination.add_done_callback(lambda _: stop.set())

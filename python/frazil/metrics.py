@@ -50,6 +50,24 @@ class Metrics:
         self._maintenance_seconds = Gauge("frazil_maintenance_last_seconds", "How long each job's last "
                                           "successful run took", [*names, "job"], registry=r)
 
+        # distributed mode: the coordinator role, counted by the process that holds it
+        self.coordinator = Gauge("frazil_coordinator", "1 while this process runs the pipeline's coordinator", names,
+                                 registry=r).labels(**labels)
+        self._cycles = Counter("frazil_coordinator_cycles", "Commit cycles the coordinator ended, by kind (full: "
+                               "every partition answered; partial: the timeout passed; empty: nothing to commit)",
+                               [*names, "kind"], registry=r)
+        self._table_commits = Counter("frazil_coordinator_table_commits", "The coordinator's table commits by result "
+                                      "(committed, failed: carried to the next cycle, refused: read again)",
+                                      [*names, "result"], registry=r)
+        self.dropped_replies = Counter("frazil_coordinator_dropped_replies", "Worker replies that did not count "
+                                       "(late, repeated, or a zombie's)", names, registry=r).labels(**labels)
+
+    def cycle(self, kind: str) -> None:
+        self._cycles.labels(**self._labels, kind=kind).inc()
+
+    def table_commit(self, result: str) -> None:
+        self._table_commits.labels(**self._labels, result=result).inc()
+
     def maintenance(self, job: str, result: str, seconds: float | None = None) -> None:
         self._maintenance_runs.labels(**self._labels, job=job, result=result).inc()
         if seconds is not None:

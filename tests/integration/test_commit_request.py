@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from frazil.devtools import eos
-from frazil.devtools.kafka_broker import KafkaBroker
+from frazil.devtools.kafka_broker import KafkaBroker, free_port
+from frazil.devtools.outage import scrape
 from frazil.status import end_offsets
 
 pytestmark = pytest.mark.integration
@@ -17,9 +18,11 @@ pytestmark = pytest.mark.integration
 def test_a_full_worker_buffer_starts_a_cycle_long_before_the_interval(kafka: KafkaBroker, tmp_path: Path) -> None:
     topic = "eos-trigger"
     group = eos.setup(tmp_path, kafka.bootstrap, 2, interval=600.0, timeout=5.0, partitions=4, topic=topic)
+    ports = {name: free_port() for name in ("w0", "w1")}
     for name in ("w0", "w1"):
         cfg = group.config(name)
-        cfg.write_text(cfg.read_text().replace('commit_interval_s = 600.0', 'commit_interval_s = 600.0\nmax_buffer_records = 2000'))
+        cfg.write_text(cfg.read_text().replace('commit_interval_s = 600.0', 'commit_interval_s = 600.0\nmax_buffer_records = 2000')
+                       + f"\n[metrics]\nport = {ports[name]}\n")
     try:
         for name in ("w0", "w1"):
             group.start(name)
@@ -27,6 +30,7 @@ def test_a_full_worker_buffer_starts_a_cycle_long_before_the_interval(kafka: Kaf
         ends = asyncio.run(end_offsets(kafka.bootstrap, [topic]))
         # the interval is 10 minutes: only the workers' requests can land this within the wait
         eos.wait_committed(tmp_path, ends, group, timeout=90)
+        scraped = {name: scrape(port) for name, port in ports.items()}
     finally:
         group.stop_all()
     logs = group.tail("w0", 500_000) + group.tail("w1", 500_000)
@@ -34,3 +38,8 @@ def test_a_full_worker_buffer_starts_a_cycle_long_before_the_interval(kafka: Kaf
     found = eos.count(tmp_path)
     verdict = eos.verdict(found["counts"], ends)
     assert verdict["rows"] == 20_000 and verdict["lost"] == verdict["duplicates"] == 0, verdict
+    # the metrics tell the same story: one coordinator, one counted table commit per snapshot
+    assert sum(m.get("frazil_coordinator", 0) for m in scraped.values()) == 1, scraped
+    committed = sum(m.get("frazil_coordinator_table_commits_total{result=committed}", 0) for m in scraped.values())
+    assert committed == found["cycles"] > 0, (committed, found["cycles"])
+

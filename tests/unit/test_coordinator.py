@@ -200,3 +200,30 @@ async def test_a_commit_request_starts_the_cycle_before_the_interval() -> None:
     assert await coordinator.wait_for_trigger(600) == "requested by w3 (10000 rows buffered)"
     assert now[0] == 1000
     assert await coordinator.wait_for_trigger(0.5) == "interval"
+
+
+@pytest.mark.asyncio
+async def test_the_metrics_count_cycles_by_kind_table_commits_by_result_and_dropped_replies() -> None:
+    from frazil.metrics import Metrics
+
+    metrics = Metrics("p", "db.t")
+    now = [0]
+    channel, tables = FakeChannel({"w1": [0], "w2": [1]}), Tables()
+    coordinator = Coordinator(channel, "p", P, tables, timeout_s=0.05, clock_ms=lambda: now[0], metrics=metrics)
+    await coordinator.cycle()                      # full, committed
+    channel.log.append(Event("p", "w1", 0, payload=DataComplete("late", (Assignment("t", 0, 1),))))
+    await coordinator.cycle()                      # full again; the late reply is dropped
+    channel.workers = {"w1": [0]}
+    tables.fail = True
+
+    async def advance(timeout_ms: int) -> list[Received]:
+        now[0] += 30
+        return await FakeChannel.poll(channel, 0)
+
+    channel.poll = advance  # type: ignore[method-assign]
+    await coordinator.cycle()                      # partial, failed
+    assert metrics.value("frazil_coordinator_cycles_total", kind="full") == 2
+    assert metrics.value("frazil_coordinator_cycles_total", kind="partial") == 1
+    assert metrics.value("frazil_coordinator_table_commits_total", result="committed") == 2
+    assert metrics.value("frazil_coordinator_table_commits_total", result="failed") == 1
+    assert metrics.value("frazil_coordinator_dropped_replies_total") == 1

@@ -48,6 +48,7 @@ from frazil.events.payloads import (
 from frazil.iceberg.committer import CommitResult, Committer
 from frazil.iceberg.datafiles import from_ref
 from frazil.iceberg.offsets import Range
+from frazil.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -68,12 +69,13 @@ CommitTable = Callable[[TableCommit, str, int | None], CommitResult]
 class Coordinator:
     def __init__(self, channel: Channel, pipeline: str, partitions: frozenset[TopicPartition],
                  commit_table: CommitTable, *, timeout_s: float, clock_ms: Callable[[], int] | None = None,
-                 fence: bool = True, outage_timeout_s: float = 900.0) -> None:
+                 fence: bool = True, outage_timeout_s: float = 900.0, metrics: Metrics | None = None) -> None:
         """``fence=False`` only for the test that shows what the generation check prevents. A table
         whose commits keep failing for ``outage_timeout_s`` stops the coordinator (rule 8)."""
         self._channel, self._pipeline, self._partitions = channel, pipeline, partitions
         self._fence, self._outage_timeout_s = fence, outage_timeout_s
         self._failing_since: dict[str, float] = {}   # by table: when its commits started failing
+        self._metrics = metrics
         self._commit_table, self._timeout_ms = commit_table, int(timeout_s * 1000)
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._last_offset: int | None = None   # the last control-topic offset this coordinator handled
@@ -140,6 +142,9 @@ class Coordinator:
     async def _conclude(self, state: CommitState, ready: Readiness) -> list[CommitResult]:
         for reason in state.dropped:
             log.warning("commit %s: dropped a reply: %s", state.commit_id, reason)
+        if self._metrics is not None:
+            self._metrics.cycle(ready.value)
+            self._metrics.dropped_replies.inc(len(state.dropped))
         if ready is Readiness.PARTIAL:
             missing = sorted(self._partitions - state.covered())
             log.warning("commit %s: timed out after %.1fs without %d partition(s) (e.g. %s); committing what arrived, "
@@ -157,6 +162,7 @@ class Coordinator:
                 result = await asyncio.to_thread(self._commit_table, table, state.commit_id, vtts)
             except OffsetOverlapError as exc:
                 log.warning("commit %s: %s", state.commit_id, exc)
+                self._count("refused")
                 continue
             except OffsetGapError:
                 raise   # rule 3: never commit, stop loudly with the numbers
@@ -164,6 +170,7 @@ class Coordinator:
                 if not exc.retriable:
                     log.error("commit %s to %s refused: %s; its workers read the records again from the table's "
                               "offsets", state.commit_id, table.table, exc)
+                    self._count("refused")
                     continue
                 now_s = self._clock_ms() / 1000
                 failing = now_s - self._failing_since.setdefault(table.table, now_s)
@@ -176,9 +183,11 @@ class Coordinator:
                           "cycle (failing for %.0fs of outage_timeout_s=%g)", state.commit_id, table.table, exc,
                           failing, self._outage_timeout_s)
                 failed.append(table.table)
+                self._count("failed")
                 continue
             if self._failing_since.pop(table.table, None) is not None:
                 log.warning("commit %s to %s landed; the outage is over", state.commit_id, table.table)
+            self._count("committed")
             results.append(result)
             events.append(CommitToTable(state.commit_id, table.table, result.snapshot_id, vtts))
         faults.hit("coordinator.after_catalog_commits")
@@ -188,6 +197,11 @@ class Coordinator:
             await self._channel.commit_position(self._last_offset + 1)
         self.completed.append((state.commit_id, results))
         return results
+
+
+    def _count(self, result: str) -> None:
+        if self._metrics is not None:
+            self._metrics.table_commit(result)
 
 
 def table_committer(catalog: Catalog, pipeline: str, *, max_attempts: int) -> CommitTable:

@@ -28,6 +28,7 @@ from frazil.config import Config
 from frazil.coordination.channel import ControlChannel
 from frazil.coordination.commit_state import TopicPartition
 from frazil.coordination.coordinator import Coordinator, table_committer
+from frazil.metrics import Metrics
 from frazil.status import partitions
 
 log = logging.getLogger(__name__)
@@ -54,8 +55,9 @@ def worker_channel(cfg: Config) -> ControlChannel:
 
 
 class CoordinatorService:
-    def __init__(self, cfg: Config, catalog: Catalog, assignment: Callable[[], set[TopicPartition]]) -> None:
-        self._cfg, self._catalog, self._assignment = cfg, catalog, assignment
+    def __init__(self, cfg: Config, catalog: Catalog, assignment: Callable[[], set[TopicPartition]],
+                 metrics: Metrics | None = None) -> None:
+        self._cfg, self._catalog, self._assignment, self._metrics = cfg, catalog, assignment, metrics
         self._election = election_partition(cfg.kafka.topics)
         self.cycles = 0
 
@@ -101,7 +103,9 @@ class CoordinatorService:
             coordinator = Coordinator(channel, cfg.pipeline, source,
                                       table_committer(self._catalog, cfg.pipeline, max_attempts=cfg.max_commit_attempts),
                                       timeout_s=cfg.coordination.commit_timeout_s, fence=not faults.off("fencing"),
-                                      outage_timeout_s=cfg.outage_timeout_s)
+                                      outage_timeout_s=cfg.outage_timeout_s, metrics=self._metrics)
+            if self._metrics is not None:
+                self._metrics.coordinator.set(1)
             requested = await coordinator.recover()
             while True:
                 trigger = "requested before this coordinator started" if requested else \
@@ -115,6 +119,8 @@ class CoordinatorService:
                     log.info("coordinator: commit %s landed as snapshot %s with %d rows", r.commit_id, r.snapshot_id,
                              r.rows)
         finally:
+            if self._metrics is not None:
+                self._metrics.coordinator.set(0)
             with contextlib.suppress(KafkaError):   # a fenced producer may refuse to close cleanly
                 await channel.stop()
 
