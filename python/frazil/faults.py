@@ -82,6 +82,10 @@ def off(switch: str) -> bool:
     return switch in _off
 
 
+def is_armed(point: str) -> bool:
+    return point in _armed
+
+
 def armed() -> str:
     """What is armed, for the process's start-up log ("" when nothing)."""
     return ",".join([f"{p}={a}" for p, a in sorted(_armed.items())] + [f"{s}=off" for s in sorted(_off)])

@@ -10,6 +10,7 @@ import random
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -164,6 +165,20 @@ def test_a_zombie_worker_woken_after_its_partitions_moved_lands_nothing_twice(ka
     assert "partitions revoked" in group.tail("w1", 200_000) or "did not land" in group.tail("w1", 200_000)
 
 
+@dataclass
+class _Stream:
+    """Records with consecutive ids, produced round-robin to a 4-partition topic."""
+
+    bootstrap: str
+    topic: str
+    produced: int = 0
+
+    def __call__(self, n: int) -> None:
+        asyncio.run(eos.produce(self.bootstrap, self.topic, (eos.record(i) for i in range(self.produced, self.produced + n)),
+                                partitions=4, label=None))
+        self.produced += n
+
+
 def _stopped(proc: subprocess.Popen[bytes]) -> bool:
     return Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
 
@@ -183,13 +198,7 @@ def test_a_zombie_reply_after_its_partitions_moved_lands_nothing_twice_and_would
     topic = f"eos-zombie-fencing-{fencing}"
     group = eos.setup(tmp_path, kafka.bootstrap, 2, interval=0.5, timeout=30.0, partitions=4, topic=topic)
     switch = "fencing=off" if fencing == "off" else ""
-    produced = 0
-
-    def produce(n: int) -> None:
-        nonlocal produced
-        asyncio.run(eos.produce(kafka.bootstrap, topic, (eos.record(i) for i in range(produced, produced + n)),
-                                partitions=4, label=None))
-        produced += n
+    produce = _Stream(kafka.bootstrap, topic)
 
     try:
         group.start("w0", {"FRAZIL_FAULTS": switch})
@@ -223,7 +232,7 @@ def test_a_zombie_reply_after_its_partitions_moved_lands_nothing_twice_and_would
     coordinator_log = group.tail("w0", 2_000_000)
     if fencing == "on":
         _assert_exact(result)
-        assert result["rows"] == produced
+        assert result["rows"] == produce.produced
         assert "part of it is already in the table" in coordinator_log   # the fence fired
     else:
         assert "FENCING IS OFF" in coordinator_log
@@ -239,13 +248,7 @@ def test_a_worker_paused_inside_its_reply_transaction_holds_the_pipeline_back_on
     (it does not exit). Every offset lands once."""
     topic = "eos-paused-transaction"
     group = eos.setup(tmp_path, kafka.bootstrap, 2, interval=0.5, timeout=5.0, partitions=4, topic=topic)
-    produced = 0
-
-    def produce(n: int) -> None:
-        nonlocal produced
-        asyncio.run(eos.produce(kafka.bootstrap, topic, (eos.record(i) for i in range(produced, produced + n)),
-                                partitions=4, label=None))
-        produced += n
+    produce = _Stream(kafka.bootstrap, topic)
 
     try:
         group.start("w0")
@@ -270,7 +273,7 @@ def test_a_worker_paused_inside_its_reply_transaction_holds_the_pipeline_back_on
     result = {**eos.verdict(found["counts"], ends), "snapshots_per_cycle_max": found["snapshots_per_cycle_max"]}
     print(result)
     _assert_exact(result)
-    assert result["rows"] == produced and codes == {"w0": 0, "w1": 0}, (result, codes)
+    assert result["rows"] == produce.produced and codes == {"w0": 0, "w1": 0}, (result, codes)
 
 
 def test_files_a_cycle_could_not_land_are_held_by_their_workers_and_land_in_a_later_cycle(kafka: KafkaBroker,

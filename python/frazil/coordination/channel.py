@@ -109,7 +109,7 @@ class ControlChannel:
             sent = [await self._producer.send(self._topic, codec.encode(Event(self._group, self._member, now,
                                                                               payload=payload)))
                     for payload in payloads]
-            if fault_point is not None:
+            if fault_point is not None and faults.is_armed(fault_point):
                 await asyncio.gather(*sent)   # on the broker: the transaction is open there now
                 faults.hit(fault_point)
 

@@ -79,7 +79,6 @@ class Coordinator:
         self._commit_table, self._timeout_ms = commit_table, int(timeout_s * 1000)
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._last_offset: int | None = None   # the last control-topic offset this coordinator handled
-        self.completed: list[tuple[str, list[CommitResult]]] = []
 
     async def recover(self) -> bool:
         """Read what the last coordinator left; finish its open cycle if there is one. Returns
@@ -195,7 +194,6 @@ class Coordinator:
         faults.hit("coordinator.after_commit_complete")
         if self._last_offset is not None:
             await self._channel.commit_position(self._last_offset + 1)
-        self.completed.append((state.commit_id, results))
         return results
 
 

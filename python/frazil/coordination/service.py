@@ -6,10 +6,11 @@ consumer group guarantees exactly one owner per generation). When the assignment
 owner stops its coordinator and the new one starts, reading the control topic from the position
 the last one committed. A rebalance that leaves the partition where it was does not stop the
 coordinator (aiokafka's rebalances are eager: every member gives up everything first); until the
-new assignment is known, the old one counts. A coordinator that does not know it lost (paused, partitioned away) is
-fenced twice: its control-topic producer shares the role's transactional id, so the new one's
-start fences its sends; and its catalog commits meet the table's offsets inside the
-compare-and-swap.
+new assignment is known, the old one counts.
+
+A coordinator that does not know it lost (paused, partitioned away) is fenced twice: its
+control-topic producer shares the role's transactional id, so the new one's start fences its
+sends; and its catalog commits meet the table's offsets inside the compare-and-swap.
 """
 
 from __future__ import annotations
@@ -59,7 +60,6 @@ class CoordinatorService:
                  metrics: Metrics | None = None) -> None:
         self._cfg, self._catalog, self._assignment, self._metrics = cfg, catalog, assignment, metrics
         self._election = election_partition(cfg.kafka.topics)
-        self.cycles = 0
 
     async def run(self, stop: asyncio.Event) -> None:
         task: asyncio.Task[None] | None = None
@@ -114,7 +114,6 @@ class CoordinatorService:
                 if trigger != "interval":
                     log.info("coordinator: starting a cycle early, %s", trigger)
                 results = await coordinator.cycle()
-                self.cycles += 1
                 for r in results:
                     log.info("coordinator: commit %s landed as snapshot %s with %d rows", r.commit_id, r.snapshot_id,
                              r.rows)

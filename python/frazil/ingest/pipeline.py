@@ -486,22 +486,13 @@ class Pipeline:
             raise CommitOutcomeUnknown(f"cannot load {self._cfg.table.name}: {type(exc).__name__}: {exc}") from exc
 
     def _reply_failed(self, commit_id: str, exc: BaseException) -> None:
-        """A worker could not write or report its files: hold them for the next cycle, loudly; stop
-        after ``outage_timeout_s`` (rule 8)."""
-        now = time.monotonic()
-        self._failing_since = self._failing_since or now
-        failing = now - self._failing_since
-        self.stats.failed_commits += 1
-        self.metrics.commit("failed")
-        rows = sum(p.rows for p in self._held)
-        if failing >= self._cfg.outage_timeout_s:
-            raise CommitOutcomeUnknown(
-                f"a worker of {self._cfg.pipeline} could not write or report its data files for {failing:.0f}s "
-                f"(outage_timeout_s={self._cfg.outage_timeout_s:g}); stopping. Nothing is lost: the partitions' next "
-                f"owner reads them again from the table. Last error: {type(exc).__name__}: {exc}") from exc
+        """A worker could not write or report its files: hold them for the next cycle, loudly."""
+        failing = self._outage(time.monotonic(), exc, f"a worker of {self._cfg.pipeline} could not write or "
+                               "report its data files", "the partitions' next owner reads them again from the table")
         log.error("cannot answer commit %s: %s: %s. Holding %d rows for the next cycle (failing for %.0fs of "
-                  "outage_timeout_s=%g); %d bytes held of a %d byte budget", commit_id, type(exc).__name__, exc, rows,
-                  failing, self._cfg.outage_timeout_s, self.bytes_in_use, self._flow.budget_bytes)
+                  "outage_timeout_s=%g); %d bytes held of a %d byte budget", commit_id, type(exc).__name__, exc,
+                  sum(p.rows for p in self._held), failing, self._cfg.outage_timeout_s, self.bytes_in_use,
+                  self._flow.budget_bytes)
 
     def _write_files(self, data: pa.Table, commit_id: str) -> list[DataFile]:
         """Data files for a pending batch: through Spark when it is a bulk flush, else in process."""
@@ -545,17 +536,22 @@ class Pipeline:
             journal.append([outcome])
         return journal
 
-    def _failed(self, pending: Pending, exc: FrazilError, cycle_started: float) -> None:
-        now = time.monotonic()
-        self._failing_since = self._failing_since or cycle_started
+    def _outage(self, started: float, exc: BaseException, failing_what: str, why_nothing_is_lost: str) -> float:
+        """Count one failed cycle of an outage that began at ``started`` (if none is going on);
+        after ``outage_timeout_s`` stop (rule 8). Returns how long it has been failing."""
+        self._failing_since = self._failing_since or started
         self.stats.failed_commits += 1
         self.metrics.commit("failed")
-        failing = now - self._failing_since
+        failing = time.monotonic() - self._failing_since
         if failing >= self._cfg.outage_timeout_s:
             raise CommitOutcomeUnknown(
-                f"commits to {self._cfg.table.name} have failed for {failing:.0f}s (outage_timeout_s="
-                f"{self._cfg.outage_timeout_s:g}); stopping. Nothing is lost: a restart resumes from the table. "
-                f"Last error: {exc}") from exc
+                f"{failing_what} for {failing:.0f}s (outage_timeout_s={self._cfg.outage_timeout_s:g}); stopping. "
+                f"Nothing is lost: {why_nothing_is_lost}. Last error: {type(exc).__name__}: {exc}") from exc
+        return failing
+
+    def _failed(self, pending: Pending, exc: FrazilError, cycle_started: float) -> None:
+        failing = self._outage(cycle_started, exc, f"commits to {self._cfg.table.name} have failed",
+                               "a restart resumes from the table")
         log.error("commit %s (%d rows) did not land: %s. Retrying every %.1fs for up to %.0fs more; "
                   "%d bytes held of a %d byte budget", pending.commit_id, pending.rows, exc,
                   self._cfg.commit_interval_s, self._cfg.outage_timeout_s - failing, self.bytes_in_use,
