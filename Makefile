@@ -39,7 +39,7 @@ spark-fetch: $(VENV)/.venv-ok ## fetch the Spark jars into $(FRAZIL_CACHE)
 	$(PY) -m frazil.spark.jars fetch --kafka
 
 kafka-fetch: $(VENV)/.venv-ok ## fetch the Kafka broker jars into $(FRAZIL_CACHE)
-	$(PY) -m frazil.devtools.kafka_broker fetch
+	$(PY) -m frazil.local.kafka_broker fetch
 
 demo: build ## end to end: local Kafka, 200k sample events, frazil run, results and a query
 	$(PY) -m frazil.cli demo --records $${DEMO_RECORDS:-200000}
@@ -81,10 +81,10 @@ bench-ingest-txlog: build ## ingest throughput with the transaction log fsynced 
 	$(PY) benches/ingest_txlog.py
 
 eos: build ## 3 distributed workers, 1M records, 30+ SIGKILLs; independent count; benches/results/eos.json
-	$(PY) -m frazil.devtools.eos --records $${EOS_RECORDS:-1000000} --kills $${EOS_KILLS:-30}
+	PYTHONPATH=tests $(PY) -m harness.eos --records $${EOS_RECORDS:-1000000} --kills $${EOS_KILLS:-30}
 
 outage: build ## 60 s catalog outage under steady load; writes benches/results/outage.json
-	$(PY) -m frazil.devtools.outage --outage-s $${OUTAGE_S:-60}
+	PYTHONPATH=tests $(PY) -m harness.outage --outage-s $${OUTAGE_S:-60}
 
 clean: ## remove build output, the virtualenv and local run folders
 	rm -rf target $(VENV) .run python/frazil/*.so

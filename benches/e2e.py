@@ -51,7 +51,7 @@ import _profile
 import _results
 from _procmon import TreeMonitor
 from frazil.demo import create_topic, produce
-from frazil.devtools.kafka_broker import KafkaBroker
+from frazil.local.kafka_broker import KafkaBroker
 from frazil.status import end_offsets
 
 HERE = Path(__file__).resolve().parent

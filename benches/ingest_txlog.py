@@ -23,7 +23,7 @@ from pathlib import Path
 import _results
 from frazil import config as config_mod
 from frazil.demo import CLICKSTREAM_COLUMNS, create_topic, produce, sample_events
-from frazil.devtools.kafka_broker import KafkaBroker
+from frazil.local.kafka_broker import KafkaBroker
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
 from frazil.status import end_offsets

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 
-from frazil.devtools.kafka_broker import KafkaBroker
+from frazil.local.kafka_broker import KafkaBroker
 
 TOPIC = "clickstream"
 PARTITIONS = 6

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from frazil.devtools import eos
-from frazil.devtools.kafka_broker import KafkaBroker
+from harness import eos
+from frazil.local.kafka_broker import KafkaBroker
 from frazil.status import end_offsets
 
 pytestmark = [pytest.mark.chaos]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from frazil.devtools.kafka_broker import KafkaBroker
-from frazil.devtools.outage import run
+from frazil.local.kafka_broker import KafkaBroker
+from harness.outage import run
 
 pytestmark = [pytest.mark.chaos]
 

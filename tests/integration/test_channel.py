@@ -6,7 +6,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from frazil.coordination.channel import ControlChannel
-from frazil.devtools.kafka_broker import KafkaBroker
+from frazil.local.kafka_broker import KafkaBroker
 from frazil.events import Assignment, DataComplete, DataWritten, EventDecodeError, OffsetRange, StartCommit
 
 pytestmark = pytest.mark.integration

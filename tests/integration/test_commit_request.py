@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from frazil.devtools import eos
-from frazil.devtools.kafka_broker import KafkaBroker, free_port
-from frazil.devtools.outage import scrape
+from harness import eos
+from frazil.local.kafka_broker import KafkaBroker, free_port
+from harness.outage import scrape
 from frazil.status import end_offsets
 
 pytestmark = pytest.mark.integration

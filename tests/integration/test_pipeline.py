@@ -13,7 +13,7 @@ from aiokafka.structs import OffsetAndMetadata
 import support
 from frazil import daemon, faults
 from frazil.config import Config
-from frazil.devtools.kafka_broker import KafkaBroker
+from frazil.local.kafka_broker import KafkaBroker
 from frazil.errors import CommitOutcomeUnknown, RecordDecodeError
 from frazil.iceberg import offsets
 
@@ -123,8 +123,8 @@ async def test_resumes_from_the_table_not_from_kafka(kafka: KafkaBroker, tmp_pat
 
 
 async def test_metrics_count_what_happened(kafka: KafkaBroker, tmp_path: Path) -> None:
-    from frazil.devtools.kafka_broker import free_port
-    from frazil.devtools.outage import scrape
+    from frazil.local.kafka_broker import free_port
+    from harness.outage import scrape
 
     (topic,) = await new_topics(kafka, 1, 3)
     await support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(1500)), 3)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import support
-from frazil.devtools.kafka_broker import KafkaBroker
+from frazil.local.kafka_broker import KafkaBroker
 from frazil.iceberg import offsets
 from frazil.txlog import recover
 

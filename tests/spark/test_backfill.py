@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import support
-from frazil.devtools.kafka_broker import KafkaBroker
-from frazil.devtools.spark_cluster import SparkCluster
+from frazil.local.kafka_broker import KafkaBroker
+from harness.spark_cluster import SparkCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

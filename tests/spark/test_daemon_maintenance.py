@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import support
-from frazil.devtools.kafka_broker import KafkaBroker
+from frazil.local.kafka_broker import KafkaBroker
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from frazil.devtools import maven
+from frazil.local import maven
 
 SPARK_VERSION = "4.1.3"
 ICEBERG_VERSION = "1.11.0"

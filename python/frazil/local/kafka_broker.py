@@ -13,8 +13,8 @@ Library use::
 
 Command line (used by ``make demo``)::
 
-    python -m frazil.devtools.kafka_broker start --dir .run/kafka   # prints the bootstrap
-    python -m frazil.devtools.kafka_broker stop --dir .run/kafka
+    python -m frazil.local.kafka_broker start --dir .run/kafka   # prints the bootstrap
+    python -m frazil.local.kafka_broker stop --dir .run/kafka
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from frazil.devtools import maven
+from frazil.local import maven
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +226,7 @@ class KafkaBroker:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m frazil.devtools.kafka_broker", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m frazil.local.kafka_broker", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     for name in ("start", "stop", "fetch"):
         p = sub.add_parser(name)

@@ -2,7 +2,7 @@
 one SIGKILLed every few seconds and restarted, while records stream in; then an independent read
 of the table counts every (topic, partition, offset).
 
-    python -m frazil.devtools.eos [--records 1000000] [--workers 3] [--kills 30]   # make eos
+    python -m harness.eos [--records 1000000] [--workers 3] [--kills 30]   # make eos
 
 Writes ``benches/results/eos.json``: kills, records_produced, rows, distinct_offsets, lost,
 duplicates, snapshots_per_cycle_max (snapshots carrying the same commit id, at most 1 when every
@@ -30,7 +30,7 @@ from typing import Any
 
 from frazil import config as config_mod
 from frazil.demo import create_topic, produce
-from frazil.devtools.kafka_broker import KafkaBroker
+from frazil.local.kafka_broker import KafkaBroker
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
 from frazil.status import end_offsets
@@ -248,7 +248,7 @@ def kill_run(workdir: Path, bootstrap: str, *, records: int, workers: int, kills
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m frazil.devtools.eos", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.eos", description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--kills", type=int, default=30)

@@ -6,7 +6,7 @@ locked"). The run records the process's peak RSS, counts rebalances (assignments
 and pauses from its log, waits until the table holds everything, and counts every
 (partition, offset) in the table with an independent scan.
 
-    python -m frazil.devtools.outage [--outage-s 60] [--budget-mb 32] [--out benches/results/outage.json]
+    python -m harness.outage [--outage-s 60] [--budget-mb 32] [--out benches/results/outage.json]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 from frazil import config as config_mod
 from frazil.demo import CLICKSTREAM_COLUMNS, create_topic, sample_events
-from frazil.devtools.kafka_broker import free_port
+from frazil.local.kafka_broker import free_port
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
 from frazil.status import end_offsets
@@ -207,7 +207,7 @@ def run(bootstrap: str, workdir: Path, *, outage_s: float = 60.0, budget_mb: int
 
 
 def main() -> int:
-    from frazil.devtools.kafka_broker import KafkaBroker
+    from frazil.local.kafka_broker import KafkaBroker
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--outage-s", type=float, default=60.0)

@@ -3,7 +3,7 @@
 For tests and trying ``spark.master = "spark://..."`` without installing Spark: PySpark ships the
 same jars as a Spark distribution, so ``java -cp <pyspark>/jars/*`` starts the master and worker.
 
-    python -m frazil.devtools.spark_cluster --dir .run/spark    # prints the master URL, Ctrl-C stops
+    python -m harness.spark_cluster --dir .run/spark    # prints the master URL, Ctrl-C stops
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from frazil.devtools.kafka_broker import free_port
+from frazil.local.kafka_broker import free_port
 
 START_TIMEOUT_S = 60.0
 
@@ -123,7 +123,7 @@ class SparkCluster:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m frazil.devtools.spark_cluster", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.spark_cluster", description=__doc__.splitlines()[0])
     parser.add_argument("--dir", type=Path, default=Path(".run/spark"))
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--memory", default="2g")

@@ -1,1 +1,0 @@
-"""Developer tooling: a local Kafka broker for tests, the demo and benchmarks."""
