@@ -12,21 +12,27 @@ import time
 from collections.abc import Mapping
 
 import uvloop
+from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.table import Table
 
 from frazil import faults
 from frazil.config import Config
 from frazil.errors import CommitOutcomeUnknown, ConfigError
 from frazil.iceberg import catalog as iceberg_catalog
+from frazil.coordination.local import LocalTopic
+from frazil.coordination.recovery import open_and_settle
+from frazil.coordination.service import CoordinatorService, worker_channel
 from frazil.iceberg import offsets
+from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import TopicPartition
 from frazil.ingest.pipeline import Pipeline, Stats
 from frazil.metrics import serve as serve_metrics
-from frazil.coordination.service import CoordinatorService, worker_channel
 from frazil.spark import session as spark_session
 from frazil.spark.bulk import SparkWriter
 from frazil.spark.maintainer import Maintainer
 from frazil.status import end_offsets
+from frazil.txlog import Journal, JournalPolicy
 
 log = logging.getLogger(__name__)
 
@@ -56,26 +62,41 @@ def check_spark(cfg: Config) -> None:
 async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartition, int] | None = None,
                 from_offsets: Mapping[TopicPartition, int] | None = None) -> Stats:
     """Run the pipeline (and table maintenance, when on) until ``stop`` is set, or until every
-    partition of ``until`` was read up to its offset; the buffered rows are committed before
-    returning."""
+    partition of ``until`` was read up to its offset; in single mode the buffered rows are
+    committed before returning.
+
+    One commit path in both modes: the worker role (in the pipeline) answers the coordinator role
+    over a channel, in process in single mode, on the control topic in distributed mode. The
+    process's transaction log is settled first, before anything is read from Kafka."""
     check_spark(cfg)
     catalog = await asyncio.to_thread(iceberg_catalog.load, cfg.catalog)
     table = await asyncio.to_thread(iceberg_catalog.ensure_table, catalog, cfg.table,
                                     iceberg_catalog.maintenance_properties(cfg.maintenance))
+    journal = await asyncio.to_thread(
+        open_and_settle, cfg.txlog_dir, JournalPolicy(fsync=cfg.txlog_fsync),
+        lambda name: Committer(catalog, name, cfg.pipeline, max_attempts=cfg.max_commit_attempts))
+    try:
+        return await _serve(cfg, catalog, table, journal, stop, until, from_offsets)
+    finally:
+        journal.close()
+
+
+async def _serve(cfg: Config, catalog: Catalog, table: Table, journal: Journal, stop: asyncio.Event,
+                 until: Mapping[TopicPartition, int] | None, from_offsets: Mapping[TopicPartition, int] | None) -> Stats:
     bulk = SparkWriter(spark_session.for_config(cfg), cfg.catalog.name) if cfg.spark.bulk_min_rows else None
     distributed = cfg.coordination.mode == "distributed"
-    channel = worker_channel(cfg) if distributed else None
-    if channel is not None:
-        await channel.start()
-    pipeline = Pipeline(cfg, catalog, table, bulk=bulk, channel=channel)
-    coordination = (asyncio.create_task(CoordinatorService(cfg, catalog, pipeline.assignment, pipeline.metrics).run(stop))
-                    if distributed else None)
-    if coordination is not None:  # a failed coordinator stops the process (the error is raised below)
-        coordination.add_done_callback(lambda _: stop.set())
+    local = None if distributed else LocalTopic()
+    channel = worker_channel(cfg, local)
+    await channel.start()
+    pipeline = Pipeline(cfg, catalog, table, bulk=bulk, channel=channel, journal=journal, drain_on_stop=not distributed)
     maintainer = (Maintainer.for_table(catalog, cfg.table.name, cfg.maintenance, spark_session.for_config(cfg),
                                        cfg.catalog.name, pipeline.metrics) if cfg.maintenance.enabled else None)
-    if maintainer is not None:
-        pipeline.on_committed = maintainer.committed
+    coordinator_stop = asyncio.Event()   # set once the worker has drained: single mode drains through it
+    coordination = asyncio.create_task(CoordinatorService(
+        cfg, catalog, pipeline.assignment, pipeline.metrics, journal=journal, local=local,
+        on_committed=maintainer.committed if maintainer is not None else None).run(coordinator_stop))
+    coordination.add_done_callback(lambda _: stop.set())  # a failed coordinator stops the process (raised below)
+    pipeline.coordinator = coordination
     tune_gc()
     server = serve_metrics(pipeline.metrics, cfg.metrics.host, cfg.metrics.port) if cfg.metrics.port else None
     if server is not None:
@@ -88,13 +109,12 @@ async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartiti
     finally:
         if watcher is not None:
             watcher.cancel()
-        if coordination is not None:
-            stop.set()
-            await asyncio.wait([coordination])
-            if channel is not None:
-                await channel.stop()
-            if not coordination.cancelled() and coordination.exception() is not None:
-                raise coordination.exception()  # type: ignore[misc]
+        coordinator_stop.set()
+        stop.set()
+        await asyncio.wait([coordination])
+        await channel.stop()
+        if not coordination.cancelled() and coordination.exception() is not None:
+            raise coordination.exception()  # type: ignore[misc]
         if maintenance is not None and maintainer is not None:
             stop.set()
             await _stop_maintenance(maintainer, maintenance)
@@ -130,6 +150,9 @@ def backfill(cfg: Config, *, batch_rows: int, memory_mb: int) -> Stats:
     cfg = dataclasses.replace(
         cfg, max_buffer_records=batch_rows, memory_budget_bytes=memory_mb * 1024 * 1024,
         commit_interval_s=max(cfg.commit_interval_s, 600.0),   # flush on size, not time
+        # a Spark flush of a whole batch may take minutes: the cycle waits for it
+        coordination=dataclasses.replace(cfg.coordination, mode="single",
+                                        commit_timeout_s=max(cfg.coordination.commit_timeout_s, 3600.0)),
         spark=dataclasses.replace(cfg.spark, bulk_min_rows=1),
         maintenance=dataclasses.replace(cfg.maintenance, enabled=False))
 

@@ -40,9 +40,15 @@ class OffsetGapError(FrazilError):
 
 
 class CommitOutcomeUnknown(FrazilError):
-    """A catalog commit failed in a way that leaves its outcome unknown and could not be resolved."""
+    """A catalog commit did not land, or failed in a way that leaves its outcome unknown.
+    ``unresolved`` is True only when the outcome could not be checked (the table could not be
+    reloaded): then the commit id must be looked for again before its files count as not landed."""
 
     retriable = True
+
+    def __init__(self, message: str, *, unresolved: bool = False) -> None:
+        super().__init__(message)
+        self.unresolved = unresolved
 
 
 class TopicMismatchError(FrazilError):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from frazil.coordination.channel import Received
@@ -227,3 +229,36 @@ async def test_the_metrics_count_cycles_by_kind_table_commits_by_result_and_drop
     assert metrics.value("frazil_coordinator_table_commits_total", result="committed") == 2
     assert metrics.value("frazil_coordinator_table_commits_total", result="failed") == 1
     assert metrics.value("frazil_coordinator_dropped_replies_total") == 1
+
+
+@pytest.mark.asyncio
+async def test_a_commit_request_read_during_a_cycle_starts_the_next_one_at_once() -> None:
+    """A worker that fills up while a cycle runs must not wait a whole interval (or, in single
+    mode on SIGTERM, forever): its request, read while collecting, triggers the next cycle."""
+    from frazil.events import CommitRequest
+
+    channel, tables = FakeChannel({"w1": [0, 1]}), Tables()
+    coordinator = Coordinator(channel, "p", P, tables, timeout_s=5)
+    original = channel.send
+
+    async def send_and_request(payloads: list[Payload]) -> None:
+        await original(payloads)
+        if any(isinstance(p, StartCommit) for p in payloads):
+            channel.log.append(Event("p", "w1", 0, payload=CommitRequest("buffer full")))
+
+    channel.send = send_and_request  # type: ignore[method-assign]
+    await coordinator.cycle()
+    trigger = await asyncio.wait_for(coordinator.wait_for_trigger(3600), 1)
+    assert trigger.startswith("requested by w1 (buffer full)"), trigger
+
+
+@pytest.mark.asyncio
+async def test_no_cycle_starts_while_there_is_no_partition_to_wait_for() -> None:
+    """Single mode before the worker's first assignment: a cycle would end before anyone could
+    answer it, and the worker's late answer would only be refused (and its records read again)."""
+    owned: list[frozenset[tuple[str, int]]] = [frozenset()]
+    channel, tables = FakeChannel({"w1": [0, 1]}), Tables()
+    coordinator = Coordinator(channel, "p", lambda: owned[0], tables, timeout_s=5)
+    assert await coordinator.cycle() == [] and channel.log == []
+    owned[0] = P
+    assert len(await coordinator.cycle()) == 1 and len(channel.payloads(StartCommit)) == 1

@@ -23,6 +23,22 @@ def segment(directory: Path) -> Path:
     return sorted(directory.glob("segment-*.log"))[-1]
 
 
+def test_worker_records_leave_pending_when_settled_and_survive_a_checkpoint() -> None:
+    s = TxState()
+    s.apply({**files(0), "lsn": 1})
+    s.apply({**files(1), "lsn": 2})
+    s.apply({"type": "reply", "commit_id": "c1", "table": "db.t", "files": ["f0.parquet"], "lsn": 3})
+    assert s.replies == {"c1": {"table": "db.t", "files": ["f0.parquet"]}}
+    s.apply({"type": "settled", "table": "db.t", "files": ["f0.parquet"], "status": "landed", "lsn": 4})
+    assert pending_files(s) == ["f1.parquet"] and s.replies == {}
+    again = TxState.from_json(s.to_json())
+    assert again == s
+    s.apply({"type": "settled", "table": "db.t", "files": ["f1.parquet"], "status": "abandoned", "lsn": 5})
+    assert s.pending == {}
+    with pytest.raises(ValueError, match="settled status"):
+        s.apply({"type": "settled", "table": "db.t", "files": [], "status": "maybe", "lsn": 6})
+
+
 def test_state_transitions() -> None:
     s = TxState()
     s.apply({**files(0), "lsn": 1})

@@ -30,6 +30,8 @@ import uuid
 from collections.abc import Callable
 from typing import Protocol
 
+from pyiceberg.manifest import DataFile
+
 from pyiceberg.catalog import Catalog
 
 from frazil import faults
@@ -45,10 +47,13 @@ from frazil.events.payloads import (
     Payload,
     StartCommit,
 )
+from frazil.flow.outage import Outage
 from frazil.iceberg.committer import CommitResult, Committer
 from frazil.iceberg.datafiles import from_ref
 from frazil.iceberg.offsets import Range
 from frazil.metrics import Metrics
+from frazil.txlog import Journal
+from frazil.txlog import records as txrecords
 
 log = logging.getLogger(__name__)
 
@@ -67,18 +72,25 @@ CommitTable = Callable[[TableCommit, str, int | None], CommitResult]
 
 
 class Coordinator:
-    def __init__(self, channel: Channel, pipeline: str, partitions: frozenset[TopicPartition],
+    def __init__(self, channel: Channel, pipeline: str,
+                 partitions: frozenset[TopicPartition] | Callable[[], frozenset[TopicPartition]],
                  commit_table: CommitTable, *, timeout_s: float, clock_ms: Callable[[], int] | None = None,
                  fence: bool = True, outage_timeout_s: float = 900.0, metrics: Metrics | None = None) -> None:
-        """``fence=False`` only for the test that shows what the generation check prevents. A table
-        whose commits keep failing for ``outage_timeout_s`` stops the coordinator (rule 8)."""
-        self._channel, self._pipeline, self._partitions = channel, pipeline, partitions
+        """``partitions``: every source partition a cycle waits for (or a function giving them at
+        each cycle's start: in single mode, the local worker's assignment). ``fence=False`` only for
+        the test that shows what the generation check prevents. A table whose commits keep failing
+        for ``outage_timeout_s`` stops the coordinator (rule 8)."""
+        self._channel, self._pipeline = channel, pipeline
+        self._partitions: Callable[[], frozenset[TopicPartition]] = (
+            partitions if callable(partitions) else (lambda: partitions))
         self._fence, self._outage_timeout_s = fence, outage_timeout_s
-        self._failing_since: dict[str, float] = {}   # by table: when its commits started failing
+        self._outages: dict[str, Outage] = {}   # by table
         self._metrics = metrics
         self._commit_table, self._timeout_ms = commit_table, int(timeout_s * 1000)
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._last_offset: int | None = None   # the last control-topic offset this coordinator handled
+        self._requested: str | None = None     # a CommitRequest read while a cycle was running
+        self._last_start_ms: int | None = None
 
     async def recover(self) -> bool:
         """Read what the last coordinator left; finish its open cycle if there is one. Returns
@@ -94,7 +106,7 @@ class Coordinator:
                 requested = True
             elif isinstance(payload, StartCommit):
                 requested = False
-                open_cycle = CommitState(payload.commit_id, self._partitions, received.event.sent_ms, self._timeout_ms,
+                open_cycle = CommitState(payload.commit_id, self._partitions(), received.event.sent_ms, self._timeout_ms,
                                          fence=self._fence)
             elif isinstance(payload, CommitComplete) and open_cycle is not None and payload.commit_id == open_cycle.commit_id:
                 open_cycle = None
@@ -104,15 +116,19 @@ class Coordinator:
         if open_cycle is not None:
             log.warning("coordinator: taking over commit %s, which the previous coordinator started (%d of %d "
                         "partitions answered); collecting the rest until its timeout", open_cycle.commit_id,
-                        len(open_cycle.covered() & self._partitions), len(self._partitions))
+                        len(open_cycle.covered() & open_cycle.partitions), len(open_cycle.partitions))
             await self._conclude(open_cycle, await self._collect(open_cycle))
         elif self._last_offset is not None:
             await self._channel.commit_position(self._last_offset + 1)
         return requested
 
     async def wait_for_trigger(self, interval_s: float) -> str:
-        """Until ``interval_s`` has passed or a worker sent ``CommitRequest``; says which."""
-        deadline = self._clock_ms() + int(interval_s * 1000)
+        """Until ``interval_s`` has passed since the last cycle started, or a worker sent
+        ``CommitRequest`` (now, or while the last cycle ran); says which."""
+        if self._requested is not None:
+            trigger, self._requested = self._requested, None
+            return trigger
+        deadline = (self._last_start_ms or self._clock_ms()) + int(interval_s * 1000)
         while self._clock_ms() < deadline:
             for received in await self._channel.poll(min(POLL_MS, max(1, deadline - self._clock_ms()))):
                 self._last_offset = received.offset
@@ -121,9 +137,16 @@ class Coordinator:
         return "interval"
 
     async def cycle(self) -> list[CommitResult]:
-        """One commit cycle, start to end. Returns the tables' commit results."""
+        """One commit cycle, start to end. Returns the tables' commit results. With no partition to
+        wait for (single mode before the first assignment) no cycle starts: it would end before
+        any worker could answer it."""
+        partitions = self._partitions()
+        if not partitions:
+            await asyncio.sleep(POLL_MS / 1000)
+            return []
         commit_id = f"{self._pipeline}-{uuid.uuid4().hex}"
-        state = CommitState(commit_id, self._partitions, self._clock_ms(), self._timeout_ms, fence=self._fence)
+        self._last_start_ms = self._clock_ms()
+        state = CommitState(commit_id, partitions, self._last_start_ms, self._timeout_ms, fence=self._fence)
         await self._channel.send([StartCommit(commit_id)])
         faults.hit("coordinator.after_start_commit")
         return await self._conclude(state, await self._collect(state))
@@ -136,6 +159,10 @@ class Coordinator:
                 payload = received.event.payload
                 if isinstance(payload, (DataWritten, DataComplete)):
                     state.add(received.event.sender, payload)
+                elif isinstance(payload, CommitRequest) and self._requested is None:
+                    # for the next cycle: this one may have started before the worker filled up
+                    self._requested = f"requested by {received.event.sender} ({payload.reason}) during commit " \
+                                      f"{state.commit_id}"
         return ready
 
     async def _conclude(self, state: CommitState, ready: Readiness) -> list[CommitResult]:
@@ -145,7 +172,7 @@ class Coordinator:
             self._metrics.cycle(ready.value)
             self._metrics.dropped_replies.inc(len(state.dropped))
         if ready is Readiness.PARTIAL:
-            missing = sorted(self._partitions - state.covered())
+            missing = sorted(state.partitions - state.covered())
             log.warning("commit %s: timed out after %.1fs without %d partition(s) (e.g. %s); committing what arrived, "
                         "without a valid-through timestamp", state.commit_id, self._timeout_ms / 1000, len(missing),
                         missing[:5])
@@ -172,8 +199,9 @@ class Coordinator:
                     self._count("refused")
                     continue
                 now_s = self._clock_ms() / 1000
-                failing = now_s - self._failing_since.setdefault(table.table, now_s)
-                if failing >= self._outage_timeout_s:
+                outage = self._outages.setdefault(table.table, Outage(self._outage_timeout_s))
+                failing = outage.failed(now_s)
+                if outage.expired(now_s):
                     raise CommitOutcomeUnknown(
                         f"commits to {table.table} have failed for {failing:.0f}s (outage_timeout_s="
                         f"{self._outage_timeout_s:g}); stopping the coordinator. Nothing is lost: the table's offsets "
@@ -184,8 +212,10 @@ class Coordinator:
                 failed.append(table.table)
                 self._count("failed")
                 continue
-            if self._failing_since.pop(table.table, None) is not None:
-                log.warning("commit %s to %s landed; the outage is over", state.commit_id, table.table)
+            lasted = self._outages[table.table].ended(self._clock_ms() / 1000) if table.table in self._outages else None
+            if lasted is not None:
+                log.warning("commit %s to %s landed; the outage is over after %.0fs", state.commit_id, table.table,
+                            lasted)
             self._count("committed")
             results.append(result)
             events.append(CommitToTable(state.commit_id, table.table, result.snapshot_id, vtts))
@@ -202,8 +232,10 @@ class Coordinator:
             self._metrics.table_commit(result)
 
 
-def table_committer(catalog: Catalog, pipeline: str, *, max_attempts: int) -> CommitTable:
-    """Commits a cycle's files and ranges for one table through frazil's exactly-once committer."""
+def table_committer(catalog: Catalog, pipeline: str, *, max_attempts: int, journal: Journal | None = None) -> CommitTable:
+    """Commits a cycle's files and ranges for one table through frazil's exactly-once committer.
+    With a ``journal``: the commit's intent is logged before the catalog commit and its outcome
+    after, so a process that dies in between settles it by commit id on restart (rule 5)."""
 
     def commit(table: TableCommit, commit_id: str, valid_through_ms: int | None) -> CommitResult:
         committer = Committer(catalog, table.table, pipeline, max_attempts=max_attempts)
@@ -227,6 +259,31 @@ def table_committer(catalog: Catalog, pipeline: str, *, max_attempts: int) -> Co
                                   "cycle (two owners of one partition in one generation); this is a bug")
             ranges[tp] = Range(r.start, r.end)
         files = [from_ref(f, specs[f.spec_id], schema) for f in table.files]
-        return committer.commit_files(files, ranges, commit_id, valid_through_ms=valid_through_ms)
+        if journal is None:
+            return committer.commit_files(files, ranges, commit_id, valid_through_ms=valid_through_ms)
+        return logged_commit(journal, committer, table.table, files, ranges, commit_id, valid_through_ms)
 
     return commit
+
+
+def logged_commit(journal: Journal, committer: Committer, table: str, files: list[DataFile],
+                  ranges: dict[TopicPartition, Range], commit_id: str, valid_through_ms: int | None = None) -> CommitResult:
+    """One table commit between its intent and its outcome in the transaction log (blocking).
+    Refused for its content (an overlap, a gap): ``abandoned``. Known not to have landed:
+    ``failed`` (the files go back to pending). Outcome unknown: no outcome yet; the intent is
+    settled by commit id when the process starts again."""
+    paths = [f.file_path for f in files]
+    journal.append([txrecords.intent(commit_id, table, paths, ranges)])
+    try:
+        result = committer.commit_files(files, ranges, commit_id, valid_through_ms=valid_through_ms)
+    except CommitOutcomeUnknown as exc:
+        if not exc.unresolved:
+            journal.append([txrecords.outcome(commit_id, "failed")])
+        raise
+    except (OffsetOverlapError, OffsetGapError):
+        journal.append([txrecords.outcome(commit_id, "abandoned")])
+        raise
+    journal.append([txrecords.outcome(commit_id, "abandoned" if result.already_committed else "committed",
+                                      result.snapshot_id),
+                    txrecords.offsets(table, result.offsets)])
+    return result

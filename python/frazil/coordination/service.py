@@ -1,5 +1,10 @@
-"""Distributed mode in one ``frazil run`` process: the worker's channel, and the coordinator role
-while this process owns the election partition.
+"""The coordinator role in a ``frazil run`` process, in either mode, and the worker's channel.
+
+Single mode: the process always coordinates, over an in-process ``LocalTopic``, and a cycle waits
+for the partitions this process owns. Distributed mode: the control topic, and the role is held
+while this process owns the election partition; a cycle waits for every partition of the topics.
+Either way the coordinator logs its commit intents and outcomes in the process's transaction log,
+and every landed commit is observed in the metrics and handed to ``on_committed`` (maintenance).
 
 Election: the member assigned partition 0 of the first configured topic is the coordinator (the
 consumer group guarantees exactly one owner per generation). When the assignment moves, the old
@@ -21,16 +26,20 @@ import logging
 import uuid
 from collections.abc import Callable
 
-from aiokafka.errors import KafkaError, ProducerFenced
 from pyiceberg.catalog import Catalog
+
+from aiokafka.errors import KafkaError, ProducerFenced
 
 from frazil import faults
 from frazil.config import Config
 from frazil.coordination.channel import ControlChannel
 from frazil.coordination.commit_state import TopicPartition
 from frazil.coordination.coordinator import Coordinator, table_committer
+from frazil.coordination.local import LocalChannel, LocalTopic
+from frazil.iceberg.committer import CommitResult
 from frazil.metrics import Metrics
 from frazil.status import partitions
+from frazil.txlog import Journal
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +57,11 @@ def reply_transaction_timeout_ms(cfg: Config) -> int:
     return max(10_000, int(cfg.coordination.commit_timeout_s * 1000))
 
 
-def worker_channel(cfg: Config) -> ControlChannel:
+def worker_channel(cfg: Config, local: LocalTopic | None = None) -> ControlChannel | LocalChannel:
+    """The worker's end of the channel: ``local`` in single mode, else the control topic."""
     member = f"worker-{uuid.uuid4().hex[:12]}"
+    if local is not None:
+        return LocalChannel(local, group=cfg.pipeline, member=member)
     return ControlChannel(cfg.kafka.bootstrap_servers, cfg.coordination.control_topic, group=cfg.pipeline,
                           member=member, transactional_id=f"frazil-{cfg.pipeline}-{member}",
                           transaction_timeout_ms=reply_transaction_timeout_ms(cfg))
@@ -57,9 +69,15 @@ def worker_channel(cfg: Config) -> ControlChannel:
 
 class CoordinatorService:
     def __init__(self, cfg: Config, catalog: Catalog, assignment: Callable[[], set[TopicPartition]],
-                 metrics: Metrics | None = None) -> None:
+                 metrics: Metrics | None = None, *, journal: Journal | None = None, local: LocalTopic | None = None,
+                 on_committed: Callable[[CommitResult], None] | None = None) -> None:
+        """``local`` given: single mode, coordinating over it; else distributed mode."""
         self._cfg, self._catalog, self._assignment, self._metrics = cfg, catalog, assignment, metrics
+        self._journal, self._local, self._on_committed = journal, local, on_committed
         self._election = election_partition(cfg.kafka.topics)
+
+    def _leads(self) -> bool:
+        return self._local is not None or self._election in self._assignment()
 
     async def run(self, stop: asyncio.Event) -> None:
         task: asyncio.Task[None] | None = None
@@ -67,9 +85,12 @@ class CoordinatorService:
         loop = asyncio.get_running_loop()
         try:
             while not stop.is_set():
-                leader = self._election in self._assignment()
+                leader = self._leads()
                 if leader and task is None and loop.time() >= not_before:
-                    log.info("coordinator: this process owns %s[%d]; starting the coordinator", *self._election)
+                    if self._local is not None:
+                        log.info("coordinator: single mode; coordinating in this process")
+                    else:
+                        log.info("coordinator: this process owns %s[%d]; starting the coordinator", *self._election)
                     task = asyncio.create_task(self._lead())
                 elif not leader and task is not None:
                     log.info("coordinator: %s[%d] moved to another process; stopping the coordinator", *self._election)
@@ -91,17 +112,26 @@ class CoordinatorService:
             if task is not None:
                 await _end(task)
 
+    def _channel(self) -> ControlChannel | LocalChannel:
+        cfg, member = self._cfg, f"coordinator-{uuid.uuid4().hex[:12]}"
+        if self._local is not None:
+            return LocalChannel(self._local, group=cfg.pipeline, member=member, coordinator=True)
+        return ControlChannel(cfg.kafka.bootstrap_servers, cfg.coordination.control_topic, group=cfg.pipeline,
+                              member=member, transactional_id=f"frazil-{cfg.pipeline}-coordinator",
+                              consumer_group=f"{cfg.kafka.group_id}-coordinator")
+
     async def _lead(self) -> None:
         cfg = self._cfg
-        channel = ControlChannel(cfg.kafka.bootstrap_servers, cfg.coordination.control_topic, group=cfg.pipeline,
-                                 member=f"coordinator-{uuid.uuid4().hex[:12]}",
-                                 transactional_id=f"frazil-{cfg.pipeline}-coordinator",
-                                 consumer_group=f"{cfg.kafka.group_id}-coordinator")
+        channel = self._channel()
         await channel.start()
         try:
-            source = frozenset(await partitions(cfg.kafka.bootstrap_servers, cfg.kafka.topics))
+            # single mode: the partitions this process owns (a cycle never waits for another process)
+            source: frozenset[TopicPartition] | Callable[[], frozenset[TopicPartition]] = (
+                (lambda: frozenset(self._assignment())) if self._local is not None
+                else frozenset(await partitions(cfg.kafka.bootstrap_servers, cfg.kafka.topics)))
             coordinator = Coordinator(channel, cfg.pipeline, source,
-                                      table_committer(self._catalog, cfg.pipeline, max_attempts=cfg.max_commit_attempts),
+                                      table_committer(self._catalog, cfg.pipeline, max_attempts=cfg.max_commit_attempts,
+                                                      journal=self._journal),
                                       timeout_s=cfg.coordination.commit_timeout_s, fence=not faults.off("fencing"),
                                       outage_timeout_s=cfg.outage_timeout_s, metrics=self._metrics)
             if self._metrics is not None:
@@ -117,6 +147,10 @@ class CoordinatorService:
                 for r in results:
                     log.info("coordinator: commit %s landed as snapshot %s with %d rows", r.commit_id, r.snapshot_id,
                              r.rows)
+                    if self._metrics is not None and not r.already_committed:
+                        self._metrics.commit_seconds.observe(r.seconds)
+                    if self._on_committed is not None:
+                        self._on_committed(r)
         finally:
             if self._metrics is not None:
                 self._metrics.coordinator.set(0)

@@ -77,11 +77,11 @@ class Committer:
     def stored_offsets(self) -> dict[TopicPartition, int]:
         return offsets.stored_offsets(self.load().properties, self._pipeline)
 
-    def write_files(self, data: pa.Table) -> list[DataFile]:
-        """Write ``data`` as Parquet data files of the table (not committed). A failure here
-        (catalog or storage down) is retriable: nothing was committed."""
+    def write_files(self, data: pa.Table, table: Table | None = None) -> list[DataFile]:
+        """Write ``data`` as Parquet data files of ``table`` (default: loaded now), not committed.
+        A failure here (catalog or storage down) is retriable: nothing was committed."""
         try:
-            table = self.load()
+            table = table or self.load()
             return list(_dataframe_to_data_files(table_metadata=table.metadata, df=data, io=table.io,
                                                  write_uuid=uuid.uuid4()))
         except Exception as exc:  # noqa: BLE001
@@ -137,7 +137,7 @@ class Committer:
                         append.append_data_file(data_file)
                 tx.set_properties({offsets.property_key(self._pipeline): encoded})
                 faults.hit("commit.before_catalog")
-                tx.commit_transaction()
+                committed = tx.commit_transaction()
                 faults.hit("commit.after_catalog")
             except CommitFailedException as exc:
                 # A clean conflict: the catalog refused the compare-and-swap, nothing landed.
@@ -154,7 +154,7 @@ class Committer:
                 log.warning("commit %s table=%s: attempt %d/%d failed and did not land (%s: %s)",
                             commit_id, self._table_name, attempt, self._max_attempts, type(exc).__name__, exc)
             else:
-                return self._result(commit_id, None, rows, self.load(), attempt, started)
+                return self._result(commit_id, None, rows, committed, attempt, started)
             self._sleep(self._backoff_s * 2 ** (attempt - 1))
         raise CommitOutcomeUnknown(
             f"commit {commit_id} to {self._table_name} failed {self._max_attempts} times; last error: "
@@ -172,7 +172,7 @@ class Committer:
                 self._sleep(self._backoff_s * 2 ** (attempt - 1))
         raise CommitOutcomeUnknown(
             f"commit {commit_id} to {self._table_name}: outcome unknown and the table cannot be reloaded; "
-            "restart frazil once the catalog is reachable, it resumes from the table's offsets"
+            "restart frazil once the catalog is reachable, it resumes from the table's offsets", unresolved=True
         )
 
     def _check(self, decision: offsets.CommitPlan, stored: Mapping[TopicPartition, int],

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 import zlib
 from dataclasses import dataclass
@@ -68,7 +69,8 @@ def write_checkpoint(directory: Path, state: TxState) -> Path:
 
 
 class Journal:
-    """Appends records to the log and checkpoints ``state``. Use :func:`open_journal`."""
+    """Appends records to the log and checkpoints ``state``. Use :func:`open_journal`. Safe to
+    call from several threads (the worker and coordinator roles of one process share it)."""
 
     def __init__(self, directory: Path, state: TxState, policy: JournalPolicy) -> None:
         self.directory, self.state, self.policy = directory, state, policy
@@ -77,10 +79,15 @@ class Journal:
         self._records_since_checkpoint = 0
         self._last_sync = time.monotonic()
         self.fsyncs = 0
+        self._lock = threading.RLock()
 
     def append(self, records: list[dict[str, Any]]) -> int:
         """Apply ``records`` to the state and make them durable (one group commit); returns the
         last lsn. A record the state rejects raises before anything is written."""
+        with self._lock:
+            return self._append(records)
+
+    def _append(self, records: list[dict[str, Any]]) -> int:
         trial = TxState.from_json(json.loads(json.dumps(self.state.to_json())))
         frames = []
         for record in records:
@@ -101,11 +108,15 @@ class Journal:
         self._records_since_checkpoint += len(records)
         if (self._bytes_since_checkpoint >= self.policy.checkpoint_bytes
                 or self._records_since_checkpoint >= self.policy.checkpoint_records):
-            self.checkpoint()
+            self._checkpoint()
         return self.state.lsn
 
     def checkpoint(self) -> Path:
         """Write the whole state, start a new segment, delete what the checkpoint replaces."""
+        with self._lock:
+            return self._checkpoint()
+
+    def _checkpoint(self) -> Path:
         os.fsync(self._file.fileno())
         path = write_checkpoint(self.directory, self.state)
         self._file.close()
@@ -135,6 +146,10 @@ class Journal:
         self.close()
 
     def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
         if not self._file.closed:
             if self.policy.fsync != "never":
                 os.fsync(self._file.fileno())

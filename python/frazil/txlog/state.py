@@ -1,7 +1,16 @@
-"""The coordinator's recoverable state and how each journal record changes it (pure).
+"""A process's recoverable commit state and how each journal record changes it (pure).
+
+One journal per process holds both roles' records: the worker's (files it wrote, replies it sent,
+how they settled) and the coordinator's (commit intents and outcomes). In single mode both roles
+are in the process; in distributed mode the coordinator's records are in the log of whichever
+process held the role.
 
 Records:
-- ``files``: data files written for a table and the offset ranges they cover, not yet committed;
+- ``files`` (worker): data files written for a table and the offset ranges they cover, not yet committed;
+- ``reply`` (worker): those files were reported to the coordinator under a commit id;
+- ``settled`` (worker): what became of them: ``landed`` (the table holds their offsets) or
+  ``abandoned`` (their records are read again from the table's offsets); either way they leave
+  ``pending``;
 - ``intent``: a commit about to be attempted (commit id, table, ranges, the files it carries);
 - ``outcome``: what became of an intent: ``committed`` (with a snapshot id), ``failed`` (its files
   go back to pending for another attempt) or ``abandoned`` (its records are read again from the
@@ -27,6 +36,8 @@ class TxState:
     offsets: dict[str, dict[str, int]] = field(default_factory=dict)
     # the last few outcomes, for operators
     outcomes: list[dict[str, Any]] = field(default_factory=list)
+    # commit id -> {"table", "files"}: worker replies not yet settled
+    replies: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     KEEP_OUTCOMES = 100
 
@@ -54,6 +65,19 @@ class TxState:
                 self.pending.setdefault(intent["table"], []).append({"files": intent["files"], "ranges": intent["ranges"]})
             self.outcomes = (self.outcomes + [{"commit_id": record["commit_id"], "status": record["status"],
                                                "snapshot_id": record.get("snapshot_id")}])[-self.KEEP_OUTCOMES:]
+        elif kind == "reply":
+            self.replies[record["commit_id"]] = {"table": record["table"], "files": record["files"]}
+        elif kind == "settled":
+            if record["status"] not in ("landed", "abandoned"):
+                raise ValueError(f"unknown settled status {record['status']!r}")
+            gone = set(record["files"])
+            table = record["table"]
+            left = [p for p in self.pending.get(table, []) if not gone.issuperset(p["files"])]
+            if left:
+                self.pending[table] = left
+            else:
+                self.pending.pop(table, None)
+            self.replies = {c: r for c, r in self.replies.items() if not gone.issuperset(r["files"])}
         elif kind == "offsets":
             self.offsets.setdefault(record["table"], {}).update(record["offsets"])
         else:
@@ -66,9 +90,9 @@ class TxState:
 
     def to_json(self) -> dict[str, Any]:
         return {"lsn": self.lsn, "pending": self.pending, "intents": self.intents, "offsets": self.offsets,
-                "outcomes": self.outcomes}
+                "outcomes": self.outcomes, "replies": self.replies}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TxState:
         return cls(lsn=data["lsn"], pending=data["pending"], intents=data["intents"], offsets=data["offsets"],
-                   outcomes=data["outcomes"])
+                   outcomes=data["outcomes"], replies=data.get("replies", {}))
