@@ -1,6 +1,6 @@
 """The catalog is unavailable for 60 s under steady load (an exclusive lock on the real SQLite
-catalog). Ingestion must slow to a stop within the memory budget, the group must not rebalance,
-and afterwards every record must be in the table exactly once."""
+catalog), in both coordination modes. Ingestion must slow to a stop within the memory budget, the
+group must not rebalance, and afterwards every record must be in the table exactly once."""
 
 from __future__ import annotations
 
@@ -10,14 +10,17 @@ from pathlib import Path
 import pytest
 
 from frazil.local.kafka_broker import KafkaBroker
-from harness.outage import run
+from harness.outage import MODES, run
 
 pytestmark = [pytest.mark.chaos]
 
 
-def test_a_catalog_outage_slows_ingestion_to_a_stop_and_loses_nothing(kafka: KafkaBroker, tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_a_catalog_outage_slows_ingestion_to_a_stop_and_loses_nothing(kafka: KafkaBroker, tmp_path: Path,
+                                                                     mode: str) -> None:
     budget_mb = 32
-    result = run(kafka.bootstrap, tmp_path, outage_s=float(os.environ.get("FRAZIL_OUTAGE_S", "60")), budget_mb=budget_mb)
+    result = run(kafka.bootstrap, tmp_path, mode=mode, outage_s=float(os.environ.get("FRAZIL_OUTAGE_S", "60")),
+                 budget_mb=budget_mb)
     assert result["lost"] == 0 and result["duplicates"] == 0, result
     assert result["rows"] == result["records_produced"], result
     assert result["rebalances"] == 0, result

@@ -4,9 +4,10 @@
 an exclusive lock on the SQLite catalog (every pyiceberg read and write fails with "database is
 locked"). The run records the process's peak RSS, counts rebalances (assignments after the first)
 and pauses from its log, waits until the table holds everything, and counts every
-(partition, offset) in the table with an independent scan.
+(partition, offset) in the table with an independent scan. In either coordination mode: single
+(worker and coordinator in process) or distributed (the same roles over the control topic).
 
-    python -m harness.outage [--outage-s 60] [--budget-mb 32] [--out benches/results/outage.json]
+    PYTHONPATH=tests python -m harness.outage [--mode both] [--outage-s 60] [--budget-mb 32] [--out benches/results/outage.json]
 """
 
 from __future__ import annotations
@@ -31,12 +32,12 @@ from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
 from frazil.status import end_offsets
 
-TOPIC = "outage"
 PARTITIONS = 4
+MODES = ("single", "distributed")
 
 CONFIG = """\
 [pipeline]
-name = "outage"
+name = "{topic}"
 commit_interval_s = 1.0
 memory_budget_mb = {budget_mb}
 outage_timeout_s = 600
@@ -51,8 +52,11 @@ port = {metrics_port}
 [catalog]
 properties = {{ uri = "sqlite:///warehouse/catalog.db", warehouse = "file://warehouse" }}
 
+[coordination]
+mode = "{mode}"
+
 [table]
-name = "ops.outage"
+name = "ops.{topic_ident}"
 {columns}
 """
 
@@ -64,7 +68,7 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
-async def _produce_steadily(bootstrap: str, values: list[bytes], seconds: float) -> None:
+async def _produce_steadily(bootstrap: str, topic: str, values: list[bytes], seconds: float) -> None:
     from aiokafka import AIOKafkaProducer
 
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, acks="all", enable_idempotence=True)
@@ -75,7 +79,7 @@ async def _produce_steadily(bootstrap: str, values: list[bytes], seconds: float)
         started = time.monotonic()
         for t in range(ticks):
             chunk = values[t * per_tick:(t + 1) * per_tick]
-            await asyncio.gather(*[await producer.send(TOPIC, v, partition=(t * per_tick + i) % PARTITIONS)
+            await asyncio.gather(*[await producer.send(topic, v, partition=(t * per_tick + i) % PARTITIONS)
                                    for i, v in enumerate(chunk)])
             await asyncio.sleep(max(0.0, started + (t + 1) * 0.25 - time.monotonic()))
     finally:
@@ -109,15 +113,17 @@ def _hold_catalog_lock(db: Path, seconds: float, held: threading.Event) -> None:
         conn.close()
 
 
-def run(bootstrap: str, workdir: Path, *, outage_s: float = 60.0, budget_mb: int = 64, rate: int = 4000,
-        before_s: float = 20.0, after_s: float = 20.0, say: Any = print) -> dict[str, Any]:
+def run(bootstrap: str, workdir: Path, *, mode: str = "single", outage_s: float = 60.0, budget_mb: int = 64,
+        rate: int = 4000, before_s: float = 20.0, after_s: float = 20.0, say: Any = print) -> dict[str, Any]:
+    assert mode in MODES, mode
     workdir.mkdir(parents=True, exist_ok=True)
     config_path = workdir / "frazil.toml"
     metrics_port = free_port()
-    config_path.write_text(CONFIG.format(bootstrap=bootstrap, topic=TOPIC, budget_mb=budget_mb, metrics_port=metrics_port,
-                                         columns=CLICKSTREAM_COLUMNS))
+    topic = f"outage-{mode}"
+    config_path.write_text(CONFIG.format(bootstrap=bootstrap, topic=topic, topic_ident=topic.replace("-", "_"), mode=mode,
+                                         budget_mb=budget_mb, metrics_port=metrics_port, columns=CLICKSTREAM_COLUMNS))
     cfg = config_mod.load(config_path)
-    asyncio.run(create_topic(bootstrap, TOPIC, PARTITIONS))
+    asyncio.run(create_topic(bootstrap, topic, PARTITIONS))
     produce_s = before_s + outage_s + after_s
     values = sample_events(int(rate * produce_s), seed=5)
     log_path = workdir / "frazil.log"
@@ -145,10 +151,11 @@ def run(bootstrap: str, workdir: Path, *, outage_s: float = 60.0, budget_mb: int
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    producer = threading.Thread(target=lambda: asyncio.run(_produce_steadily(bootstrap, values, produce_s)), daemon=True)
+    producer = threading.Thread(target=lambda: asyncio.run(_produce_steadily(bootstrap, topic, values, produce_s)),
+                                daemon=True)
     try:
         producer.start()
-        say(f"producing {len(values):,} records over {produce_s:.0f}s; catalog outage of {outage_s:.0f}s after {before_s:.0f}s")
+        say(f"{mode} mode: producing {len(values):,} records over {produce_s:.0f}s; catalog outage of {outage_s:.0f}s after {before_s:.0f}s")
         time.sleep(before_s)
         held = threading.Event()
         locker = threading.Thread(target=_hold_catalog_lock, args=(Path(cfg.catalog.properties["uri"][len("sqlite:///"):]),
@@ -160,7 +167,7 @@ def run(bootstrap: str, workdir: Path, *, outage_s: float = 60.0, budget_mb: int
         locker.join()
         say(f"catalog unlocked; peak RSS {peak[0]:.0f} MB")
         producer.join()
-        ends = asyncio.run(end_offsets(bootstrap, [TOPIC]))
+        ends = asyncio.run(end_offsets(bootstrap, [topic]))
         catalog = iceberg_catalog.load(cfg.catalog)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
@@ -172,7 +179,15 @@ def run(bootstrap: str, workdir: Path, *, outage_s: float = 60.0, budget_mb: int
             time.sleep(0.5)
         else:
             raise RuntimeError(f"not everything committed within 300s after the outage; see {log_path}")
+        # The table is the truth and holds everything; the worker counts a commit when it settles
+        # its reply on CommitComplete, a moment later. Give it 30 s to catch up (the test then
+        # checks that the counters match the table).
+        settle_deadline = time.monotonic() + 30
         final_metrics = scrape(metrics_port)
+        while (final_metrics.get("frazil_rows_committed_total", 0.0) < sum(ends.values())
+               and time.monotonic() < settle_deadline):
+            time.sleep(0.2)
+            final_metrics = scrape(metrics_port)
     finally:
         sampling.set()
         proc.send_signal(signal.SIGTERM)
@@ -182,6 +197,7 @@ def run(bootstrap: str, workdir: Path, *, outage_s: float = 60.0, budget_mb: int
     expected = {(p, o) for (_, p), end in ends.items() for o in range(end)}
     log_text = log_path.read_text(errors="replace")
     result = {
+        "mode": mode,
         "outage_s": outage_s,
         "rss_peak_mb": round(peak[0], 1),
         "budget_mb": budget_mb,
@@ -210,6 +226,7 @@ def main() -> int:
     from frazil.local.kafka_broker import KafkaBroker
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=[*MODES, "both"], default="both")
     parser.add_argument("--outage-s", type=float, default=60.0)
     parser.add_argument("--budget-mb", type=int, default=32)
     parser.add_argument("--workdir", type=Path, default=Path(".run/outage"))
@@ -218,12 +235,17 @@ def main() -> int:
     import shutil
 
     shutil.rmtree(args.workdir, ignore_errors=True)
+    modes = MODES if args.mode == "both" else (args.mode,)
+    results = {}
     with KafkaBroker.start(args.workdir / "kafka") as broker:
-        result = run(broker.bootstrap, args.workdir, outage_s=args.outage_s, budget_mb=args.budget_mb)
+        for mode in modes:
+            results[mode] = run(broker.bootstrap, args.workdir / mode, mode=mode, outage_s=args.outage_s,
+                                budget_mb=args.budget_mb)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.out}")
-    ok = result["lost"] == 0 and result["duplicates"] == 0 and result["rebalances"] == 0
+    ok = all(r["lost"] == 0 and r["duplicates"] == 0 and r["rebalances"] == 0 and r["rows"] == r["records_produced"]
+             for r in results.values())
     return 0 if ok else 1
 
 

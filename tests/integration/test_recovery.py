@@ -1,7 +1,9 @@
 """Recovery through the transaction log: a process killed between writing its data files and
 learning the commit's fate. The restart must settle the logged intent by its commit id: commit
 the logged files once (not read their records again from Kafka), or see that they already
-landed."""
+landed. In both coordination modes: the coordinator role logs its intents in the process's log
+either way (in distributed mode the restarted process also finds the open cycle on the control
+topic, and takes it over without landing it twice)."""
 
 from __future__ import annotations
 
@@ -29,12 +31,16 @@ def run_frazil(config: Path, log: Path, faults: str = "") -> subprocess.Popen[by
                                 stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "FRAZIL_FAULTS": faults})
 
 
+MODES = {"single": "", "distributed": '[coordination]\nmode = "distributed"\ncommit_timeout_s = 5\n'}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("point", ["commit.before_catalog", "commit.after_catalog"])
-def test_a_commit_cut_short_is_settled_from_the_log(kafka: KafkaBroker, tmp_path: Path, point: str) -> None:
-    topic = f"recovery-{point.split('.')[1]}"
+def test_a_commit_cut_short_is_settled_from_the_log(kafka: KafkaBroker, tmp_path: Path, point: str, mode: str) -> None:
+    topic = f"recovery-{point.split('.')[1]}-{mode}"
     asyncio.run(support.create_topic(kafka.bootstrap, topic, 2))
     asyncio.run(support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(2000)), 2))
-    config = support.write_config(tmp_path, kafka.bootstrap, [topic], interval=0.5)
+    config = support.write_config(tmp_path, kafka.bootstrap, [topic], pipeline=topic, interval=0.5, extra=MODES[mode])
     cfg = support.load(config)
     log = tmp_path / "frazil.log"
 
