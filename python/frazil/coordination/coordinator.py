@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table
 
 from pyiceberg.catalog import Catalog
 
@@ -260,14 +261,15 @@ def table_committer(catalog: Catalog, pipeline: str, *, max_attempts: int, journ
             ranges[tp] = Range(r.start, r.end)
         files = [from_ref(f, specs[f.spec_id], schema) for f in table.files]
         if journal is None:
-            return committer.commit_files(files, ranges, commit_id, valid_through_ms=valid_through_ms)
-        return logged_commit(journal, committer, table.table, files, ranges, commit_id, valid_through_ms)
+            return committer.commit_files(files, ranges, commit_id, valid_through_ms=valid_through_ms, loaded=loaded)
+        return logged_commit(journal, committer, table.table, files, ranges, commit_id, valid_through_ms, loaded)
 
     return commit
 
 
 def logged_commit(journal: Journal, committer: Committer, table: str, files: list[DataFile],
-                  ranges: dict[TopicPartition, Range], commit_id: str, valid_through_ms: int | None = None) -> CommitResult:
+                  ranges: dict[TopicPartition, Range], commit_id: str, valid_through_ms: int | None = None,
+                  loaded: Table | None = None) -> CommitResult:
     """One table commit between its intent and its outcome in the transaction log (blocking).
     Refused for its content (an overlap, a gap): ``abandoned``. Known not to have landed:
     ``failed`` (the files go back to pending). Outcome unknown: no outcome yet; the intent is
@@ -275,7 +277,7 @@ def logged_commit(journal: Journal, committer: Committer, table: str, files: lis
     paths = [f.file_path for f in files]
     journal.append([txrecords.intent(commit_id, table, paths, ranges)])
     try:
-        result = committer.commit_files(files, ranges, commit_id, valid_through_ms=valid_through_ms)
+        result = committer.commit_files(files, ranges, commit_id, valid_through_ms=valid_through_ms, loaded=loaded)
     except CommitOutcomeUnknown as exc:
         if not exc.unresolved:
             journal.append([txrecords.outcome(commit_id, "failed")])

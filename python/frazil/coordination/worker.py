@@ -118,25 +118,32 @@ class Worker:
         """Nothing buffered, held or waiting for its cycle."""
         return not self._positions.buffered and self.batch is None and self.in_flight is None
 
-    async def handle(self, payload: Payload) -> None:
-        """One control event: answer a StartCommit; settle a reply on its CommitComplete."""
+    async def handle(self, payload: Payload, sent_ms: int | None = None) -> None:
+        """One control event (sent at ``sent_ms``): answer a StartCommit; settle a reply on its
+        CommitComplete."""
         if isinstance(payload, StartCommit):
-            await self.reply(payload.commit_id)
+            await self.reply(payload.commit_id, sent_ms)
         elif isinstance(payload, CommitComplete) and payload.commit_id == self.in_flight:
             await self.settle(payload.failed_tables)
 
     def request_due(self, full: bool, now: float) -> bool:
         """Ask for a cycle now? When full (the record-count and bytes triggers): once per cycle,
-        again after ``commit_timeout_s`` if no cycle came (a lost request)."""
-        return full and (self._requested is None or now - self._requested >= self._cfg.coordination.commit_timeout_s)
+        again after ``commit_timeout_s`` if no cycle came (a lost request). Not while a batch that
+        failed to land is held: the next cycle could only retry it, and the interval paces retries
+        during an outage."""
+        if not full or (self.batch is not None and self.outage.failing):
+            return False
+        return self._requested is None or now - self._requested >= self._cfg.coordination.commit_timeout_s
 
     async def request(self, reason: str) -> None:
         self._requested = time.monotonic()
         await self._channel.send([CommitRequest(reason)])
 
-    async def reply(self, commit_id: str) -> None:
+    async def reply(self, commit_id: str, sent_ms: int | None = None) -> None:
         """The batch (drained now if there is none), written as data files and reported with its
         ranges, and every owned partition reported complete: one transaction."""
+        started = time.monotonic()
+        waited_ms = max(0, int(time.time() * 1000) - sent_ms) if sent_ms is not None else 0
         self._requested = None
         if self.in_flight is not None:   # its CommitComplete never came (the coordinator changed)
             await self.settle()
@@ -144,15 +151,18 @@ class Worker:
             return  # not positioned yet: the coordinator waits for our partitions or times out
         if self.batch is None and self._positions.buffered:
             self.batch = self._take()
+        taken = loaded = wrote = time.monotonic()
         generation = self._source.generation
         payloads: list[Payload] = []
         batch = self.batch
         if batch is not None:
             try:
                 table = await asyncio.to_thread(self._load_table)
+                loaded = time.monotonic()
                 if batch.files is None:
                     assert batch.data is not None
                     files = await asyncio.to_thread(self._write_files, table, batch.data, commit_id)
+                    wrote = time.monotonic()
                     batch = dataclasses.replace(batch, data=None, files=tuple(files))
                     await asyncio.to_thread(self._journal.append,
                                             [txrecords.files(self._cfg.table.name, batch.paths, batch.ranges)])
@@ -171,6 +181,7 @@ class Worker:
         owned = tuple(Assignment(t, p, generation) for t, p in sorted(self._source.assignment))
         payloads.append(DataComplete(commit_id, owned, self.last_record_ms))
         faults.hit("worker.before_reply")
+        logged = time.monotonic()
         try:
             await self._channel.send(payloads, fault_point="worker.in_reply_transaction")
         except KafkaError as exc:
@@ -185,8 +196,12 @@ class Worker:
         if batch is not None:
             await asyncio.to_thread(self._journal.append, [txrecords.reply(commit_id, self._cfg.table.name, batch.paths)])
         faults.hit("worker.after_reply")
-        log.info("replied to commit %s: %d rows in %d file(s) for %d partition(s), generation %d", commit_id,
-                 batch.rows if batch else 0, len(batch.files or ()) if batch else 0, len(owned), generation)
+        now = time.monotonic()
+        log.info("replied to commit %s: %d rows in %d file(s) for %d partition(s), generation %d; %d ms after "
+                 "StartCommit (drain %.0f, load %.0f, write %.0f, log %.0f, send %.0f ms)", commit_id,
+                 batch.rows if batch else 0, len(batch.files or ()) if batch else 0, len(owned), generation,
+                 waited_ms + 1000 * (now - started), 1000 * (taken - started), 1000 * (loaded - taken),
+                 1000 * (wrote - loaded), 1000 * (logged - wrote), 1000 * (now - logged))
 
     async def settle(self, failed_tables: tuple[str, ...] = ()) -> None:
         """After a cycle: did our reply land? If its table's commit failed (``failed_tables``, a
@@ -197,6 +212,7 @@ class Worker:
         batch = self.batch
         assert commit_id is not None and batch is not None
         table = self._cfg.table.name
+        started = time.monotonic()
         try:
             stored = await asyncio.to_thread(self._committer.stored_offsets)
         except Exception:
@@ -208,11 +224,15 @@ class Worker:
         missing = {tp: (stored.get(tp), r.end) for tp, r in batch.ranges.items() if stored.get(tp, -1) < r.end}
         if not missing:
             self.batch = None
+            loaded = time.monotonic()
             await asyncio.to_thread(self._journal.append, [txrecords.settled(table, batch.paths, "landed")])
-            lasted = self.outage.ended(time.monotonic())
+            logged = time.monotonic()
+            lasted = self.outage.ended(logged)
             if lasted is not None:
                 log.warning("commit %s landed after %.0fs of failures; the outage is over", commit_id, lasted)
             await self.landed(batch.rows, "committed", stored)
+            log.info("commit %s settled: %d rows landed (offsets %.0f, log %.0f, low watermark %.0f ms)", commit_id,
+                     batch.rows, 1000 * (loaded - started), 1000 * (logged - loaded), 1000 * (time.monotonic() - logged))
             return
         if table in failed_tables and all(stored.get(tp, r.start) == r.start for tp, r in batch.ranges.items()):
             self._not_landed(commit_id, CommitOutcomeUnknown(f"the coordinator could not commit {table}"),

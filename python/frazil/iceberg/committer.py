@@ -98,15 +98,16 @@ class Committer:
         return self.commit_files(self.write_files(data), ranges, commit_id)
 
     def commit_files(self, files: Sequence[DataFile], ranges: Mapping[TopicPartition, Range],
-                     commit_id: str, *, valid_through_ms: int | None = None) -> CommitResult:
+                     commit_id: str, *, valid_through_ms: int | None = None, loaded: Table | None = None) -> CommitResult:
         """Commit ``files`` (holding the rows of exactly ``ranges``) with the advanced offsets;
-        ``valid_through_ms`` (VTTS) goes into the snapshot summary when given."""
+        ``valid_through_ms`` (VTTS) goes into the snapshot summary when given. ``loaded``: the
+        table as just loaded, used by the first attempt (a stale one only loses the compare-and-swap)."""
         rows = sum(f.record_count for f in files)
         started = time.monotonic()
         last_error: Exception | None = None
         for attempt in range(1, self._max_attempts + 1):
             try:
-                table = self.load()
+                table, loaded = (loaded, None) if loaded is not None else (self.load(), None)
             except Exception as exc:  # noqa: BLE001 - catalog unreachable: nothing was attempted
                 last_error = exc
                 log.warning("commit %s table=%s: cannot load the table on attempt %d/%d (%s: %s)", commit_id,

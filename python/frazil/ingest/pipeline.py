@@ -25,7 +25,7 @@ from frazil import _native
 from frazil.config import Config
 from frazil.coordination.worker import Stats, Worker, WorkerChannel
 from frazil.errors import RecordDecodeError
-from frazil.events.payloads import CommitComplete, Payload, StartCommit
+from frazil.events.payloads import CommitComplete, Event, StartCommit
 from frazil.flow.backpressure import Action, Backpressure
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg.committer import Committer
@@ -42,6 +42,7 @@ __all__ = ["Pipeline", "Stats"]
 log = logging.getLogger(__name__)
 
 POLL_TIMEOUT_MS = 200
+BUSY_POLL_TIMEOUT_MS = 10   # while a control event waits or the worker's task runs: hand over quickly
 DRAIN_CYCLES = 3   # on stop, at most this many cycles to land the batch and the buffer
 
 
@@ -54,7 +55,7 @@ class Pipeline:
         self._cfg = cfg
         self._channel = channel
         self._drain_on_stop = drain_on_stop
-        self._control: deque[Payload] = deque()
+        self._control: deque[Event] = deque()
         self._committer = Committer(catalog, cfg.table.name, cfg.pipeline, max_attempts=cfg.max_commit_attempts)
         self._buffer = RecordBuffer(iceberg_catalog.arrow_schema(table), metadata_columns=cfg.table.metadata_columns,
                                     max_bytes=cfg.memory_budget_bytes)
@@ -89,10 +90,11 @@ class Pipeline:
         await self._source.start()
         try:
             while not stop.is_set():
-                batches = await self._source.poll(POLL_TIMEOUT_MS)
+                busy = self._task is not None or self._control
+                batches = await self._source.poll(BUSY_POLL_TIMEOUT_MS if busy else POLL_TIMEOUT_MS)
                 if batches:
                     self._append(batches)
-                self._control.extend(r.event.payload for r in await self._channel.poll(0))
+                self._control.extend(r.event for r in await self._channel.poll(0) if _for_worker(r.event))
                 self._check_task()
                 if self._task is None and self._control:
                     self._task = self._next_control()
@@ -115,12 +117,13 @@ class Pipeline:
     def _next_control(self) -> asyncio.Task[None] | None:
         """The worker's task for the next control event; a StartCommit whose CommitComplete is
         already here is skipped (that cycle ended without us: answering would only be refused)."""
-        payload = self._control.popleft()
+        event = self._control.popleft()
+        payload = event.payload
         if isinstance(payload, StartCommit) and any(
-                isinstance(p, CommitComplete) and p.commit_id == payload.commit_id for p in self._control):
+                isinstance(e.payload, CommitComplete) and e.payload.commit_id == payload.commit_id for e in self._control):
             log.info("commit %s ended before this worker could answer it; skipping it", payload.commit_id)
             return None
-        return asyncio.create_task(self.worker.handle(payload))
+        return asyncio.create_task(self.worker.handle(payload, event.sent_ms))
 
     def _full(self) -> bool:
         """The record-count and bytes triggers."""
@@ -217,11 +220,12 @@ class Pipeline:
                          worker.batch.rows if worker.batch else 0)
                 await worker.request("draining before stop")
                 requested = True
-            events = [*self._control, *(r.event.payload for r in await self._channel.poll(POLL_TIMEOUT_MS))]
+            events = [*self._control,
+                      *(r.event for r in await self._channel.poll(POLL_TIMEOUT_MS) if _for_worker(r.event))]
             self._control.clear()
-            for payload in events:
-                await worker.handle(payload)
-                if isinstance(payload, CommitComplete):
+            for event in events:
+                await worker.handle(event.payload, event.sent_ms)
+                if isinstance(event.payload, CommitComplete):
                     cycles += 1
                     requested = False
         if not worker.idle:
@@ -249,3 +253,9 @@ class Pipeline:
         self.stats.assignments += 1
         self.metrics.assignments.inc()
         return {tp: o for tp, o in stored.items() if tp in tps}
+
+
+def _for_worker(event: Event) -> bool:
+    """The events a worker acts on; the rest of the channel (replies, CommitToTable, requests) is
+    the coordinator's business."""
+    return isinstance(event.payload, (StartCommit, CommitComplete))
