@@ -90,3 +90,17 @@ def test_a_worker_that_has_taken_no_record_does_not_hold_vtts_back() -> None:
     idle = state()
     idle.add("w1", complete([0, 1, 2], 3, last=None))
     assert idle.valid_through_ms() is None
+
+
+def test_in_single_mode_the_one_workers_answer_ends_the_cycle_even_without_every_partition() -> None:
+    """A rebalance took the worker's partitions while it wrote its reply: it answers for none.
+    Nobody else can answer in single mode, so the cycle ends at once (partial, no VTTS) instead of
+    waiting out the timeout (an hour for backfill)."""
+    state = CommitState("c1", frozenset({("t", 0), ("t", 1)}), 0, 3_600_000, senders=1)
+    state.add("w", DataWritten("c1", "db.t", (DataFileRef("f", "PARQUET", 1, 1, 0),), (OffsetRange("t", 0, 0, 5, 3),)))
+    assert state.readiness(1) is Readiness.WAIT
+    state.add("w", DataComplete("c1", (), 100))
+    assert state.readiness(1) is Readiness.PARTIAL and state.valid_through_ms() is None
+    empty = CommitState("c2", frozenset({("t", 0)}), 0, 3_600_000, senders=1)
+    empty.add("w", DataComplete("c2", (), None))
+    assert empty.readiness(1) is Readiness.EMPTY

@@ -47,6 +47,9 @@ class CommitState:
     started_ms: int
     timeout_ms: int
     fence: bool = True      # False only for the test that shows what the generation check prevents
+    # single mode: the one in-process worker; once it has answered nobody else will, so its answer
+    # ends the cycle (partial, without VTTS, if a rebalance took partitions away meanwhile)
+    senders: int | None = None
     _written: dict[str, list[DataWritten]] = field(default_factory=dict)    # by sender
     _complete: dict[str, DataComplete] = field(default_factory=dict)        # by sender
     _newest: dict[TopicPartition, int] = field(default_factory=dict)        # newest generation per partition
@@ -94,6 +97,8 @@ class CommitState:
     def readiness(self, now_ms: int) -> Readiness:
         if self.partitions <= self.covered():
             return Readiness.FULL
+        if self.senders is not None and len(self._complete) >= self.senders:
+            return Readiness.PARTIAL if self.tables() else Readiness.EMPTY
         if now_ms - self.started_ms < self.timeout_ms:
             return Readiness.WAIT
         return Readiness.PARTIAL if self.tables() else Readiness.EMPTY

@@ -76,7 +76,8 @@ class Coordinator:
     def __init__(self, channel: Channel, pipeline: str,
                  partitions: frozenset[TopicPartition] | Callable[[], frozenset[TopicPartition]],
                  commit_table: CommitTable, *, timeout_s: float, clock_ms: Callable[[], int] | None = None,
-                 fence: bool = True, outage_timeout_s: float = 900.0, metrics: Metrics | None = None) -> None:
+                 fence: bool = True, outage_timeout_s: float = 900.0, metrics: Metrics | None = None,
+                 senders: int | None = None) -> None:
         """``partitions``: every source partition a cycle waits for (or a function giving them at
         each cycle's start: in single mode, the local worker's assignment). ``fence=False`` only for
         the test that shows what the generation check prevents. A table whose commits keep failing
@@ -84,7 +85,7 @@ class Coordinator:
         self._channel, self._pipeline = channel, pipeline
         self._partitions: Callable[[], frozenset[TopicPartition]] = (
             partitions if callable(partitions) else (lambda: partitions))
-        self._fence, self._outage_timeout_s = fence, outage_timeout_s
+        self._fence, self._outage_timeout_s, self._senders = fence, outage_timeout_s, senders
         self._outages: dict[str, Outage] = {}   # by table
         self._metrics = metrics
         self._commit_table, self._timeout_ms = commit_table, int(timeout_s * 1000)
@@ -108,7 +109,7 @@ class Coordinator:
             elif isinstance(payload, StartCommit):
                 requested = False
                 open_cycle = CommitState(payload.commit_id, self._partitions(), received.event.sent_ms, self._timeout_ms,
-                                         fence=self._fence)
+                                         fence=self._fence, senders=self._senders)
             elif isinstance(payload, CommitComplete) and open_cycle is not None and payload.commit_id == open_cycle.commit_id:
                 open_cycle = None
             elif isinstance(payload, (DataWritten, DataComplete)) and open_cycle is not None:
@@ -147,7 +148,8 @@ class Coordinator:
             return []
         commit_id = f"{self._pipeline}-{uuid.uuid4().hex}"
         self._last_start_ms = self._clock_ms()
-        state = CommitState(commit_id, partitions, self._last_start_ms, self._timeout_ms, fence=self._fence)
+        state = CommitState(commit_id, partitions, self._last_start_ms, self._timeout_ms, fence=self._fence,
+                            senders=self._senders)
         await self._channel.send([StartCommit(commit_id)])
         faults.hit("coordinator.after_start_commit")
         return await self._conclude(state, await self._collect(state))
@@ -174,9 +176,9 @@ class Coordinator:
             self._metrics.dropped_replies.inc(len(state.dropped))
         if ready is Readiness.PARTIAL:
             missing = sorted(state.partitions - state.covered())
-            log.warning("commit %s: timed out after %.1fs without %d partition(s) (e.g. %s); committing what arrived, "
-                        "without a valid-through timestamp", state.commit_id, self._timeout_ms / 1000, len(missing),
-                        missing[:5])
+            log.warning("commit %s: ended (timeout %.1fs, or the in-process worker answered after a rebalance) without "
+                        "%d partition(s) (e.g. %s); committing what arrived, without a valid-through timestamp",
+                        state.commit_id, self._timeout_ms / 1000, len(missing), missing[:5])
         return await self._finish(state, full=ready is Readiness.FULL)
 
     async def _finish(self, state: CommitState, *, full: bool) -> list[CommitResult]:

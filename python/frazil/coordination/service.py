@@ -133,7 +133,8 @@ class CoordinatorService:
                                       table_committer(self._catalog, cfg.pipeline, max_attempts=cfg.max_commit_attempts,
                                                       journal=self._journal),
                                       timeout_s=cfg.coordination.commit_timeout_s, fence=not faults.off("fencing"),
-                                      outage_timeout_s=cfg.outage_timeout_s, metrics=self._metrics)
+                                      outage_timeout_s=cfg.outage_timeout_s, metrics=self._metrics,
+                                      senders=1 if self._local is not None else None)
             if self._metrics is not None:
                 self._metrics.coordinator.set(1)
             requested = await coordinator.recover()
