@@ -29,6 +29,7 @@ POINTS = (
     "worker.before_reply",              # the reply is about to go out in its transaction
     "worker.in_reply_transaction",      # the reply is sent, its transaction not committed
     "worker.after_reply",               # the reply's transaction committed
+    "worker.before_settle",             # CommitComplete read, the table's offsets about to be read
     "coordinator.after_start_commit",   # StartCommit sent, no reply read yet
     "coordinator.after_catalog_commits",  # every table committed, CommitComplete not sent
     "coordinator.after_commit_complete",  # CommitComplete sent, control-topic position not moved

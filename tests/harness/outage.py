@@ -113,6 +113,11 @@ def _hold_catalog_lock(db: Path, seconds: float, held: threading.Event) -> None:
         conn.close()
 
 
+def _tail(path: Path, lines: int = 40) -> str:
+    """The last lines of frazil's log, so a failure in CI shows its cause, not a path gone with the machine."""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
 def run(bootstrap: str, workdir: Path, *, mode: str = "single", outage_s: float = 60.0, budget_mb: int = 64,
         rate: int = 4000, before_s: float = 20.0, after_s: float = 20.0, say: Any = print) -> dict[str, Any]:
     assert mode in MODES, mode
@@ -172,13 +177,14 @@ def run(bootstrap: str, workdir: Path, *, mode: str = "single", outage_s: float 
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise RuntimeError(f"frazil run exited with {proc.returncode}; see {log_path}")
+                raise RuntimeError(f"frazil run exited with {proc.returncode}; the end of {log_path}:\n{_tail(log_path)}")
             stored = offsets.stored_offsets(catalog.load_table(cfg.table.name).properties, cfg.pipeline)
             if all(stored.get(tp, 0) >= end for tp, end in ends.items()):
                 break
             time.sleep(0.5)
         else:
-            raise RuntimeError(f"not everything committed within 300s after the outage; see {log_path}")
+            raise RuntimeError(f"not everything committed within 300s after the outage; the end of {log_path}:\n"
+                               f"{_tail(log_path)}")
         # The table is the truth and holds everything; the worker counts a commit when it settles
         # its reply on CommitComplete, a moment later. Give it 30 s to catch up (the test then
         # checks that the counters match the table).

@@ -77,3 +77,36 @@ def test_a_commit_cut_short_is_settled_from_the_log(kafka: KafkaBroker, tmp_path
     text = log.read_text()
     if point == "commit.before_catalog":
         assert "recovered:" in text and "not read again from Kafka" in text
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_catalog_lost_between_commit_and_settle_holds_the_batch_and_lands_it_once(kafka: KafkaBroker, tmp_path: Path,
+                                                                                     mode: str) -> None:
+    """The coordinator commits, then the catalog cannot be read when the worker checks whether its
+    reply landed (an outage that starts in that gap). The worker must not stop or guess: it holds
+    the files, reports them again, the coordinator refuses the overlap, and the next check finds
+    them in the table: every offset once, and the process still running."""
+    topic = f"settle-unread-{mode}"
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, 2))
+    asyncio.run(support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(2000)), 2))
+    config = support.write_config(tmp_path, kafka.bootstrap, [topic], pipeline=topic, interval=0.5, extra=MODES[mode])
+    cfg = support.load(config)
+    log = tmp_path / "frazil.log"
+    ends = asyncio.run(support.end_offsets(kafka.bootstrap, [topic]))
+    catalog = support.catalog_of(cfg)
+
+    proc = run_frazil(config, log, faults="worker.before_settle=raise-once")
+    try:
+        support.wait_until_committed(catalog, cfg, ends, timeout=120, alive=lambda: proc.poll() is None)
+        deadline = time.monotonic() + 60   # the held batch is settled at a later cycle
+        while "settled:" not in log.read_text().split("could not read", 1)[-1] and time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.2)
+        assert proc.poll() is None, log.read_text()[-3000:]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    text = log.read_text()
+    assert "could not read" in text and "checked again at the next cycle" in text, text[-3000:]
+    support.assert_exactly_once(support.count_offsets(catalog, cfg.table.name), ends)
+    assert recover(cfg.txlog_dir, read_only=True).state.unresolved() == {}

@@ -214,13 +214,16 @@ class Worker:
         table = self._cfg.table.name
         started = time.monotonic()
         try:
+            faults.hit("worker.before_settle")
             stored = await asyncio.to_thread(self._committer.stored_offsets)
-        except Exception:
-            if table not in failed_tables:
-                raise
-            # The catalog is down and the commit failed: hold the files. Had it landed after all,
-            # the next reply would overlap the table and be refused (then we read again).
-            stored = {tp: r.start for tp, r in batch.ranges.items()}
+        except Exception as exc:  # noqa: BLE001 - the catalog went down after (or while) the coordinator committed
+            # Whether it landed or not, hold the files and report them again: the coordinator checks
+            # offsets inside its compare-and-swap, so had they landed, the next reply overlaps the
+            # table and is refused, and the settle after it (catalog back) finds them in the table.
+            self._not_landed(commit_id, exc, f"could not read {table}'s offsets to see whether it landed"
+                             + (" (the coordinator's commit failed)" if table in failed_tables else
+                                " (the coordinator committed; checked again at the next cycle)"), answered=True)
+            return
         missing = {tp: (stored.get(tp), r.end) for tp, r in batch.ranges.items() if stored.get(tp, -1) < r.end}
         if not missing:
             self.batch = None
@@ -241,7 +244,7 @@ class Worker:
         log.warning("reply %s did not land for %s (table offset, reply end); reading every partition again from "
                     "the table", commit_id, ", ".join(f"{t}[{p}]={v}" for (t, p), v in sorted(missing.items())[:5]))
         self._metrics.commit("abandoned")
-        await self.rewind()
+        await self.rewind(stored)
 
     async def landed(self, rows: int, outcome: str, stored: Mapping[TopicPartition, int]) -> None:
         """Count a landed cycle and move the consumer group's low watermark to the table's offsets."""
@@ -299,12 +302,14 @@ class Worker:
             return self._bulk.write(table, data, f"{commit_id}-{uuid.uuid4().hex[:8]}")
         return self._committer.write_files(data, table)
 
-    async def rewind(self) -> None:
-        """Drop what is buffered and held and read every positioned partition again from the table."""
+    async def rewind(self, stored: Mapping[TopicPartition, int] | None = None) -> None:
+        """Drop what is buffered and held and read every positioned partition again from the table
+        (its offsets as just read, ``stored``, or read now)."""
         tps = self._positions.partitions()
         self.drop()
         self._positions.forget(tps)
-        stored = await asyncio.to_thread(self._committer.stored_offsets)
+        if stored is None:
+            stored = await asyncio.to_thread(self._committer.stored_offsets)
         await self._source.seek(tps, stored)
         self._positions.positioned(tps, stored)
 
