@@ -30,13 +30,18 @@ def _run(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     cfg = config_mod.load(args.config)
+    config_mod.check_runnable(cfg)
     print(f"{args.config}: ok")
     print(f"  pipeline   {cfg.pipeline} (commit every {cfg.commit_interval_s:g}s, "
           f"at most {cfg.max_buffer_records} buffered records)")
-    print(f"  kafka      {cfg.kafka.bootstrap_servers} topics={','.join(cfg.kafka.topics)} group={cfg.kafka.group_id}")
+    topics = f"topic_pattern={cfg.kafka.topic_pattern}" if cfg.kafka.topic_pattern else f"topics={','.join(cfg.kafka.topics)}"
+    print(f"  kafka      {cfg.kafka.bootstrap_servers} {topics} group={cfg.kafka.group_id}")
     print(f"  catalog    {cfg.catalog.name} {cfg.catalog.properties.get('uri', cfg.catalog.properties.get('type'))}")
-    print(f"  table      {cfg.table.name} columns={len(cfg.table.columns)} metadata_columns={cfg.table.metadata_columns} "
-          f"partition_by={list(cfg.table.partition_by)}")
+    for table in cfg.tables:
+        takes = " ".join(filter(None, (f"topics~{table.topics}" if table.topics else "",
+                                       f"{'.'.join(table.route_field)}~{table.route}" if table.route_field else "")))
+        print(f"  table      {table.name} columns={len(table.columns)} metadata_columns={table.metadata_columns} "
+              f"partition_by={list(table.partition_by)} takes={takes or 'every record'}")
     print(f"  txlog      {cfg.txlog_dir} (fsync {cfg.txlog_fsync})")
     print(f"  memory     budget {cfg.memory_budget_bytes // (1024 * 1024)} MiB; stop after {cfg.outage_timeout_s:g}s of failing commits")
     m = cfg.maintenance
@@ -80,8 +85,8 @@ def _txlog(args: argparse.Namespace) -> int:
         print(f"  torn tail    {name} at byte {position}: {why} (recovery will cut it)")
     for table, reports in sorted(state.pending.items()):
         print(f"  pending      {table}: {sum(len(r['files']) for r in reports)} file(s) written, not committed")
-    for commit_id, intent in sorted(state.unresolved().items()):
-        print(f"  unresolved   {commit_id} -> {intent['table']} ({len(intent['files'])} file(s)); "
+    for _, intent in sorted(state.unresolved().items()):
+        print(f"  unresolved   {intent['commit_id']} -> {intent['table']} ({len(intent['files'])} file(s)); "
               "resolved against the catalog on start")
     for table, offs in sorted(state.offsets.items()):
         print(f"  offsets      {table}: {json.dumps(offs, sort_keys=True)}")

@@ -47,7 +47,8 @@ def test_a_commit_cut_short_is_settled_from_the_log(kafka: KafkaBroker, tmp_path
     proc = run_frazil(config, log, faults=f"{point}=kill")
     assert proc.wait(timeout=120) == -signal.SIGKILL, log.read_text()[-3000:]
     state = recover(cfg.txlog_dir, read_only=True).state
-    (commit_id, intent), = state.unresolved().items()
+    (intent,) = state.unresolved().values()
+    commit_id = intent["commit_id"]
     catalog = support.catalog_of(cfg)
     landed_before = {s.summary.additional_properties.get(offsets.COMMIT_ID_KEY)
                      for s in catalog.load_table(cfg.table.name).snapshots()}

@@ -44,7 +44,8 @@ def test_state_transitions() -> None:
     s.apply({**files(0), "lsn": 1})
     s.apply({**files(1), "lsn": 2})
     s.apply({"type": "intent", "commit_id": "c1", "table": "db.t", "ranges": {}, "files": ["f0.parquet"], "lsn": 3})
-    assert pending_files(s) == ["f1.parquet"] and s.unresolved() == {"c1": {"table": "db.t", "ranges": {}, "files": ["f0.parquet"]}}
+    assert pending_files(s) == ["f1.parquet"] and s.unresolved() == {
+        "c1 db.t": {"commit_id": "c1", "table": "db.t", "ranges": {}, "files": ["f0.parquet"]}}
     s.apply({"type": "outcome", "commit_id": "c1", "status": "failed", "lsn": 4})
     assert pending_files(s) == ["f1.parquet", "f0.parquet"] and s.unresolved() == {}
     s.apply({"type": "offsets", "table": "db.t", "offsets": {"t/0": 7}, "lsn": 5})
@@ -169,3 +170,21 @@ def test_the_operator_command_prints_without_changing_anything(tmp_path: Path, c
     assert "torn tail" in out and "unresolved   c9 -> db.t" in out and "pending      db.t: 4 file(s)" in out
     assert '"commit_id": "c9"' in out
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_one_commit_id_carries_an_intent_per_table_and_each_outcome_settles_its_own() -> None:
+    s = TxState()
+    s.apply({"type": "intent", "commit_id": "c1", "table": "db.a", "ranges": {}, "files": ["a.parquet"], "lsn": 1})
+    s.apply({"type": "intent", "commit_id": "c1", "table": "db.b", "ranges": {}, "files": ["b.parquet"], "lsn": 2})
+    s.apply({"type": "outcome", "commit_id": "c1", "table": "db.b", "status": "failed", "lsn": 3})
+    assert [i["table"] for i in s.unresolved().values()] == ["db.a"]
+    assert s.pending == {"db.b": [{"files": ["b.parquet"], "ranges": {}}]}
+    assert s.outcomes[-1] == {"commit_id": "c1", "table": "db.b", "status": "failed", "snapshot_id": None}
+
+
+def test_records_and_checkpoints_from_before_per_table_intents_still_read() -> None:
+    s = TxState.from_json({"lsn": 1, "pending": {}, "offsets": {}, "outcomes": [],
+                           "intents": {"c0": {"table": "db.t", "ranges": {}, "files": ["f.parquet"]}}})
+    assert s.unresolved() == {"c0 db.t": {"commit_id": "c0", "table": "db.t", "ranges": {}, "files": ["f.parquet"]}}
+    s.apply({"type": "outcome", "commit_id": "c0", "status": "committed", "snapshot_id": 9, "lsn": 2})
+    assert s.unresolved() == {}

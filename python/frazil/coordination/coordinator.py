@@ -282,12 +282,12 @@ def logged_commit(journal: Journal, committer: Committer, table: str, files: lis
         result = committer.commit_files(files, ranges, commit_id, valid_through_ms=valid_through_ms, loaded=loaded)
     except CommitOutcomeUnknown as exc:
         if not exc.unresolved:
-            journal.append([txrecords.outcome(commit_id, "failed")])
+            journal.append([txrecords.outcome(commit_id, table, "failed")])
         raise
     except (OffsetOverlapError, OffsetGapError):
-        journal.append([txrecords.outcome(commit_id, "abandoned")])
+        journal.append([txrecords.outcome(commit_id, table, "abandoned")])
         raise
-    journal.append([txrecords.outcome(commit_id, "abandoned" if result.already_committed else "committed",
+    journal.append([txrecords.outcome(commit_id, table, "abandoned" if result.already_committed else "committed",
                                       result.snapshot_id),
                     txrecords.offsets(table, result.offsets)])
     return result

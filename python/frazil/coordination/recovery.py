@@ -32,8 +32,8 @@ def open_and_settle(directory: Path, policy: JournalPolicy, committer_for: Calla
     journal, recovered = open_journal(directory, policy)
     for name, position, why in recovered.truncated:
         log.warning("txlog: cut a torn tail off %s at byte %d (%s)", name, position, why)
-    for commit_id, intent in sorted(recovered.state.unresolved().items()):
-        _settle_intent(journal, committer_for(intent["table"]), commit_id, intent)
+    for _, intent in sorted(recovered.state.unresolved().items()):
+        _settle_intent(journal, committer_for(intent["table"]), intent["commit_id"], intent)
     for table, batches in sorted(journal.state.pending.items()):
         paths = [f for batch in batches for f in batch["files"]]
         replied = [c for c, r in sorted(journal.state.replies.items()) if set(r["files"]) & set(paths)]
@@ -45,7 +45,7 @@ def open_and_settle(directory: Path, policy: JournalPolicy, committer_for: Calla
 
 
 def _settle_intent(journal: Journal, committer: Committer, commit_id: str, intent: dict[str, Any]) -> None:
-    outcome = txrecords.outcome(commit_id, "abandoned")
+    outcome = txrecords.outcome(commit_id, intent["table"], "abandoned")
     try:
         files = committer.files_at(intent["files"])
         result = committer.commit_files(files, txrecords.decode_ranges(intent["ranges"]), commit_id)
@@ -60,5 +60,5 @@ def _settle_intent(journal: Journal, committer: Committer, commit_id: str, inten
         return
     log.info("txlog: commit %s recovered: %d rows from %d logged data file(s) are in snapshot %s; they are not "
              "read again from Kafka", commit_id, result.rows, len(files), result.snapshot_id)
-    journal.append([txrecords.outcome(commit_id, "committed", result.snapshot_id),
+    journal.append([txrecords.outcome(commit_id, intent["table"], "committed", result.snapshot_id),
                     txrecords.offsets(intent["table"], result.offsets)])

@@ -39,8 +39,8 @@ def intent(commit_id: str, table: str, paths: Sequence[str], ranges: Mapping[Top
             "files": list(paths)}
 
 
-def outcome(commit_id: str, status: str, snapshot_id: int | None = None) -> Record:
-    return {"type": "outcome", "commit_id": commit_id, "status": status, "snapshot_id": snapshot_id}
+def outcome(commit_id: str, table: str, status: str, snapshot_id: int | None = None) -> Record:
+    return {"type": "outcome", "commit_id": commit_id, "table": table, "status": status, "snapshot_id": snapshot_id}
 
 
 def offsets(table: str, stored: Mapping[TopicPartition, int]) -> Record:

@@ -12,7 +12,7 @@ Records:
   ``abandoned`` (their records are read again from the table's offsets); either way they leave
   ``pending``;
 - ``intent``: a commit about to be attempted (commit id, table, ranges, the files it carries);
-- ``outcome``: what became of an intent: ``committed`` (with a snapshot id), ``failed`` (its files
+- ``outcome``: what became of an intent (commit id and table): ``committed`` (with a snapshot id), ``failed`` (its files
   go back to pending for another attempt) or ``abandoned`` (its records are read again from the
   table's offsets; the files are orphans for maintenance);
 - ``offsets``: the offsets a table holds after a commit.
@@ -25,12 +25,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+def intent_key(commit_id: str, table: str) -> str:
+    return f"{commit_id} {table}"
+
+
 @dataclass
 class TxState:
     lsn: int = 0
     # table -> list of {"files": [...], "ranges": {...}} reported and not yet part of a commit
     pending: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    # commit id -> {"table", "ranges", "files"} attempted, outcome not yet known
+    # intent_key(commit id, table) -> {"commit_id", "table", "ranges", "files"} attempted, outcome
+    # not yet known (one cycle commits several tables under one commit id)
     intents: dict[str, dict[str, Any]] = field(default_factory=dict)
     # table -> {"topic/partition": next offset}
     offsets: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -50,20 +55,22 @@ class TxState:
             self.pending.setdefault(record["table"], []).append({"files": record["files"], "ranges": record["ranges"]})
         elif kind == "intent":
             table = record["table"]
-            self.intents[record["commit_id"]] = {"table": table, "ranges": record["ranges"], "files": record["files"]}
+            self.intents[intent_key(record["commit_id"], table)] = {
+                "commit_id": record["commit_id"], "table": table, "ranges": record["ranges"], "files": record["files"]}
             carried = set(record["files"])
             self.pending[table] = [p for p in self.pending.get(table, []) if not carried.issuperset(p["files"])]
             if not self.pending[table]:
                 del self.pending[table]
         elif kind == "outcome":
-            intent = self.intents.pop(record["commit_id"], None)
+            intent = self.intents.pop(self._intent_of(record), None)
             if intent is None:
-                raise ValueError(f"outcome for unknown commit {record['commit_id']}")
+                raise ValueError(f"outcome for unknown commit {record['commit_id']} of {record.get('table', '?')}")
             if record["status"] not in ("committed", "failed", "abandoned"):
                 raise ValueError(f"unknown outcome status {record['status']!r}")
             if record["status"] == "failed":  # the files go back to pending for the next cycle
                 self.pending.setdefault(intent["table"], []).append({"files": intent["files"], "ranges": intent["ranges"]})
-            self.outcomes = (self.outcomes + [{"commit_id": record["commit_id"], "status": record["status"],
+            self.outcomes = (self.outcomes + [{"commit_id": record["commit_id"], "table": intent["table"],
+                                               "status": record["status"],
                                                "snapshot_id": record.get("snapshot_id")}])[-self.KEEP_OUTCOMES:]
         elif kind == "reply":
             self.replies[record["commit_id"]] = {"table": record["table"], "files": record["files"]}
@@ -84,8 +91,16 @@ class TxState:
             raise ValueError(f"unknown record type {kind!r}")
         self.lsn = lsn
 
+    def _intent_of(self, outcome: dict[str, Any]) -> str:
+        """The intent an outcome settles: by commit id and table; an outcome written before
+        outcomes named their table settles the one intent of its commit id."""
+        if "table" in outcome:
+            return intent_key(outcome["commit_id"], outcome["table"])
+        return next((k for k, i in self.intents.items() if i["commit_id"] == outcome["commit_id"]), "")
+
     def unresolved(self) -> dict[str, dict[str, Any]]:
-        """Intents with no outcome: resolve each against the catalog by commit id (rule 5)."""
+        """Intents with no outcome, by :func:`intent_key`: resolve each against the catalog by its
+        commit id (rule 5)."""
         return copy.deepcopy(self.intents)
 
     def to_json(self) -> dict[str, Any]:
@@ -94,5 +109,8 @@ class TxState:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TxState:
-        return cls(lsn=data["lsn"], pending=data["pending"], intents=data["intents"], offsets=data["offsets"],
+        # checkpoints written before intents were keyed by table keep the commit id as the key
+        intents = {intent_key(i.get("commit_id", k), i["table"]): {**i, "commit_id": i.get("commit_id", k)}
+                   for k, i in data["intents"].items()}
+        return cls(lsn=data["lsn"], pending=data["pending"], intents=intents, offsets=data["offsets"],
                    outcomes=data["outcomes"], replies=data.get("replies", {}))
