@@ -18,6 +18,7 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _TYPES = ("boolean", "int", "long", "float", "double", "string", "binary", "date", "time",
           "timestamp", "timestamptz", "uuid")
 _DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
+META_COLUMNS = ("_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp", "_kafka_key")
 _TRANSFORM = re.compile(r"^(identity|year|month|day|hour|bucket\[(\d+)\]|truncate\[(\d+)\])\((\w+)\)$|^(\w+)$")
 
 
@@ -32,13 +33,14 @@ class Column:
 @dataclass(frozen=True)
 class KafkaConfig:
     bootstrap_servers: str
-    topics: tuple[str, ...]
+    topics: tuple[str, ...]            # () when ``topic_pattern`` is set
     group_id: str
     auto_offset_reset: str = "earliest"
     max_poll_records: int = 10_000
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 3_000
     client_id: str = "frazil"
+    topic_pattern: str = ""            # a regex: every topic it fully matches, also ones created later
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,15 @@ class TableConfig:
     create: bool = True
     metadata_columns: bool = True
     partition_by: tuple[str, ...] = ()
+    # Which records the table takes (static routing, docs/configuration.md): all of them unless
+    # the topic fully matches ``topics`` and/or the value at ``route_field`` fully matches ``route``.
+    topics: str = ""                  # regex on the topic name; "" takes every topic
+    route_field: tuple[str, ...] = ()  # dotted path into the value, split; () takes every record
+    route: str = ""                   # regex on the route field's value as text
+
+    @property
+    def routed(self) -> bool:
+        return bool(self.topics or self.route_field)
 
 
 @dataclass(frozen=True)
@@ -102,7 +113,7 @@ class Config:
     txlog_fsync: str
     kafka: KafkaConfig
     catalog: CatalogConfig
-    table: TableConfig
+    tables: tuple[TableConfig, ...]
     on_bad_record: str = "fail"
     metrics: MetricsConfig = MetricsConfig()
     log_level: str = "INFO"
@@ -111,6 +122,17 @@ class Config:
     maintenance: MaintenanceConfig = MaintenanceConfig()
     coordination: CoordinationConfig = CoordinationConfig()
     source: Path | None = field(default=None, compare=False)
+
+    @property
+    def table(self) -> TableConfig:
+        """The first table: the one table of a ``[table]`` config (commands that act on one table)."""
+        return self.tables[0]
+
+    def table_named(self, name: str) -> TableConfig:
+        for table in self.tables:
+            if table.name == name:
+                return table
+        raise KeyError(name)
 
 
 class _Section:
@@ -189,19 +211,91 @@ def _columns(raw: Any, key: str) -> tuple[Column, ...]:
     return tuple(columns)
 
 
+# Which column types each partition transform accepts (Iceberg spec, "Partition Transforms").
+_TIME = ("date", "timestamp", "timestamptz")
+_TRANSFORM_TYPES = {
+    "year": _TIME, "month": _TIME, "day": _TIME, "hour": ("timestamp", "timestamptz"),
+    "bucket": ("int", "long", "decimal", "date", "time", "timestamp", "timestamptz", "string", "uuid", "binary"),
+    "truncate": ("int", "long", "decimal", "string", "binary"),
+}
+
+
 def _partition_by(raw: list[Any], key: str, columns: tuple[Column, ...]) -> tuple[str, ...]:
-    names = {c.name for c in columns}
+    types = {c.name: c.type for c in columns}
     out = []
     for spec in raw:
         m = _TRANSFORM.match(spec.strip()) if isinstance(spec, str) else None
         source = (m.group(4) or m.group(5)) if m else None
-        if not m or source not in names:
+        if not m or source not in types:
             raise ConfigError(
                 f"{key} entry {spec!r} is not a partition transform on a declared column; use e.g. "
                 "\"day(event_time)\", \"bucket[16](user_id)\", \"truncate[4](name)\" or \"country\""
             )
+        assert source is not None
+        transform = m.group(1).split("[")[0] if m.group(1) else "identity"
+        width = m.group(2) or m.group(3)
+        if width is not None and int(width) < 1:
+            raise ConfigError(f"{key} entry {spec!r}: {transform}[N] needs N >= 1")
+        column_type = types[source].split("(")[0]
+        allowed = _TRANSFORM_TYPES.get(transform)
+        if allowed is not None and column_type not in allowed:
+            raise ConfigError(f"{key} entry {spec!r}: {transform}() does not apply to {source!r}, a {types[source]} "
+                              f"column; it takes {', '.join(allowed)}")
         out.append(spec.strip())
     return tuple(out)
+
+
+def _regex(s: _Section, name: str, example: str) -> str:
+    value: str = s.get(name, str, "")
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ConfigError(f"{s.key(name)} {value!r} is not a valid regular expression ({exc}); e.g. {example}") from None
+    return value
+
+
+def _table(s: _Section) -> TableConfig:
+    name = s.get("name", str, hint='"namespace.table", e.g. "demo.events"')
+    if name.count(".") < 1 or not all(_NAME.match(part) for part in name.split(".")):
+        raise ConfigError(f"{s.key('name')} {name!r} must be \"namespace.table\"")
+    columns = _columns(s.get("columns", list), s.key("columns"))
+    route_field = s.get("route_field", str, "").strip()
+    if route_field and not all(part for part in route_field.split(".")):
+        raise ConfigError(f"{s.key('route_field')} {route_field!r} must be a dotted path into the value, e.g. "
+                          "\"type\" or \"meta.kind\"")
+    table = TableConfig(
+        name=name,
+        columns=columns,
+        create=s.get("create", bool, True),
+        metadata_columns=s.get("metadata_columns", bool, True),
+        partition_by=_partition_by(s.get("partition_by", list, []), s.key("partition_by"), columns),
+        topics=_regex(s, "topics", '"orders\\..*"'),
+        route_field=tuple(route_field.split(".")) if route_field else (),
+        route=_regex(s, "route", '"order_(created|paid)"'),
+    )
+    if bool(table.route_field) != bool(table.route):
+        raise ConfigError(f"{s.key('route_field')} and {s.key('route')} go together: the table takes records whose "
+                          "value at route_field fully matches route")
+    s.finish()
+    return table
+
+
+def _tables(top: _Section) -> tuple[TableConfig, ...]:
+    """``[table]`` (one table, every record) or ``[[tables]]`` (several, each with its routing)."""
+    if ("table" in top.data) == ("tables" in top.data):
+        raise ConfigError("give the target as [table] (one table) or as [[tables]] (several, with routing), "
+                          "exactly one of the two")
+    if "table" in top.data:
+        return (_table(top.section("table")),)
+    raw = top.get("tables", list)
+    if not raw:
+        raise ConfigError("[[tables]] must hold at least one table")
+    tables = tuple(_table(_Section(item, f"tables[{i}]")) for i, item in enumerate(raw))
+    names = [t.name for t in tables]
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        raise ConfigError(f"table {name!r} appears more than once in [[tables]]; give each table one entry (a "
+                          "table takes every record that matches its topics and route)")
+    return tables
 
 
 def _spark(s: _Section) -> SparkConfig:
@@ -284,9 +378,13 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
     p.finish()
 
     k = top.section("kafka")
-    topics = k.get("topics", list, hint='a list of topic names, e.g. topics = ["events"]')
-    if not topics or not all(isinstance(t, str) and _NAME.match(t) for t in topics):
-        raise ConfigError(f"kafka.topics must be a non-empty list of topic names, got {topics!r}")
+    topic_pattern = _regex(k, "topic_pattern", '"orders\\..*"')
+    topics = k.get("topics", list, [])
+    if bool(topics) == bool(topic_pattern):
+        raise ConfigError('give kafka.topics (a list, e.g. topics = ["events"]) or kafka.topic_pattern (a regex, '
+                          'e.g. topic_pattern = "orders\\..*"), exactly one of the two')
+    if not all(isinstance(t, str) and _NAME.match(t) for t in topics):
+        raise ConfigError(f"kafka.topics must be a list of topic names, got {topics!r}")
     reset = k.get("auto_offset_reset", str, "earliest")
     if reset not in ("earliest", "latest"):
         raise ConfigError(f"kafka.auto_offset_reset {reset!r} must be \"earliest\" or \"latest\"")
@@ -299,6 +397,7 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
         session_timeout_ms=k.positive("session_timeout_ms", int, 10_000),
         heartbeat_interval_ms=k.positive("heartbeat_interval_ms", int, 3_000),
         client_id=k.get("client_id", str, f"frazil-{pipeline}"),
+        topic_pattern=topic_pattern,
     )
     k.finish()
 
@@ -332,30 +431,32 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
     spark = _spark(top.section("spark", required=False))
     maintenance = _maintenance(top.section("maintenance", required=False), outage_timeout_s, commit_interval_s)
 
-    t = top.section("table")
-    name = t.get("name", str, hint='"namespace.table", e.g. "demo.events"')
-    if name.count(".") < 1 or not all(_NAME.match(part) for part in name.split(".")):
-        raise ConfigError(f"table.name {name!r} must be \"namespace.table\"")
-    columns = _columns(t.get("columns", list), "table.columns")
-    table = TableConfig(
-        name=name,
-        columns=columns,
-        create=t.get("create", bool, True),
-        metadata_columns=t.get("metadata_columns", bool, True),
-        partition_by=_partition_by(t.get("partition_by", list, []), "table.partition_by", columns),
-    )
-    t.finish()
+    tables = _tables(top)
     top.finish()
-    known = {c.name for c in columns} | ({"_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp"}
-                                         if table.metadata_columns else set())
-    for term in filter(None, maintenance.sort_order.split(",")):
-        if term.split()[0] not in known:
-            raise ConfigError(f"maintenance.sort_order names {term.split()[0]!r}, which is not a column of "
-                              f"{name}; use one of {', '.join(sorted(known))}")
+    for table in tables:
+        known = {c.name for c in table.columns} | (set(META_COLUMNS) if table.metadata_columns else set())
+        for term in filter(None, maintenance.sort_order.split(",")):
+            if term.split()[0] not in known:
+                raise ConfigError(f"maintenance.sort_order names {term.split()[0]!r}, which is not a column of "
+                                  f"{table.name}; use one of {', '.join(sorted(known))}")
     return Config(pipeline, commit_interval_s, max_buffer_records, max_commit_attempts,
                   memory_budget_mb * 1024 * 1024, outage_timeout_s, txlog_dir, txlog_fsync, kafka,
-                  CatalogConfig(catalog_name, props), table, on_bad_record, metrics, log_level, log_format, spark,
+                  CatalogConfig(catalog_name, props), tables, on_bad_record, metrics, log_level, log_format, spark,
                   maintenance, coordination, source)
+
+
+def check_runnable(cfg: Config) -> None:
+    """What this build parses and checks but cannot run yet: several tables, routing, topic
+    patterns (the multi-table sink lands in steps). Refused loudly at start rather than run as
+    one table, which would leave the other tables' records unlanded."""
+    unsupported = [what for what, present in (
+        ("several tables in [[tables]]", len(cfg.tables) > 1),
+        ("routing (tables.topics, tables.route_field)", any(t.routed for t in cfg.tables)),
+        ("kafka.topic_pattern", bool(cfg.kafka.topic_pattern)),
+    ) if present]
+    if unsupported:
+        raise ConfigError(f"this frazil build checks but does not run yet: {', '.join(unsupported)}. Run one table "
+                          "that takes every record of a kafka.topics list (docs/configuration.md, Tables and routing)")
 
 
 def load(path: Path | str) -> Config:

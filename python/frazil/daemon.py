@@ -17,6 +17,7 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
 from frazil import faults
+from frazil import config as config_mod
 from frazil.config import Config
 from frazil.errors import CommitOutcomeUnknown, ConfigError
 from frazil.iceberg import catalog as iceberg_catalog
@@ -68,6 +69,7 @@ async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartiti
     One commit path in both modes: the worker role (in the pipeline) answers the coordinator role
     over a channel, in process in single mode, on the control topic in distributed mode. The
     process's transaction log is settled first, before anything is read from Kafka."""
+    config_mod.check_runnable(cfg)
     check_spark(cfg)
     catalog = await asyncio.to_thread(iceberg_catalog.load, cfg.catalog)
     table = await asyncio.to_thread(iceberg_catalog.ensure_table, catalog, cfg.table,

@@ -36,12 +36,22 @@ def test_defaults_and_relative_paths(tmp_path: Path) -> None:
         (with_("pipeline", commit_interval_s=0), "pipeline.commit_interval_s must be greater than 0"),
         (with_("pipeline", commit_interval_s="5"), "pipeline.commit_interval_s must be float"),
         (with_("pipeline", colour="red"), "unknown key(s) colour in [pipeline]"),
-        (with_("kafka", topics=[]), "kafka.topics must be a non-empty list"),
+        (with_("kafka", topics=[]), "give kafka.topics (a list"),
+        (with_("kafka", topic_pattern="orders.*"), "exactly one of the two"),
+        (with_("kafka", topics=[], topic_pattern="orders.(*"), "kafka.topic_pattern 'orders.(*' is not a valid regular"),
         (with_("kafka", auto_offset_reset="none"), "kafka.auto_offset_reset"),
         (with_("table", name="flat"), 'table.name \'flat\' must be "namespace.table"'),
         (with_("table", columns=[{"name": "x", "type": "varchar"}]), "table.columns[0].type has unknown type 'varchar'"),
         (with_("table", columns=[{"name": "_kafka_offset", "type": "long"}]), "reserved prefix _kafka_"),
         (with_("table", partition_by=["day(missing)"]), "not a partition transform on a declared column"),
+        (with_("table", columns=[{"name": "s", "type": "string"}], partition_by=["day(s)"]),
+         "day() does not apply to 's', a string column"),
+        (with_("table", columns=[{"name": "s", "type": "string"}], partition_by=["bucket[0](s)"]), "bucket[N] needs N >= 1"),
+        (with_("table", columns=[{"name": "t", "type": "timestamp"}], partition_by=["truncate[4](t)"]),
+         "truncate() does not apply to 't', a timestamp column"),
+        (with_("table", route_field="type"), "table.route_field and table.route go together"),
+        (with_("table", route_field="a..b", route="x"), "must be a dotted path"),
+        (with_("table", topics="("), "table.topics '(' is not a valid regular expression"),
         (with_("pipeline", on_bad_record="drop"), "on_bad_record 'drop' is not supported"),
     ],
 )
@@ -84,3 +94,45 @@ def test_metrics_section() -> None:
     assert config.parse(data).metrics == config.MetricsConfig(9464, "0.0.0.0")
     with pytest.raises(ConfigError, match="metrics.port 70000"):
         config.parse({**MINIMAL, "metrics": {"port": 70000}})
+
+
+TWO_TABLES = {
+    "pipeline": {"name": "p"},
+    "kafka": {"bootstrap_servers": "127.0.0.1:9092", "topic_pattern": r"shop\..*"},
+    "tables": [
+        {"name": "ns.orders", "topics": r"shop\.orders", "columns": [{"name": "id", "type": "long"}]},
+        {"name": "ns.big", "route_field": "meta.size", "route": "big|huge", "columns": [{"name": "id", "type": "long"}],
+         "partition_by": ["bucket[4](id)"]},
+    ],
+}
+
+
+def test_several_tables_with_routing() -> None:
+    cfg = config.parse(TWO_TABLES)
+    assert cfg.kafka.topics == () and cfg.kafka.topic_pattern == r"shop\..*"
+    assert [t.name for t in cfg.tables] == ["ns.orders", "ns.big"]
+    orders, big = cfg.tables
+    assert orders.topics == r"shop\.orders" and orders.route_field == () and orders.routed
+    assert big.route_field == ("meta", "size") and big.route == "big|huge" and big.partition_by == ("bucket[4](id)",)
+    assert cfg.table is orders and cfg.table_named("ns.big") is big
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda d: d.update(table=MINIMAL["table"]), "exactly one of the two"),
+    (lambda d: d.update(tables=[]), "at least one table"),
+    (lambda d: d["tables"].append(dict(d["tables"][0])), "'ns.orders' appears more than once"),
+    (lambda d: d["tables"][1].update(colour="red"), "unknown key(s) colour in [tables[1]]"),
+    (lambda d: d["tables"][1].update(route="("), "tables[1].route '(' is not a valid regular expression"),
+])
+def test_table_list_errors_name_the_entry(change, message: str) -> None:  # type: ignore[no-untyped-def]
+    data = {**TWO_TABLES, "tables": [dict(t) for t in TWO_TABLES["tables"]]}  # type: ignore[union-attr]
+    change(data)
+    with pytest.raises(ConfigError) as exc:
+        config.parse(data)
+    assert message in str(exc.value)
+
+
+def test_what_this_build_cannot_run_yet_is_refused_loudly_at_start() -> None:
+    config.check_runnable(config.parse(MINIMAL))
+    with pytest.raises(ConfigError, match="several tables in .*routing.*kafka.topic_pattern"):
+        config.check_runnable(config.parse(TWO_TABLES))
