@@ -5,7 +5,7 @@ from typing import final
 import pyarrow as pa
 
 __all__ = ["ALIGNMENT", "AppendResult", "BufferFullError", "DecodeError", "JsonBuffer", "NativeError",
-           "UnknownField", "__version__"]
+           "UnknownField", "__version__", "route_groups"]
 
 __version__: str
 ALIGNMENT: int
@@ -108,3 +108,9 @@ class JsonBuffer:
     def max_bytes(self) -> int | None: ...
     @property
     def schema(self) -> pa.Schema: ...
+
+def route_groups(values: list[bytes], paths: list[list[str]]) -> list[tuple[list[str | None], list[int]]]:
+    """Records grouped by the values at ``paths`` (each a list of field names) of their JSON
+    values: ``[(keys, indices), ...]`` in order of first appearance, a key being the value as text
+    (a string as it is, a number or boolean as its JSON text), or None when missing, null, an
+    object or an array. Runs without the GIL."""

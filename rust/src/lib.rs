@@ -1,6 +1,7 @@
 //! frazil's native core. `buffer` is pure Rust; `bindings` adapts it to Python.
 
 pub mod buffer;
+pub mod route;
 
 #[cfg(feature = "python")]
 mod bindings;
@@ -10,6 +11,7 @@ mod bindings;
 fn _native(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     use pyo3::prelude::*;
     m.add_class::<bindings::JsonBuffer>()?;
+    m.add_function(pyo3::wrap_pyfunction!(bindings::route_groups, m)?)?;
     m.add_class::<bindings::AppendResult>()?;
     m.add_class::<bindings::DecodeError>()?;
     m.add_class::<bindings::UnknownField>()?;

@@ -39,3 +39,22 @@ def test_forgetting_drops_the_buffer_and_unpositions_the_partitions() -> None:
     assert not p.buffered and not p.is_positioned(A) and p.is_positioned(B)
     p.forget()
     assert p.partitions() == set() and p.next_offsets() == {}
+
+
+def test_resume_at_the_lowest_need_of_any_table_or_the_watermark_whichever_is_higher() -> None:
+    from frazil.ingest.positions import resume_at
+
+    C = ("u", 0)
+    # one table, no watermark (a table written before watermarks): its offsets, as always
+    assert resume_at([A, B], {"ns.a": {A: 100}}, {}) == {A: 100}
+    # two tables: the one behind decides...
+    assert resume_at([A], {"ns.a": {A: 100}, "ns.b": {A: 40}}, {A: 10}) == {A: 40}
+    # ...unless the watermark says everything below it is in every table (ns.b took nothing since 40)
+    assert resume_at([A], {"ns.a": {A: 100}, "ns.b": {A: 40}}, {A: 90}) == {A: 90}
+    # a table with no offset for a partition took none of its records: it needs the watermark
+    assert resume_at([A], {"ns.a": {A: 100}, "ns.b": {}}, {A: 70}) == {A: 70}
+    # no table and no watermark knows the partition: it starts at auto_offset_reset
+    assert resume_at([C], {"ns.a": {A: 100}}, {A: 70}) == {}
+    # a watermark but no table offsets (every record so far was routed nowhere)
+    assert resume_at([A], {"ns.a": {}, "ns.b": {}}, {A: 55}) == {A: 55}
+    assert resume_at([A], {}, {A: 55}) == {A: 55}

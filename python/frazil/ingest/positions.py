@@ -66,3 +66,29 @@ class Positions:
         else:
             for tp in tps:
                 self._start.pop(tp, None)
+
+
+def resume_at(tps: Iterable[TopicPartition], stored: Mapping[str, Mapping[TopicPartition, int]],
+              progress: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+    """Rule 2 with several tables: where each partition is read from again.
+
+    ``stored`` holds each table's offsets (the next offset it needs per partition), ``progress``
+    the pipeline's own low watermark kept with them (every record below it is in every table that
+    takes it, or was taken by none). A table with no offset for a partition has taken none of its
+    records yet, so it needs what the watermark says. The answer is the lowest position any table
+    still needs, or the watermark, whichever is higher; a partition no table and no watermark knows
+    is left out (it starts at ``auto_offset_reset``). Each table then skips records below its own
+    offset."""
+    out: dict[TopicPartition, int] = {}
+    for tp in tps:
+        watermark = progress.get(tp)
+        needs = [offsets.get(tp, watermark) for offsets in stored.values()]
+        known = [n for n in needs if n is not None]
+        if watermark is None:
+            if known:
+                out[tp] = min(known)
+        elif not needs:
+            out[tp] = watermark
+        else:
+            out[tp] = max(watermark, min(known))
+    return out

@@ -1,5 +1,7 @@
 //! Thin pyo3 adapters over the pure core: convert arguments, release the GIL, convert results.
 
 mod buffer;
+mod route;
 
 pub use buffer::{AppendResult, BufferFullError, DecodeError, JsonBuffer, NativeError, UnknownField};
+pub use route::route_groups;

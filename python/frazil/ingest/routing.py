@@ -1,0 +1,88 @@
+"""Static routing: which tables take which records (pure decisions; the route keys come from the
+native core).
+
+A table takes a record when the record's topic fully matches the table's ``topics`` regex (when
+it has one) and the value at its ``route_field`` fully matches its ``route`` regex (when it has
+one). A record goes to every table that takes it (fan-out), and to none when none does: it is
+still accounted as read (counted as unrouted), never silently lost. Decisions are made once per
+topic and once per distinct route key, not once per record.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from frazil import _native
+from frazil.config import TableConfig
+
+Key = str | None
+
+
+@dataclass(frozen=True)
+class _Rule:
+    table: str
+    topics: re.Pattern[str] | None
+    field: tuple[str, ...]
+    route: re.Pattern[str] | None
+
+
+@dataclass(frozen=True)
+class TopicRoute:
+    """The tables a topic's records may go to, and the route fields that decide it."""
+
+    topic: str
+    always: tuple[str, ...]                # tables that take every record of the topic
+    paths: tuple[tuple[str, ...], ...]     # route fields to read from each value (distinct)
+    rules: tuple[_Rule, ...]               # tables that decide by a route field
+
+    @property
+    def by_value(self) -> bool:
+        return bool(self.paths)
+
+    def tables_for(self, keys: Sequence[Key]) -> tuple[str, ...]:
+        """The tables that take a record whose route fields (in ``paths`` order) hold ``keys``."""
+        taken = list(self.always)
+        for rule in self.rules:
+            key = keys[self.paths.index(rule.field)]
+            if key is not None and rule.route is not None and rule.route.fullmatch(key):
+                taken.append(rule.table)
+        return tuple(taken)
+
+
+class Router:
+    def __init__(self, tables: Sequence[TableConfig]) -> None:
+        self._rules = tuple(_Rule(t.name, re.compile(t.topics) if t.topics else None, t.route_field,
+                                  re.compile(t.route) if t.route_field else None) for t in tables)
+        self._topics: dict[str, TopicRoute] = {}
+        self._decided: dict[tuple[str, tuple[Key, ...]], tuple[str, ...]] = {}
+
+    def for_topic(self, topic: str) -> TopicRoute:
+        route = self._topics.get(topic)
+        if route is None:
+            route = self._topics[topic] = self._route(topic)
+        return route
+
+    def _route(self, topic: str) -> TopicRoute:
+        rules = [r for r in self._rules if r.topics is None or r.topics.fullmatch(topic)]
+        paths = tuple(dict.fromkeys(r.field for r in rules if r.field))
+        return TopicRoute(topic, tuple(r.table for r in rules if not r.field), paths,
+                          tuple(r for r in rules if r.field))
+
+    def groups(self, topic: str, values: list[bytes]) -> list[tuple[tuple[str, ...], list[int] | None]]:
+        """``values`` of one topic in groups going to the same tables: ``(tables, indices)``, with
+        ``indices`` None for "all of them". A group with no table is the unrouted records."""
+        route = self.for_topic(topic)
+        if not route.by_value:
+            return [(route.always, None)]
+        out: list[tuple[tuple[str, ...], list[int] | None]] = []
+        for keys, indices in _native.route_groups(values, [list(p) for p in route.paths]):
+            decided_key = (topic, tuple(keys))
+            tables = self._decided.get(decided_key)
+            if tables is None:
+                tables = route.tables_for(keys)
+                if len(self._decided) < 100_000:   # a high-cardinality route field is decided per group
+                    self._decided[decided_key] = tables
+            out.append((tables, indices))
+        return out

@@ -1,0 +1,147 @@
+//! Route keys: the values at a few dotted paths of each JSON record value, found without building
+//! the value (other fields are skipped, not allocated), and the records grouped by them. The
+//! router (Python) decides tables once per distinct key, not once per record. Pure Rust, no pyo3.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+/// The value at one path of one record, as text: a string as it is, a number or boolean as its
+/// JSON text; `None` when the path is missing, null, or leads to an object or array.
+pub type Key = Option<String>;
+
+/// Records grouped by their keys at `paths`, groups in order of first appearance; each group
+/// holds the indices of its records in ascending order. A value that is not valid JSON gets
+/// `None` at every path (the decoder reports it as a bad record with the reason).
+pub fn group<V: AsRef<[u8]>>(values: &[V], paths: &[Vec<String>]) -> Vec<(Vec<Key>, Vec<u32>)> {
+    let mut index: HashMap<Vec<Key>, usize> = HashMap::new();
+    let mut groups: Vec<(Vec<Key>, Vec<u32>)> = Vec::new();
+    for (i, value) in values.iter().enumerate() {
+        let keys: Vec<Key> = paths.iter().map(|path| key_at(value.as_ref(), path)).collect();
+        let slot = match index.get(&keys) {
+            Some(&slot) => slot,
+            None => {
+                index.insert(keys.clone(), groups.len());
+                groups.push((keys, Vec::new()));
+                groups.len() - 1
+            }
+        };
+        groups[slot].1.push(i as u32);
+    }
+    groups
+}
+
+/// The key at `path` in one JSON value.
+pub fn key_at(value: &[u8], path: &[String]) -> Key {
+    let mut de = serde_json::Deserializer::from_slice(value);
+    Seek { path }.deserialize(&mut de).ok().flatten()
+}
+
+/// Walks down `path`; at its end, the scalar as text.
+struct Seek<'p> {
+    path: &'p [String],
+}
+
+impl<'de> DeserializeSeed<'de> for Seek<'_> {
+    type Value = Key;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Key, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Seek<'_> {
+    type Value = Key;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Key, A::Error> {
+        let Some((first, rest)) = self.path.split_first() else {
+            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            return Ok(None);
+        };
+        let mut found = None;
+        while let Some(name) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if found.is_none() && name.as_ref() == first.as_str() {
+                found = Some(map.next_value_seed(Seek { path: rest })?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(found.flatten())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Key, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Key, E> {
+        Ok(self.path.is_empty().then(|| v.to_owned()))
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Key, E> {
+        Ok(self.path.is_empty().then(|| v.to_string()))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Key, E> {
+        Ok(self.path.is_empty().then(|| v.to_string()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Key, E> {
+        Ok(self.path.is_empty().then(|| v.to_string()))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Key, E> {
+        Ok(self.path.is_empty().then(|| serde_json::Number::from_f64(v).map_or_else(|| v.to_string(), |n| n.to_string())))
+    }
+
+    fn visit_unit<E>(self) -> Result<Key, E> {
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path(p: &str) -> Vec<String> {
+        p.split('.').map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn finds_scalars_at_paths_as_text() {
+        let v = br#"{"a": {"b": "x", "n": 12, "f": 1.5, "t": true, "z": null, "o": {"p": 1}, "l": [1]}, "c": "top"}"#;
+        assert_eq!(key_at(v, &path("c")), Some("top".into()));
+        assert_eq!(key_at(v, &path("a.b")), Some("x".into()));
+        assert_eq!(key_at(v, &path("a.n")), Some("12".into()));
+        assert_eq!(key_at(v, &path("a.f")), Some("1.5".into()));
+        assert_eq!(key_at(v, &path("a.t")), Some("true".into()));
+        assert_eq!(key_at(v, &path("a.z")), None);
+        assert_eq!(key_at(v, &path("a.o")), None);
+        assert_eq!(key_at(v, &path("a.l")), None);
+        assert_eq!(key_at(v, &path("a.missing")), None);
+        assert_eq!(key_at(v, &path("c.deeper")), None);
+        assert_eq!(key_at(br#"{"s": "caf\u00e9 \"q\""}"#, &path("s")), Some("café \"q\"".into()));
+        assert_eq!(key_at(b"not json", &path("a")), None);
+        assert_eq!(key_at(br#"{"a": 1"#, &path("a")), None);
+    }
+
+    #[test]
+    fn groups_by_key_tuple_in_first_seen_order() {
+        let values: Vec<&[u8]> = vec![br#"{"k": "b", "m": 1}"#, br#"{"k": "a"}"#, br#"{"k": "b", "m": 1}"#, br#"{"m": 2}"#];
+        let groups = group(&values, &[path("k"), path("m")]);
+        assert_eq!(
+            groups,
+            vec![
+                (vec![Some("b".into()), Some("1".into())], vec![0, 2]),
+                (vec![Some("a".into()), None], vec![1]),
+                (vec![None, Some("2".into())], vec![3]),
+            ]
+        );
+        assert_eq!(group(&values, &[]), vec![(vec![], vec![0, 1, 2, 3])]);
+    }
+}

@@ -1,0 +1,52 @@
+"""Static routing: topic regexes, route-field regexes, fan-out, unrouted records."""
+
+import json
+
+from frazil import config
+from frazil.ingest.routing import Router
+
+
+def tables(*specs: dict) -> tuple[config.TableConfig, ...]:
+    return config.parse({"pipeline": {"name": "p"}, "kafka": {"bootstrap_servers": "b:1", "topics": ["t"]},
+                         "tables": [{"columns": [{"name": "id", "type": "long"}], **s} for s in specs]}).tables
+
+
+def values(*records: dict) -> list[bytes]:
+    return [json.dumps(r).encode() for r in records]
+
+
+def test_one_table_without_rules_takes_everything_without_reading_values() -> None:
+    router = Router(tables({"name": "ns.all"}))
+    assert router.groups("any", [b"not even json"]) == [(("ns.all",), None)]
+
+
+def test_topics_by_full_regex_match() -> None:
+    router = Router(tables({"name": "ns.orders", "topics": r"shop\.orders(\..*)?"}, {"name": "ns.rest", "topics": "shop.*"}))
+    assert router.groups("shop.orders.eu", []) == [(("ns.orders", "ns.rest"), None)]
+    assert router.groups("shop.payments", []) == [(("ns.rest",), None)]
+    assert router.groups("xshop.orders", []) == [((), None)], "a partial match takes nothing"
+
+
+def test_route_field_fans_out_and_leaves_unrouted_records_in_their_own_group() -> None:
+    router = Router(tables(
+        {"name": "ns.clicks", "route_field": "kind", "route": "click|view"},
+        {"name": "ns.views", "route_field": "kind", "route": "view"},
+        {"name": "ns.big", "route_field": "meta.size", "route": "[0-9]{3,}"},
+        {"name": "ns.audit"},
+    ))
+    got = router.groups("t", values({"kind": "click"}, {"kind": "view", "meta": {"size": 1200}}, {"kind": "other"},
+                                    {"kind": "click"}, {"meta": {"size": 5}}, {"kind": None}))
+    assert got == [
+        (("ns.audit", "ns.clicks"), [0, 3]),
+        (("ns.audit", "ns.clicks", "ns.views", "ns.big"), [1]),
+        (("ns.audit",), [2]),
+        (("ns.audit",), [4]),
+        (("ns.audit",), [5]),
+    ]
+
+
+def test_a_record_no_table_takes_is_a_group_with_no_table() -> None:
+    router = Router(tables({"name": "ns.clicks", "topics": "web", "route_field": "kind", "route": "click"}))
+    assert router.groups("web", values({"kind": "click"}, {"kind": "clickx"}, {})) == [
+        (("ns.clicks",), [0]), ((), [1]), ((), [2])]
+    assert router.groups("other", values({"kind": "click"})) == [((), None)]
