@@ -31,7 +31,7 @@ from frazil.ingest.pipeline import Pipeline, Stats
 from frazil.metrics import serve as serve_metrics
 from frazil.spark import session as spark_session
 from frazil.spark.bulk import SparkWriter
-from frazil.spark.maintainer import Maintainer
+from frazil.spark.maintainer import Maintainer, Maintainers
 from frazil.status import end_offsets
 from frazil.txlog import Journal, JournalPolicy
 
@@ -72,27 +72,29 @@ async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartiti
     config_mod.check_runnable(cfg)
     check_spark(cfg)
     catalog = await asyncio.to_thread(iceberg_catalog.load, cfg.catalog)
-    table = await asyncio.to_thread(iceberg_catalog.ensure_table, catalog, cfg.table,
-                                    iceberg_catalog.maintenance_properties(cfg.maintenance))
+    tables = {t.name: await asyncio.to_thread(iceberg_catalog.ensure_table, catalog, t,
+                                              iceberg_catalog.maintenance_properties(cfg.maintenance))
+              for t in cfg.tables}
     journal = await asyncio.to_thread(
         open_and_settle, cfg.txlog_dir, JournalPolicy(fsync=cfg.txlog_fsync),
         lambda name: Committer(catalog, name, cfg.pipeline, max_attempts=cfg.max_commit_attempts))
     try:
-        return await _serve(cfg, catalog, table, journal, stop, until, from_offsets)
+        return await _serve(cfg, catalog, tables, journal, stop, until, from_offsets)
     finally:
         journal.close()
 
 
-async def _serve(cfg: Config, catalog: Catalog, table: Table, journal: Journal, stop: asyncio.Event,
+async def _serve(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], journal: Journal, stop: asyncio.Event,
                  until: Mapping[TopicPartition, int] | None, from_offsets: Mapping[TopicPartition, int] | None) -> Stats:
     bulk = SparkWriter(spark_session.for_config(cfg), cfg.catalog.name) if cfg.spark.bulk_min_rows else None
     distributed = cfg.coordination.mode == "distributed"
     local = None if distributed else LocalTopic()
     channel = worker_channel(cfg, local)
     await channel.start()
-    pipeline = Pipeline(cfg, catalog, table, bulk=bulk, channel=channel, journal=journal, drain_on_stop=not distributed)
-    maintainer = (Maintainer.for_table(catalog, cfg.table.name, cfg.maintenance, spark_session.for_config(cfg),
-                                       cfg.catalog.name, pipeline.metrics) if cfg.maintenance.enabled else None)
+    pipeline = Pipeline(cfg, catalog, tables, bulk=bulk, channel=channel, journal=journal, drain_on_stop=not distributed)
+    maintainer = (Maintainers({t.name: Maintainer.for_table(catalog, t.name, cfg.maintenance, spark_session.for_config(cfg),
+                                                            cfg.catalog.name, pipeline.metrics) for t in cfg.tables})
+                  if cfg.maintenance.enabled else None)
     coordinator_stop = asyncio.Event()   # set once the worker has drained: single mode drains through it
     coordination = asyncio.create_task(CoordinatorService(
         cfg, catalog, pipeline.assignment, pipeline.metrics, journal=journal, local=local,
@@ -149,6 +151,9 @@ def backfill(cfg: Config, *, batch_rows: int, memory_mb: int) -> Stats:
     """Land everything the topics hold now (from the table's offsets to the current end offsets)
     in big flushes written by Spark, through the same exactly-once path as ``run``, then stop.
     Stop ``frazil run`` for the pipeline first: both would share its consumer group."""
+    if len(cfg.tables) > 1 or cfg.table.routed:
+        raise ConfigError("frazil backfill lands one table that takes every record; with several tables or routing, "
+                          "run `frazil run` (it lands the backlog the same way, in process)")
     cfg = dataclasses.replace(
         cfg, max_buffer_records=batch_rows, memory_budget_bytes=memory_mb * 1024 * 1024,
         commit_interval_s=max(cfg.commit_interval_s, 600.0),   # flush on size, not time
@@ -188,7 +193,7 @@ def backfill(cfg: Config, *, batch_rows: int, memory_mb: int) -> Stats:
     return uvloop.run(main())
 
 
-async def _stop_maintenance(maintainer: Maintainer, task: asyncio.Task[None]) -> None:
+async def _stop_maintenance(maintainer: Maintainers, task: asyncio.Task[None]) -> None:
     """Cancel the running Spark job (a half-done rewrite commits nothing) and wait for it."""
     if not task.done():
         await asyncio.to_thread(maintainer.cancel)

@@ -22,6 +22,8 @@ class Metrics:
         r = self.registry
         self.records_consumed = Counter("frazil_records_consumed", "Records taken from Kafka into the buffer",
                                         names, registry=r).labels(**labels)
+        self.records_unrouted = Counter("frazil_records_unrouted", "Records read that no table takes (routing); "
+                                        "accounted as read, landed nowhere", names, registry=r).labels(**labels)
         self.rows_committed = Counter("frazil_rows_committed", "Rows committed to the table", names,
                                       registry=r).labels(**labels)
         self._commits = Counter("frazil_commits", "Commit cycles by result (committed, failed, abandoned)",

@@ -126,3 +126,17 @@ def test_contiguity_is_checked_inside_the_compare_and_swap(setup, monkeypatch) -
     assert raced and result.already_committed and result.attempts == 2
     counts = support.count_offsets(catalog, cfg.table.name)
     assert max(counts.values()) == 1 and len(counts) == 10
+
+
+def test_the_pipeline_watermark_is_kept_with_the_offsets_and_never_moves_back(setup) -> None:
+    catalog, cfg = setup
+    committer = Committer(catalog, cfg.table.name, cfg.pipeline, sleep=lambda s: None)
+    other = ("events", 1)
+    committer.commit_files(committer.write_files(rows(cfg, catalog, 0, 10)), {TP: Range(0, 10)}, "c1",
+                           progress={TP: 0, other: 40})
+    committer.commit_files(committer.write_files(rows(cfg, catalog, 10, 20)), {TP: Range(10, 20)}, "c2",
+                           progress={TP: 10, other: 30})   # a late worker's lower mark: the higher one stays
+    stored, progress = committer.stored()
+    assert stored == {TP: 20} and progress == {TP: 10, other: 40}
+    summary = catalog.load_table(cfg.table.name).current_snapshot().summary.additional_properties
+    assert offsets.decode(summary[offsets.progress_key(cfg.pipeline)]) == {TP: 10, other: 40}

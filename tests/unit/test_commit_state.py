@@ -104,3 +104,16 @@ def test_in_single_mode_the_one_workers_answer_ends_the_cycle_even_without_every
     empty = CommitState("c2", frozenset({("t", 0)}), 0, 3_600_000, senders=1)
     empty.add("w", DataComplete("c2", (), None))
     assert empty.readiness(1) is Readiness.EMPTY
+
+
+def test_every_table_commit_carries_the_watermark_of_the_accepted_replies_only() -> None:
+    s = state()
+    s.add("old", written("db.a", [0], 2))
+    s.add("old", DataComplete("c1", (Assignment("t", 0, 2, progress=900),), 50))   # a zombie's: dropped whole
+    s.add("w1", written("db.a", [0], 3))
+    s.add("w1", DataComplete("c1", (Assignment("t", 0, 3, progress=100), Assignment("t", 1, 3)), 50))
+    s.add("w2", written("db.b", [2], 3))
+    s.add("w2", DataComplete("c1", (Assignment("t", 2, 3, progress=7),), 50))
+    assert s.progress() == {("t", 0): 100, ("t", 2): 7}
+    assert {t.table: t.progress for t in s.tables()} == {"db.a": (("t", 0, 100), ("t", 2, 7)),
+                                                          "db.b": (("t", 0, 100), ("t", 2, 7))}

@@ -66,7 +66,8 @@ def test_payloads_that_share_a_shape_keep_their_type() -> None:
 
 
 def test_a_newer_writers_extra_fields_are_ignored_and_missing_ones_take_defaults() -> None:
-    """Schema evolution: a version-3 writer added a field and dropped an optional one."""
+    """Schema evolution: a newer writer added a field and dropped an optional one."""
+    newer = codec.VERSION + 1
     v3 = fastavro.parse_schema({
         "type": "record", "name": "Event", "namespace": codec.NAMESPACE, "fields": [
             {"name": "group", "type": "string"}, {"name": "sender", "type": "string"},
@@ -75,14 +76,14 @@ def test_a_newer_writers_extra_fields_are_ignored_and_missing_ones_take_defaults
                 {"type": "record", "name": "CommitComplete", "fields": [
                     {"name": "commit_id", "type": "string"}, {"name": "tables", "type": "int"}]}]}]})
     out = io.BytesIO()
-    out.write(bytes((codec.MAGIC, 3)))
+    out.write(bytes((codec.MAGIC, newer)))
     fastavro.schemaless_writer(out, v3, {"group": "p", "sender": "w", "sent_ms": 7, "host": "h1",
                                          "payload": {"commit_id": "c9", "tables": 3}})
-    codec.WRITER_SCHEMAS[3] = v3
+    codec.WRITER_SCHEMAS[newer] = v3
     try:
         event = decode(out.getvalue())
     finally:
-        del codec.WRITER_SCHEMAS[3]
+        del codec.WRITER_SCHEMAS[newer]
     assert event == Event("p", "w", 7, payload=CommitComplete("c9", None))
 
 
@@ -112,3 +113,15 @@ def test_an_unknown_version_says_to_upgrade_the_readers_first() -> None:
 def test_bytes_that_are_not_an_event_are_named(data: bytes, message: str) -> None:
     with pytest.raises(EventDecodeError, match=f"control\\[2\\]@5.*{message}|{message}.*"):
         decode(data, where="control[2]@5")
+
+
+def test_a_version_2_completion_reads_with_no_progress_and_progress_survives_the_trip() -> None:
+    """Version 3 added the workers' watermark per partition; a version-2 worker reports none."""
+    out = io.BytesIO()
+    out.write(bytes((codec.MAGIC, 2)))
+    complete = {"commit_id": "c1", "assignments": [{"topic": "t", "partition": 0, "generation": 3}], "last_record_ms": None}
+    fastavro.schemaless_writer(out, codec.WRITER_SCHEMAS[2], {
+        "group": "p", "sender": "w", "sent_ms": 1, "payload": ("io.frazil.events.v1.DataComplete", complete)})
+    assert decode(out.getvalue()).payload == DataComplete("c1", (Assignment("t", 0, 3),))
+    now = DataComplete("c1", (Assignment("t", 0, 3, progress=120), Assignment("t", 1, 3)), 5)
+    assert decode(encode(Event("p", "w", 1, payload=now))).payload == now

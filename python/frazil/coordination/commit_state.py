@@ -38,6 +38,8 @@ class TableCommit:
     files: tuple[DataFileRef, ...]
     ranges: tuple[OffsetRange, ...]
     table_uuids: frozenset[str] = frozenset()   # what the workers wrote for ("" : not said)
+    # the cycle's watermark, from every accepted DataComplete: kept with each table's offsets
+    progress: tuple[tuple[str, int, int], ...] = ()
 
 
 @dataclass
@@ -113,7 +115,20 @@ class CommitState:
                 files.extend(written.files)
                 ranges.extend(written.ranges)
                 uuids.add(written.table_uuid)
-        return [TableCommit(t, tuple(f), tuple(r), frozenset(u)) for t, (f, r, u) in sorted(by_table.items()) if f or r]
+        progress = tuple(sorted((t, p, o) for (t, p), o in self.progress().items()))
+        return [TableCommit(t, tuple(f), tuple(r), frozenset(u), progress)
+                for t, (f, r, u) in sorted(by_table.items()) if f or r]
+
+    def progress(self) -> dict[TopicPartition, int]:
+        """Per partition, the highest watermark an accepted reply reported (stale replies were
+        dropped with their generation; a watermark is never ahead of the truth, only behind)."""
+        out: dict[TopicPartition, int] = {}
+        for complete in self._complete.values():
+            for a in complete.assignments:
+                if a.progress is not None:
+                    tp = (a.topic, a.partition)
+                    out[tp] = max(out.get(tp, a.progress), a.progress)
+        return out
 
     def valid_through_ms(self) -> int | None:
         """VTTS for a full cycle: the oldest newest-record timestamp among the workers that have

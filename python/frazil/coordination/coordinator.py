@@ -262,16 +262,19 @@ def table_committer(catalog: Catalog, pipeline: str, *, max_attempts: int, journ
                                   "cycle (two owners of one partition in one generation); this is a bug")
             ranges[tp] = Range(r.start, r.end)
         files = [from_ref(f, specs[f.spec_id], schema) for f in table.files]
+        progress = {(t, p): o for t, p, o in table.progress}
         if journal is None:
-            return committer.commit_files(files, ranges, commit_id, valid_through_ms=valid_through_ms, loaded=loaded)
-        return logged_commit(journal, committer, table.table, files, ranges, commit_id, valid_through_ms, loaded)
+            return committer.commit_files(files, ranges, commit_id, valid_through_ms=valid_through_ms, loaded=loaded,
+                                          progress=progress)
+        return logged_commit(journal, committer, table.table, files, ranges, commit_id, valid_through_ms, loaded,
+                             progress)
 
     return commit
 
 
 def logged_commit(journal: Journal, committer: Committer, table: str, files: list[DataFile],
                   ranges: dict[TopicPartition, Range], commit_id: str, valid_through_ms: int | None = None,
-                  loaded: Table | None = None) -> CommitResult:
+                  loaded: Table | None = None, progress: dict[TopicPartition, int] | None = None) -> CommitResult:
     """One table commit between its intent and its outcome in the transaction log (blocking).
     Refused for its content (an overlap, a gap): ``abandoned``. Known not to have landed:
     ``failed`` (the files go back to pending). Outcome unknown: no outcome yet; the intent is
@@ -279,7 +282,8 @@ def logged_commit(journal: Journal, committer: Committer, table: str, files: lis
     paths = [f.file_path for f in files]
     journal.append([txrecords.intent(commit_id, table, paths, ranges)])
     try:
-        result = committer.commit_files(files, ranges, commit_id, valid_through_ms=valid_through_ms, loaded=loaded)
+        result = committer.commit_files(files, ranges, commit_id, valid_through_ms=valid_through_ms, loaded=loaded,
+                                        progress=progress)
     except CommitOutcomeUnknown as exc:
         if not exc.unresolved:
             journal.append([txrecords.outcome(commit_id, table, "failed")])

@@ -2,17 +2,21 @@
 reply on CommitComplete. The same in both modes; only the channel differs (in process in single
 mode, the control topic in distributed mode).
 
-A worker holds at most one *batch*: rows drained from the buffer with the offset range each
-source partition covers. A reply writes the batch's data files (once: a batch keeps its files
-until it lands), logs them in the transaction log and sends, in one transaction, ``DataWritten``
-(files and ranges, with the assignment generation) and ``DataComplete`` (every owned partition).
-After the cycle's ``CommitComplete`` the worker compares the table's offsets with its ranges:
-- landed: the batch is gone, the consumer group's low watermark moves to the table's offsets;
-- the table's commit failed (``failed_tables``: catalog or storage down): the batch is kept and
-  reported again next cycle (rule 6), and no new batch is drained meanwhile, so an outage never
-  piles up files; the buffer fills until backpressure pauses consumption;
+A worker holds at most one *batch*: the rows drained from every table's buffer, one *part* per
+table that took rows, with the offset range each source partition covers (per table: from the
+offset that table holds). A reply writes the parts' data files (once: a part keeps its files
+until it lands), logs them in the transaction log and sends, in one transaction, one
+``DataWritten`` per part (files and ranges, with the assignment generation) and ``DataComplete``
+(every owned partition with its watermark: the first offset not yet in every table that takes it).
+After the cycle's ``CommitComplete`` the worker compares each part's table offsets with its ranges:
+- landed: the part is gone (the table's floors move); once every part has landed, so is the batch,
+  and the consumer group's low watermark moves to the batch's end;
+- the table's commit failed (``failed_tables``: catalog or storage down), or the table cannot be
+  read: the part is kept and reported again next cycle (rule 6), and no new batch is drained
+  meanwhile, so an outage never piles up files; the buffers fill until backpressure pauses
+  consumption;
 - refused (a zombie's reply, an overlap) or no CommitComplete came: everything buffered is dropped
-  and every partition is read again from the table's offsets.
+  and every partition is read again from the tables' offsets.
 A worker that cannot write its files answers nothing that cycle and keeps the batch. Failures of
 either kind are counted on one outage clock; after ``outage_timeout_s`` the worker stops (rule 8).
 """
@@ -48,12 +52,11 @@ from frazil.events.payloads import (
     StartCommit,
 )
 from frazil.flow.outage import Outage
-from frazil.iceberg.committer import Committer
 from frazil.iceberg.datafiles import to_ref
 from frazil.iceberg.offsets import Range, TopicPartition
-from frazil.ingest.buffer import RecordBuffer
 from frazil.ingest.positions import Positions
 from frazil.ingest.source import KafkaSource
+from frazil.ingest.targets import Target, Targets
 from frazil.metrics import Metrics
 from frazil.spark.bulk import SparkWriter
 from frazil.txlog import Journal
@@ -72,6 +75,7 @@ class WorkerChannel(Protocol):
 class Stats:
     records_in: int = 0
     records_skipped: int = 0
+    records_unrouted: int = 0     # read, and taken by no table (routing)
     rows_committed: int = 0
     commits: int = 0
     failed_commits: int = 0
@@ -81,10 +85,11 @@ class Stats:
 
 
 @dataclass(frozen=True)
-class Batch:
-    """Rows drained from the buffer, not yet landed. Once its data files are written (and
-    logged), ``data`` is released and ``files`` holds them."""
+class Part:
+    """One table's rows of a batch, not yet landed. Once its data files are written (and logged),
+    ``data`` is released and ``files`` holds them."""
 
+    table: str
     data: pa.Table | None
     ranges: dict[TopicPartition, Range]
     rows: int
@@ -95,13 +100,33 @@ class Batch:
         return [f.file_path for f in self.files or ()]
 
 
+@dataclass(frozen=True)
+class Batch:
+    """Records taken from the source, ``ranges`` per partition (for the watermark), as one part per
+    table that took rows and has not landed them yet."""
+
+    ranges: dict[TopicPartition, Range]
+    parts: dict[str, Part]
+
+    @property
+    def rows(self) -> int:
+        return sum(p.rows for p in self.parts.values())
+
+    @property
+    def files(self) -> int:
+        return sum(len(p.files or ()) for p in self.parts.values())
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(p.data.nbytes) for p in self.parts.values() if p.data is not None)
+
+
 class Worker:
-    def __init__(self, cfg: Config, *, table: Table, committer: Committer, channel: WorkerChannel, journal: Journal,
-                 buffer: RecordBuffer, positions: Positions, source: KafkaSource, metrics: Metrics, stats: Stats,
+    def __init__(self, cfg: Config, *, targets: Targets, channel: WorkerChannel, journal: Journal,
+                 positions: Positions, source: KafkaSource, metrics: Metrics, stats: Stats,
                  bulk: SparkWriter | None = None) -> None:
-        """``table`` as loaded at start: written against while the catalog cannot be reached."""
-        self._cfg, self._table, self._committer, self._channel = cfg, table, committer, channel
-        self._journal, self._buffer, self._positions, self._source = journal, buffer, positions, source
+        self._cfg, self._targets, self._channel = cfg, targets, channel
+        self._journal, self._positions, self._source = journal, positions, source
         self._metrics, self._stats, self._bulk = metrics, stats, bulk
         self.batch: Batch | None = None
         self.in_flight: str | None = None         # the commit id the batch was last reported under
@@ -111,7 +136,7 @@ class Worker:
 
     @property
     def batch_bytes(self) -> int:
-        return int(self.batch.data.nbytes) if self.batch is not None and self.batch.data is not None else 0
+        return self.batch.nbytes if self.batch is not None else 0
 
     @property
     def idle(self) -> bool:
@@ -140,8 +165,9 @@ class Worker:
         await self._channel.send([CommitRequest(reason)])
 
     async def reply(self, commit_id: str, sent_ms: int | None = None) -> None:
-        """The batch (drained now if there is none), written as data files and reported with its
-        ranges, and every owned partition reported complete: one transaction."""
+        """The batch (drained now if there is none), written as data files per table and reported
+        with its ranges, and every owned partition reported complete with its watermark: one
+        transaction."""
         started = time.monotonic()
         waited_ms = max(0, int(time.time() * 1000) - sent_ms) if sent_ms is not None else 0
         self._requested = None
@@ -151,34 +177,39 @@ class Worker:
             return  # not positioned yet: the coordinator waits for our partitions or times out
         if self.batch is None and self._positions.buffered:
             self.batch = self._take()
-        taken = loaded = wrote = time.monotonic()
+        taken = time.monotonic()
+        loaded_s = wrote_s = 0.0
         generation = self._source.generation
         payloads: list[Payload] = []
         batch = self.batch
         if batch is not None:
-            try:
-                table = await asyncio.to_thread(self._load_table)
-                loaded = time.monotonic()
-                if batch.files is None:
-                    assert batch.data is not None
-                    files = await asyncio.to_thread(self._write_files, table, batch.data, commit_id)
-                    wrote = time.monotonic()
-                    batch = dataclasses.replace(batch, data=None, files=tuple(files))
-                    await asyncio.to_thread(self._journal.append,
-                                            [txrecords.files(self._cfg.table.name, batch.paths, batch.ranges)])
-                    self.batch = batch
-                    faults.hit("worker.after_files_written")
-            except (FrazilError, OSError) as exc:
-                if isinstance(exc, FrazilError) and not exc.retriable:
-                    raise
-                self._not_landed(commit_id, exc, "could not write or report its data files", answered=False)
-                return  # no reply: the cycle goes on without our partitions; we try again at the next one
-            assert batch.files is not None
-            refs = tuple(to_ref(f, table.spec(), table.schema()) for f in batch.files)
-            ranges = tuple(OffsetRange(t, p, r.start, r.end, generation) for (t, p), r in sorted(batch.ranges.items()))
-            payloads.append(DataWritten(commit_id, self._cfg.table.name, refs, ranges, str(table.metadata.table_uuid)))
-            self.in_flight = commit_id
-        owned = tuple(Assignment(t, p, generation) for t, p in sorted(self._source.assignment))
+            for name, part in sorted(batch.parts.items()):
+                target = self._targets[name]
+                try:
+                    began = time.monotonic()
+                    table = await asyncio.to_thread(target.load)
+                    loaded_s += time.monotonic() - began
+                    if part.files is None:
+                        assert part.data is not None
+                        began = time.monotonic()
+                        files = await asyncio.to_thread(self._write_files, target, table, part.data, commit_id)
+                        wrote_s += time.monotonic() - began
+                        part = dataclasses.replace(part, data=None, files=tuple(files))
+                        await asyncio.to_thread(self._journal.append, [txrecords.files(name, part.paths, part.ranges)])
+                        batch = self.batch = dataclasses.replace(batch, parts={**batch.parts, name: part})
+                        faults.hit("worker.after_files_written")
+                except (FrazilError, OSError) as exc:
+                    if isinstance(exc, FrazilError) and not exc.retriable:
+                        raise
+                    self._not_landed(commit_id, exc, f"could not write or report its data files for {name}",
+                                     answered=False)
+                    return  # no reply: the cycle goes on without our partitions; we try again at the next one
+                assert part.files is not None
+                refs = tuple(to_ref(f, table.spec(), table.schema()) for f in part.files)
+                ranges = tuple(OffsetRange(t, p, r.start, r.end, generation) for (t, p), r in sorted(part.ranges.items()))
+                payloads.append(DataWritten(commit_id, name, refs, ranges, str(table.metadata.table_uuid)))
+            self.in_flight = commit_id if batch.parts else None
+        owned = tuple(Assignment(t, p, generation, self._watermark((t, p))) for t, p in sorted(self._source.assignment))
         payloads.append(DataComplete(commit_id, owned, self.last_record_ms))
         faults.hit("worker.before_reply")
         logged = time.monotonic()
@@ -193,131 +224,153 @@ class Worker:
             await self._channel.reset_producer()
             await self.rewind()
             return
-        if batch is not None:
-            await asyncio.to_thread(self._journal.append, [txrecords.reply(commit_id, self._cfg.table.name, batch.paths)])
+        if batch is not None and batch.parts:
+            await asyncio.to_thread(self._journal.append, [txrecords.reply(commit_id, name, part.paths)
+                                                           for name, part in sorted(batch.parts.items())])
+        elif batch is not None:
+            self.batch = None   # every record of it was routed to no table: nothing to land
         faults.hit("worker.after_reply")
         now = time.monotonic()
-        log.info("replied to commit %s: %d rows in %d file(s) for %d partition(s), generation %d; %d ms after "
-                 "StartCommit (drain %.0f, load %.0f, write %.0f, log %.0f, send %.0f ms)", commit_id,
-                 batch.rows if batch else 0, len(batch.files or ()) if batch else 0, len(owned), generation,
-                 waited_ms + 1000 * (now - started), 1000 * (taken - started), 1000 * (loaded - taken),
-                 1000 * (wrote - loaded), 1000 * (logged - wrote), 1000 * (now - logged))
+        log.info("replied to commit %s: %d rows in %d file(s) for %d table(s), %d partition(s), generation %d; %d ms "
+                 "after StartCommit (drain %.0f, load %.0f, write %.0f, log %.0f, send %.0f ms)", commit_id,
+                 batch.rows if batch else 0, batch.files if batch else 0, len(batch.parts) if batch else 0, len(owned),
+                 generation, waited_ms + 1000 * (now - started), 1000 * (taken - started), 1000 * loaded_s,
+                 1000 * wrote_s, 1000 * (logged - taken - loaded_s - wrote_s), 1000 * (now - logged))
+
+    def _watermark(self, tp: TopicPartition) -> int | None:
+        """The first offset of ``tp`` not yet in every table that takes it: the held batch's start,
+        else the next batch's."""
+        if self.batch is not None and tp in self.batch.ranges:
+            return self.batch.ranges[tp].start
+        return self._positions.start(tp)
 
     async def settle(self, failed_tables: tuple[str, ...] = ()) -> None:
-        """After a cycle: did our reply land? If its table's commit failed (``failed_tables``, a
-        catalog or storage outage), keep the batch for the next reply (rule 6). If it was refused
-        (dropped as stale, an overlap), or the cycle's CommitComplete never came, read every
-        partition again from the table's offsets."""
+        """After a cycle: did each part of our reply land? If its table's commit failed
+        (``failed_tables``, a catalog or storage outage) or the table cannot be read, keep the part
+        for the next reply (rule 6). If one was refused (dropped as stale, an overlap), or the
+        cycle's CommitComplete never came, read every partition again from the tables' offsets."""
         commit_id, self.in_flight = self.in_flight, None
         batch = self.batch
         assert commit_id is not None and batch is not None
-        table = self._cfg.table.name
         started = time.monotonic()
-        try:
-            faults.hit("worker.before_settle")
-            stored = await asyncio.to_thread(self._committer.stored_offsets)
-        except Exception as exc:  # noqa: BLE001 - the catalog went down after (or while) the coordinator committed
-            # Whether it landed or not, hold the files and report them again: the coordinator checks
-            # offsets inside its compare-and-swap, so had they landed, the next reply overlaps the
-            # table and is refused, and the settle after it (catalog back) finds them in the table.
-            self._not_landed(commit_id, exc, f"could not read {table}'s offsets to see whether it landed"
-                             + (" (the coordinator's commit failed)" if table in failed_tables else
-                                " (the coordinator committed; checked again at the next cycle)"), answered=True)
+        kept: dict[str, Part] = {}
+        why: list[tuple[str, BaseException]] = []
+        for name, part in sorted(batch.parts.items()):
+            target = self._targets[name]
+            try:
+                faults.hit("worker.before_settle")
+                stored = await asyncio.to_thread(target.committer.stored_offsets)
+            except Exception as exc:  # noqa: BLE001 - the catalog went down after (or while) the coordinator committed
+                # Whether it landed or not, hold the files and report them again: the coordinator checks
+                # offsets inside its compare-and-swap, so had they landed, the next reply overlaps the
+                # table and is refused, and the settle after it (catalog back) finds them in the table.
+                kept[name] = part
+                why.append((f"could not read {name}'s offsets to see whether it landed"
+                            + (" (the coordinator's commit failed)" if name in failed_tables else
+                               " (the coordinator committed; checked again at the next cycle)"), exc))
+                continue
+            missing = {tp: (stored.get(tp), r.end) for tp, r in part.ranges.items() if stored.get(tp, -1) < r.end}
+            if not missing:
+                target.floors.update({tp: stored[tp] for tp in part.ranges})
+                await asyncio.to_thread(self._journal.append, [txrecords.settled(name, part.paths, "landed")])
+                self._stats.rows_committed += part.rows
+                self._metrics.rows_committed.inc(part.rows)
+                continue
+            if name in failed_tables and all(stored.get(tp, r.start) == r.start for tp, r in part.ranges.items()):
+                kept[name] = part
+                why.append((f"could not land in {name}", CommitOutcomeUnknown(f"the coordinator could not commit {name}")))
+                continue
+            log.warning("reply %s did not land in %s (table offset, reply end); reading every partition again from "
+                        "the tables", commit_id, name,
+                        ", ".join(f"{t}[{p}]={v}" for (t, p), v in sorted(missing.items())[:5]))
+            self._metrics.commit("abandoned")
+            self.batch = dataclasses.replace(batch, parts={n: p for n, p in batch.parts.items() if n in kept or n >= name})
+            await self.rewind()
             return
-        missing = {tp: (stored.get(tp), r.end) for tp, r in batch.ranges.items() if stored.get(tp, -1) < r.end}
-        if not missing:
-            self.batch = None
-            loaded = time.monotonic()
-            await asyncio.to_thread(self._journal.append, [txrecords.settled(table, batch.paths, "landed")])
-            logged = time.monotonic()
-            lasted = self.outage.ended(logged)
-            if lasted is not None:
-                log.warning("commit %s landed after %.0fs of failures; the outage is over", commit_id, lasted)
-            await self.landed(batch.rows, "committed", stored)
-            log.info("commit %s settled: %d rows landed (offsets %.0f, log %.0f, low watermark %.0f ms)", commit_id,
-                     batch.rows, 1000 * (loaded - started), 1000 * (logged - loaded), 1000 * (time.monotonic() - logged))
+        if kept:
+            self.batch = dataclasses.replace(batch, parts=kept)
+            self._not_landed(commit_id, why[0][1], "; ".join(w for w, _ in why), answered=True)
             return
-        if table in failed_tables and all(stored.get(tp, r.start) == r.start for tp, r in batch.ranges.items()):
-            self._not_landed(commit_id, CommitOutcomeUnknown(f"the coordinator could not commit {table}"),
-                             f"could not land in {table}", answered=True)
-            return
-        log.warning("reply %s did not land for %s (table offset, reply end); reading every partition again from "
-                    "the table", commit_id, ", ".join(f"{t}[{p}]={v}" for (t, p), v in sorted(missing.items())[:5]))
-        self._metrics.commit("abandoned")
-        await self.rewind(stored)
+        self.batch = None
+        logged = time.monotonic()
+        lasted = self.outage.ended(logged)
+        if lasted is not None:
+            log.warning("commit %s landed after %.0fs of failures; the outage is over", commit_id, lasted)
+        await self.landed({tp: r.end for tp, r in batch.ranges.items()})
+        log.info("commit %s settled: %d rows landed in %d table(s) (offsets and log %.0f, low watermark %.0f ms)",
+                 commit_id, batch.rows, len(batch.parts), 1000 * (logged - started), 1000 * (time.monotonic() - logged))
 
-    async def landed(self, rows: int, outcome: str, stored: Mapping[TopicPartition, int]) -> None:
-        """Count a landed cycle and move the consumer group's low watermark to the table's offsets."""
+    async def landed(self, watermark: Mapping[TopicPartition, int]) -> None:
+        """Count a landed cycle and move the consumer group's low watermark (never ahead of what
+        every table holds or does not need)."""
         self._stats.commits += 1
-        self._stats.rows_committed += rows
-        self._metrics.commit(outcome)
-        self._metrics.rows_committed.inc(rows)
-        await self._source.commit_low_watermark(stored)
+        self._metrics.commit("committed")
+        await self._source.commit_low_watermark(watermark)
         faults.hit("commit.after_kafka_offsets")
 
     def _not_landed(self, commit_id: str, exc: BaseException, what: str, *, answered: bool) -> None:
-        """A cycle our batch did not land in (storage or catalog down): keep it, say so loudly, and
-        stop after ``outage_timeout_s`` (rule 8)."""
+        """A cycle our batch did not (wholly) land in (storage or catalog down): keep what did not,
+        say so loudly, and stop after ``outage_timeout_s`` (rule 8)."""
         now = time.monotonic()
         failing = self.outage.failed(now)
         self._stats.failed_commits += 1
         self._metrics.commit("failed")
+        tables = ", ".join(sorted(self.batch.parts)) if self.batch else "?"
         if self.outage.expired(now):
             raise CommitOutcomeUnknown(
-                f"commits to {self._cfg.table.name} have failed for {failing:.0f}s (outage_timeout_s="
+                f"commits to {tables} have failed for {failing:.0f}s (outage_timeout_s="
                 f"{self._cfg.outage_timeout_s:g}); stopping. Nothing is lost: a restart, or the partitions' next "
-                f"owner, resumes from the table. Last error: {type(exc).__name__}: {exc}") from exc
+                f"owner, resumes from the tables. Last error: {type(exc).__name__}: {exc}") from exc
         batch = self.batch
         rows = batch.rows if batch else 0
         if answered:
             log.warning("commit %s of %s failed; keeping its %d file(s) (%d rows) to report again in the next cycle",
-                        commit_id, self._cfg.table.name, len(batch.files or ()) if batch else 0, rows)
+                        commit_id, tables, batch.files if batch else 0, rows)
         log.error("commit %s (%d rows) did not land: %s: %s: %s. Holding them for the next cycle (failing for %.0fs "
                   "of outage_timeout_s=%g)", commit_id, rows, what, type(exc).__name__, exc, failing,
                   self._cfg.outage_timeout_s)
 
     def _take(self) -> Batch | None:
-        """Move the buffer's rows into a batch; the next rows start where these end."""
+        """Move every buffer's rows into a batch; the next rows start where these end. A table's
+        range for a partition starts at the offset it holds (it took none of the records between)."""
         ranges = self._positions.take()
-        data = self._buffer.drain()
         if not ranges:
             return None
-        assert data is not None and data.num_rows > 0, "ranges without rows"
-        return Batch(data, ranges, data.num_rows)
+        parts = {}
+        for name, tps in self._positions.taken_by.items():
+            target = self._targets[name]
+            data = target.buffer.drain()
+            assert data is not None and data.num_rows > 0, f"{name}: ranges without rows"
+            part_ranges = {tp: Range(target.floors.get(tp, ranges[tp].start), ranges[tp].end) for tp in tps}
+            parts[name] = Part(name, data, part_ranges, data.num_rows)
+        return Batch(ranges, parts)
 
-    def _load_table(self) -> Table:
-        """The table now; while the catalog cannot be reached, the last one loaded (files are
-        written against its schema and spec, and the coordinator's commit checks them)."""
-        try:
-            self._table = self._committer.load()
-        except Exception as exc:  # noqa: BLE001 - catalog unreachable
-            log.warning("cannot load %s (%s: %s); writing against the table as last loaded", self._cfg.table.name,
-                        type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else "")
-        return self._table
-
-    def _write_files(self, table: Table, data: pa.Table, commit_id: str) -> list[DataFile]:
-        """Data files for a batch: through Spark when it is a bulk flush, else in process."""
+    def _write_files(self, target: Target, table: Table, data: pa.Table, commit_id: str) -> list[DataFile]:
+        """Data files for a part: through Spark when it is a bulk flush, else in process."""
         if self._bulk is not None and data.num_rows >= self._cfg.spark.bulk_min_rows:
             # a fresh folder per attempt: a failed attempt's files are left for orphan removal
             return self._bulk.write(table, data, f"{commit_id}-{uuid.uuid4().hex[:8]}")
-        return self._committer.write_files(data, table)
+        return target.committer.write_files(data, table)
 
-    async def rewind(self, stored: Mapping[TopicPartition, int] | None = None) -> None:
-        """Drop what is buffered and held and read every positioned partition again from the table
-        (its offsets as just read, ``stored``, or read now)."""
+    async def position(self, tps: set[TopicPartition]) -> dict[TopicPartition, int]:
+        """Where ``tps`` are read from: every table's offsets and watermark (rule 2)."""
+        return await asyncio.to_thread(self._targets.read_positions, tps)
+
+    async def rewind(self) -> None:
+        """Drop what is buffered and held and read every positioned partition again from the tables."""
         tps = self._positions.partitions()
         self.drop()
         self._positions.forget(tps)
-        if stored is None:
-            stored = await asyncio.to_thread(self._committer.stored_offsets)
-        await self._source.seek(tps, stored)
-        self._positions.positioned(tps, stored)
+        resume = await self.position(tps)
+        await self._source.seek(tps, resume)
+        self._positions.positioned(tps, resume)
 
     def drop(self) -> None:
-        """Forget the buffer, the batch and the reply in flight (a rebalance, a rewind); their
-        records are read again from the table's offsets."""
-        if self.batch is not None and self.batch.files:
-            self._journal.append([txrecords.settled(self._cfg.table.name, self.batch.paths, "abandoned")])
-        self._buffer.clear()
+        """Forget the buffers, the batch and the reply in flight (a rebalance, a rewind); their
+        records are read again from the tables' offsets."""
+        if self.batch is not None:
+            self._journal.append([txrecords.settled(name, part.paths, "abandoned")
+                                  for name, part in sorted(self.batch.parts.items()) if part.files])
+        self._targets.clear()
         self.batch = None
         self.in_flight = None

@@ -31,7 +31,7 @@ from frazil.events.payloads import (
 )
 
 MAGIC = 0xF7
-VERSION = 2
+VERSION = 3
 NAMESPACE = "io.frazil.events.v1"
 
 
@@ -104,9 +104,16 @@ _V2_RECORDS["DataWritten"]["fields"].append({"name": "table_uuid", "type": "stri
 _V2_RECORDS["CommitComplete"]["fields"].append(
     {"name": "failed_tables", "type": {"type": "array", "items": "string"}, "default": []})
 
+# Version 3: each Assignment of a DataComplete carries the worker's progress (low watermark) on
+# that partition (a version-2 reply reads as None: no watermark reported).
+SCHEMA_V3: dict[str, Any] = copy.deepcopy(SCHEMA_V2)
+_V3_RECORDS = {p["name"]: p for p in SCHEMA_V3["fields"][3]["type"]}
+_V3_RECORDS["DataComplete"]["fields"][1]["type"]["items"]["fields"].append(_opt("progress", "long"))
+
 # Every schema version this build can read, by the version byte. Add a version by adding its
 # writer schema here and making it the reader schema; never change a published one.
-WRITER_SCHEMAS = {1: fastavro.parse_schema(SCHEMA_V1), 2: fastavro.parse_schema(SCHEMA_V2)}
+WRITER_SCHEMAS = {1: fastavro.parse_schema(SCHEMA_V1), 2: fastavro.parse_schema(SCHEMA_V2),
+                  3: fastavro.parse_schema(SCHEMA_V3)}
 READER_SCHEMA = WRITER_SCHEMAS[VERSION]
 
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in (StartCommit, DataWritten, DataComplete, CommitToTable,

@@ -63,6 +63,9 @@ class Assignment:
     topic: str
     partition: int
     generation: int
+    # the first offset of the partition the worker has not landed in every table that takes it
+    # (its low watermark; None: not known yet, or a version-2 reply)
+    progress: int | None = None
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ class CommitResult:
     seconds: float
     already_committed: bool = False
     snapshots: int = 0        # the table's snapshot count after this commit (for maintenance)
+    table: str = ""
 
 
 def _no_inner_retry(table: Table) -> Table:
@@ -77,6 +78,11 @@ class Committer:
     def stored_offsets(self) -> dict[TopicPartition, int]:
         return offsets.stored_offsets(self.load().properties, self._pipeline)
 
+    def stored(self) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
+        """The table's offsets and the pipeline watermark it keeps, from one load."""
+        properties = self.load().properties
+        return offsets.stored_offsets(properties, self._pipeline), offsets.stored_progress(properties, self._pipeline)
+
     def write_files(self, data: pa.Table, table: Table | None = None) -> list[DataFile]:
         """Write ``data`` as Parquet data files of ``table`` (default: loaded now), not committed.
         A failure here (catalog or storage down) is retriable: nothing was committed."""
@@ -98,10 +104,13 @@ class Committer:
         return self.commit_files(self.write_files(data), ranges, commit_id)
 
     def commit_files(self, files: Sequence[DataFile], ranges: Mapping[TopicPartition, Range],
-                     commit_id: str, *, valid_through_ms: int | None = None, loaded: Table | None = None) -> CommitResult:
+                     commit_id: str, *, valid_through_ms: int | None = None, loaded: Table | None = None,
+                     progress: Mapping[TopicPartition, int] | None = None) -> CommitResult:
         """Commit ``files`` (holding the rows of exactly ``ranges``) with the advanced offsets;
         ``valid_through_ms`` (VTTS) goes into the snapshot summary when given. ``loaded``: the
-        table as just loaded, used by the first attempt (a stale one only loses the compare-and-swap)."""
+        table as just loaded, used by the first attempt (a stale one only loses the compare-and-swap).
+        ``progress``: the pipeline's watermark as the cycle's workers reported it, kept with the
+        offsets (the higher of it and the one stored, per partition)."""
         rows = sum(f.record_count for f in files)
         started = time.monotonic()
         last_error: Exception | None = None
@@ -124,11 +133,17 @@ class Committer:
             if decision.all_committed:
                 log.info("commit %s table=%s: every range is already in the table, dropping %d rows",
                          commit_id, self._table_name, rows)
-                return CommitResult(commit_id, None, 0, dict(stored), attempt, time.monotonic() - started, True)
+                return CommitResult(commit_id, None, 0, dict(stored), attempt, time.monotonic() - started, True,
+                                    table=self._table_name)
             new_offsets = offsets.advance(stored, ranges)
             encoded = offsets.encode(new_offsets)
             summary = {offsets.COMMIT_ID_KEY: commit_id, offsets.PIPELINE_KEY: self._pipeline,
                        offsets.property_key(self._pipeline): encoded}
+            properties = {offsets.property_key(self._pipeline): encoded}
+            if progress:
+                mark = offsets.encode(offsets.merge_progress(offsets.stored_progress(table.properties, self._pipeline),
+                                                             progress))
+                properties[offsets.progress_key(self._pipeline)] = summary[offsets.progress_key(self._pipeline)] = mark
             if valid_through_ms is not None:
                 summary[offsets.VTTS_KEY] = str(valid_through_ms)
             try:
@@ -136,7 +151,7 @@ class Committer:
                 with tx.update_snapshot(snapshot_properties=summary).fast_append() as append:
                     for data_file in files:
                         append.append_data_file(data_file)
-                tx.set_properties({offsets.property_key(self._pipeline): encoded})
+                tx.set_properties(properties)
                 faults.hit("commit.before_catalog")
                 committed = tx.commit_transaction()
                 faults.hit("commit.after_catalog")
@@ -204,7 +219,7 @@ class Committer:
             snapshot_id = find_commit(table, commit_id)
         stored = offsets.stored_offsets(table.properties, self._pipeline)
         result = CommitResult(commit_id, snapshot_id, rows, stored, attempt, time.monotonic() - started,
-                              snapshots=len(table.metadata.snapshots))
+                              snapshots=len(table.metadata.snapshots), table=self._table_name)
         log.info("commit %s table=%s snapshot=%s rows=%d attempts=%d took=%.0fms offsets=%s",
                  commit_id, self._table_name, snapshot_id, rows, attempt, result.seconds * 1000,
                  offsets.encode(stored))

@@ -21,8 +21,17 @@ PIPELINE_KEY = "frazil.pipeline"
 VTTS_KEY = "frazil.vtts"   # valid-through timestamp (ms) of a full distributed commit
 
 
+PROGRESS_PREFIX = "frazil.progress."
+
+
 def property_key(pipeline: str) -> str:
     return OFFSETS_PREFIX + pipeline
+
+
+def progress_key(pipeline: str) -> str:
+    """The pipeline's low watermark, kept with every table's offsets (same encoding): every record
+    below it is in every table that takes it, or was taken by none (rule 2 with several tables)."""
+    return PROGRESS_PREFIX + pipeline
 
 
 def encode(offsets: Mapping[TopicPartition, int]) -> str:
@@ -39,6 +48,20 @@ def decode(text: str) -> dict[TopicPartition, int]:
 def stored_offsets(properties: Mapping[str, str], pipeline: str) -> dict[TopicPartition, int]:
     text = properties.get(property_key(pipeline))
     return decode(text) if text else {}
+
+
+def stored_progress(properties: Mapping[str, str], pipeline: str) -> dict[TopicPartition, int]:
+    text = properties.get(progress_key(pipeline))
+    return decode(text) if text else {}
+
+
+def merge_progress(*marks: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+    """Watermarks only ever tell the truth late (a lower one is stale, never wrong): keep the highest."""
+    out: dict[TopicPartition, int] = {}
+    for mark in marks:
+        for tp, offset in mark.items():
+            out[tp] = max(out.get(tp, offset), offset)
+    return out
 
 
 @dataclass(frozen=True)

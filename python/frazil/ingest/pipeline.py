@@ -27,12 +27,11 @@ from frazil.coordination.worker import Stats, Worker, WorkerChannel
 from frazil.errors import RecordDecodeError
 from frazil.events.payloads import CommitComplete, Event, StartCommit
 from frazil.flow.backpressure import Action, Backpressure
-from frazil.iceberg import catalog as iceberg_catalog
-from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import TopicPartition
-from frazil.ingest.buffer import RecordBuffer
 from frazil.ingest.positions import Positions
+from frazil.ingest.routing import Router
 from frazil.ingest.source import KafkaSource
+from frazil.ingest.targets import Targets
 from frazil.metrics import Metrics
 from frazil.spark.bulk import SparkWriter
 from frazil.txlog import Journal
@@ -47,34 +46,33 @@ DRAIN_CYCLES = 3   # on stop, at most this many cycles to land the batch and the
 
 
 class Pipeline:
-    def __init__(self, cfg: Config, catalog: Catalog, table: Table, *, channel: WorkerChannel, journal: Journal,
-                 bulk: SparkWriter | None = None, drain_on_stop: bool = True) -> None:
-        """``table`` is the target table as ``catalog.ensure_table`` left it; ``journal`` the
+    def __init__(self, cfg: Config, catalog: Catalog, tables: Mapping[str, Table], *, channel: WorkerChannel,
+                 journal: Journal, bulk: SparkWriter | None = None, drain_on_stop: bool = True) -> None:
+        """``tables``: every configured table as ``catalog.ensure_table`` left it; ``journal`` the
         process's transaction log, already settled. Flushes of at least ``spark.bulk_min_rows``
         rows are written by ``bulk`` when given. Build on the loop."""
         self._cfg = cfg
         self._channel = channel
         self._drain_on_stop = drain_on_stop
         self._control: deque[Event] = deque()
-        self._committer = Committer(catalog, cfg.table.name, cfg.pipeline, max_attempts=cfg.max_commit_attempts)
-        self._buffer = RecordBuffer(iceberg_catalog.arrow_schema(table), metadata_columns=cfg.table.metadata_columns,
-                                    max_bytes=cfg.memory_budget_bytes)
+        self._targets = Targets(cfg, catalog, tables)
+        self._router = Router(cfg.tables)
+        self._fan_out = len(cfg.tables) > 1   # appends check the buffers' sum against the budget first
         self._positions = Positions()
         self._source = KafkaSource(cfg.kafka, on_assigned=self._on_assigned, on_positioned=self._positions.positioned,
                                    on_revoked=self._on_revoked)
         self._flow = Backpressure(cfg.memory_budget_bytes)
-        self.metrics = Metrics(cfg.pipeline, cfg.table.name)
+        self.metrics = Metrics(cfg.pipeline, cfg.table.name if len(cfg.tables) == 1 else f"{len(cfg.tables)} tables")
         self.metrics.budget_bytes.set(cfg.memory_budget_bytes)
         self.stats = Stats()
-        self.worker = Worker(cfg, table=table, committer=self._committer, channel=channel, journal=journal,
-                             buffer=self._buffer, positions=self._positions, source=self._source, metrics=self.metrics,
-                             stats=self.stats, bulk=bulk)
+        self.worker = Worker(cfg, targets=self._targets, channel=channel, journal=journal, positions=self._positions,
+                             source=self._source, metrics=self.metrics, stats=self.stats, bulk=bulk)
         self._task: asyncio.Task[None] | None = None
         self.coordinator: asyncio.Task[None] | None = None   # the in-process coordinator, when there is one
 
     @property
     def bytes_in_use(self) -> int:
-        return self._buffer.bytes + self.worker.batch_bytes
+        return self._targets.bytes + self.worker.batch_bytes
 
     def assignment(self) -> set[TopicPartition]:
         """The source partitions this process owns now; during a rebalance, the ones it owned
@@ -100,7 +98,7 @@ class Pipeline:
                     self._task = self._next_control()
                 if self._task is None and self.worker.request_due(self._full(), time.monotonic()):
                     self._task = asyncio.create_task(self.worker.request(
-                        f"{self._buffer.rows} rows buffered" if self._buffer.rows >= self._cfg.max_buffer_records
+                        f"{self._targets.rows} rows buffered" if self._targets.rows >= self._cfg.max_buffer_records
                         else "memory budget reached"))
                 self._flow_control()
                 self.metrics.failing_seconds.set(self.worker.outage.seconds(time.monotonic()))
@@ -127,7 +125,7 @@ class Pipeline:
 
     def _full(self) -> bool:
         """The record-count and bytes triggers."""
-        return self._buffer.rows >= self._cfg.max_buffer_records or self._flow.paused
+        return self._targets.rows >= self._cfg.max_buffer_records or self._flow.paused
 
     def _check_task(self) -> None:
         """Surface a worker task's failure on the loop that runs the pipeline."""
@@ -175,27 +173,52 @@ class Pipeline:
                 records = kept
                 if not records:
                     continue
-            if full:
-                self._source.seek_back(tp, records[0].offset)
-                continue
-            try:
-                errors = self._buffer.append(tp[0], tp[1], records)
-            except _native.BufferFullError:
-                # Nothing of this batch was taken: fetch it again once there is room.
+            if full or (self._fan_out and self._targets.bytes >= self._flow.budget_bytes):
+                # Nothing of this batch is taken: fetch it again once there is room.
                 full = True
                 self._source.seek_back(tp, records[0].offset)
                 continue
-            if errors:
-                first = errors[0]
-                raise RecordDecodeError(topic=tp[0], partition=tp[1], offset=first.offset, field=first.field,
-                                        reason=first.reason + (f" ({len(errors) - 1} more bad record(s) in the same batch)"
-                                                               if len(errors) > 1 else ""))
+            try:
+                self._route(tp, records)
+            except _native.BufferFullError:
+                # Nothing of this batch was taken (one table: the buffer's hard cap refused it whole).
+                full = True
+                self._source.seek_back(tp, records[0].offset)
+                continue
             self._positions.took(tp, records[0].offset, records[-1].offset)
             self.worker.last_record_ms = max(self.worker.last_record_ms or 0, max(r.timestamp for r in records))
             self.stats.records_in += len(records)
             self.metrics.records_consumed.inc(len(records))
         if full:
             self._apply(self._flow.full(), f"the buffer is at its {self._flow.budget_bytes} byte cap")
+
+    def _route(self, tp: TopicPartition, records: list) -> None:  # type: ignore[type-arg]
+        """Append ``records`` of ``tp`` to the buffer of every table that takes them, each table
+        skipping what it already holds (rule 2, per table). Records no table takes are counted."""
+        groups = self._router.groups(tp[0], [r.value if r.value is not None else b"null" for r in records]
+                                     if self._router.for_topic(tp[0]).by_value else [])
+        for tables, indices in groups:
+            chosen = records if indices is None else [records[i] for i in indices]
+            if not tables:
+                self.stats.records_unrouted += len(chosen)
+                self.metrics.records_unrouted.inc(len(chosen))
+                log.debug("%s[%d]: %d record(s) from offset %d taken by no table", tp[0], tp[1], len(chosen),
+                          chosen[0].offset)
+                continue
+            for name in tables:
+                target = self._targets[name]
+                floor = target.floors.get(tp)
+                rows = chosen if floor is None or chosen[0].offset >= floor else [r for r in chosen if r.offset >= floor]
+                if not rows:
+                    continue
+                errors = target.buffer.append(tp[0], tp[1], rows)
+                if errors:
+                    first = errors[0]
+                    raise RecordDecodeError(topic=tp[0], partition=tp[1], offset=first.offset, field=first.field,
+                                            reason=first.reason + (f" ({len(errors) - 1} more bad record(s) in the same "
+                                                                   "batch)" if len(errors) > 1 else "")
+                                            + (f" (for table {name})" if self._fan_out else ""))
+                self._positions.table_took(name, tp)
 
     async def _drain(self) -> None:
         """On stop. Single mode: land the batch and the buffer through the in-process coordinator
@@ -205,7 +228,7 @@ class Pipeline:
         if not self._drain_on_stop:
             if not worker.idle:
                 log.info("stopping a worker: %d buffered rows are not replied; the partitions' next owner reads them "
-                         "again from the table%s", self._buffer.rows,
+                         "again from the table%s", self._targets.rows,
                          f"; reply {worker.in_flight} lands if the coordinator commits it" if worker.in_flight else "")
             return
         cycles = 0
@@ -216,7 +239,7 @@ class Pipeline:
             if self.coordinator is None or self.coordinator.done() or time.monotonic() > deadline:
                 break
             if not requested and worker.in_flight is None:
-                log.info("draining: committing %d buffered and %d held rows before stopping", self._buffer.rows,
+                log.info("draining: committing %d buffered and %d held rows before stopping", self._targets.rows,
                          worker.batch.rows if worker.batch else 0)
                 await worker.request("draining before stop")
                 requested = True
@@ -230,7 +253,7 @@ class Pipeline:
                     requested = False
         if not worker.idle:
             log.warning("stopping with uncommitted rows (%d buffered, %d held); they are read again on restart",
-                        self._buffer.rows, worker.batch.rows if worker.batch else 0)
+                        self._targets.rows, worker.batch.rows if worker.batch else 0)
 
     async def _on_revoked(self, tps: set[TopicPartition]) -> None:
         task = self._task
@@ -238,7 +261,7 @@ class Pipeline:
             await asyncio.wait([task])  # its outcome is surfaced by the run loop
         worker = self.worker
         log.info("partitions revoked (%d): dropping %d uncommitted rows%s; they are read again from the table",
-                 len(tps), self._buffer.rows + (worker.batch.rows if worker.batch else 0),
+                 len(tps), self._targets.rows + (worker.batch.rows if worker.batch else 0),
                  f" and reply {worker.in_flight}" if worker.in_flight else "")
         # Every partition is re-positioned from the table on the next assignment (aiokafka's
         # assignors are eager: an assignment always follows), so forget them all, not only the
@@ -249,10 +272,10 @@ class Pipeline:
     async def _on_assigned(self, tps: set[TopicPartition]) -> Mapping[TopicPartition, int]:
         self.worker.drop()
         self._positions.forget()
-        stored = await asyncio.to_thread(self._committer.stored_offsets)
+        resume = await self.worker.position(tps)
         self.stats.assignments += 1
         self.metrics.assignments.inc()
-        return {tp: o for tp, o in stored.items() if tp in tps}
+        return resume
 
 
 def _for_worker(event: Event) -> bool:

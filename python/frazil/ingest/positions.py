@@ -17,6 +17,8 @@ class Positions:
     def __init__(self) -> None:
         self._start: dict[TopicPartition, int | None] = {}   # None: the table has no offset yet
         self._end: dict[TopicPartition, int] = {}
+        self._tables: dict[str, set[TopicPartition]] = {}     # which tables hold buffered rows of which partitions
+        self.taken_by: dict[str, set[TopicPartition]] = {}    # the same, for the last batch taken
 
     def positioned(self, tps: Iterable[TopicPartition], stored: Mapping[TopicPartition, int]) -> None:
         for tp in tps:
@@ -45,14 +47,24 @@ class Positions:
             self._start[tp] = first
         self._end[tp] = last + 1
 
+    def table_took(self, table: str, tp: TopicPartition) -> None:
+        """``table`` buffered rows of ``tp`` (of the records :meth:`took` is about to count)."""
+        self._tables.setdefault(table, set()).add(tp)
+
     def take(self) -> dict[TopicPartition, Range]:
-        """The ranges the buffer holds, as one batch; the next batch starts where these end."""
+        """The ranges the buffer holds, as one batch; the next batch starts where these end.
+        :meth:`taken_by` then says which tables hold rows of which of them."""
         ranges = {tp: Range(start, self._end[tp]) for tp, start in self._start.items()
                   if tp in self._end and start is not None}
         for tp, rng in ranges.items():
             self._start[tp] = rng.end
         self._end.clear()
+        self.taken_by, self._tables = self._tables, {}
         return ranges
+
+    def start(self, tp: TopicPartition) -> int | None:
+        """The first offset of ``tp`` not in a batch yet (None: not positioned, or nothing known)."""
+        return self._start.get(tp)
 
     def next_offsets(self) -> dict[TopicPartition, int]:
         """The next offset taken from each positioned partition (the table's, when none yet)."""
@@ -61,6 +73,7 @@ class Positions:
     def forget(self, tps: Iterable[TopicPartition] | None = None) -> None:
         """Drop what is buffered; ``tps`` (default: all) take nothing until positioned again."""
         self._end.clear()
+        self._tables.clear()
         if tps is None:
             self._start.clear()
         else:

@@ -65,13 +65,17 @@ class Maintainer:
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            due = self._schedule.due(self._clock())
-            if due:
-                await self._run(due)
+            await self.run_due()
             try:
                 await asyncio.wait_for(stop.wait(), CHECK_EVERY_S)
             except TimeoutError:
                 pass
+
+    async def run_due(self) -> None:
+        """Run the jobs that are due now, if any."""
+        due = self._schedule.due(self._clock())
+        if due:
+            await self._run(due)
 
     async def _run(self, due: tuple[Job, ...]) -> None:
         log.info("maintenance: running %s", ", ".join(j.value for j in due))
@@ -103,3 +107,31 @@ class Maintainer:
         for job in failed:
             self._metrics.maintenance(job.value, "failed")
         return results, bool(failed)
+
+
+class Maintainers:
+    """The maintenance of every table of a pipeline: one schedule per table, one table's jobs at a
+    time (they share one Spark session on a small machine)."""
+
+    def __init__(self, by_table: Mapping[str, Maintainer]) -> None:
+        self._by_table = dict(by_table)
+
+    def committed(self, result: CommitResult) -> None:
+        maintainer = self._by_table.get(result.table)
+        if maintainer is not None:
+            maintainer.committed(result)
+
+    def cancel(self) -> None:
+        for maintainer in self._by_table.values():
+            maintainer.cancel()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            for maintainer in self._by_table.values():
+                if stop.is_set():
+                    break
+                await maintainer.run_due()
+            try:
+                await asyncio.wait_for(stop.wait(), CHECK_EVERY_S)
+            except TimeoutError:
+                pass

@@ -1,0 +1,95 @@
+"""The tables one pipeline writes, as the worker sees them: per table its config, record buffer,
+committer, the table as last loaded, and *floors*, the offsets it is known to hold (it takes no
+record below them: rule 2, table by table)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+
+from frazil.config import Config, TableConfig
+from frazil.iceberg import catalog as iceberg_catalog
+from frazil.iceberg.committer import Committer
+from frazil.iceberg.offsets import TopicPartition, merge_progress
+from frazil.ingest.buffer import RecordBuffer
+from frazil.ingest.positions import resume_at
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Target:
+    cfg: TableConfig
+    committer: Committer
+    buffer: RecordBuffer
+    table: Table                                   # as last loaded
+    floors: dict[TopicPartition, int] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.cfg.name
+
+    def load(self) -> Table:
+        """The table now (blocking); while the catalog cannot be reached, the last one loaded
+        (files are written against its schema and spec, and the coordinator's commit checks them)."""
+        try:
+            self.table = self.committer.load()
+        except Exception as exc:  # noqa: BLE001 - catalog unreachable
+            log.warning("cannot load %s (%s: %s); writing against the table as last loaded", self.name,
+                        type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else "")
+        return self.table
+
+
+class Targets:
+    """Every table of the pipeline, by name, in config order."""
+
+    def __init__(self, cfg: Config, catalog: Catalog, tables: Mapping[str, Table]) -> None:
+        """``tables``: each configured table as ``ensure_table`` left it. With one table its buffer
+        has the memory budget as a hard cap; with several, the pipeline checks their sum before
+        each append (a fan-out must land in every table's buffer or in none)."""
+        one = len(cfg.tables) == 1
+        self._by_name = {
+            t.name: Target(t, Committer(catalog, t.name, cfg.pipeline, max_attempts=cfg.max_commit_attempts),
+                           RecordBuffer(iceberg_catalog.arrow_schema(tables[t.name]), metadata_columns=t.metadata_columns,
+                                        max_bytes=cfg.memory_budget_bytes if one else None),
+                           tables[t.name])
+            for t in cfg.tables}
+        self.pipeline = cfg.pipeline
+
+    def __getitem__(self, name: str) -> Target:
+        return self._by_name[name]
+
+    def __iter__(self) -> Iterator[Target]:
+        return iter(self._by_name.values())
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    @property
+    def bytes(self) -> int:
+        return sum(t.buffer.bytes for t in self)
+
+    @property
+    def rows(self) -> int:
+        return sum(t.buffer.rows for t in self)
+
+    def clear(self) -> None:
+        for target in self:
+            target.buffer.clear()
+
+    def read_positions(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Blocking. Read every table's offsets and watermark; set each table's floors; return
+        where each of ``tps`` is read from (rule 2; partitions no table knows are left out)."""
+        tps = set(tps)
+        stored: dict[str, dict[TopicPartition, int]] = {}
+        marks = []
+        for target in self:
+            offsets, progress = target.committer.stored()
+            stored[target.name] = offsets
+            marks.append(progress)
+            target.floors = {tp: o for tp, o in offsets.items() if tp in tps}
+        return resume_at(tps, stored, merge_progress(*marks))
