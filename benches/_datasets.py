@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from frazil.demo import COUNTRIES
 from frazil.demo import CLICKSTREAM_COLUMNS, sample_events
 
 # (name, frazil type, required)
@@ -92,6 +93,9 @@ class Workload:
     name: str
     dataset: Dataset
     partition_by: tuple[str, ...] = ()  # frazil's spelling, e.g. "day(event_time)"
+    # (field, values): one table per value, taking the records whose field holds it (frazil's
+    # [[tables]] routing; the peers have no routing and do not run these workloads)
+    routes: tuple[str, tuple[str, ...]] | None = None
 
     def day_columns(self) -> list[str]:
         """The columns partitioned by day, for the peers' own table set-up (the only transform
@@ -111,4 +115,5 @@ WORKLOADS = {w.name: w for w in (
     Workload("clickstream", CLICKSTREAM),
     Workload("clickstream-by-day", CLICKSTREAM, ("day(event_time)",)),
     Workload("wide", WIDE),
+    Workload("clickstream-routed", CLICKSTREAM, routes=("country", tuple(COUNTRIES))),
 )}

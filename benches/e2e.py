@@ -69,11 +69,19 @@ topics = ["{topic}"]
 [catalog]
 name = "{catalog}"
 properties = {{ uri = "{uri}", warehouse = "{warehouse}" }}
-[table]
+{tables}
+"""
+TABLE = """[{section}]
 name = "{table}"
 partition_by = {partition_by}
-{columns}
+{route}{columns}
 """
+
+
+def routed_tables(base: str, workload: _datasets.Workload) -> list[tuple[str, str]]:
+    """(table, route value) per table of a routed workload."""
+    assert workload.routes is not None
+    return [(f"{base}_{value.lower()}", value) for value in workload.routes[1]]
 
 
 class Bench:
@@ -99,7 +107,8 @@ class Bench:
                 "partition_by": list(workload.partition_by), "day_partitions": workload.day_columns(),
                 "spark_ddl": workload.dataset.spark_ddl(),
                 "arrow_schema": base64.b64encode(workload.dataset.arrow_schema().serialize().to_pybytes()).decode(),
-                "checkpoint": str(self.workdir / "checkpoints" / name), "workdir": str(self.workdir)}
+                "checkpoint": str(self.workdir / "checkpoints" / name), "workdir": str(self.workdir),
+                "tables": [t for t, _ in routed_tables(f"bench.{name}", workload)] if workload.routes else None}
 
     def write_job(self, job: dict[str, Any]) -> Path:
         path = self.workdir / f"{job['name']}.json"
@@ -116,10 +125,16 @@ class Bench:
         system = job["system"]
         if system == "frazil":
             config = self.workdir / f"{job['name']}.toml"
+            common = {"partition_by": json.dumps(job["partition_by"]), "columns": workload.dataset.columns_toml()}
+            if workload.routes is None:
+                tables = TABLE.format(section="table", table=job["table"], route="", **common)
+            else:
+                tables = "".join(TABLE.format(section="[tables]", table=table,
+                                              route=f'route_field = "{workload.routes[0]}"\nroute = "{value}"\n', **common)
+                                 for table, value in routed_tables(job["table"], workload))
             config.write_text(FRAZIL_CONFIG.format(
                 name=job["name"], interval=self.interval, bootstrap=self.bootstrap, topic=job["topic"],
-                catalog=CATALOG, uri=self.props["uri"], warehouse=self.props["warehouse"], table=job["table"],
-                partition_by=json.dumps(job["partition_by"]), columns=workload.dataset.columns_toml()))
+                catalog=CATALOG, uri=self.props["uri"], warehouse=self.props["warehouse"], tables=tables))
             return [sys.executable, "-m", "frazil.cli", "run", "--config", str(config)]
         script = {"spark-ss": "spark_ss.py", "plain-python": "plain_python.py", "kafka-connect": "kafka_connect.py"}[system]
         return [sys.executable, str(HERE / "e2e_systems" / script), "--job", str(path)]
@@ -132,7 +147,9 @@ class Bench:
         log.close()
         return proc, started
 
-    def total_records(self, table: str) -> int:
+    def total_records(self, table: str | list[str]) -> int:
+        if isinstance(table, list):
+            return sum(self.total_records(t) for t in table)
         try:
             snapshot = self.catalog.load_table(table).current_snapshot()
         except Exception:  # noqa: BLE001 - not created yet, or the catalog is busy for a moment
@@ -146,7 +163,7 @@ class Bench:
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"{job['system']} exited with {proc.returncode}; see {self.workdir / job['name']}.log")
-            landed = self.total_records(job["table"])
+            landed = self.total_records(job.get("tables") or job["table"])
             now = time.time()
             if landed >= expect:
                 return now
@@ -172,14 +189,15 @@ class Bench:
         except ProcessLookupError:
             pass
 
-    def verify(self, table_name: str, ends: dict[Any, int]) -> dict[str, Any]:
-        """Read the table back: every (partition, offset) below the log end, exactly once."""
-        table = self.catalog.load_table(table_name)
-        got = table.scan(selected_fields=("_kafka_partition", "_kafka_offset")).to_arrow()
+    def verify(self, table_name: str | list[str], ends: dict[Any, int]) -> dict[str, Any]:
+        """Read the table (or every table of a routed workload, together) back: every (partition,
+        offset) below the log end, exactly once."""
+        tables = [self.catalog.load_table(t) for t in (table_name if isinstance(table_name, list) else [table_name])]
+        got = pa.concat_tables(t.scan(selected_fields=("_kafka_partition", "_kafka_offset")).to_arrow() for t in tables)
         key = pc.add(pc.multiply(pc.cast(got.column("_kafka_partition"), pa.int64()), 1 << 40), got.column("_kafka_offset"))
         distinct = pc.count_distinct(key).as_py()
         expect = sum(ends.values())
-        snapshots = sum(1 for _ in table.snapshots())
+        snapshots = sum(1 for t in tables for _ in t.snapshots())
         return {"rows": got.num_rows, "distinct_offsets": distinct, "snapshots": snapshots,
                 "exactly_once": got.num_rows == distinct == expect}
 
@@ -202,7 +220,7 @@ class Bench:
             spy.wait(timeout=60)
             profile = {"profile": _profile.summarise(self.workdir / f"{job['name']}.profile")}
         seconds = landed_at - started
-        check = self.verify(job["table"], ends)
+        check = self.verify(job.get("tables") or job["table"], ends)
         if not check["exactly_once"]:
             raise RuntimeError(f"{system} on {workload.name}: not exactly once: {check}")
         return {"system": system, "workload": workload.name, **rates(records, nbytes, seconds),
@@ -322,6 +340,13 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         else:
             out.append({"workload": r["workload"], "versus": r["system"],
                         "frazil_over": round(f["records_per_s"] / r["records_per_s"], 2)})
+    # routing's cost: frazil into several tables over frazil into one, on the same records
+    for name, workload in _datasets.WORKLOADS.items():
+        one = next((k for k, w in _datasets.WORKLOADS.items() if w.dataset is workload.dataset and not w.routes
+                    and not w.partition_by), None)
+        if workload.routes and name in frazil and one in frazil:
+            out.append({"workload": name, "versus": f"frazil {one} (one table)",
+                        "frazil_over": round(frazil[name]["records_per_s"] / frazil[one]["records_per_s"], 2)})
     return out
 
 
@@ -360,6 +385,8 @@ def main() -> int:
             topic, ends, nbytes = topics[dataset.name]
             print(f"workload {name}: {sum(ends.values()):,} records, {nbytes / 1e6:,.0f} MB", flush=True)
             for system in args.systems:
+                if workload.routes and system != "frazil":
+                    continue  # routing into several tables is frazil's alone here
                 if system in CEILINGS:
                     if workload.partition_by:
                         continue  # the same bytes as the unpartitioned workload

@@ -30,7 +30,6 @@ def _run(args: argparse.Namespace) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     cfg = config_mod.load(args.config)
-    config_mod.check_runnable(cfg)
     print(f"{args.config}: ok")
     print(f"  pipeline   {cfg.pipeline} (commit every {cfg.commit_interval_s:g}s, "
           f"at most {cfg.max_buffer_records} buffered records)")
@@ -56,18 +55,26 @@ def _check(args: argparse.Namespace) -> int:
 def _offsets(args: argparse.Namespace) -> int:
     from frazil.iceberg import catalog as iceberg_catalog
     from frazil.iceberg import offsets
-    from frazil.status import end_offsets
+    from frazil.status import end_offsets, source_topics
 
     cfg = config_mod.load(args.config)
     logs.setup("WARNING")
-    table = iceberg_catalog.load(cfg.catalog).load_table(cfg.table.name)
-    stored = offsets.stored_offsets(table.properties, cfg.pipeline)
-    ends = asyncio.run(end_offsets(cfg.kafka.bootstrap_servers, cfg.kafka.topics))
-    print(f"{'topic':<24}{'partition':>10}{'table offset':>14}{'end offset':>12}{'lag':>10}")
-    for tp in sorted(set(stored) | set(ends)):
-        have, end = stored.get(tp), ends.get(tp)
-        lag = "" if end is None else str(end - (have or 0))
-        print(f"{tp[0]:<24}{tp[1]:>10}{'-' if have is None else have:>14}{'-' if end is None else end:>12}{lag:>10}")
+    catalog = iceberg_catalog.load(cfg.catalog)
+    ends = asyncio.run(end_offsets(cfg.kafka.bootstrap_servers, asyncio.run(source_topics(cfg.kafka))))
+    marks: list[dict[tuple[str, int], int]] = []
+    for table_cfg in cfg.tables:
+        properties = catalog.load_table(table_cfg.name).properties
+        stored = offsets.stored_offsets(properties, cfg.pipeline)
+        marks.append(offsets.stored_progress(properties, cfg.pipeline))
+        print(f"{table_cfg.name}\n{'topic':<24}{'partition':>10}{'table offset':>14}{'end offset':>12}{'lag':>10}")
+        for tp in sorted(set(stored) | set(ends)):
+            have, end = stored.get(tp), ends.get(tp)
+            lag = "" if end is None else str(end - (have or 0))
+            print(f"{tp[0]:<24}{tp[1]:>10}{'-' if have is None else have:>14}{'-' if end is None else end:>12}{lag:>10}")
+    mark = offsets.merge_progress(*marks)
+    if mark:
+        print("pipeline watermark (every record below it is in every table that takes it): "
+              + ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(mark.items())))
     return 0
 
 
@@ -161,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("check-config", help="validate a config file and print what it says")
     _config_arg(p)
     p.set_defaults(func=_check)
-    p = sub.add_parser("offsets", help="the table's stored offsets against the topics' end offsets")
+    p = sub.add_parser("offsets", help="each table's stored offsets against the topics' end offsets, and the pipeline's watermark")
     _config_arg(p)
     p.set_defaults(func=_offsets)
     p = sub.add_parser("txlog", help="print a transaction log: checkpoint, state and last records (read-only)")

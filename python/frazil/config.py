@@ -6,6 +6,7 @@ every key; keep the two in step.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -41,6 +42,14 @@ class KafkaConfig:
     heartbeat_interval_ms: int = 3_000
     client_id: str = "frazil"
     topic_pattern: str = ""            # a regex: every topic it fully matches, also ones created later
+    metadata_max_age_ms: int = 30_000  # how often topic metadata is refreshed: new matching topics within this
+    exclude_topics: tuple[str, ...] = ()   # never consumed, even when the pattern matches (the control topic)
+
+    def takes(self, topic: str) -> bool:
+        """Whether ``topic`` is one of the pipeline's source topics."""
+        if topic in self.exclude_topics:
+            return False
+        return topic in self.topics if not self.topic_pattern else re.fullmatch(self.topic_pattern, topic) is not None
 
 
 @dataclass(frozen=True)
@@ -398,6 +407,7 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
         heartbeat_interval_ms=k.positive("heartbeat_interval_ms", int, 3_000),
         client_id=k.get("client_id", str, f"frazil-{pipeline}"),
         topic_pattern=topic_pattern,
+        metadata_max_age_ms=k.positive("metadata_max_age_ms", int, 30_000),
     )
     k.finish()
 
@@ -428,6 +438,10 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
         raise ConfigError(f"coordination.control_topic {control_topic!r} is not a valid topic name")
     coordination = CoordinationConfig(mode, control_topic, co.positive("commit_timeout_s", float, 30.0))
     co.finish()
+    kafka = dataclasses.replace(kafka, exclude_topics=(control_topic,))
+    if control_topic in kafka.topics:
+        raise ConfigError(f"kafka.topics lists {control_topic!r}, the pipeline's control topic; it carries frazil's "
+                          "own commit events, not records")
     spark = _spark(top.section("spark", required=False))
     maintenance = _maintenance(top.section("maintenance", required=False), outage_timeout_s, commit_interval_s)
 
@@ -443,14 +457,6 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
                   memory_budget_mb * 1024 * 1024, outage_timeout_s, txlog_dir, txlog_fsync, kafka,
                   CatalogConfig(catalog_name, props), tables, on_bad_record, metrics, log_level, log_format, spark,
                   maintenance, coordination, source)
-
-
-def check_runnable(cfg: Config) -> None:
-    """What this build parses and checks but cannot run yet (the multi-table sink lands in steps):
-    refused loudly at start rather than run differently from what the config says."""
-    if cfg.kafka.topic_pattern:
-        raise ConfigError("this frazil build checks but does not run kafka.topic_pattern yet; list the topics in "
-                          "kafka.topics (docs/configuration.md, Tables and routing)")
 
 
 def load(path: Path | str) -> Config:

@@ -17,7 +17,6 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
 from frazil import faults
-from frazil import config as config_mod
 from frazil.config import Config
 from frazil.errors import CommitOutcomeUnknown, ConfigError
 from frazil.iceberg import catalog as iceberg_catalog
@@ -69,7 +68,6 @@ async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartiti
     One commit path in both modes: the worker role (in the pipeline) answers the coordinator role
     over a channel, in process in single mode, on the control topic in distributed mode. The
     process's transaction log is settled first, before anything is read from Kafka."""
-    config_mod.check_runnable(cfg)
     check_spark(cfg)
     catalog = await asyncio.to_thread(iceberg_catalog.load, cfg.catalog)
     tables = {t.name: await asyncio.to_thread(iceberg_catalog.ensure_table, catalog, t,
@@ -151,9 +149,10 @@ def backfill(cfg: Config, *, batch_rows: int, memory_mb: int) -> Stats:
     """Land everything the topics hold now (from the table's offsets to the current end offsets)
     in big flushes written by Spark, through the same exactly-once path as ``run``, then stop.
     Stop ``frazil run`` for the pipeline first: both would share its consumer group."""
-    if len(cfg.tables) > 1 or cfg.table.routed:
-        raise ConfigError("frazil backfill lands one table that takes every record; with several tables or routing, "
-                          "run `frazil run` (it lands the backlog the same way, in process)")
+    if len(cfg.tables) > 1 or cfg.table.routed or cfg.kafka.topic_pattern:
+        raise ConfigError("frazil backfill lands one table that takes every record of a kafka.topics list; with "
+                          "several tables, routing or a topic_pattern, run `frazil run` (it lands the backlog the "
+                          "same way, in process)")
     cfg = dataclasses.replace(
         cfg, max_buffer_records=batch_rows, memory_budget_bytes=memory_mb * 1024 * 1024,
         commit_interval_s=max(cfg.commit_interval_s, 600.0),   # flush on size, not time

@@ -67,7 +67,7 @@ partition_by = ["day(event_time)"]
 {columns}"""
 
 _TYPES = ["page_view"] * 12 + ["click"] * 6 + ["add_to_cart"] * 2 + ["purchase"]
-_COUNTRIES = ["DE", "US", "FR", "BR", "IN", "JP", "NG", "GB", "NL", "ES"]
+COUNTRIES = ["DE", "US", "FR", "BR", "IN", "JP", "NG", "GB", "NL", "ES"]
 _DEVICES = ["mobile", "desktop", "tablet"]
 _REFERRERS = ["https://search.example/q?term=boots", "https://social.example/post/8812", "direct", "newsletter"]
 
@@ -87,7 +87,7 @@ def sample_events(n: int, seed: int = 7) -> list[bytes]:
             "event_type": event_type,
             "page": f"/products/{rng.randrange(1, 5000)}",
             "referrer": rng.choice(_REFERRERS),
-            "country": rng.choice(_COUNTRIES),
+            "country": rng.choice(COUNTRIES),
             "device": rng.choice(_DEVICES),
             "price": round(rng.uniform(2, 400), 2) if event_type in ("add_to_cart", "purchase") else None,
             "event_time": at.isoformat(timespec="milliseconds").replace("+00:00", "Z"),

@@ -7,6 +7,20 @@ from collections.abc import Iterable
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from frazil.config import KafkaConfig
+
+
+async def source_topics(cfg: KafkaConfig) -> list[str]:
+    """The pipeline's source topics now: the list, or every existing topic the pattern matches."""
+    if not cfg.topic_pattern:
+        return list(cfg.topics)
+    admin = AIOKafkaAdminClient(bootstrap_servers=cfg.bootstrap_servers)
+    await admin.start()
+    try:
+        return sorted(t for t in await admin.list_topics() if not t.startswith("__") and cfg.takes(t))
+    finally:
+        await admin.close()
+
 
 async def partitions(bootstrap: str, topics: Iterable[str]) -> list[tuple[str, int]]:
     """Every partition of ``topics``; a missing topic is an error naming it."""

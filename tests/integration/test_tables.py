@@ -45,7 +45,8 @@ def takes(table: tuple[str, str, str, str], topic: str, kind: str, region: str) 
     return (not topics or re.fullmatch(topics, topic) is not None) and (not field or re.fullmatch(route, value or "") is not None)
 
 
-def config(tmp_path: Path, bootstrap: str, topics: list[str], pipeline: str, extra: str = "") -> Path:
+def config(tmp_path: Path, bootstrap: str, topics: list[str] | str, pipeline: str, extra: str = "") -> Path:
+    """``topics``: a list, or a pattern (a string)."""
     tables = "\n".join(
         f'[[tables]]\nname = "{name}"\ncolumns = {COLUMNS}\n' + (f'topics = "{t}"\n' if t else "")
         + (f'route_field = "{f}"\nroute = "{r}"\n' if f else "") for name, t, f, r in TABLES)
@@ -57,7 +58,8 @@ outage_timeout_s = 300
 
 [kafka]
 bootstrap_servers = "{bootstrap}"
-topics = {json.dumps(topics)}
+{f"topic_pattern = {json.dumps(topics)}{chr(10)}metadata_max_age_ms = 1000" if isinstance(topics, str)
+   else f"topics = {json.dumps(topics)}"}
 session_timeout_ms = 2000
 heartbeat_interval_ms = 500
 
@@ -190,3 +192,29 @@ def test_killed_between_two_tables_commits_of_one_cycle_nothing_is_lost_or_doubl
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
     check_every_table(cfg, ends)
+
+
+@pytest.mark.parametrize("mode", ["single", "distributed"])
+def test_a_topic_created_mid_run_that_matches_the_pattern_is_picked_up_without_a_restart(
+        kafka: KafkaBroker, tmp_path: Path, mode: str) -> None:
+    first, later, other = f"shop-orders-pat{mode}", f"web-clicks-pat{mode}", f"shop-payments-nopat{mode}"
+    for topic in (first, other):
+        asyncio.run(support.create_topic(kafka.bootstrap, topic, 2))
+    asyncio.run(produce(kafka.bootstrap, [first, other], 0, 600))
+    extra = '[coordination]\nmode = "distributed"\ncommit_timeout_s = 5\n' if mode == "distributed" else ""
+    path = config(tmp_path, kafka.bootstrap, f"(shop|web)-.*-pat{mode}", f"pat-{mode}", extra)
+    cfg = support.load(path)
+    log = tmp_path / "frazil.log"
+    proc = run_frazil(path, log)
+    try:
+        wait_until_every_table_holds_its_records(cfg, asyncio.run(support.end_offsets(kafka.bootstrap, [first])), proc,
+                                                 log)
+        asyncio.run(support.create_topic(kafka.bootstrap, later, 2))
+        asyncio.run(produce(kafka.bootstrap, [first, later], 1000, 400))
+        ends = asyncio.run(support.end_offsets(kafka.bootstrap, [first, later]))
+        rows = wait_until_every_table_holds_its_records(cfg, ends, proc, log)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    assert rows["db.everything"] == 1000 + 400 and rows["db.orders"] == 1000, rows
+    assert other not in log.read_text(), "a topic the pattern does not match is never consumed"

@@ -132,9 +132,12 @@ def test_table_list_errors_name_the_entry(change, message: str) -> None:  # type
     assert message in str(exc.value)
 
 
-def test_what_this_build_cannot_run_yet_is_refused_loudly_at_start() -> None:
-    config.check_runnable(config.parse(MINIMAL))
-    listed = {**TWO_TABLES, "kafka": {"bootstrap_servers": "b:1", "topics": ["shop.orders"]}}
-    config.check_runnable(config.parse(listed))
-    with pytest.raises(ConfigError, match="does not run kafka.topic_pattern yet"):
-        config.check_runnable(config.parse(TWO_TABLES))
+def test_source_topics_by_list_or_pattern_never_the_control_topic() -> None:
+    listed = config.parse(MINIMAL)
+    assert listed.kafka.takes("t") and not listed.kafka.takes("u")
+    cfg = config.parse(TWO_TABLES)
+    assert cfg.kafka.takes("shop.orders") and not cfg.kafka.takes("xshop.orders") and not cfg.kafka.takes("shop")
+    everything = config.parse({**TWO_TABLES, "kafka": {"bootstrap_servers": "b:1", "topic_pattern": ".*"}})
+    assert everything.kafka.takes("any") and not everything.kafka.takes("frazil-control-p")
+    with pytest.raises(ConfigError, match="'frazil-control-p', the pipeline's control topic"):
+        config.parse(with_("kafka", topics=["t", "frazil-control-p"]))

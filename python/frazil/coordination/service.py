@@ -6,8 +6,12 @@ while this process owns the election partition; a cycle waits for every partitio
 Either way the coordinator logs its commit intents and outcomes in the process's transaction log,
 and every landed commit is observed in the metrics and handed to ``on_committed`` (maintenance).
 
-Election: the member assigned partition 0 of the first configured topic is the coordinator (the
-consumer group guarantees exactly one owner per generation). When the assignment moves, the old
+Election: the member assigned partition 0 of the first configured topic (with a topic pattern:
+of the first matching topic, by name) is the coordinator (the consumer group guarantees exactly
+one owner per generation). With a pattern the matching topics are listed again every
+``kafka.metadata_max_age_ms``, and a cycle waits for every partition of them; while two processes
+disagree about a new first topic, both may lead for a moment: the newer coordinator's producer
+fences the older one, and the catalog's compare-and-swap refuses anything it commits late. When the assignment moves, the old
 owner stops its coordinator and the new one starts, reading the control topic from the position
 the last one committed. A rebalance that leaves the partition where it was does not stop the
 coordinator (aiokafka's rebalances are eager: every member gives up everything first); until the
@@ -38,7 +42,7 @@ from frazil.coordination.coordinator import Coordinator, table_committer
 from frazil.coordination.local import LocalChannel, LocalTopic
 from frazil.iceberg.committer import CommitResult
 from frazil.metrics import Metrics
-from frazil.status import partitions
+from frazil.status import partitions, source_topics
 from frazil.txlog import Journal
 
 log = logging.getLogger(__name__)
@@ -74,17 +78,51 @@ class CoordinatorService:
         """``local`` given: single mode, coordinating over it; else distributed mode."""
         self._cfg, self._catalog, self._assignment, self._metrics = cfg, catalog, assignment, metrics
         self._journal, self._local, self._on_committed = journal, local, on_committed
-        self._election = election_partition(cfg.kafka.topics)
+        self._topics: list[str] = list(cfg.kafka.topics)          # with a pattern: listed every refresh
+        self._partitions: frozenset[TopicPartition] = frozenset()  # of the topics, for distributed cycles
+
+    @property
+    def _election(self) -> TopicPartition:
+        return election_partition(tuple(self._topics)) if self._topics else ("", -1)
 
     def _leads(self) -> bool:
         return self._local is not None or self._election in self._assignment()
+
+    async def _refresh(self, stop: asyncio.Event) -> None:
+        """Distributed mode: list the source topics and their partitions again, every
+        ``metadata_max_age_ms`` with a pattern (new topics join the cycles), once without."""
+        cfg = self._cfg.kafka
+        while not stop.is_set():
+            try:
+                topics = await source_topics(cfg)
+                self._partitions = frozenset(await partitions(cfg.bootstrap_servers, topics))
+                if topics != self._topics:
+                    log.info("coordinator: source topics now %s", ", ".join(topics) or "none")
+                self._topics = topics
+            except (KafkaError, OSError, LookupError) as exc:
+                if not self._partitions:
+                    raise
+                log.warning("coordinator: cannot list the source topics (%s: %s); keeping the last list",
+                            type(exc).__name__, exc)
+            if not cfg.topic_pattern:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), cfg.metadata_max_age_ms / 1000)
 
     async def run(self, stop: asyncio.Event) -> None:
         task: asyncio.Task[None] | None = None
         not_before = 0.0
         loop = asyncio.get_running_loop()
+        refresh = None
+        if self._local is None and self._cfg.kafka.topic_pattern:
+            refresh = asyncio.create_task(self._refresh(stop))
+        elif self._local is None:
+            await self._refresh(stop)   # once: the listed topics' partitions
         try:
             while not stop.is_set():
+                if refresh is not None and refresh.done():
+                    refresh.result()   # listing failed before any list was known: loud
+                    refresh = None
                 leader = self._leads()
                 if leader and task is None and loop.time() >= not_before:
                     if self._local is not None:
@@ -109,6 +147,8 @@ class CoordinatorService:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), 0.2)
         finally:
+            if refresh is not None:
+                refresh.cancel()
             if task is not None:
                 await _end(task)
 
@@ -126,9 +166,8 @@ class CoordinatorService:
         await channel.start()
         try:
             # single mode: the partitions this process owns (a cycle never waits for another process)
-            source: frozenset[TopicPartition] | Callable[[], frozenset[TopicPartition]] = (
-                (lambda: frozenset(self._assignment())) if self._local is not None
-                else frozenset(await partitions(cfg.kafka.bootstrap_servers, cfg.kafka.topics)))
+            source: Callable[[], frozenset[TopicPartition]] = (
+                (lambda: frozenset(self._assignment())) if self._local is not None else (lambda: self._partitions))
             coordinator = Coordinator(channel, cfg.pipeline, source,
                                       table_committer(self._catalog, cfg.pipeline, max_attempts=cfg.max_commit_attempts,
                                                       journal=self._journal),

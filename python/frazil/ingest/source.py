@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable, Mapping
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
@@ -51,6 +52,7 @@ class KafkaSource:
             session_timeout_ms=cfg.session_timeout_ms,
             heartbeat_interval_ms=cfg.heartbeat_interval_ms,
             max_partition_fetch_bytes=4 * 1024 * 1024,
+            metadata_max_age_ms=cfg.metadata_max_age_ms,   # how soon a new topic matching topic_pattern is seen
         )
         self.assignment: set[TP] = set()
         self.rebalancing = False   # between a revocation and the next assignment
@@ -63,9 +65,16 @@ class KafkaSource:
 
     async def start(self) -> None:
         await self._consumer.start()
-        self._consumer.subscribe(list(self._cfg.topics), listener=_Listener(self))
-        log.info("consuming %s as group %s from %s", ", ".join(self._cfg.topics), self._cfg.group_id,
-                 self._cfg.bootstrap_servers)
+        cfg = self._cfg
+        if cfg.topic_pattern:
+            # aiokafka matches from the start only: anchor the end, and never take an excluded topic
+            excluded = "".join(f"(?!{re.escape(t)}\\Z)" for t in cfg.exclude_topics)
+            self._consumer.subscribe(pattern=f"{excluded}(?:{cfg.topic_pattern})\\Z", listener=_Listener(self))
+            log.info("consuming every topic matching %r (new ones within %d ms) as group %s from %s",
+                     cfg.topic_pattern, cfg.metadata_max_age_ms, cfg.group_id, cfg.bootstrap_servers)
+            return
+        self._consumer.subscribe(list(cfg.topics), listener=_Listener(self))
+        log.info("consuming %s as group %s from %s", ", ".join(cfg.topics), cfg.group_id, cfg.bootstrap_servers)
 
     async def stop(self) -> None:
         await self._consumer.stop()
