@@ -140,3 +140,16 @@ def test_the_pipeline_watermark_is_kept_with_the_offsets_and_never_moves_back(se
     assert stored == {TP: 20} and progress == {TP: 10, other: 40}
     summary = catalog.load_table(cfg.table.name).current_snapshot().summary.additional_properties
     assert offsets.decode(summary[offsets.progress_key(cfg.pipeline)]) == {TP: 10, other: 40}
+
+
+def test_an_existing_table_whose_column_types_disagree_with_the_config_is_a_startup_error(setup) -> None:
+    import dataclasses
+
+    from frazil.errors import ConfigError
+
+    catalog, cfg = setup
+    columns = tuple(dataclasses.replace(c, type="long") if c.name == "amount" else c for c in cfg.table.columns)
+    with pytest.raises(ConfigError, match=r"db.events: column types disagree: amount is double in the table but long "
+                                          r"in the config"):
+        iceberg_catalog.ensure_table(catalog, dataclasses.replace(cfg.table, columns=columns))
+    iceberg_catalog.ensure_table(catalog, cfg.table)   # agreeing: fine

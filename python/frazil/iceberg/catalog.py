@@ -172,6 +172,12 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
                if c not in {f.name for f in table.schema().fields}]
     if missing:
         raise ConfigError(f"table {cfg.name} has no column(s) {', '.join(missing)}; add them to the table or drop them from the config")
+    fields = {f.name: f for f in table.schema().fields}
+    differ = [f"{c.name} is {fields[c.name].field_type} in the table but {c.type} in the config" for c in cfg.columns
+              if fields[c.name].field_type != _iceberg_type(c.type)]
+    if differ:
+        raise ConfigError(f"table {cfg.name}: column types disagree: {'; '.join(differ)}. Make the config say what the "
+                          "table holds (frazil never changes a value's type silently)")
     wanted = {**REQUIRED_PROPERTIES, **(properties or {})}
     for attempt in range(5):  # processes starting together race here; the loser re-reads
         wrong = {k: v for k, v in wanted.items() if table.properties.get(k) != v}
