@@ -76,6 +76,61 @@ class TableConfig:
         return bool(self.topics or self.route_field)
 
 
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+
+
+@dataclass(frozen=True)
+class DynamicConfig:
+    """Dynamic routing: each record goes to the table its ``table`` template names (placeholders
+    ``{topic}`` and ``{dotted.path}`` into the value, each value normalised to an identifier),
+    created on first use when ``create`` is on, with ``columns`` or a schema inferred from the
+    first records."""
+
+    table: str
+    topics: str = ""                    # regex on the topic; "" : every topic
+    create: bool = True
+    columns: tuple[Column, ...] = ()    # () : inferred from the records
+    partition_by: tuple[str, ...] = ()
+    metadata_columns: bool = True
+    maps: tuple[str, ...] = ()          # dotted paths of objects inferred as map<string, V>
+
+    @property
+    def placeholders(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(_PLACEHOLDER.findall(self.table)))
+
+    @property
+    def fields(self) -> tuple[tuple[str, ...], ...]:
+        """The value paths the template reads (``topic`` is the record's topic, not a field)."""
+        return tuple(tuple(p.split(".")) for p in self.placeholders if p != "topic")
+
+    def name(self, values: dict[str, str]) -> str:
+        """The table for a record whose placeholders hold ``values`` (normalised here); a name part
+        that would start with a digit starts with ``_``."""
+        name = _PLACEHOLDER.sub(lambda m: normalise(values[m.group(1)]), self.table)
+        return ".".join(f"_{part}" if part[:1].isdigit() else part for part in name.split("."))
+
+    def matches(self, name: str) -> bool:
+        """Whether a table named ``name`` could have come from this template."""
+        parts = re.split(r"(\{[^{}]*\})", self.table)
+        pattern = "".join("[a-z0-9_]+" if p.startswith("{") else re.escape(p) for p in parts)
+        return re.fullmatch(pattern, name) is not None
+
+    @property
+    def namespace(self) -> str | None:
+        """The template's namespace when it has no placeholder (where its tables are listed)."""
+        namespace = self.table.rsplit(".", 1)[0]
+        return None if "{" in namespace else namespace
+
+    def table_config(self, name: str) -> TableConfig:
+        return TableConfig(name, self.columns, self.create, self.metadata_columns, self.partition_by)
+
+
+def normalise(value: str) -> str:
+    """A placeholder's value as part of an identifier: lower case, anything but letters, digits
+    and ``_`` as ``_``. ``"Orders.EU-1"`` gives ``orders_eu_1``."""
+    return re.sub(r"[^a-z0-9_]", "_", value.lower())
+
+
 @dataclass(frozen=True)
 class MetricsConfig:
     port: int = 0              # 0: no HTTP endpoint
@@ -131,10 +186,14 @@ class Config:
     maintenance: MaintenanceConfig = MaintenanceConfig()
     coordination: CoordinationConfig = CoordinationConfig()
     source: Path | None = field(default=None, compare=False)
+    dynamic: DynamicConfig | None = None
 
     @property
     def table(self) -> TableConfig:
         """The first table: the one table of a ``[table]`` config (commands that act on one table)."""
+        if not self.tables:
+            raise ConfigError("this needs a table named in the config ([table] or [[tables]]); this pipeline's "
+                              "tables are all named by its records ([dynamic])")
         return self.tables[0]
 
     def table_named(self, name: str) -> TableConfig:
@@ -289,11 +348,42 @@ def _table(s: _Section) -> TableConfig:
     return table
 
 
+def _dynamic(s: _Section) -> DynamicConfig:
+    template = s.get("table", str, hint='a template like "raw.{topic}" or "events.{meta.kind}"').strip()
+    probe = _PLACEHOLDER.sub("x", template)
+    if (not _PLACEHOLDER.search(template) or probe.count(".") < 1 or "{" in probe or "}" in probe
+            or not all(_NAME.match(part) for part in probe.split("."))
+            or any(not p or not all(p.split(".")) for p in _PLACEHOLDER.findall(template))):
+        raise ConfigError(f"{s.key('table')} {template!r} must be a \"namespace.table\" template with at least one "
+                          "placeholder: {topic} or a dotted path into the value, e.g. \"raw.{topic}\"")
+    columns = _columns(s.get("columns", list), s.key("columns")) if "columns" in s.data else ()
+    s.used.add("columns")
+    maps = s.get("maps", list, [])
+    if not all(isinstance(m, str) and m and all(m.split(".")) for m in maps):
+        raise ConfigError(f"{s.key('maps')} must be dotted paths of objects to infer as maps, e.g. [\"attributes\"]")
+    partition_by = s.get("partition_by", list, [])
+    dynamic = DynamicConfig(
+        table=template, topics=_regex(s, "topics", '"raw\\..*"'), create=s.get("create", bool, True), columns=columns,
+        partition_by=_partition_by(partition_by, s.key("partition_by"), columns) if columns else
+        tuple(p.strip() for p in partition_by if isinstance(p, str)),
+        metadata_columns=s.get("metadata_columns", bool, True), maps=tuple(maps))
+    if len(dynamic.partition_by) != len(partition_by):
+        raise ConfigError(f"{s.key('partition_by')} must be a list of partition transforms")
+    s.finish()
+    return dynamic
+
+
 def _tables(top: _Section) -> tuple[TableConfig, ...]:
-    """``[table]`` (one table, every record) or ``[[tables]]`` (several, each with its routing)."""
-    if ("table" in top.data) == ("tables" in top.data):
+    """``[table]`` (one table, every record) or ``[[tables]]`` (several, each with its routing);
+    none when ``[dynamic]`` names every table."""
+    if "table" in top.data and "tables" in top.data:
         raise ConfigError("give the target as [table] (one table) or as [[tables]] (several, with routing), "
-                          "exactly one of the two")
+                          "not both")
+    if "table" not in top.data and "tables" not in top.data:
+        if "dynamic" in top.data:
+            return ()
+        raise ConfigError("missing section [table]: give the target as [table] (one table), [[tables]] (several, "
+                          "with routing) or [dynamic] (tables named by the records)")
     if "table" in top.data:
         return (_table(top.section("table")),)
     raw = top.get("tables", list)
@@ -446,6 +536,7 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
     maintenance = _maintenance(top.section("maintenance", required=False), outage_timeout_s, commit_interval_s)
 
     tables = _tables(top)
+    dynamic = _dynamic(top.section("dynamic")) if "dynamic" in top.data else None
     top.finish()
     for table in tables:
         known = {c.name for c in table.columns} | (set(META_COLUMNS) if table.metadata_columns else set())
@@ -456,7 +547,7 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
     return Config(pipeline, commit_interval_s, max_buffer_records, max_commit_attempts,
                   memory_budget_mb * 1024 * 1024, outage_timeout_s, txlog_dir, txlog_fsync, kafka,
                   CatalogConfig(catalog_name, props), tables, on_bad_record, metrics, log_level, log_format, spark,
-                  maintenance, coordination, source)
+                  maintenance, coordination, source, dynamic)
 
 
 def load(path: Path | str) -> Config:

@@ -73,6 +73,16 @@ async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartiti
     tables = {t.name: await asyncio.to_thread(iceberg_catalog.ensure_table, catalog, t,
                                               iceberg_catalog.maintenance_properties(cfg.maintenance))
               for t in cfg.tables}
+    if cfg.dynamic is not None:   # tables earlier runs created from the records: their offsets and watermark count
+        found = await asyncio.to_thread(iceberg_catalog.dynamic_tables, catalog, cfg.dynamic)
+        for name in found:
+            if name not in tables:
+                tables[name] = await asyncio.to_thread(
+                    iceberg_catalog.ensure_table, catalog, cfg.dynamic.table_config(name),
+                    iceberg_catalog.maintenance_properties(cfg.maintenance))
+        if found:
+            log.info("%d table(s) named by the records already exist: %s", len(found), ", ".join(found[:10])
+                     + (", ..." if len(found) > 10 else ""))
     journal = await asyncio.to_thread(
         open_and_settle, cfg.txlog_dir, JournalPolicy(fsync=cfg.txlog_fsync),
         lambda name: Committer(catalog, name, cfg.pipeline, max_attempts=cfg.max_commit_attempts))
@@ -90,9 +100,13 @@ async def _serve(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], jou
     channel = worker_channel(cfg, local)
     await channel.start()
     pipeline = Pipeline(cfg, catalog, tables, bulk=bulk, channel=channel, journal=journal, drain_on_stop=not distributed)
-    maintainer = (Maintainers({t.name: Maintainer.for_table(catalog, t.name, cfg.maintenance, spark_session.for_config(cfg),
-                                                            cfg.catalog.name, pipeline.metrics) for t in cfg.tables})
-                  if cfg.maintenance.enabled else None)
+    def maintainer_for(name: str) -> Maintainer:
+        return Maintainer.for_table(catalog, name, cfg.maintenance, spark_session.for_config(cfg), cfg.catalog.name,
+                                    pipeline.metrics)
+
+    maintainer = Maintainers({name: maintainer_for(name) for name in tables}) if cfg.maintenance.enabled else None
+    if maintainer is not None:
+        pipeline.on_new_table = lambda name: maintainer.add(name, maintainer_for(name))
     coordinator_stop = asyncio.Event()   # set once the worker has drained: single mode drains through it
     coordination = asyncio.create_task(CoordinatorService(
         cfg, catalog, pipeline.assignment, pipeline.metrics, journal=journal, local=local,
@@ -149,9 +163,9 @@ def backfill(cfg: Config, *, batch_rows: int, memory_mb: int) -> Stats:
     """Land everything the topics hold now (from the table's offsets to the current end offsets)
     in big flushes written by Spark, through the same exactly-once path as ``run``, then stop.
     Stop ``frazil run`` for the pipeline first: both would share its consumer group."""
-    if len(cfg.tables) > 1 or cfg.table.routed or cfg.kafka.topic_pattern:
+    if len(cfg.tables) != 1 or cfg.table.routed or cfg.kafka.topic_pattern or cfg.dynamic is not None:
         raise ConfigError("frazil backfill lands one table that takes every record of a kafka.topics list; with "
-                          "several tables, routing or a topic_pattern, run `frazil run` (it lands the backlog the "
+                          "several tables, routing, [dynamic] or a topic_pattern, run `frazil run` (it lands the backlog the "
                           "same way, in process)")
     cfg = dataclasses.replace(
         cfg, max_buffer_records=batch_rows, memory_budget_bytes=memory_mb * 1024 * 1024,
@@ -218,7 +232,8 @@ def run(cfg: Config) -> Stats:
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal, sig)
-        log.info("frazil pipeline %s -> %s, commit every %.1fs (pid %d)", cfg.pipeline, cfg.table.name,
+        log.info("frazil pipeline %s -> %s, commit every %.1fs (pid %d)", cfg.pipeline,
+                 ", ".join([*(t.name for t in cfg.tables), *([cfg.dynamic.table] if cfg.dynamic else [])]),
                  cfg.commit_interval_s, os.getpid())
         if faults.armed():
             log.warning("FRAZIL_FAULTS is set (%s): this process is under a fault-injection test%s", faults.armed(),

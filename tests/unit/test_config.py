@@ -118,7 +118,7 @@ def test_several_tables_with_routing() -> None:
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    (lambda d: d.update(table=MINIMAL["table"]), "exactly one of the two"),
+    (lambda d: d.update(table=MINIMAL["table"]), "not both"),
     (lambda d: d.update(tables=[]), "at least one table"),
     (lambda d: d["tables"].append(dict(d["tables"][0])), "'ns.orders' appears more than once"),
     (lambda d: d["tables"][1].update(colour="red"), "unknown key(s) colour in [tables[1]]"),
@@ -141,3 +141,25 @@ def test_source_topics_by_list_or_pattern_never_the_control_topic() -> None:
     assert everything.kafka.takes("any") and not everything.kafka.takes("frazil-control-p")
     with pytest.raises(ConfigError, match="'frazil-control-p', the pipeline's control topic"):
         config.parse(with_("kafka", topics=["t", "frazil-control-p"]))
+
+
+def test_dynamic_tables_named_by_a_template_over_topic_and_fields() -> None:
+    data = {k: v for k, v in MINIMAL.items() if k != "table"}
+    cfg = config.parse({**data, "dynamic": {"table": "raw.{topic}_{meta.kind}", "maps": ["attrs"],
+                                            "partition_by": ["day(at)"]}})
+    dyn = cfg.dynamic
+    assert dyn is not None and cfg.tables == () and dyn.create and dyn.columns == ()
+    assert dyn.placeholders == ("topic", "meta.kind") and dyn.fields == (("meta", "kind"),)
+    assert dyn.name({"topic": "Shop.Orders-EU", "meta.kind": "9x"}) == "raw.shop_orders_eu_9x"
+    assert config.parse({**data, "dynamic": {"table": "raw.{topic}"}}).dynamic.name({"topic": "7up"}) == "raw._7up"
+    assert dyn.partition_by == ("day(at)",) and dyn.maps == ("attrs",)
+    with pytest.raises(ConfigError, match="needs a table named in the config"):
+        _ = cfg.table
+    for bad in ("raw.events", "{topic}", "raw.{}", "raw.{a..b}", "r aw.{topic}"):
+        with pytest.raises(ConfigError, match="must be a \"namespace.table\" template"):
+            config.parse({**data, "dynamic": {"table": bad}})
+    with pytest.raises(ConfigError, match="dynamic.partition_by entry 'day\\(s\\)': day\\(\\) does not apply"):
+        config.parse({**data, "dynamic": {"table": "raw.{topic}", "columns": [{"name": "s", "type": "string"}],
+                                          "partition_by": ["day(s)"]}})
+    with pytest.raises(ConfigError, match="missing section \\[table\\]"):
+        config.parse(data)

@@ -17,14 +17,14 @@ def values(*records: dict) -> list[bytes]:
 
 def test_one_table_without_rules_takes_everything_without_reading_values() -> None:
     router = Router(tables({"name": "ns.all"}))
-    assert router.groups("any", [b"not even json"]) == [(("ns.all",), None)]
+    assert router.groups("any", [b"not even json"]) == [(("ns.all",), None, None)]
 
 
 def test_topics_by_full_regex_match() -> None:
     router = Router(tables({"name": "ns.orders", "topics": r"shop\.orders(\..*)?"}, {"name": "ns.rest", "topics": "shop.*"}))
-    assert router.groups("shop.orders.eu", []) == [(("ns.orders", "ns.rest"), None)]
-    assert router.groups("shop.payments", []) == [(("ns.rest",), None)]
-    assert router.groups("xshop.orders", []) == [((), None)], "a partial match takes nothing"
+    assert router.groups("shop.orders.eu", []) == [(("ns.orders", "ns.rest"), None, None)]
+    assert router.groups("shop.payments", []) == [(("ns.rest",), None, None)]
+    assert router.groups("xshop.orders", []) == [((), None, None)], "a partial match takes nothing"
 
 
 def test_route_field_fans_out_and_leaves_unrouted_records_in_their_own_group() -> None:
@@ -36,7 +36,7 @@ def test_route_field_fans_out_and_leaves_unrouted_records_in_their_own_group() -
     ))
     got = router.groups("t", values({"kind": "click"}, {"kind": "view", "meta": {"size": 1200}}, {"kind": "other"},
                                     {"kind": "click"}, {"meta": {"size": 5}}, {"kind": None}))
-    assert got == [
+    assert [(tables, indices) for tables, indices, _ in got] == [
         (("ns.audit", "ns.clicks"), [0, 3]),
         (("ns.audit", "ns.clicks", "ns.views", "ns.big"), [1]),
         (("ns.audit",), [2]),
@@ -48,5 +48,20 @@ def test_route_field_fans_out_and_leaves_unrouted_records_in_their_own_group() -
 def test_a_record_no_table_takes_is_a_group_with_no_table() -> None:
     router = Router(tables({"name": "ns.clicks", "topics": "web", "route_field": "kind", "route": "click"}))
     assert router.groups("web", values({"kind": "click"}, {"kind": "clickx"}, {})) == [
-        (("ns.clicks",), [0]), ((), [1]), ((), [2])]
-    assert router.groups("other", values({"kind": "click"})) == [((), None)]
+        (("ns.clicks",), [0], None), ((), [1], None), ((), [2], None)]
+    assert router.groups("other", values({"kind": "click"})) == [((), None, None)]
+
+
+def test_dynamic_tables_named_by_topic_and_field_and_a_missing_field_is_a_bad_record() -> None:
+    data = {"pipeline": {"name": "p"}, "kafka": {"bootstrap_servers": "b:1", "topics": ["t"]},
+            "tables": [{"name": "ns.all", "columns": [{"name": "id", "type": "long"}]}]}
+    by_topic = config.parse({**data, "dynamic": {"table": "raw.{topic}", "topics": "shop.*"}})
+    router = Router(by_topic.tables, by_topic.dynamic)
+    assert router.groups("shop.Orders", []) == [(("ns.all", "raw.shop_orders"), None, None)]
+    assert router.groups("web", []) == [(("ns.all",), None, None)], "dynamic routing only for its topics"
+    by_field = config.parse({**data, "dynamic": {"table": "ev.{topic}_{meta.kind}"}})
+    router = Router(by_field.tables, by_field.dynamic)
+    got = router.groups("t", values({"meta": {"kind": "Click"}}, {"meta": {"kind": 7}}, {"meta": {}},
+                                    {"meta": {"kind": "Click"}}, {"meta": {"kind": ""}}))
+    assert got == [(("ns.all", "ev.t_click"), [0, 3], None), (("ns.all", "ev.t_7"), [1], None),
+                   (("ns.all",), [2], "meta.kind"), (("ns.all",), [4], "meta.kind")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,6 +13,7 @@ from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import (
     CommitFailedException,
     NamespaceAlreadyExistsError,
+    NoSuchNamespaceError,
     NoSuchTableError,
     TableAlreadyExistsError,
 )
@@ -47,7 +49,7 @@ from pyiceberg.types import (
     UUIDType,
 )
 
-from frazil.config import CatalogConfig, MaintenanceConfig, TableConfig
+from frazil.config import CatalogConfig, DynamicConfig, MaintenanceConfig, TableConfig
 from frazil.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -120,6 +122,36 @@ def _transform(name: str, arg: str | None) -> Transform:  # type: ignore[type-ar
     return BucketTransform(width) if name.startswith("bucket") else TruncateTransform(width)
 
 
+class TableMissingError(ConfigError):
+    """A table that does not exist and may not be created."""
+
+
+_FITS = {  # the primitive Iceberg types each partition transform takes (config.py has the same by name)
+    "year": (DateType, TimestampType, TimestamptzType), "month": (DateType, TimestampType, TimestamptzType),
+    "day": (DateType, TimestampType, TimestamptzType), "hour": (TimestampType, TimestamptzType),
+    "bucket": (IntegerType, LongType, DecimalType, DateType, TimeType, TimestampType, TimestamptzType, StringType,
+               UUIDType, BinaryType),
+    "truncate": (IntegerType, LongType, DecimalType, StringType, BinaryType),
+}
+
+
+def check_spec_fits(schema: Schema, partition_by: tuple[str, ...], table: str) -> None:
+    """Each partition transform names a top-level primitive column of a type it applies to (for a
+    schema inferred from records, where the config could not check it)."""
+    columns = {f.name: f.field_type for f in schema.fields}
+    for spec in partition_by:
+        m = re.match(r"^(\w+)(?:\[(\d+)\])?\((\w+)\)$", spec)
+        name, column = (m.group(1), m.group(3)) if m else ("identity", spec)
+        column_type = columns.get(column)
+        if column_type is None or not column_type.is_primitive:
+            raise ConfigError(f"{table}: partition_by entry {spec!r} needs a top-level column {column!r} of a "
+                              f"primitive type; the table would have {', '.join(columns)}")
+        allowed = _FITS.get(name)
+        if allowed is not None and not isinstance(column_type, allowed):
+            raise ConfigError(f"{table}: partition_by entry {spec!r}: {name}() does not apply to {column!r}, a "
+                              f"{column_type} column")
+
+
 def spec_for(schema: Schema, partition_by: tuple[str, ...]) -> PartitionSpec:
     fields = []
     for i, spec in enumerate(partition_by):
@@ -140,14 +172,17 @@ def maintenance_properties(cfg: MaintenanceConfig) -> dict[str, str]:
             "write.metadata.previous-versions-max": str(cfg.max_snapshots)}
 
 
-def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] | None = None) -> Table:
+def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] | None = None, *,
+                 schema: Callable[[], Schema] | None = None) -> Table:
     """Load the table, creating it (and its namespace) when missing and ``create`` is on; set
-    frazil's required properties and ``properties`` on it."""
+    frazil's required properties and ``properties`` on it. ``schema``: for a new table, the
+    schema to create it with (inferred from records) instead of the config's columns."""
     try:
         table = catalog.load_table(cfg.name)
     except NoSuchTableError:
         if not cfg.create:
-            raise ConfigError(f"table {cfg.name} does not exist and table.create is false; create it or set create = true") from None
+            raise TableMissingError(f"table {cfg.name} does not exist and create is false; create it or set "
+                                    "create = true") from None
         namespace = cfg.name.rsplit(".", 1)[0]
         try:
             catalog.create_namespace(namespace)
@@ -156,12 +191,13 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
         except Exception:  # noqa: BLE001 - several processes starting at once: SQLite's unique key fires
             if not catalog.namespace_exists(namespace):
                 raise
-        schema = schema_for(cfg)
+        new_schema = schema() if schema is not None else schema_for(cfg)
+        check_spec_fits(new_schema, cfg.partition_by, cfg.name)
         try:
-            table = catalog.create_table(cfg.name, schema, partition_spec=spec_for(schema, cfg.partition_by),
+            table = catalog.create_table(cfg.name, new_schema, partition_spec=spec_for(new_schema, cfg.partition_by),
                                          properties={"format-version": "2", **REQUIRED_PROPERTIES, **(properties or {})})
-            log.info("created table %s with %d columns, partitioned by %s", cfg.name, len(schema.fields),
-                     list(cfg.partition_by) or "nothing")
+            log.info("created table %s with %d columns%s, partitioned by %s", cfg.name, len(new_schema.fields),
+                     " inferred from its first records" if schema is not None else "", list(cfg.partition_by) or "nothing")
         except TableAlreadyExistsError:
             table = catalog.load_table(cfg.name)
         except Exception:  # noqa: BLE001 - the same race, for the table
@@ -192,6 +228,20 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
                 raise
         table = catalog.load_table(cfg.name)
     return table
+
+
+def dynamic_tables(catalog: Catalog, dynamic: DynamicConfig) -> list[str]:
+    """The existing tables the ``[dynamic]`` template could have named (listed in its namespace,
+    or in every namespace when the namespace is a placeholder too)."""
+    namespaces = [dynamic.namespace] if dynamic.namespace else [".".join(ns) for ns in catalog.list_namespaces()]
+    names = []
+    for namespace in namespaces:
+        try:
+            identifiers = catalog.list_tables(namespace)
+        except NoSuchNamespaceError:
+            continue
+        names += [".".join(i) for i in identifiers if dynamic.matches(".".join(i))]
+    return sorted(names)
 
 
 def arrow_schema(table: Table) -> pa.Schema:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import pyarrow as pa
@@ -24,15 +25,38 @@ class KafkaRecord(Protocol):
 COALESCE_ROWS = 65_536
 
 
+class RecordProblem(Protocol):
+    @property
+    def offset(self) -> int: ...
+    @property
+    def field(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class UnknownField:
+    """A field the table does not have, in a buffer that refuses them (``strict_fields``)."""
+
+    offset: int
+    field: str
+    reason: str
+
+
 class RecordBuffer:
     """Decodes JSON record values into rows of one Arrow schema, off the GIL."""
 
-    def __init__(self, schema: pa.Schema, *, metadata_columns: bool, max_bytes: int | None = None) -> None:
+    def __init__(self, schema: pa.Schema, *, metadata_columns: bool, max_bytes: int | None = None,
+                 strict_fields: str | None = None) -> None:
+        """``strict_fields``: a field the schema does not have is a bad record, for this reason
+        (a table whose schema was inferred: a later field would otherwise be dropped silently)."""
         try:
-            self._native = _native.JsonBuffer(schema=schema, metadata_columns=metadata_columns, max_bytes=max_bytes)
+            self._native = _native.JsonBuffer(schema=schema, metadata_columns=metadata_columns, max_bytes=max_bytes,
+                                              report_unknown_fields=strict_fields is not None)
         except _native.NativeError as exc:
             raise FrazilError(f"the record buffer cannot use this table schema: {exc}") from exc
         self.schema = schema
+        self._strict = strict_fields
 
     @property
     def rows(self) -> int:
@@ -42,10 +66,11 @@ class RecordBuffer:
     def bytes(self) -> int:
         return self._native.bytes
 
-    def append(self, topic: str, partition: int, records: Sequence[KafkaRecord]) -> list[_native.DecodeError]:
-        """Decode ``records`` of one topic-partition; returns the ones that could not be decoded.
-        Raises ``_native.BufferFullError`` (taking nothing) when they do not fit the byte cap."""
-        return self._native.append(
+    def append(self, topic: str, partition: int, records: Sequence[KafkaRecord]) -> Sequence[RecordProblem]:
+        """Decode ``records`` of one topic-partition; returns the ones that could not be decoded
+        (and, with ``strict_fields``, fields the schema does not have). Raises
+        ``_native.BufferFullError`` (taking nothing) when they do not fit the byte cap."""
+        result = self._native.append(
             topic=topic,
             partition=partition,
             offsets=[r.offset for r in records],
@@ -53,7 +78,12 @@ class RecordBuffer:
             keys=[r.key for r in records],
             # a null value (tombstone) is not a JSON object: it comes back as a decode error
             values=[r.value if r.value is not None else b"null" for r in records],
-        ).errors
+        )
+        if self._strict is None or not result.unknown_fields:
+            return result.errors
+        problems: list[RecordProblem] = list(result.errors)
+        problems += [UnknownField(u.offset, u.path, self._strict) for u in result.unknown_fields]
+        return problems
 
     def drain(self) -> pa.Table | None:
         """Everything buffered, in appended order, as a table of chunks of at least

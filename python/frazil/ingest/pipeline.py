@@ -16,7 +16,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
@@ -24,7 +24,9 @@ from pyiceberg.table import Table
 from frazil import _native
 from frazil.config import Config
 from frazil.coordination.worker import Stats, Worker, WorkerChannel
-from frazil.errors import RecordDecodeError
+from frazil.errors import ConfigError, RecordDecodeError
+from frazil.iceberg import catalog as iceberg_catalog
+from frazil.iceberg import inference
 from frazil.events.payloads import CommitComplete, Event, StartCommit
 from frazil.flow.backpressure import Action, Backpressure
 from frazil.iceberg.offsets import TopicPartition
@@ -55,14 +57,18 @@ class Pipeline:
         self._channel = channel
         self._drain_on_stop = drain_on_stop
         self._control: deque[Event] = deque()
+        self._catalog = catalog
         self._targets = Targets(cfg, catalog, tables)
-        self._router = Router(cfg.tables)
-        self._fan_out = len(cfg.tables) > 1   # appends check the buffers' sum against the budget first
+        self._router = Router(cfg.tables, cfg.dynamic)
+        # appends check the buffers' sum against the budget first
+        self._fan_out = len(cfg.tables) > 1 or cfg.dynamic is not None
+        self.on_new_table: Callable[[str], None] | None = None   # a table named by the records was opened
         self._positions = Positions()
         self._source = KafkaSource(cfg.kafka, on_assigned=self._on_assigned, on_positioned=self._positions.positioned,
                                    on_revoked=self._on_revoked)
         self._flow = Backpressure(cfg.memory_budget_bytes)
-        self.metrics = Metrics(cfg.pipeline, cfg.table.name if len(cfg.tables) == 1 else f"{len(cfg.tables)} tables")
+        self.metrics = Metrics(cfg.pipeline, cfg.tables[0].name if len(cfg.tables) == 1 and cfg.dynamic is None
+                               else "several")
         self.metrics.budget_bytes.set(cfg.memory_budget_bytes)
         self.stats = Stats()
         self.worker = Worker(cfg, targets=self._targets, channel=channel, journal=journal, positions=self._positions,
@@ -91,7 +97,7 @@ class Pipeline:
                 busy = self._task is not None or self._control
                 batches = await self._source.poll(BUSY_POLL_TIMEOUT_MS if busy else POLL_TIMEOUT_MS)
                 if batches:
-                    self._append(batches)
+                    await self._append(batches)
                 self._control.extend(r.event for r in await self._channel.poll(0) if _for_worker(r.event))
                 self._check_task()
                 if self._task is None and self._control:
@@ -157,7 +163,7 @@ class Pipeline:
             self._source.resume()
             log.info("backpressure: %d bytes in use; resuming all partitions", self.bytes_in_use)
 
-    def _append(self, batches: Mapping[TopicPartition, list]) -> None:  # type: ignore[type-arg]
+    async def _append(self, batches: Mapping[TopicPartition, list]) -> None:  # type: ignore[type-arg]
         full = False
         for tp, records in batches.items():
             if not self._positions.is_positioned(tp):  # not yet, or revoked while the fetch was in flight
@@ -179,7 +185,7 @@ class Pipeline:
                 self._source.seek_back(tp, records[0].offset)
                 continue
             try:
-                self._route(tp, records)
+                await self._route(tp, records)
             except _native.BufferFullError:
                 # Nothing of this batch was taken (one table: the buffer's hard cap refused it whole).
                 full = True
@@ -192,13 +198,26 @@ class Pipeline:
         if full:
             self._apply(self._flow.full(), f"the buffer is at its {self._flow.budget_bytes} byte cap")
 
-    def _route(self, tp: TopicPartition, records: list) -> None:  # type: ignore[type-arg]
+    async def _route(self, tp: TopicPartition, records: list) -> None:  # type: ignore[type-arg]
         """Append ``records`` of ``tp`` to the buffer of every table that takes them, each table
-        skipping what it already holds (rule 2, per table). Records no table takes are counted."""
+        skipping what it already holds (rule 2, per table). Records no table takes are counted; a
+        table named by the records is opened (created) first."""
         groups = self._router.groups(tp[0], [r.value if r.value is not None else b"null" for r in records]
                                      if self._router.for_topic(tp[0]).by_value else [])
-        for tables, indices in groups:
-            chosen = records if indices is None else [records[i] for i in indices]
+        chosen_by_group = [records if indices is None else [records[i] for i in indices] for _, indices, _ in groups]
+        for (tables, _, missing), chosen in zip(groups, chosen_by_group):
+            if missing is not None:
+                assert self._cfg.dynamic is not None
+                raise RecordDecodeError(topic=tp[0], partition=tp[1], offset=chosen[0].offset, field=missing,
+                                        reason=f"it names no table: [dynamic] table = {self._cfg.dynamic.table!r} needs "
+                                               "a text, number or boolean value there"
+                                               + (f" ({len(chosen) - 1} more such record(s) in the same batch)"
+                                                  if len(chosen) > 1 else ""))
+            for name in tables:
+                if name not in self._targets:
+                    sample = [r.value for g, c in zip(groups, chosen_by_group) if name in g[0] for r in c]
+                    await self._open_table(name, tp, chosen[0].offset, sample)
+        for (tables, _, _), chosen in zip(groups, chosen_by_group):
             if not tables:
                 self.stats.records_unrouted += len(chosen)
                 self.metrics.records_unrouted.inc(len(chosen))
@@ -219,6 +238,27 @@ class Pipeline:
                                                                    "batch)" if len(errors) > 1 else "")
                                             + (f" (for table {name})" if self._fan_out else ""))
                 self._positions.table_took(name, tp)
+
+    async def _open_table(self, name: str, tp: TopicPartition, offset: int, sample: list[bytes]) -> None:
+        """A table named by the records, not seen yet in this run: load it, or create it (with the
+        configured columns, or a schema inferred from ``sample``). When it cannot be had, the record
+        at ``offset`` that named it is a bad record."""
+        dynamic = self._cfg.dynamic
+        assert dynamic is not None
+        table_cfg = dynamic.table_config(name)
+        inferred = None if dynamic.columns else (lambda: inference.schema(
+            inference.infer(sample, maps=dynamic.maps), iceberg_catalog.META_COLUMNS if dynamic.metadata_columns else ()))
+        try:
+            table = await asyncio.to_thread(iceberg_catalog.ensure_table, self._catalog, table_cfg,
+                                            iceberg_catalog.maintenance_properties(self._cfg.maintenance), schema=inferred)
+            await asyncio.to_thread(self._targets.add, table_cfg, table, inferred=inferred is not None)
+        except (ConfigError, inference.InferenceError) as exc:
+            raise RecordDecodeError(topic=tp[0], partition=tp[1], offset=offset, field="",
+                                    reason=f"it goes to table {name}, which cannot be opened: {exc}") from exc
+        log.info("table %s: taking the records that name it (%d columns%s)", name, len(table.schema().fields),
+                 ", schema inferred from the first ones: a field it does not have is a bad record" if inferred else "")
+        if self.on_new_table is not None:
+            self.on_new_table(name)
 
     async def _drain(self) -> None:
         """On stop. Single mode: land the batch and the buffer through the in-process coordinator

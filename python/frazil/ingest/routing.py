@@ -1,11 +1,13 @@
-"""Static routing: which tables take which records (pure decisions; the route keys come from the
-native core).
+"""Routing: which tables take which records (pure decisions; the route keys come from the native
+core).
 
-A table takes a record when the record's topic fully matches the table's ``topics`` regex (when
-it has one) and the value at its ``route_field`` fully matches its ``route`` regex (when it has
-one). A record goes to every table that takes it (fan-out), and to none when none does: it is
-still accounted as read (counted as unrouted), never silently lost. Decisions are made once per
-topic and once per distinct route key, not once per record.
+Static: a table takes a record when the record's topic fully matches the table's ``topics`` regex
+(when it has one) and the value at its ``route_field`` fully matches its ``route`` regex (when it
+has one). Dynamic (``[dynamic]``): a record of a matching topic also goes to the table its
+template names. A record goes to every table that takes it (fan-out), and to none when none does:
+it is still accounted as read (counted as unrouted), never silently lost. A record whose
+template field is missing (or null, an object, an array) names no table: it is a bad record.
+Decisions are made once per topic and once per distinct route key, not once per record.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from frazil import _native
-from frazil.config import TableConfig
+from frazil.config import DynamicConfig, TableConfig, normalise
 
 Key = str | None
 
@@ -36,27 +38,43 @@ class TopicRoute:
     always: tuple[str, ...]                # tables that take every record of the topic
     paths: tuple[tuple[str, ...], ...]     # route fields to read from each value (distinct)
     rules: tuple[_Rule, ...]               # tables that decide by a route field
+    dynamic: DynamicConfig | None = None   # the template naming a table for each record
 
     @property
     def by_value(self) -> bool:
         return bool(self.paths)
 
-    def tables_for(self, keys: Sequence[Key]) -> tuple[str, ...]:
-        """The tables that take a record whose route fields (in ``paths`` order) hold ``keys``."""
+    def tables_for(self, keys: Sequence[Key]) -> tuple[tuple[str, ...], str | None]:
+        """The tables that take a record whose route fields (in ``paths`` order) hold ``keys``,
+        and the template field that names no table (a bad record), if any."""
         taken = list(self.always)
         for rule in self.rules:
             key = keys[self.paths.index(rule.field)]
             if key is not None and rule.route is not None and rule.route.fullmatch(key):
                 taken.append(rule.table)
-        return tuple(taken)
+        if self.dynamic is not None:
+            values = {"topic": self.topic}
+            for placeholder in self.dynamic.placeholders:
+                if placeholder == "topic":
+                    continue
+                key = keys[self.paths.index(tuple(placeholder.split(".")))]
+                if key is None or not normalise(key):
+                    return tuple(taken), placeholder
+                values[placeholder] = key
+            name = self.dynamic.name(values)
+            if name not in taken:
+                taken.append(name)
+        return tuple(taken), None
 
 
 class Router:
-    def __init__(self, tables: Sequence[TableConfig]) -> None:
+    def __init__(self, tables: Sequence[TableConfig], dynamic: DynamicConfig | None = None) -> None:
         self._rules = tuple(_Rule(t.name, re.compile(t.topics) if t.topics else None, t.route_field,
                                   re.compile(t.route) if t.route_field else None) for t in tables)
+        self._dynamic = dynamic
+        self._dynamic_topics = re.compile(dynamic.topics) if dynamic is not None and dynamic.topics else None
         self._topics: dict[str, TopicRoute] = {}
-        self._decided: dict[tuple[str, tuple[Key, ...]], tuple[str, ...]] = {}
+        self._decided: dict[tuple[str, tuple[Key, ...]], tuple[tuple[str, ...], str | None]] = {}
 
     def for_topic(self, topic: str) -> TopicRoute:
         route = self._topics.get(topic)
@@ -66,23 +84,29 @@ class Router:
 
     def _route(self, topic: str) -> TopicRoute:
         rules = [r for r in self._rules if r.topics is None or r.topics.fullmatch(topic)]
-        paths = tuple(dict.fromkeys(r.field for r in rules if r.field))
-        return TopicRoute(topic, tuple(r.table for r in rules if not r.field), paths,
-                          tuple(r for r in rules if r.field))
+        dynamic = self._dynamic if self._dynamic is not None and (
+            self._dynamic_topics is None or self._dynamic_topics.fullmatch(topic)) else None
+        paths = tuple(dict.fromkeys([*(r.field for r in rules if r.field), *(dynamic.fields if dynamic else ())]))
+        always = tuple(r.table for r in rules if not r.field)
+        if dynamic is not None and not dynamic.fields:   # named by the topic alone
+            always = tuple(dict.fromkeys([*always, dynamic.name({"topic": topic})]))
+            dynamic = None
+        return TopicRoute(topic, always, paths, tuple(r for r in rules if r.field), dynamic)
 
-    def groups(self, topic: str, values: list[bytes]) -> list[tuple[tuple[str, ...], list[int] | None]]:
-        """``values`` of one topic in groups going to the same tables: ``(tables, indices)``, with
-        ``indices`` None for "all of them". A group with no table is the unrouted records."""
+    def groups(self, topic: str, values: list[bytes]) -> list[tuple[tuple[str, ...], list[int] | None, str | None]]:
+        """``values`` of one topic in groups going to the same tables: ``(tables, indices, missing)``,
+        with ``indices`` None for "all of them", and ``missing`` the template field that names no
+        table for them (bad records). A group with no table is the unrouted records."""
         route = self.for_topic(topic)
         if not route.by_value:
-            return [(route.always, None)]
-        out: list[tuple[tuple[str, ...], list[int] | None]] = []
+            return [(route.always, None, None)]
+        out: list[tuple[tuple[str, ...], list[int] | None, str | None]] = []
         for keys, indices in _native.route_groups(values, [list(p) for p in route.paths]):
             decided_key = (topic, tuple(keys))
-            tables = self._decided.get(decided_key)
-            if tables is None:
-                tables = route.tables_for(keys)
+            decided = self._decided.get(decided_key)
+            if decided is None:
+                decided = route.tables_for(keys)
                 if len(self._decided) < 100_000:   # a high-cardinality route field is decided per group
-                    self._decided[decided_key] = tables
-            out.append((tables, indices))
+                    self._decided[decided_key] = decided
+            out.append((decided[0], indices, decided[1]))
         return out

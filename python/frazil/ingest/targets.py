@@ -51,7 +51,10 @@ class Targets:
         """``tables``: each configured table as ``ensure_table`` left it. With one table its buffer
         has the memory budget as a hard cap; with several, the pipeline checks their sum before
         each append (a fan-out must land in every table's buffer or in none)."""
-        one = len(cfg.tables) == 1
+        one = len(cfg.tables) == 1 and cfg.dynamic is None
+        self._dynamic = cfg.dynamic is not None
+        self._budget = cfg.memory_budget_bytes
+        self._catalog, self._max_attempts = catalog, cfg.max_commit_attempts
         self._by_name = {
             t.name: Target(t, Committer(catalog, t.name, cfg.pipeline, max_attempts=cfg.max_commit_attempts),
                            RecordBuffer(iceberg_catalog.arrow_schema(tables[t.name]), metadata_columns=t.metadata_columns,
@@ -59,9 +62,28 @@ class Targets:
                            tables[t.name])
             for t in cfg.tables}
         self.pipeline = cfg.pipeline
+        for name, table in tables.items():   # named by the records, created by an earlier run
+            if name not in self._by_name and cfg.dynamic is not None:
+                self.add(cfg.dynamic.table_config(name), table, inferred=not cfg.dynamic.columns, floors=False)
 
     def __getitem__(self, name: str) -> Target:
         return self._by_name[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    def add(self, cfg: TableConfig, table: Table, *, inferred: bool, floors: bool = True) -> Target:
+        """Blocking. A table named by the records, with its floors from its offsets (``floors``:
+        now; else at the next positioning). A table whose schema was inferred refuses fields it
+        does not have (they would be dropped silently)."""
+        committer = Committer(self._catalog, cfg.name, self.pipeline, max_attempts=self._max_attempts)
+        strict = (f"{cfg.name} has no such column: its schema was inferred from its first records; declare "
+                  "[dynamic] columns to take more fields") if inferred else None
+        target = Target(cfg, committer, RecordBuffer(iceberg_catalog.arrow_schema(table),
+                                                     metadata_columns=cfg.metadata_columns, strict_fields=strict),
+                        table, committer.stored()[0] if floors else {})
+        self._by_name[cfg.name] = target
+        return target
 
     def __iter__(self) -> Iterator[Target]:
         return iter(self._by_name.values())
@@ -92,4 +114,6 @@ class Targets:
             stored[target.name] = offsets
             marks.append(progress)
             target.floors = {tp: o for tp, o in offsets.items() if tp in tps}
-        return resume_at(tps, stored, merge_progress(*marks))
+        # With tables named by the records, tables not opened yet in this run may need any offset
+        # above the watermark: resume at it (each opened table then skips what it holds).
+        return resume_at(tps, {} if self._dynamic else stored, merge_progress(*marks))

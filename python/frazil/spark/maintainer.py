@@ -116,6 +116,10 @@ class Maintainers:
     def __init__(self, by_table: Mapping[str, Maintainer]) -> None:
         self._by_table = dict(by_table)
 
+    def add(self, table: str, maintainer: Maintainer) -> None:
+        """A table opened while running (named by the records)."""
+        self._by_table.setdefault(table, maintainer)
+
     def committed(self, result: CommitResult) -> None:
         maintainer = self._by_table.get(result.table)
         if maintainer is not None:
