@@ -21,7 +21,7 @@ CPU the user + system seconds of the tree. A second phase produces at a steady r
 fresh topic while each system runs and measures produce-to-queryable latency per record: the
 commit time of the snapshot that added the record's file minus the record's Kafka timestamp.
 
-Writes ``benches/results/e2e.json`` and ``benches/results/e2e.png``.
+Writes ``benches/results/e2e.json`` and ``benches/results/e2e.png`` (``--out`` names them otherwise).
 
     python benches/e2e.py [--records N] [--wide-records N] [--systems ...] [--workloads ...]
 """
@@ -361,6 +361,8 @@ def main() -> int:
     parser.add_argument("--warmup-s", type=float, default=20.0)
     parser.add_argument("--measure-s", type=float, default=30.0)
     parser.add_argument("--no-latency", action="store_true")
+    parser.add_argument("--out", default="e2e", help="results name: benches/results/<out>.json and .png (a partial "
+                                                     "run, e.g. --systems frazil, should not overwrite e2e)")
     parser.add_argument("--profile", action="store_true",
                         help="profile frazil with py-spy while it lands each workload; writes e2e_profile.json "
                              "instead of e2e.json (sampling slows the profiled runs)")
@@ -414,7 +416,7 @@ def main() -> int:
                 print(f"  {row['system']} {row['workload']} [{thread}]: " + ", ".join(f"{k} {v}s" for k, v in steps.items()))
         _results.write("e2e_profile", rows, machine=machine)
         return 0
-    path = _results.write("e2e", rows, ratios=versus, machine=machine)
+    path = _results.write(args.out, rows, ratios=versus, machine=machine)
     import _chart
 
     _chart.draw(rows, path.with_suffix(".png"))

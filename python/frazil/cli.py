@@ -41,6 +41,12 @@ def _check(args: argparse.Namespace) -> int:
                                        f"{'.'.join(table.route_field)}~{table.route}" if table.route_field else "")))
         print(f"  table      {table.name} columns={len(table.columns)} metadata_columns={table.metadata_columns} "
               f"partition_by={list(table.partition_by)} takes={takes or 'every record'}")
+    if cfg.dynamic is not None:
+        d = cfg.dynamic
+        print(f"  dynamic    {d.table}{' for topics ~' + d.topics if d.topics else ''}: "
+              + ("created on first use" if d.create else "existing tables only") + ", "
+              + (f"{len(d.columns)} columns" if d.columns else "schema inferred from the first records")
+              + f", partition_by={list(d.partition_by)}")
     print(f"  txlog      {cfg.txlog_dir} (fsync {cfg.txlog_fsync})")
     print(f"  memory     budget {cfg.memory_budget_bytes // (1024 * 1024)} MiB; stop after {cfg.outage_timeout_s:g}s of failing commits")
     m = cfg.maintenance

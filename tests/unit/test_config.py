@@ -163,3 +163,13 @@ def test_dynamic_tables_named_by_a_template_over_topic_and_fields() -> None:
                                           "partition_by": ["day(s)"]}})
     with pytest.raises(ConfigError, match="missing section \\[table\\]"):
         config.parse(data)
+
+
+def test_the_routed_example_config_is_valid() -> None:
+    from frazil.cli import main
+
+    example = Path(__file__).parents[2] / "examples" / "routed.toml"
+    cfg = config.load(example)
+    assert [t.name for t in cfg.tables] == ["shop.orders", "shop.refunds"] and cfg.dynamic is not None
+    assert cfg.kafka.takes("shop.payments") and cfg.dynamic.name({"topic": "shop.payments"}) == "raw.shop_payments"
+    assert main(["check-config", "--config", str(example)]) == 0
