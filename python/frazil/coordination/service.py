@@ -89,8 +89,8 @@ class CoordinatorService:
         return self._local is not None or self._election in self._assignment()
 
     async def _refresh(self, stop: asyncio.Event) -> None:
-        """Distributed mode: list the source topics and their partitions again, every
-        ``metadata_max_age_ms`` with a pattern (new topics join the cycles), once without."""
+        """Distributed mode with a topic pattern: list the matching topics and their partitions
+        again every ``metadata_max_age_ms`` (new topics join the cycles and the election)."""
         cfg = self._cfg.kafka
         while not stop.is_set():
             try:
@@ -104,8 +104,6 @@ class CoordinatorService:
                     raise
                 log.warning("coordinator: cannot list the source topics (%s: %s); keeping the last list",
                             type(exc).__name__, exc)
-            if not cfg.topic_pattern:
-                return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), cfg.metadata_max_age_ms / 1000)
 
@@ -116,8 +114,6 @@ class CoordinatorService:
         refresh = None
         if self._local is None and self._cfg.kafka.topic_pattern:
             refresh = asyncio.create_task(self._refresh(stop))
-        elif self._local is None:
-            await self._refresh(stop)   # once: the listed topics' partitions
         try:
             while not stop.is_set():
                 if refresh is not None and refresh.done():
@@ -166,6 +162,8 @@ class CoordinatorService:
         await channel.start()
         try:
             # single mode: the partitions this process owns (a cycle never waits for another process)
+            if self._local is None and not cfg.kafka.topic_pattern:   # the listed topics exist: we own one's partition
+                self._partitions = frozenset(await partitions(cfg.kafka.bootstrap_servers, cfg.kafka.topics))
             source: Callable[[], frozenset[TopicPartition]] = (
                 (lambda: frozenset(self._assignment())) if self._local is not None else (lambda: self._partitions))
             coordinator = Coordinator(channel, cfg.pipeline, source,
