@@ -251,7 +251,8 @@ class Pipeline:
         try:
             table = await asyncio.to_thread(iceberg_catalog.ensure_table, self._catalog, table_cfg,
                                             iceberg_catalog.maintenance_properties(self._cfg.maintenance), schema=inferred)
-            await asyncio.to_thread(self._targets.add, table_cfg, table, inferred=inferred is not None)
+            target = await asyncio.to_thread(self._targets.build, table_cfg, table, inferred=inferred is not None)
+            self._targets.add_built(target)   # on the loop: worker threads iterate over copies
         except (ConfigError, inference.InferenceError) as exc:
             raise RecordDecodeError(topic=tp[0], partition=tp[1], offset=offset, field="",
                                     reason=f"it goes to table {name}, which cannot be opened: {exc}") from exc

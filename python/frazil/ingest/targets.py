@@ -73,6 +73,15 @@ class Targets:
         return name in self._by_name
 
     def add(self, cfg: TableConfig, table: Table, *, inferred: bool, floors: bool = True) -> Target:
+        """A table named by the records (:meth:`build`, then in)."""
+        target = self.build(cfg, table, inferred=inferred, floors=floors)
+        self.add_built(target)
+        return target
+
+    def add_built(self, target: Target) -> None:
+        self._by_name[target.name] = target
+
+    def build(self, cfg: TableConfig, table: Table, *, inferred: bool, floors: bool = True) -> Target:
         """Blocking. A table named by the records, with its floors from its offsets (``floors``:
         now; else at the next positioning). A table whose schema was inferred refuses fields it
         does not have (they would be dropped silently)."""
@@ -82,11 +91,10 @@ class Targets:
         target = Target(cfg, committer, RecordBuffer(iceberg_catalog.arrow_schema(table),
                                                      metadata_columns=cfg.metadata_columns, strict_fields=strict),
                         table, committer.stored()[0] if floors else {})
-        self._by_name[cfg.name] = target
         return target
 
     def __iter__(self) -> Iterator[Target]:
-        return iter(self._by_name.values())
+        return iter(list(self._by_name.values()))   # a copy: tables are added while worker threads read
 
     def __len__(self) -> int:
         return len(self._by_name)
