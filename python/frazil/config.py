@@ -70,6 +70,9 @@ class TableConfig:
     topics: str = ""                  # regex on the topic name; "" takes every topic
     route_field: tuple[str, ...] = ()  # dotted path into the value, split; () takes every record
     route: str = ""                   # regex on the route field's value as text
+    identifier_columns: tuple[str, ...] = ()   # the table's identifier fields (row identity, for upserts)
+    sort_order: str = ""              # the table's sort order when created, e.g. "event_time DESC"
+    properties: dict[str, str] = field(default_factory=dict)   # set on the table, created or existing
 
     @property
     def routed(self) -> bool:
@@ -93,6 +96,9 @@ class DynamicConfig:
     partition_by: tuple[str, ...] = ()
     metadata_columns: bool = True
     maps: tuple[str, ...] = ()          # dotted paths of objects inferred as map<string, V>
+    identifier_columns: tuple[str, ...] = ()
+    sort_order: str = ""
+    properties: dict[str, str] = field(default_factory=dict)
 
     @property
     def placeholders(self) -> tuple[str, ...]:
@@ -122,7 +128,9 @@ class DynamicConfig:
         return None if "{" in namespace else namespace
 
     def table_config(self, name: str) -> TableConfig:
-        return TableConfig(name, self.columns, self.create, self.metadata_columns, self.partition_by)
+        return TableConfig(name, self.columns, self.create, self.metadata_columns, self.partition_by,
+                           identifier_columns=self.identifier_columns, sort_order=self.sort_order,
+                           properties=dict(self.properties))
 
 
 def normalise(value: str) -> str:
@@ -322,6 +330,33 @@ def _regex(s: _Section, name: str, example: str) -> str:
     return value
 
 
+_SORT = re.compile(r"^\w+( (ASC|DESC))?( NULLS (FIRST|LAST))?(, *\w+( (ASC|DESC))?( NULLS (FIRST|LAST))?)*$", re.IGNORECASE)
+
+
+def _layout(s: _Section, columns: tuple[Column, ...]) -> tuple[tuple[str, ...], str, dict[str, str]]:
+    """identifier_columns, sort_order and properties of a table (checked against ``columns``
+    when they are known; an inferred schema cannot have identifier columns: they must be required)."""
+    types = {c.name: c for c in columns}
+    identifiers = s.get("identifier_columns", list, [])
+    for name in identifiers:
+        column = types.get(name) if isinstance(name, str) else None
+        if column is None or not column.required or column.type in ("float", "double"):
+            raise ConfigError(f"{s.key('identifier_columns')} entry {name!r} must be a declared column with required "
+                              "= true, not float or double (Iceberg's rule for identifier fields)")
+    sort_order = s.get("sort_order", str, "").strip()
+    if sort_order and not _SORT.match(sort_order):
+        raise ConfigError(f"{s.key('sort_order')} {sort_order!r} must be columns like \"event_time\" or "
+                          "\"user_id DESC NULLS LAST, event_time\"")
+    for term in filter(None, (t.strip() for t in sort_order.split(","))):
+        if columns and term.split()[0] not in types and not term.split()[0].startswith("_kafka_"):
+            raise ConfigError(f"{s.key('sort_order')} names {term.split()[0]!r}, which is not a declared column")
+    properties = s.get("properties", dict, {})
+    owned = [k for k in properties if k.startswith("frazil.") or k.startswith("commit.retry.")]
+    if owned:
+        raise ConfigError(f"{s.key('properties')}: {', '.join(owned)} are set by frazil itself; leave them out")
+    return tuple(identifiers), sort_order, {str(k): str(v) for k, v in properties.items()}
+
+
 def _table(s: _Section) -> TableConfig:
     name = s.get("name", str, hint='"namespace.table", e.g. "demo.events"')
     if name.count(".") < 1 or not all(_NAME.match(part) for part in name.split(".")):
@@ -341,6 +376,8 @@ def _table(s: _Section) -> TableConfig:
         route_field=tuple(route_field.split(".")) if route_field else (),
         route=_regex(s, "route", '"order_(created|paid)"'),
     )
+    identifiers, sort_order, properties = _layout(s, columns)
+    table = dataclasses.replace(table, identifier_columns=identifiers, sort_order=sort_order, properties=properties)
     if bool(table.route_field) != bool(table.route):
         raise ConfigError(f"{s.key('route_field')} and {s.key('route')} go together: the table takes records whose "
                           "value at route_field fully matches route")
@@ -362,11 +399,16 @@ def _dynamic(s: _Section) -> DynamicConfig:
     if not all(isinstance(m, str) and m and all(m.split(".")) for m in maps):
         raise ConfigError(f"{s.key('maps')} must be dotted paths of objects to infer as maps, e.g. [\"attributes\"]")
     partition_by = s.get("partition_by", list, [])
+    if "identifier_columns" in s.data and not columns:
+        raise ConfigError(f"{s.key('identifier_columns')} needs [dynamic] columns: inferred columns are optional, "
+                          "and identifier columns must be required")
+    identifiers, sort_order, properties = _layout(s, columns)
     dynamic = DynamicConfig(
         table=template, topics=_regex(s, "topics", '"raw\\..*"'), create=s.get("create", bool, True), columns=columns,
         partition_by=_partition_by(partition_by, s.key("partition_by"), columns) if columns else
         tuple(p.strip() for p in partition_by if isinstance(p, str)),
-        metadata_columns=s.get("metadata_columns", bool, True), maps=tuple(maps))
+        metadata_columns=s.get("metadata_columns", bool, True), maps=tuple(maps), identifier_columns=identifiers,
+        sort_order=sort_order, properties=properties)
     if len(dynamic.partition_by) != len(partition_by):
         raise ConfigError(f"{s.key('partition_by')} must be a list of partition transforms")
     s.finish()
@@ -433,8 +475,7 @@ def _maintenance(s: _Section, outage_timeout_s: float, commit_interval_s: float)
         raise ConfigError(
             f"maintenance.orphan_min_age_s ({m.orphan_min_age_s:g}) must be greater than pipeline.outage_timeout_s "
             f"plus two commit intervals ({floor:g}): a data file written but not yet committed would be deleted")
-    if m.sort_order and not re.match(r"^\w+( (ASC|DESC))?( NULLS (FIRST|LAST))?(, *\w+( (ASC|DESC))?( NULLS (FIRST|LAST))?)*$",
-                                     m.sort_order, re.IGNORECASE):
+    if m.sort_order and not _SORT.match(m.sort_order):
         raise ConfigError(f"maintenance.sort_order {m.sort_order!r} must be columns like \"event_time\" or "
                           "\"user_id DESC NULLS LAST, event_time\"")
     return m

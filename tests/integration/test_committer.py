@@ -153,3 +153,23 @@ def test_an_existing_table_whose_column_types_disagree_with_the_config_is_a_star
                                           r"in the config"):
         iceberg_catalog.ensure_table(catalog, dataclasses.replace(cfg.table, columns=columns))
     iceberg_catalog.ensure_table(catalog, cfg.table)   # agreeing: fine
+
+
+def test_a_created_table_gets_its_identifier_columns_sort_order_and_properties(setup) -> None:
+    import dataclasses
+
+    from frazil.errors import ConfigError
+    from pyiceberg.table.sorting import NullOrder, SortDirection
+
+    catalog, cfg = setup
+    columns = tuple(dataclasses.replace(c, required=True) if c.name == "id" else c for c in cfg.table.columns)
+    wanted = dataclasses.replace(cfg.table, name="db.shaped", columns=columns, identifier_columns=("id",),
+                                 sort_order="at DESC, name", properties={"write.parquet.compression-codec": "zstd"})
+    table = iceberg_catalog.ensure_table(catalog, wanted)
+    assert table.schema().identifier_field_names() == {"id"}
+    order = table.sort_order()
+    assert [(table.schema().find_column_name(f.source_id), f.direction, f.null_order) for f in order.fields] == [
+        ("at", SortDirection.DESC, NullOrder.NULLS_LAST), ("name", SortDirection.ASC, NullOrder.NULLS_FIRST)]
+    assert table.properties["write.parquet.compression-codec"] == "zstd"
+    with pytest.raises(ConfigError, match=r"db.shaped: identifier columns are \['id'\] in the table but \['name'\]"):
+        iceberg_catalog.ensure_table(catalog, dataclasses.replace(wanted, identifier_columns=("name",)))

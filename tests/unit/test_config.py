@@ -1,5 +1,6 @@
 """The config is validated once, and every error names the key and the fix."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,24 @@ def test_the_routed_example_config_is_valid() -> None:
     assert [t.name for t in cfg.tables] == ["shop.orders", "shop.refunds"] and cfg.dynamic is not None
     assert cfg.kafka.takes("shop.payments") and cfg.dynamic.name({"topic": "shop.payments"}) == "raw.shop_payments"
     assert main(["check-config", "--config", str(example)]) == 0
+
+
+@pytest.mark.parametrize(("table", "message"), [
+    ({"identifier_columns": ["missing"]}, "identifier_columns entry 'missing' must be a declared column with required"),
+    ({"columns": [{"name": "x", "type": "double", "required": True}], "identifier_columns": ["x"]}, "not float or double"),
+    ({"sort_order": "id sideways"}, "table.sort_order 'id sideways' must be columns"),
+    ({"sort_order": "nope"}, "names 'nope', which is not a declared column"),
+    ({"properties": {"frazil.offsets.p": "{}"}}, "frazil.offsets.p are set by frazil itself"),
+])
+def test_table_layout_errors(table: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        config.parse(with_("table", **table))
+
+
+def test_table_layout_parsed() -> None:
+    cfg = config.parse(with_("table", identifier_columns=["id"], sort_order="id DESC", properties={"a.b": 1}))
+    assert cfg.table.identifier_columns == ("id",) and cfg.table.sort_order == "id DESC"
+    assert cfg.table.properties == {"a.b": "1"}
+    data = {k: v for k, v in MINIMAL.items() if k != "table"}
+    with pytest.raises(ConfigError, match="identifier_columns needs \\[dynamic\\] columns"):
+        config.parse({**data, "dynamic": {"table": "raw.{topic}", "identifier_columns": ["id"]}})

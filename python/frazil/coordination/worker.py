@@ -94,6 +94,7 @@ class Part:
     ranges: dict[TopicPartition, Range]
     rows: int
     files: tuple[DataFile, ...] | None = None
+    nbytes: int = 0     # of ``data``, counted once (the loop asks on every pass; pyarrow walks every chunk)
 
     @property
     def paths(self) -> list[str]:
@@ -118,7 +119,7 @@ class Batch:
 
     @property
     def nbytes(self) -> int:
-        return sum(int(p.data.nbytes) for p in self.parts.values() if p.data is not None)
+        return sum(p.nbytes for p in self.parts.values() if p.data is not None)
 
 
 class Worker:
@@ -183,27 +184,18 @@ class Worker:
         payloads: list[Payload] = []
         batch = self.batch
         if batch is not None:
+            # every part in one worker thread: each await is a pass of the busy loop
+            written, tables, loaded_s, wrote_s, failure = await asyncio.to_thread(self._write_parts, batch, commit_id)
+            batch = self.batch = written
+            if failure is not None:
+                name, exc = failure
+                if isinstance(exc, FrazilError) and not exc.retriable:
+                    raise exc
+                self._not_landed(commit_id, exc, f"could not write or report its data files for {name}",
+                                 answered=False)
+                return  # no reply: the cycle goes on without our partitions; we try again at the next one
             for name, part in sorted(batch.parts.items()):
-                target = self._targets[name]
-                try:
-                    began = time.monotonic()
-                    table = await asyncio.to_thread(target.load)
-                    loaded_s += time.monotonic() - began
-                    if part.files is None:
-                        assert part.data is not None
-                        began = time.monotonic()
-                        files = await asyncio.to_thread(self._write_files, target, table, part.data, commit_id)
-                        wrote_s += time.monotonic() - began
-                        part = dataclasses.replace(part, data=None, files=tuple(files))
-                        await asyncio.to_thread(self._journal.append, [txrecords.files(name, part.paths, part.ranges)])
-                        batch = self.batch = dataclasses.replace(batch, parts={**batch.parts, name: part})
-                        faults.hit("worker.after_files_written")
-                except (FrazilError, OSError) as exc:
-                    if isinstance(exc, FrazilError) and not exc.retriable:
-                        raise
-                    self._not_landed(commit_id, exc, f"could not write or report its data files for {name}",
-                                     answered=False)
-                    return  # no reply: the cycle goes on without our partitions; we try again at the next one
+                table = tables[name]
                 assert part.files is not None
                 refs = tuple(to_ref(f, table.spec(), table.schema()) for f in part.files)
                 ranges = tuple(OffsetRange(t, p, r.start, r.end, generation) for (t, p), r in sorted(part.ranges.items()))
@@ -237,6 +229,40 @@ class Worker:
                  generation, waited_ms + 1000 * (now - started), 1000 * (taken - started), 1000 * loaded_s,
                  1000 * wrote_s, 1000 * (logged - taken - loaded_s - wrote_s), 1000 * (now - logged))
 
+    def _write_parts(self, batch: Batch, commit_id: str) -> tuple[
+            Batch, dict[str, Table], float, float, tuple[str, FrazilError | OSError] | None]:
+        """Blocking. Each part's table loaded, and its data files written and logged (once); the
+        batch as far as it got, the tables, the seconds loading and writing, and the failure
+        (table, error) that stopped it, if any."""
+        tables: dict[str, Table] = {}
+        loaded_s = wrote_s = 0.0
+        written: list[txrecords.Record] = []   # logged together (one fsync), before anything is reported
+        failure: tuple[str, FrazilError | OSError] | None = None
+        for name, part in sorted(batch.parts.items()):
+            target = self._targets[name]
+            try:
+                began = time.monotonic()
+                tables[name] = table = target.load()
+                loaded_s += time.monotonic() - began
+                if part.files is None:
+                    assert part.data is not None
+                    began = time.monotonic()
+                    files = self._write_files(target, table, part.data, commit_id)
+                    wrote_s += time.monotonic() - began
+                    part = dataclasses.replace(part, data=None, files=tuple(files), nbytes=0)
+                    written.append(txrecords.files(name, part.paths, part.ranges))
+                    batch = dataclasses.replace(batch, parts={**batch.parts, name: part})
+            except (FrazilError, OSError) as exc:
+                failure = (name, exc)
+                break
+        if written:
+            self._journal.append(written)
+            try:
+                faults.hit("worker.after_files_written")
+            except OSError as exc:
+                failure = failure or (written[-1]["table"], exc)
+        return batch, tables, loaded_s, wrote_s, failure
+
     def _watermark(self, tp: TopicPartition) -> int | None:
         """The first offset of ``tp`` not yet in every table that takes it: the held batch's start,
         else the next batch's."""
@@ -255,12 +281,13 @@ class Worker:
         started = time.monotonic()
         kept: dict[str, Part] = {}
         why: list[tuple[str, BaseException]] = []
+        read = await asyncio.to_thread(self._read_offsets, sorted(batch.parts))   # one thread for every table
+        landed: list[txrecords.Record] = []
         for name, part in sorted(batch.parts.items()):
             target = self._targets[name]
-            try:
-                faults.hit("worker.before_settle")
-                stored = await asyncio.to_thread(target.committer.stored_offsets)
-            except Exception as exc:  # noqa: BLE001 - the catalog went down after (or while) the coordinator committed
+            stored_or_error = read[name]
+            if isinstance(stored_or_error, Exception):
+                exc = stored_or_error
                 # Whether it landed or not, hold the files and report them again: the coordinator checks
                 # offsets inside its compare-and-swap, so had they landed, the next reply overlaps the
                 # table and is refused, and the settle after it (catalog back) finds them in the table.
@@ -269,10 +296,11 @@ class Worker:
                             + (" (the coordinator's commit failed)" if name in failed_tables else
                                " (the coordinator committed; checked again at the next cycle)"), exc))
                 continue
+            stored = stored_or_error
             missing = {tp: (stored.get(tp), r.end) for tp, r in part.ranges.items() if stored.get(tp, -1) < r.end}
             if not missing:
                 target.floors.update({tp: stored[tp] for tp in part.ranges})
-                await asyncio.to_thread(self._journal.append, [txrecords.settled(name, part.paths, "landed")])
+                landed.append(txrecords.settled(name, part.paths, "landed"))
                 self._stats.rows_committed += part.rows
                 self._metrics.rows_committed.inc(part.rows)
                 continue
@@ -284,9 +312,13 @@ class Worker:
                         "the tables", commit_id, name,
                         ", ".join(f"{t}[{p}]={v}" for (t, p), v in sorted(missing.items())[:5]))
             self._metrics.commit("abandoned")
+            if landed:
+                await asyncio.to_thread(self._journal.append, landed)
             self.batch = dataclasses.replace(batch, parts={n: p for n, p in batch.parts.items() if n in kept or n >= name})
             await self.rewind()
             return
+        if landed:
+            await asyncio.to_thread(self._journal.append, landed)
         if kept:
             self.batch = dataclasses.replace(batch, parts=kept)
             self._not_landed(commit_id, why[0][1], "; ".join(w for w, _ in why), answered=True)
@@ -299,6 +331,17 @@ class Worker:
         await self.landed({tp: r.end for tp, r in batch.ranges.items()})
         log.info("commit %s settled: %d rows landed in %d table(s) (offsets and log %.0f, low watermark %.0f ms)",
                  commit_id, batch.rows, len(batch.parts), 1000 * (logged - started), 1000 * (time.monotonic() - logged))
+
+    def _read_offsets(self, names: list[str]) -> dict[str, dict[TopicPartition, int] | Exception]:
+        """Blocking. Each table's offsets, or why they could not be read."""
+        out: dict[str, dict[TopicPartition, int] | Exception] = {}
+        for name in names:
+            try:
+                faults.hit("worker.before_settle")
+                out[name] = self._targets[name].committer.stored_offsets()
+            except Exception as exc:  # noqa: BLE001 - the catalog went down after (or while) the coordinator committed
+                out[name] = exc
+        return out
 
     async def landed(self, watermark: Mapping[TopicPartition, int]) -> None:
         """Count a landed cycle and move the consumer group's low watermark (never ahead of what
@@ -342,7 +385,7 @@ class Worker:
             data = target.buffer.drain()
             assert data is not None and data.num_rows > 0, f"{name}: ranges without rows"
             part_ranges = {tp: Range(target.floors.get(tp, ranges[tp].start), ranges[tp].end) for tp in tps}
-            parts[name] = Part(name, data, part_ranges, data.num_rows)
+            parts[name] = Part(name, data, part_ranges, data.num_rows, nbytes=int(data.nbytes))
         return Batch(ranges, parts)
 
     def _write_files(self, target: Target, table: Table, data: pa.Table, commit_id: str) -> list[DataFile]:

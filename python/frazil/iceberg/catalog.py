@@ -21,6 +21,7 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, NullOrder, SortDirection, SortField, SortOrder
 from pyiceberg.transforms import (
     BucketTransform,
     DayTransform,
@@ -109,7 +110,22 @@ def schema_for(table: TableConfig) -> Schema:
     if table.metadata_columns:
         base = len(fields)
         fields += [NestedField(base + i + 1, name, t, required=req) for i, (name, t, req) in enumerate(META_COLUMNS)]
-    return Schema(*fields)
+    ids = {f.name: f.field_id for f in fields}
+    return Schema(*fields, identifier_field_ids=[ids[name] for name in table.identifier_columns])
+
+
+def sort_order_for(schema: Schema, sort_order: str) -> SortOrder:
+    """``"event_time DESC, user_id NULLS FIRST"`` as an Iceberg sort order (identity transforms)."""
+    fields = []
+    for term in filter(None, (t.strip() for t in sort_order.split(","))):
+        words = term.upper().split()
+        column = schema.find_field(term.split()[0])
+        direction = SortDirection.DESC if "DESC" in words else SortDirection.ASC
+        nulls = (NullOrder.NULLS_LAST if "LAST" in words else NullOrder.NULLS_FIRST if "FIRST" in words
+                 else NullOrder.NULLS_FIRST if direction is SortDirection.ASC else NullOrder.NULLS_LAST)
+        fields.append(SortField(source_id=column.field_id, transform=IdentityTransform(), direction=direction,
+                                null_order=nulls))
+    return SortOrder(*fields) if fields else UNSORTED_SORT_ORDER
 
 
 def _transform(name: str, arg: str | None) -> Transform:  # type: ignore[type-arg]
@@ -194,8 +210,14 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
         new_schema = schema() if schema is not None else schema_for(cfg)
         check_spec_fits(new_schema, cfg.partition_by, cfg.name)
         try:
+            order = sort_order_for(new_schema, cfg.sort_order)
+        except ValueError as exc:
+            raise ConfigError(f"{cfg.name}: sort_order {cfg.sort_order!r}: {exc}") from None
+        try:
             table = catalog.create_table(cfg.name, new_schema, partition_spec=spec_for(new_schema, cfg.partition_by),
-                                         properties={"format-version": "2", **REQUIRED_PROPERTIES, **(properties or {})})
+                                         sort_order=order,
+                                         properties={"format-version": "2", **cfg.properties, **REQUIRED_PROPERTIES,
+                                                     **(properties or {})})
             log.info("created table %s with %d columns%s, partitioned by %s", cfg.name, len(new_schema.fields),
                      " inferred from its first records" if schema is not None else "", list(cfg.partition_by) or "nothing")
         except TableAlreadyExistsError:
@@ -214,7 +236,11 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
     if differ:
         raise ConfigError(f"table {cfg.name}: column types disagree: {'; '.join(differ)}. Make the config say what the "
                           "table holds (frazil never changes a value's type silently)")
-    wanted = {**REQUIRED_PROPERTIES, **(properties or {})}
+    have = sorted(table.schema().identifier_field_names())
+    if cfg.identifier_columns and have != sorted(cfg.identifier_columns):
+        raise ConfigError(f"table {cfg.name}: identifier columns are {have or 'none'} in the table but "
+                          f"{sorted(cfg.identifier_columns)} in the config; make the config say what the table holds")
+    wanted = {**cfg.properties, **REQUIRED_PROPERTIES, **(properties or {})}
     for attempt in range(5):  # processes starting together race here; the loser re-reads
         wrong = {k: v for k, v in wanted.items() if table.properties.get(k) != v}
         if not wrong:

@@ -165,6 +165,8 @@ class Pipeline:
 
     async def _append(self, batches: Mapping[TopicPartition, list]) -> None:  # type: ignore[type-arg]
         full = False
+        # several buffers: their sum against the budget, once per poll (it can pass it by one poll's records)
+        room = not self._fan_out or self._targets.bytes < self._flow.budget_bytes
         for tp, records in batches.items():
             if not self._positions.is_positioned(tp):  # not yet, or revoked while the fetch was in flight
                 continue
@@ -179,7 +181,7 @@ class Pipeline:
                 records = kept
                 if not records:
                     continue
-            if full or (self._fan_out and self._targets.bytes >= self._flow.budget_bytes):
+            if full or not room:
                 # Nothing of this batch is taken: fetch it again once there is room.
                 full = True
                 self._source.seek_back(tp, records[0].offset)

@@ -49,8 +49,9 @@ class Targets:
 
     def __init__(self, cfg: Config, catalog: Catalog, tables: Mapping[str, Table]) -> None:
         """``tables``: each configured table as ``ensure_table`` left it. With one table its buffer
-        has the memory budget as a hard cap; with several, the pipeline checks their sum before
-        each append (a fan-out must land in every table's buffer or in none)."""
+        has the memory budget as a hard cap; with several, the pipeline checks their sum once per
+        poll (a fan-out must land in every table's buffer or in none), so the buffers can pass the
+        budget by one poll's records."""
         one = len(cfg.tables) == 1 and cfg.dynamic is None
         self._dynamic = cfg.dynamic is not None
         self._budget = cfg.memory_budget_bytes
@@ -101,11 +102,11 @@ class Targets:
 
     @property
     def bytes(self) -> int:
-        return sum(t.buffer.bytes for t in self)
+        return sum(t.buffer.bytes for t in list(self._by_name.values()))
 
     @property
     def rows(self) -> int:
-        return sum(t.buffer.rows for t in self)
+        return sum(t.buffer.rows for t in list(self._by_name.values()))
 
     def clear(self) -> None:
         for target in self:
