@@ -5,7 +5,7 @@ from typing import final
 import pyarrow as pa
 
 __all__ = ["ALIGNMENT", "AppendResult", "BufferFullError", "DecodeError", "JsonBuffer", "NativeError",
-           "UnknownField", "__version__", "route_groups"]
+           "UnknownField", "__version__", "append_routed", "route_groups"]
 
 __version__: str
 ALIGNMENT: int
@@ -114,3 +114,18 @@ def route_groups(values: list[bytes], paths: list[list[str]]) -> list[tuple[list
     values: ``[(keys, indices), ...]`` in order of first appearance, a key being the value as text
     (a string as it is, a number or boolean as its JSON text), or None when missing, null, an
     object or an array. Runs without the GIL."""
+
+def append_routed(
+    *,
+    topic: str,
+    partition: int,
+    offsets: list[int],
+    timestamps_ms: list[int],
+    keys: list[bytes | None],
+    values: list[bytes],
+    targets: list[tuple[JsonBuffer, list[int]]],
+) -> list[AppendResult]:
+    """One batch of one topic-partition appended to several buffers, each taking the records at
+    its indices (routing: a record may go to several). The columns are converted once; the
+    decoding runs without the GIL. One result per target, in order. A full buffer fails the call
+    after the targets before it were appended: give each buffer once, without a byte cap."""

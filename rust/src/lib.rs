@@ -12,6 +12,7 @@ fn _native(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     use pyo3::prelude::*;
     m.add_class::<bindings::JsonBuffer>()?;
     m.add_function(pyo3::wrap_pyfunction!(bindings::route_groups, m)?)?;
+    m.add_function(pyo3::wrap_pyfunction!(bindings::append_routed, m)?)?;
     m.add_class::<bindings::AppendResult>()?;
     m.add_class::<bindings::DecodeError>()?;
     m.add_class::<bindings::UnknownField>()?;

@@ -200,3 +200,24 @@ def test_drain_batches_hands_over_each_append_without_a_copy_into_one() -> None:
     assert [b.num_rows for b in batches] == [2, 2, 2] and buf.rows == 0 and buf.bytes == 0
     assert all(b.schema == FLAT for b in batches)
     assert buf.drain_batches() == [] and buf.drain() is None
+
+
+def test_append_routed_fans_one_batch_out_to_several_buffers_by_index() -> None:
+    meta = [pa.field("_kafka_topic", pa.string(), False), pa.field("_kafka_partition", pa.int32(), False),
+            pa.field("_kafka_offset", pa.int64(), False), pa.field("_kafka_timestamp", pa.timestamp("us", tz="UTC"), False),
+            pa.field("_kafka_key", pa.binary())]
+    one = _native.JsonBuffer(schema=pa.schema(list(FLAT) + meta), metadata_columns=True)
+    two = _native.JsonBuffer(schema=pa.schema([pa.field("id", pa.int64())]), metadata_columns=False)
+    values = [json.dumps({"id": i, "name": f"n{i}"}).encode() for i in range(5)] + [b"{bad"]
+    results = _native.append_routed(topic="t", partition=3, offsets=[10, 11, 12, 13, 14, 15], timestamps_ms=[0] * 6,
+                                    keys=[b"k", None, None, None, None, None], values=values,
+                                    targets=[(one, [0, 2, 4]), (two, [1, 2, 5])])
+    assert [r.rows for r in results] == [3, 2]
+    assert results[0].errors == [] and [(e.offset, e.index) for e in results[1].errors] == [(15, 2)]
+    got = pa.Table.from_batches([one.drain()]).to_pydict()
+    assert got["id"] == [0, 2, 4] and got["_kafka_offset"] == [10, 12, 14] and got["_kafka_key"] == [b"k", None, None]
+    assert got["_kafka_partition"] == [3, 3, 3]
+    assert pa.Table.from_batches([two.drain()]).column("id").to_pylist() == [1, 2]
+    with pytest.raises(_native.NativeError, match="index 9 is out of range for 6 records"):
+        _native.append_routed(topic="t", partition=3, offsets=[0] * 6, timestamps_ms=[0] * 6, keys=[None] * 6,
+                              values=values, targets=[(two, [9])])

@@ -70,15 +70,16 @@ class RecordBuffer:
         """Decode ``records`` of one topic-partition; returns the ones that could not be decoded
         (and, with ``strict_fields``, fields the schema does not have). Raises
         ``_native.BufferFullError`` (taking nothing) when they do not fit the byte cap."""
-        result = self._native.append(
+        return self._problems(self._native.append(
             topic=topic,
             partition=partition,
             offsets=[r.offset for r in records],
             timestamps_ms=[r.timestamp for r in records],
             keys=[r.key for r in records],
-            # a null value (tombstone) is not a JSON object: it comes back as a decode error
-            values=[r.value if r.value is not None else b"null" for r in records],
-        )
+            values=values_of(records),
+        ))
+
+    def _problems(self, result: _native.AppendResult) -> Sequence[RecordProblem]:
         if self._strict is None or not result.unknown_fields:
             return result.errors
         problems: list[RecordProblem] = list(result.errors)
@@ -94,3 +95,20 @@ class RecordBuffer:
 
     def clear(self) -> None:
         self._native.clear()
+
+
+def values_of(records: Sequence[KafkaRecord]) -> list[bytes]:
+    # a null value (tombstone) is not a JSON object: it comes back as a decode error
+    return [r.value if r.value is not None else b"null" for r in records]
+
+
+def append_routed(topic: str, partition: int, records: Sequence[KafkaRecord], values: list[bytes],
+                  targets: Sequence[tuple[RecordBuffer, list[int]]]) -> list[Sequence[RecordProblem]]:
+    """``records`` of one topic-partition (``values``: theirs, as :func:`values_of` gives them)
+    into several buffers, each taking the records at its indices, in one native call: the columns
+    are converted once, whatever the fan-out. Each buffer at most once, and without a byte cap."""
+    results = _native.append_routed(
+        topic=topic, partition=partition, offsets=[r.offset for r in records],
+        timestamps_ms=[r.timestamp for r in records], keys=[r.key for r in records], values=values,
+        targets=[(buffer._native, indices) for buffer, indices in targets])
+    return [buffer._problems(result) for (buffer, _), result in zip(targets, results)]

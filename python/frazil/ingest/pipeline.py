@@ -30,6 +30,7 @@ from frazil.iceberg import inference
 from frazil.events.payloads import CommitComplete, Event, StartCommit
 from frazil.flow.backpressure import Action, Backpressure
 from frazil.iceberg.offsets import TopicPartition
+from frazil.ingest.buffer import append_routed, values_of
 from frazil.ingest.positions import Positions
 from frazil.ingest.routing import Router
 from frazil.ingest.source import KafkaSource
@@ -204,42 +205,56 @@ class Pipeline:
         """Append ``records`` of ``tp`` to the buffer of every table that takes them, each table
         skipping what it already holds (rule 2, per table). Records no table takes are counted; a
         table named by the records is opened (created) first."""
-        groups = self._router.groups(tp[0], [r.value if r.value is not None else b"null" for r in records]
-                                     if self._router.for_topic(tp[0]).by_value else [])
-        chosen_by_group = [records if indices is None else [records[i] for i in indices] for _, indices, _ in groups]
-        for (tables, _, missing), chosen in zip(groups, chosen_by_group):
+        values = values_of(records) if self._fan_out or self._router.for_topic(tp[0]).by_value else []
+        groups = self._router.groups(tp[0], values)
+        everything = range(len(records))
+        for tables, indices, missing in groups:
+            members = everything if indices is None else indices
             if missing is not None:
                 assert self._cfg.dynamic is not None
-                raise RecordDecodeError(topic=tp[0], partition=tp[1], offset=chosen[0].offset, field=missing,
+                raise RecordDecodeError(topic=tp[0], partition=tp[1], offset=records[members[0]].offset, field=missing,
                                         reason=f"it names no table: [dynamic] table = {self._cfg.dynamic.table!r} needs "
                                                "a text, number or boolean value there"
-                                               + (f" ({len(chosen) - 1} more such record(s) in the same batch)"
-                                                  if len(chosen) > 1 else ""))
+                                               + (f" ({len(members) - 1} more such record(s) in the same batch)"
+                                                  if len(members) > 1 else ""))
             for name in tables:
                 if name not in self._targets:
-                    sample = [r.value for g, c in zip(groups, chosen_by_group) if name in g[0] for r in c]
-                    await self._open_table(name, tp, chosen[0].offset, sample)
-        for (tables, _, _), chosen in zip(groups, chosen_by_group):
+                    sample = [values[i] for g in groups if name in g[0] for i in (everything if g[1] is None else g[1])]
+                    await self._open_table(name, tp, records[members[0]].offset, sample)
+        taken: dict[str, list[int]] = {}   # by table: the indices of the records it takes
+        for tables, indices, _ in groups:
             if not tables:
-                self.stats.records_unrouted += len(chosen)
-                self.metrics.records_unrouted.inc(len(chosen))
-                log.debug("%s[%d]: %d record(s) from offset %d taken by no table", tp[0], tp[1], len(chosen),
-                          chosen[0].offset)
+                members = everything if indices is None else indices
+                self.stats.records_unrouted += len(members)
+                self.metrics.records_unrouted.inc(len(members))
+                log.debug("%s[%d]: %d record(s) from offset %d taken by no table", tp[0], tp[1], len(members),
+                          records[members[0]].offset)
                 continue
             for name in tables:
-                target = self._targets[name]
-                floor = target.floors.get(tp)
-                rows = chosen if floor is None or chosen[0].offset >= floor else [r for r in chosen if r.offset >= floor]
-                if not rows:
-                    continue
-                errors = target.buffer.append(tp[0], tp[1], rows)
-                if errors:
-                    first = errors[0]
-                    raise RecordDecodeError(topic=tp[0], partition=tp[1], offset=first.offset, field=first.field,
-                                            reason=first.reason + (f" ({len(errors) - 1} more bad record(s) in the same "
-                                                                   "batch)" if len(errors) > 1 else "")
-                                            + (f" (for table {name})" if self._fan_out else ""))
-                self._positions.table_took(name, tp)
+                taken.setdefault(name, []).extend(everything if indices is None else indices)
+        targets = []
+        for name, indices in taken.items():
+            target = self._targets[name]
+            floor = target.floors.get(tp)
+            if len(groups) > 1:
+                indices.sort()   # one table in several groups: in offset order
+            if floor is not None and records[indices[0]].offset < floor:
+                indices = [i for i in indices if records[i].offset >= floor]   # rule 2, for this table
+            if indices:
+                targets.append((name, target.buffer, indices))
+        if not self._fan_out:   # one table: its buffer's hard cap refuses a batch whole (BufferFullError)
+            results = [buffer.append(tp[0], tp[1], records if len(indices) == len(records) else
+                                     [records[i] for i in indices]) for _, buffer, indices in targets]
+        else:
+            results = append_routed(tp[0], tp[1], records, values, [(buffer, indices) for _, buffer, indices in targets])
+        for (name, _, _), errors in zip(targets, results):
+            if errors:
+                first = errors[0]
+                raise RecordDecodeError(topic=tp[0], partition=tp[1], offset=first.offset, field=first.field,
+                                        reason=first.reason + (f" ({len(errors) - 1} more bad record(s) in the same "
+                                                               "batch)" if len(errors) > 1 else "")
+                                        + (f" (for table {name})" if self._fan_out else ""))
+            self._positions.table_took(name, tp)
 
     async def _open_table(self, name: str, tp: TopicPartition, offset: int, sample: list[bytes]) -> None:
         """A table named by the records, not seen yet in this run: load it, or create it (with the

@@ -120,17 +120,7 @@ impl JsonBuffer {
                 })
             })
             .map_err(buffer_err)?;
-        let errors = done
-            .errors
-            .into_iter()
-            .map(|e| Py::new(py, DecodeError { index: e.index, partition: e.partition, offset: e.offset, field: e.field, reason: e.reason }))
-            .collect::<PyResult<_>>()?;
-        let unknown_fields = done
-            .unknown_fields
-            .into_iter()
-            .map(|u| Py::new(py, UnknownField { index: u.index, offset: u.offset, path: u.path }))
-            .collect::<PyResult<_>>()?;
-        Ok(AppendResult { rows: done.rows, errors, unknown_fields })
+        to_result(py, done)
     }
 
     fn drain(&self, py: Python<'_>) -> PyResult<Option<PyArrowType<RecordBatch>>> {
@@ -167,4 +157,66 @@ impl JsonBuffer {
     fn schema(&self) -> PyArrowType<Schema> {
         PyArrowType(self.inner.schema().as_ref().clone())
     }
+}
+
+/// One batch of one topic-partition appended to several buffers, each taking the records at its
+/// indices (routing: a record may go to several). The columns are converted once; the decoding
+/// runs without the GIL. Returns one result per target, in order. Buffers shared by several
+/// targets, or a buffer that is full, fail the call after the targets before it were appended:
+/// give each buffer once, without a byte cap.
+#[pyfunction]
+#[pyo3(signature = (*, topic, partition, offsets, timestamps_ms, keys, values, targets))]
+#[allow(clippy::too_many_arguments)]
+pub fn append_routed(
+    py: Python<'_>,
+    topic: &str,
+    partition: i32,
+    offsets: Vec<i64>,
+    timestamps_ms: Vec<i64>,
+    keys: Vec<Option<PyBackedBytes>>,
+    values: Vec<PyBackedBytes>,
+    targets: Vec<(Bound<'_, JsonBuffer>, Vec<u32>)>,
+) -> PyResult<Vec<AppendResult>> {
+    let n = values.len();
+    if offsets.len() != n || timestamps_ms.len() != n || keys.len() != n {
+        return Err(NativeError::new_err("offsets, timestamps, keys and values must have the same length"));
+    }
+    if let Some(bad) = targets.iter().flat_map(|(_, idx)| idx.iter()).find(|&&i| i as usize >= n) {
+        return Err(NativeError::new_err(format!("index {bad} is out of range for {n} records")));
+    }
+    let buffers: Vec<(&buffer::JsonBuffer, &[u32])> = targets.iter().map(|(b, idx)| (&b.get().inner, idx.as_slice())).collect();
+    let done = py.detach(|| {
+        let mut out = Vec::with_capacity(buffers.len());
+        for (buf, idx) in &buffers {
+            let sel_offsets: Vec<i64> = idx.iter().map(|&i| offsets[i as usize]).collect();
+            let sel_times: Vec<i64> = idx.iter().map(|&i| timestamps_ms[i as usize]).collect();
+            let sel_keys: Vec<Option<&[u8]>> = idx.iter().map(|&i| keys[i as usize].as_deref()).collect();
+            let sel_values: Vec<&[u8]> = idx.iter().map(|&i| values[i as usize].as_ref()).collect();
+            out.push(buf.append(&Records {
+                topic,
+                partition,
+                offsets: &sel_offsets,
+                timestamps_ms: &sel_times,
+                keys: &sel_keys,
+                values: &sel_values,
+            })?);
+        }
+        Ok::<_, BufferError>(out)
+    });
+    done.map_err(buffer_err)?.into_iter().map(|d| to_result(py, d)).collect()
+}
+
+/// What one append did, as Python objects.
+fn to_result(py: Python<'_>, done: buffer::Appended) -> PyResult<AppendResult> {
+    let errors = done
+        .errors
+        .into_iter()
+        .map(|e| Py::new(py, DecodeError { index: e.index, partition: e.partition, offset: e.offset, field: e.field, reason: e.reason }))
+        .collect::<PyResult<_>>()?;
+    let unknown_fields = done
+        .unknown_fields
+        .into_iter()
+        .map(|u| Py::new(py, UnknownField { index: u.index, offset: u.offset, path: u.path }))
+        .collect::<PyResult<_>>()?;
+    Ok(AppendResult { rows: done.rows, errors, unknown_fields })
 }

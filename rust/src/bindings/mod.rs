@@ -3,5 +3,5 @@
 mod buffer;
 mod route;
 
-pub use buffer::{AppendResult, BufferFullError, DecodeError, JsonBuffer, NativeError, UnknownField};
+pub use buffer::{append_routed, AppendResult, BufferFullError, DecodeError, JsonBuffer, NativeError, UnknownField};
 pub use route::route_groups;
