@@ -39,7 +39,7 @@ def _check(args: argparse.Namespace) -> int:
     for table in cfg.tables:
         takes = " ".join(filter(None, (f"topics~{table.topics}" if table.topics else "",
                                        f"{'.'.join(table.route_field)}~{table.route}" if table.route_field else "")))
-        print(f"  table      {table.name} columns={len(table.columns)} metadata_columns={table.metadata_columns} "
+        print(f"  table      {table.name} columns={len(table.columns) or 'inferred'} metadata_columns={table.metadata_columns} "
               f"partition_by={list(table.partition_by)} takes={takes or 'every record'}")
     if cfg.dynamic is not None:
         d = cfg.dynamic
@@ -69,6 +69,9 @@ def _offsets(args: argparse.Namespace) -> int:
     ends = asyncio.run(end_offsets(cfg.kafka.bootstrap_servers, asyncio.run(source_topics(cfg.kafka))))
     marks: list[dict[tuple[str, int], int]] = []
     for table_cfg in cfg.tables:
+        if not catalog.table_exists(table_cfg.name):
+            print(f"{table_cfg.name}: not created yet (created on its first records)\n")
+            continue
         properties = catalog.load_table(table_cfg.name).properties
         stored = offsets.stored_offsets(properties, cfg.pipeline)
         marks.append(offsets.stored_progress(properties, cfg.pipeline))

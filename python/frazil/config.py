@@ -71,6 +71,7 @@ class TableConfig:
     route_field: tuple[str, ...] = ()  # dotted path into the value, split; () takes every record
     route: str = ""                   # regex on the route field's value as text
     identifier_columns: tuple[str, ...] = ()   # the table's identifier fields (row identity, for upserts)
+    maps: tuple[str, ...] = ()        # with no columns: dotted paths of objects inferred as map<string, V>
     sort_order: str = ""              # the table's sort order when created, e.g. "event_time DESC"
     properties: dict[str, str] = field(default_factory=dict)   # set on the table, created or existing
 
@@ -130,7 +131,7 @@ class DynamicConfig:
     def table_config(self, name: str) -> TableConfig:
         return TableConfig(name, self.columns, self.create, self.metadata_columns, self.partition_by,
                            identifier_columns=self.identifier_columns, sort_order=self.sort_order,
-                           properties=dict(self.properties))
+                           properties=dict(self.properties), maps=self.maps)
 
 
 def normalise(value: str) -> str:
@@ -361,7 +362,13 @@ def _table(s: _Section) -> TableConfig:
     name = s.get("name", str, hint='"namespace.table", e.g. "demo.events"')
     if name.count(".") < 1 or not all(_NAME.match(part) for part in name.split(".")):
         raise ConfigError(f"{s.key('name')} {name!r} must be \"namespace.table\"")
-    columns = _columns(s.get("columns", list), s.key("columns"))
+    # without columns: the table as it exists, or created on its first records with an inferred schema
+    columns = _columns(s.get("columns", list), s.key("columns")) if "columns" in s.data else ()
+    s.used.add("columns")
+    if "identifier_columns" in s.data and not columns:
+        raise ConfigError(f"{s.key('identifier_columns')} needs {s.key('columns')}: inferred columns are optional, "
+                          "and identifier columns must be required")
+    partition_raw = s.get("partition_by", list, [])
     route_field = s.get("route_field", str, "").strip()
     if route_field and not all(part for part in route_field.split(".")):
         raise ConfigError(f"{s.key('route_field')} {route_field!r} must be a dotted path into the value, e.g. "
@@ -371,13 +378,20 @@ def _table(s: _Section) -> TableConfig:
         columns=columns,
         create=s.get("create", bool, True),
         metadata_columns=s.get("metadata_columns", bool, True),
-        partition_by=_partition_by(s.get("partition_by", list, []), s.key("partition_by"), columns),
+        partition_by=_partition_by(partition_raw, s.key("partition_by"), columns) if columns else
+        tuple(p.strip() for p in partition_raw if isinstance(p, str)),
         topics=_regex(s, "topics", '"orders\\..*"'),
         route_field=tuple(route_field.split(".")) if route_field else (),
         route=_regex(s, "route", '"order_(created|paid)"'),
     )
+    if len(table.partition_by) != len(partition_raw):
+        raise ConfigError(f"{s.key('partition_by')} must be a list of partition transforms")
+    maps = s.get("maps", list, [])
+    if not all(isinstance(m, str) and m and all(m.split(".")) for m in maps):
+        raise ConfigError(f"{s.key('maps')} must be dotted paths of objects to infer as maps, e.g. [\"attributes\"]")
     identifiers, sort_order, properties = _layout(s, columns)
-    table = dataclasses.replace(table, identifier_columns=identifiers, sort_order=sort_order, properties=properties)
+    table = dataclasses.replace(table, identifier_columns=identifiers, sort_order=sort_order, properties=properties,
+                                maps=tuple(maps))
     if bool(table.route_field) != bool(table.route):
         raise ConfigError(f"{s.key('route_field')} and {s.key('route')} go together: the table takes records whose "
                           "value at route_field fully matches route")

@@ -70,9 +70,13 @@ async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartiti
     process's transaction log is settled first, before anything is read from Kafka."""
     check_spark(cfg)
     catalog = await asyncio.to_thread(iceberg_catalog.load, cfg.catalog)
-    tables = {t.name: await asyncio.to_thread(iceberg_catalog.ensure_table, catalog, t,
-                                              iceberg_catalog.maintenance_properties(cfg.maintenance))
-              for t in cfg.tables}
+    tables = {}
+    for t in cfg.tables:
+        if not t.columns and t.create and not await asyncio.to_thread(catalog.table_exists, t.name):
+            log.info("table %s: created on its first records, with a schema inferred from them", t.name)
+            continue   # opened by the pipeline when a record goes there
+        tables[t.name] = await asyncio.to_thread(iceberg_catalog.ensure_table, catalog, t,
+                                                 iceberg_catalog.maintenance_properties(cfg.maintenance))
     if cfg.dynamic is not None:   # tables earlier runs created from the records: their offsets and watermark count
         found = await asyncio.to_thread(iceberg_catalog.dynamic_tables, catalog, cfg.dynamic)
         for name in found:
@@ -163,10 +167,11 @@ def backfill(cfg: Config, *, batch_rows: int, memory_mb: int) -> Stats:
     """Land everything the topics hold now (from the table's offsets to the current end offsets)
     in big flushes written by Spark, through the same exactly-once path as ``run``, then stop.
     Stop ``frazil run`` for the pipeline first: both would share its consumer group."""
-    if len(cfg.tables) != 1 or cfg.table.routed or cfg.kafka.topic_pattern or cfg.dynamic is not None:
-        raise ConfigError("frazil backfill lands one table that takes every record of a kafka.topics list; with "
-                          "several tables, routing, [dynamic] or a topic_pattern, run `frazil run` (it lands the backlog the "
-                          "same way, in process)")
+    if (len(cfg.tables) != 1 or cfg.table.routed or cfg.kafka.topic_pattern or cfg.dynamic is not None
+            or not cfg.table.columns):
+        raise ConfigError("frazil backfill lands one table with declared columns that takes every record of a "
+                          "kafka.topics list; otherwise (several tables, routing, [dynamic], a topic_pattern, "
+                          "inferred columns) run `frazil run`: it lands the backlog the same way, in process")
     cfg = dataclasses.replace(
         cfg, max_buffer_records=batch_rows, memory_budget_bytes=memory_mb * 1024 * 1024,
         commit_interval_s=max(cfg.commit_interval_s, 600.0),   # flush on size, not time

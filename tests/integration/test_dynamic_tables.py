@@ -148,3 +148,60 @@ def test_a_record_that_cannot_go_to_its_table_stops_the_pipeline_naming_it(kafka
             proc.kill()
     text = log.read_text()
     assert message in text and f"record topic={topic} partition=0 offset={len(values)}" in text, text[-3000:]
+
+
+def test_a_configured_table_without_columns_is_created_on_its_first_records(kafka: KafkaBroker, tmp_path: Path) -> None:
+    """[[tables]] entries may leave columns out: the table is created from its first records
+    (inferred), the other table as declared; each gets its records once, and a restart keeps both."""
+    topic = "static-inferred"
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, 2))
+    asyncio.run(support.produce(kafka.bootstrap, topic, (event(i, 4) for i in range(400)), 2))
+    path = tmp_path / "frazil.toml"
+    path.write_text(f"""[pipeline]
+name = "static-inferred"
+commit_interval_s = 0.5
+
+[kafka]
+bootstrap_servers = "{kafka.bootstrap}"
+topics = ["{topic}"]
+
+[catalog]
+properties = {{ uri = "sqlite:///warehouse/catalog.db", warehouse = "file://warehouse" }}
+
+[maintenance]
+enabled = false
+
+[[tables]]
+name = "inf.k1"
+route_field = "kind"
+route = "K1"
+partition_by = ["bucket[4](id)"]
+
+[[tables]]
+name = "inf.declared"
+columns = [{{ name = "id", type = "long", required = true }}]
+identifier_columns = ["id"]
+""")
+    cfg = support.load(path)
+    catalog = support.catalog_of(cfg)
+    log = tmp_path / "frazil.log"
+
+    def landed() -> int:
+        ends = asyncio.run(support.end_offsets(kafka.bootstrap, [topic]))
+        support.assert_exactly_once(support.count_offsets(catalog, "inf.declared"), ends)
+        got = catalog.load_table("inf.k1").scan(selected_fields=("kind",)).to_arrow().column("kind").to_pylist()
+        assert got and set(got) == {"K1"} and len(got) == sum(ends.values()) // 4, len(got)
+        return len(got)
+
+    for start in (400, 800):
+        proc = run_frazil(path, log)
+        try:
+            wait_for(landed, proc, log)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
+        asyncio.run(support.produce(kafka.bootstrap, topic, (event(i, 4) for i in range(start, start + 400)), 2))
+    table = catalog.load_table("inf.k1")
+    assert {f.name for f in table.schema().fields} >= {"id", "kind", "v", "tags", "geo", "_kafka_offset"}
+    assert str(table.spec().fields[0].transform) == "bucket[4]"
+    assert catalog.load_table("inf.declared").schema().identifier_field_names() == {"id"}

@@ -62,7 +62,7 @@ class Pipeline:
         self._targets = Targets(cfg, catalog, tables)
         self._router = Router(cfg.tables, cfg.dynamic)
         # appends check the buffers' sum against the budget first
-        self._fan_out = len(cfg.tables) > 1 or cfg.dynamic is not None
+        self._fan_out = len(cfg.tables) > 1 or cfg.dynamic is not None or not all(t.columns for t in cfg.tables)
         self.on_new_table: Callable[[str], None] | None = None   # a table named by the records was opened
         self._positions = Positions()
         self._source = KafkaSource(cfg.kafka, on_assigned=self._on_assigned, on_positioned=self._positions.positioned,
@@ -257,14 +257,18 @@ class Pipeline:
             self._positions.table_took(name, tp)
 
     async def _open_table(self, name: str, tp: TopicPartition, offset: int, sample: list[bytes]) -> None:
-        """A table named by the records, not seen yet in this run: load it, or create it (with the
-        configured columns, or a schema inferred from ``sample``). When it cannot be had, the record
-        at ``offset`` that named it is a bad record."""
-        dynamic = self._cfg.dynamic
-        assert dynamic is not None
-        table_cfg = dynamic.table_config(name)
-        inferred = None if dynamic.columns else (lambda: inference.schema(
-            inference.infer(sample, maps=dynamic.maps), iceberg_catalog.META_COLUMNS if dynamic.metadata_columns else ()))
+        """A table not open yet in this run (named by the records, or configured without columns
+        and not created yet): load it, or create it (with the configured columns, or a schema
+        inferred from ``sample``). When it cannot be had, the record at ``offset`` that goes there
+        is a bad record."""
+        try:
+            table_cfg = self._cfg.table_named(name)   # a configured table created on its first records
+        except KeyError:
+            assert self._cfg.dynamic is not None
+            table_cfg = self._cfg.dynamic.table_config(name)
+        inferred = None if table_cfg.columns else (lambda: inference.schema(
+            inference.infer(sample, maps=table_cfg.maps),
+            iceberg_catalog.META_COLUMNS if table_cfg.metadata_columns else ()))
         try:
             table = await asyncio.to_thread(iceberg_catalog.ensure_table, self._catalog, table_cfg,
                                             iceberg_catalog.maintenance_properties(self._cfg.maintenance), schema=inferred)

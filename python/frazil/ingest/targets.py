@@ -52,17 +52,20 @@ class Targets:
         has the memory budget as a hard cap; with several, the pipeline checks their sum once per
         poll (a fan-out must land in every table's buffer or in none), so the buffers can pass the
         budget by one poll's records."""
-        one = len(cfg.tables) == 1 and cfg.dynamic is None
+        one = len(cfg.tables) == 1 and cfg.dynamic is None and bool(cfg.tables[0].columns)
         self._dynamic = cfg.dynamic is not None
         self._budget = cfg.memory_budget_bytes
         self._catalog, self._max_attempts = catalog, cfg.max_commit_attempts
+        self.pipeline = cfg.pipeline
         self._by_name = {
             t.name: Target(t, Committer(catalog, t.name, cfg.pipeline, max_attempts=cfg.max_commit_attempts),
                            RecordBuffer(iceberg_catalog.arrow_schema(tables[t.name]), metadata_columns=t.metadata_columns,
-                                        max_bytes=cfg.memory_budget_bytes if one else None),
+                                        max_bytes=cfg.memory_budget_bytes if one else None,
+                                        strict_fields=None if t.columns else _strict(t.name)),
                            tables[t.name])
-            for t in cfg.tables}
-        self.pipeline = cfg.pipeline
+            for t in cfg.tables if t.name in tables}
+        # configured tables that do not exist yet (created on their first records): they need the watermark
+        self._unopened = {t.name for t in cfg.tables if t.name not in tables}
         for name, table in tables.items():   # named by the records, created by an earlier run
             if name not in self._by_name and cfg.dynamic is not None:
                 self.add(cfg.dynamic.table_config(name), table, inferred=not cfg.dynamic.columns, floors=False)
@@ -81,14 +84,14 @@ class Targets:
 
     def add_built(self, target: Target) -> None:
         self._by_name[target.name] = target
+        self._unopened.discard(target.name)
 
     def build(self, cfg: TableConfig, table: Table, *, inferred: bool, floors: bool = True) -> Target:
         """Blocking. A table named by the records, with its floors from its offsets (``floors``:
         now; else at the next positioning). A table whose schema was inferred refuses fields it
         does not have (they would be dropped silently)."""
         committer = Committer(self._catalog, cfg.name, self.pipeline, max_attempts=self._max_attempts)
-        strict = (f"{cfg.name} has no such column: its schema was inferred from its first records; declare "
-                  "[dynamic] columns to take more fields") if inferred else None
+        strict = _strict(cfg.name) if inferred else None
         target = Target(cfg, committer, RecordBuffer(iceberg_catalog.arrow_schema(table),
                                                      metadata_columns=cfg.metadata_columns, strict_fields=strict),
                         table, committer.stored()[0] if floors else {})
@@ -125,4 +128,10 @@ class Targets:
             target.floors = {tp: o for tp, o in offsets.items() if tp in tps}
         # With tables named by the records, tables not opened yet in this run may need any offset
         # above the watermark: resume at it (each opened table then skips what it holds).
-        return resume_at(tps, {} if self._dynamic else stored, merge_progress(*marks))
+        return resume_at(tps, {} if self._dynamic else {**stored, **{name: {} for name in self._unopened}},
+                         merge_progress(*marks))
+
+
+def _strict(table: str) -> str:
+    return (f"{table} has no such column: its columns are not declared (its schema was inferred from its first "
+            "records, or is the table's own); declare its columns to take more fields")
