@@ -25,7 +25,10 @@ KINDS = 50
 
 
 def config(tmp_path: Path, bootstrap: str, topic: str, pipeline: str, dynamic: str, extra: str = "") -> Path:
+    """A pipeline on ``topic`` with a [dynamic] section of ``dynamic``; or, when ``dynamic`` starts
+    with a section header, those sections instead."""
     path = tmp_path / "frazil.toml"
+    tables = dynamic if dynamic.lstrip().startswith("[") else f"[dynamic]\n{dynamic}"
     path.write_text(f"""[pipeline]
 name = "{pipeline}"
 commit_interval_s = 0.5
@@ -42,8 +45,7 @@ properties = {{ uri = "sqlite:///warehouse/catalog.db", warehouse = "file://ware
 [maintenance]
 enabled = false
 {extra}
-[dynamic]
-{dynamic}
+{tables}
 """)
     return path
 
@@ -156,21 +158,7 @@ def test_a_configured_table_without_columns_is_created_on_its_first_records(kafk
     topic = "static-inferred"
     asyncio.run(support.create_topic(kafka.bootstrap, topic, 2))
     asyncio.run(support.produce(kafka.bootstrap, topic, (event(i, 4) for i in range(400)), 2))
-    path = tmp_path / "frazil.toml"
-    path.write_text(f"""[pipeline]
-name = "static-inferred"
-commit_interval_s = 0.5
-
-[kafka]
-bootstrap_servers = "{kafka.bootstrap}"
-topics = ["{topic}"]
-
-[catalog]
-properties = {{ uri = "sqlite:///warehouse/catalog.db", warehouse = "file://warehouse" }}
-
-[maintenance]
-enabled = false
-
+    path = config(tmp_path, kafka.bootstrap, topic, "static-inferred", """
 [[tables]]
 name = "inf.k1"
 route_field = "kind"
@@ -179,7 +167,7 @@ partition_by = ["bucket[4](id)"]
 
 [[tables]]
 name = "inf.declared"
-columns = [{{ name = "id", type = "long", required = true }}]
+columns = [{ name = "id", type = "long", required = true }]
 identifier_columns = ["id"]
 """)
     cfg = support.load(path)
