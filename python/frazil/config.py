@@ -358,40 +358,42 @@ def _layout(s: _Section, columns: tuple[Column, ...]) -> tuple[tuple[str, ...], 
     return tuple(identifiers), sort_order, {str(k): str(v) for k, v in properties.items()}
 
 
-def _table(s: _Section) -> TableConfig:
-    name = s.get("name", str, hint='"namespace.table", e.g. "demo.events"')
-    if name.count(".") < 1 or not all(_NAME.match(part) for part in name.split(".")):
-        raise ConfigError(f"{s.key('name')} {name!r} must be \"namespace.table\"")
-    # without columns: the table as it exists, or created on its first records with an inferred schema
+def _shape(s: _Section, columns_name: str) -> dict[str, Any]:
+    """What a configured table and the ``[dynamic]`` template share: columns (left out: the table
+    as it exists, or created on its first records with an inferred schema), creation, metadata
+    columns, partitioning, maps for inference and the layout keys. Checked against the columns
+    when they are declared; otherwise when the table is created."""
     columns = _columns(s.get("columns", list), s.key("columns")) if "columns" in s.data else ()
     s.used.add("columns")
     if "identifier_columns" in s.data and not columns:
-        raise ConfigError(f"{s.key('identifier_columns')} needs {s.key('columns')}: inferred columns are optional, "
+        raise ConfigError(f"{s.key('identifier_columns')} needs {columns_name}: inferred columns are optional, "
                           "and identifier columns must be required")
     partition_raw = s.get("partition_by", list, [])
-    route_field = s.get("route_field", str, "").strip()
-    if route_field and not all(part for part in route_field.split(".")):
-        raise ConfigError(f"{s.key('route_field')} {route_field!r} must be a dotted path into the value, e.g. "
-                          "\"type\" or \"meta.kind\"")
-    table = TableConfig(
-        name=name,
-        columns=columns,
-        create=s.get("create", bool, True),
-        metadata_columns=s.get("metadata_columns", bool, True),
-        partition_by=_partition_by(partition_raw, s.key("partition_by"), columns) if columns else
-        tuple(p.strip() for p in partition_raw if isinstance(p, str)),
-        topics=_regex(s, "topics", '"orders\\..*"'),
-        route_field=tuple(route_field.split(".")) if route_field else (),
-        route=_regex(s, "route", '"order_(created|paid)"'),
-    )
-    if len(table.partition_by) != len(partition_raw):
+    partition_by = (_partition_by(partition_raw, s.key("partition_by"), columns) if columns else
+                    tuple(p.strip() for p in partition_raw if isinstance(p, str)))
+    if len(partition_by) != len(partition_raw):
         raise ConfigError(f"{s.key('partition_by')} must be a list of partition transforms")
     maps = s.get("maps", list, [])
     if not all(isinstance(m, str) and m and all(m.split(".")) for m in maps):
         raise ConfigError(f"{s.key('maps')} must be dotted paths of objects to infer as maps, e.g. [\"attributes\"]")
     identifiers, sort_order, properties = _layout(s, columns)
-    table = dataclasses.replace(table, identifier_columns=identifiers, sort_order=sort_order, properties=properties,
-                                maps=tuple(maps))
+    return {"columns": columns, "create": s.get("create", bool, True),
+            "metadata_columns": s.get("metadata_columns", bool, True), "partition_by": partition_by,
+            "maps": tuple(maps), "identifier_columns": identifiers, "sort_order": sort_order, "properties": properties}
+
+
+def _table(s: _Section) -> TableConfig:
+    name = s.get("name", str, hint='"namespace.table", e.g. "demo.events"')
+    if name.count(".") < 1 or not all(_NAME.match(part) for part in name.split(".")):
+        raise ConfigError(f"{s.key('name')} {name!r} must be \"namespace.table\"")
+    shape = _shape(s, s.key("columns"))
+    route_field = s.get("route_field", str, "").strip()
+    if route_field and not all(part for part in route_field.split(".")):
+        raise ConfigError(f"{s.key('route_field')} {route_field!r} must be a dotted path into the value, e.g. "
+                          "\"type\" or \"meta.kind\"")
+    table = TableConfig(name=name, topics=_regex(s, "topics", '"orders\\..*"'),
+                        route_field=tuple(route_field.split(".")) if route_field else (),
+                        route=_regex(s, "route", '"order_(created|paid)"'), **shape)
     if bool(table.route_field) != bool(table.route):
         raise ConfigError(f"{s.key('route_field')} and {s.key('route')} go together: the table takes records whose "
                           "value at route_field fully matches route")
@@ -407,24 +409,7 @@ def _dynamic(s: _Section) -> DynamicConfig:
             or any(not p or not all(p.split(".")) for p in _PLACEHOLDER.findall(template))):
         raise ConfigError(f"{s.key('table')} {template!r} must be a \"namespace.table\" template with at least one "
                           "placeholder: {topic} or a dotted path into the value, e.g. \"raw.{topic}\"")
-    columns = _columns(s.get("columns", list), s.key("columns")) if "columns" in s.data else ()
-    s.used.add("columns")
-    maps = s.get("maps", list, [])
-    if not all(isinstance(m, str) and m and all(m.split(".")) for m in maps):
-        raise ConfigError(f"{s.key('maps')} must be dotted paths of objects to infer as maps, e.g. [\"attributes\"]")
-    partition_by = s.get("partition_by", list, [])
-    if "identifier_columns" in s.data and not columns:
-        raise ConfigError(f"{s.key('identifier_columns')} needs [dynamic] columns: inferred columns are optional, "
-                          "and identifier columns must be required")
-    identifiers, sort_order, properties = _layout(s, columns)
-    dynamic = DynamicConfig(
-        table=template, topics=_regex(s, "topics", '"raw\\..*"'), create=s.get("create", bool, True), columns=columns,
-        partition_by=_partition_by(partition_by, s.key("partition_by"), columns) if columns else
-        tuple(p.strip() for p in partition_by if isinstance(p, str)),
-        metadata_columns=s.get("metadata_columns", bool, True), maps=tuple(maps), identifier_columns=identifiers,
-        sort_order=sort_order, properties=properties)
-    if len(dynamic.partition_by) != len(partition_by):
-        raise ConfigError(f"{s.key('partition_by')} must be a list of partition transforms")
+    dynamic = DynamicConfig(table=template, topics=_regex(s, "topics", '"raw\\..*"'), **_shape(s, "[dynamic] columns"))
     s.finish()
     return dynamic
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 import support
+from frazil.config import Config
 from frazil.local.kafka_broker import KafkaBroker
 from frazil.iceberg import offsets
 from frazil.txlog import recover
@@ -34,15 +35,20 @@ def run_frazil(config: Path, log: Path, faults: str = "") -> subprocess.Popen[by
 MODES = {"single": "", "distributed": '[coordination]\nmode = "distributed"\ncommit_timeout_s = 5\n'}
 
 
+def pipeline_on(kafka: KafkaBroker, tmp_path: Path, topic: str, mode: str) -> tuple[Path, Config, Path]:
+    """A 2-partition topic holding 2,000 records, and a pipeline of its own on it: config file,
+    config, log path."""
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, 2))
+    asyncio.run(support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(2000)), 2))
+    config = support.write_config(tmp_path, kafka.bootstrap, [topic], pipeline=topic, interval=0.5, extra=MODES[mode])
+    return config, support.load(config), tmp_path / "frazil.log"
+
+
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("point", ["commit.before_catalog", "commit.after_catalog"])
 def test_a_commit_cut_short_is_settled_from_the_log(kafka: KafkaBroker, tmp_path: Path, point: str, mode: str) -> None:
     topic = f"recovery-{point.split('.')[1]}-{mode}"
-    asyncio.run(support.create_topic(kafka.bootstrap, topic, 2))
-    asyncio.run(support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(2000)), 2))
-    config = support.write_config(tmp_path, kafka.bootstrap, [topic], pipeline=topic, interval=0.5, extra=MODES[mode])
-    cfg = support.load(config)
-    log = tmp_path / "frazil.log"
+    config, cfg, log = pipeline_on(kafka, tmp_path, topic, mode)
 
     proc = run_frazil(config, log, faults=f"{point}=kill")
     assert proc.wait(timeout=120) == -signal.SIGKILL, log.read_text()[-3000:]
@@ -88,11 +94,7 @@ def test_a_catalog_lost_between_commit_and_settle_holds_the_batch_and_lands_it_o
     the files, reports them again, the coordinator refuses the overlap, and the next check finds
     them in the table: every offset once, and the process still running."""
     topic = f"settle-unread-{mode}"
-    asyncio.run(support.create_topic(kafka.bootstrap, topic, 2))
-    asyncio.run(support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(2000)), 2))
-    config = support.write_config(tmp_path, kafka.bootstrap, [topic], pipeline=topic, interval=0.5, extra=MODES[mode])
-    cfg = support.load(config)
-    log = tmp_path / "frazil.log"
+    config, cfg, log = pipeline_on(kafka, tmp_path, topic, mode)
     ends = asyncio.run(support.end_offsets(kafka.bootstrap, [topic]))
     catalog = support.catalog_of(cfg)
 

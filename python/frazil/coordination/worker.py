@@ -283,6 +283,7 @@ class Worker:
         why: list[tuple[str, BaseException]] = []
         read = await asyncio.to_thread(self._read_offsets, sorted(batch.parts))   # one thread for every table
         landed: list[txrecords.Record] = []
+        done: set[str] = set()   # parts that landed
         for name, part in sorted(batch.parts.items()):
             target = self._targets[name]
             stored_or_error = read[name]
@@ -301,6 +302,7 @@ class Worker:
             if not missing:
                 target.floors.update({tp: stored[tp] for tp in part.ranges})
                 landed.append(txrecords.settled(name, part.paths, "landed"))
+                done.add(name)
                 self._stats.rows_committed += part.rows
                 self._metrics.rows_committed.inc(part.rows)
                 continue
@@ -314,8 +316,8 @@ class Worker:
             self._metrics.commit("abandoned")
             if landed:
                 await asyncio.to_thread(self._journal.append, landed)
-            self.batch = dataclasses.replace(batch, parts={n: p for n, p in batch.parts.items() if n in kept or n >= name})
-            await self.rewind()
+            self.batch = dataclasses.replace(batch, parts={n: p for n, p in batch.parts.items() if n not in done})
+            await self.rewind()   # abandons the parts not landed
             return
         if landed:
             await asyncio.to_thread(self._journal.append, landed)

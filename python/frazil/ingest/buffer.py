@@ -25,22 +25,17 @@ class KafkaRecord(Protocol):
 COALESCE_ROWS = 65_536
 
 
-class RecordProblem(Protocol):
-    @property
-    def offset(self) -> int: ...
-    @property
-    def field(self) -> str: ...
-    @property
-    def reason(self) -> str: ...
-
-
 @dataclass(frozen=True)
 class UnknownField:
-    """A field the table does not have, in a buffer that refuses them (``strict_fields``)."""
+    """A field the table does not have, in a buffer that refuses them (``strict_fields``); reads
+    like a ``_native.DecodeError`` (offset, field, reason)."""
 
     offset: int
     field: str
     reason: str
+
+
+RecordProblem = _native.DecodeError | UnknownField   # a record that cannot become a row: offset, field, reason
 
 
 class RecordBuffer:

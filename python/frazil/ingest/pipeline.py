@@ -30,7 +30,7 @@ from frazil.iceberg import inference
 from frazil.events.payloads import CommitComplete, Event, StartCommit
 from frazil.flow.backpressure import Action, Backpressure
 from frazil.iceberg.offsets import TopicPartition
-from frazil.ingest.buffer import append_routed, values_of
+from frazil.ingest.buffer import RecordBuffer, append_routed, values_of
 from frazil.ingest.positions import Positions
 from frazil.ingest.routing import Router
 from frazil.ingest.source import KafkaSource
@@ -61,8 +61,7 @@ class Pipeline:
         self._catalog = catalog
         self._targets = Targets(cfg, catalog, tables)
         self._router = Router(cfg.tables, cfg.dynamic)
-        # appends check the buffers' sum against the budget first
-        self._fan_out = len(cfg.tables) > 1 or cfg.dynamic is not None or not all(t.columns for t in cfg.tables)
+        self._fan_out = not self._targets.single   # appends check the buffers' sum against the budget first
         self.on_new_table: Callable[[str], None] | None = None   # a table named by the records was opened
         self._positions = Positions()
         self._source = KafkaSource(cfg.kafka, on_assigned=self._on_assigned, on_positioned=self._positions.positioned,
@@ -221,7 +220,8 @@ class Pipeline:
                 if name not in self._targets:
                     sample = [values[i] for g in groups if name in g[0] for i in (everything if g[1] is None else g[1])]
                     await self._open_table(name, tp, records[members[0]].offset, sample)
-        taken: dict[str, list[int]] = {}   # by table: the indices of the records it takes
+        taken: dict[str, list[int] | None] = {}   # by table: the indices of the records it takes (None: all)
+        mixed: set[str] = set()                    # tables taking records of several groups
         for tables, indices, _ in groups:
             if not tables:
                 members = everything if indices is None else indices
@@ -231,22 +231,29 @@ class Pipeline:
                           records[members[0]].offset)
                 continue
             for name in tables:
-                taken.setdefault(name, []).extend(everything if indices is None else indices)
-        targets = []
-        for name, indices in taken.items():
+                if name not in taken:
+                    taken[name] = indices   # None: all, no index list on the one-table hot path
+                    continue
+                merged = taken[name]
+                taken[name] = [*(everything if merged is None else merged), *(everything if indices is None else indices)]
+                mixed.add(name)
+        targets: list[tuple[str, RecordBuffer, list[int] | None]] = []
+        for name, chosen in taken.items():
             target = self._targets[name]
             floor = target.floors.get(tp)
-            if len(groups) > 1:
-                indices.sort()   # one table in several groups: in offset order
-            if floor is not None and records[indices[0]].offset < floor:
-                indices = [i for i in indices if records[i].offset >= floor]   # rule 2, for this table
-            if indices:
-                targets.append((name, target.buffer, indices))
+            if name in mixed:
+                assert chosen is not None
+                chosen.sort()   # in offset order
+            if floor is not None and records[0 if chosen is None else chosen[0]].offset < floor:   # rule 2, per table
+                chosen = [i for i in (everything if chosen is None else chosen) if records[i].offset >= floor]
+            if chosen is None or chosen:
+                targets.append((name, target.buffer, chosen))
         if not self._fan_out:   # one table: its buffer's hard cap refuses a batch whole (BufferFullError)
-            results = [buffer.append(tp[0], tp[1], records if len(indices) == len(records) else
-                                     [records[i] for i in indices]) for _, buffer, indices in targets]
+            results = [buffer.append(tp[0], tp[1], records if chosen is None else [records[i] for i in chosen])
+                       for _, buffer, chosen in targets]
         else:
-            results = append_routed(tp[0], tp[1], records, values, [(buffer, indices) for _, buffer, indices in targets])
+            results = append_routed(tp[0], tp[1], records, values, [
+                (buffer, list(everything) if chosen is None else chosen) for _, buffer, chosen in targets])
         for (name, _, _), errors in zip(targets, results):
             if errors:
                 first = errors[0]

@@ -52,7 +52,9 @@ class Targets:
         has the memory budget as a hard cap; with several, the pipeline checks their sum once per
         poll (a fan-out must land in every table's buffer or in none), so the buffers can pass the
         budget by one poll's records."""
-        one = len(cfg.tables) == 1 and cfg.dynamic is None and bool(cfg.tables[0].columns)
+        # One declared table and nothing else: its buffer has the budget as a hard cap. Otherwise
+        # (several buffers, or tables opened later) the pipeline checks their sum once per poll.
+        self.single = one = len(cfg.tables) == 1 and cfg.dynamic is None and bool(cfg.tables[0].columns)
         self._dynamic = cfg.dynamic is not None
         self._budget = cfg.memory_budget_bytes
         self._catalog, self._max_attempts = catalog, cfg.max_commit_attempts
