@@ -213,8 +213,12 @@ def test_a_zombie_reply_after_its_partitions_moved_lands_nothing_twice_and_would
             assert time.monotonic() < deadline, f"w1 never stopped; tail:\n{group.tail('w1')}"
             produce(1000)
             time.sleep(0.3)
+        # w0 took all four partitions once before w1 joined: wait for the next time, after w1's
+        # session has expired (waking w1 earlier makes it a slow worker, not a zombie)
+        took_all = group.tail("w0", 200_000).count("assigned 4 partition(s)")
         produce(2000)
-        _wait_for(lambda: "assigned 4 partition(s)" in group.tail("w0", 200_000), "w0 to take w1's partitions", 30)
+        _wait_for(lambda: group.tail("w0", 200_000).count("assigned 4 partition(s)") > took_all,
+                  "w0 to take w1's partitions", 30)
         time.sleep(2)   # w0 re-reads partitions 1 and 3 from the table
         group.procs["w1"].send_signal(signal.SIGCONT)
         assert group.procs["w1"].wait(timeout=30) == -signal.SIGKILL, group.tail("w1")
@@ -233,7 +237,10 @@ def test_a_zombie_reply_after_its_partitions_moved_lands_nothing_twice_and_would
     if fencing == "on":
         _assert_exact(result)
         assert result["rows"] == produce.produced
-        assert "part of it is already in the table" in coordinator_log   # the fence fired
+        # the fence fired, on the zombie's partitions
+        assert f"part of it is already in the table: {topic}[0]" in coordinator_log, \
+            [line for line in coordinator_log.splitlines() if "dropped a reply" in line or "ended (" in line]
+        assert f"{topic}[1] stored=" in coordinator_log, coordinator_log[-3000:]
     else:
         assert "FENCING IS OFF" in coordinator_log
         assert result["duplicates"] > 0, result
