@@ -3,10 +3,14 @@
 Arm with the environment (``FRAZIL_FAULTS="commit.after_catalog=raise"``; several separated by
 commas) or with :func:`arm`. Actions: ``kill`` (SIGKILL this process), ``kill@N`` (SIGKILL on the
 Nth time the point is reached), ``raise`` (an OSError, as a lost response would), ``raise-once``
-(the same, then disarms), ``stop`` (SIGSTOP this process, once: it goes on where it stopped when
+(the same, then disarms), ``raise*N`` (the same, the first N times the point is reached: an
+outage that ends), ``stop`` (SIGSTOP this process, once: it goes on where it stopped when
 someone sends SIGCONT, as a paused VM or a long GC does), ``kill-after-stop`` (SIGKILL, but only
 once a ``stop`` point has stopped this process: a zombie that says one thing on waking, then
 dies). Unarmed points cost one dict lookup.
+
+A point reached for one table can be armed for that table only: ``point[table]=action``
+(``commit.before_catalog[ev.a]=raise`` fails every commit of ``ev.a`` and no other table's).
 
 One switch is not a point: ``fencing=off`` turns off what refuses a zombie's writes (the
 coordinator's generation check and the committer's contiguity check) so a test can show that
@@ -55,10 +59,13 @@ def _parse(spec: str) -> tuple[dict[str, str], set[str]]:
         if point in SWITCHES and action == "off":
             off.add(point)
             continue
-        counted = action.startswith("kill@") and action[5:].isdigit() and int(action[5:]) > 0
-        if point not in POINTS or not (counted or action in ACTIONS):
-            raise ValueError(f"bad fault spec {item!r}: points are {', '.join(POINTS)}; actions "
-                             f"{', '.join(ACTIONS)}, kill@N; or a switch ({', '.join(SWITCHES)}) =off")
+        counted = any(action.startswith(p) and action[len(p):].isdigit() and int(action[len(p):]) > 0
+                      for p in ("kill@", "raise*"))
+        name, bracket, scope = point.partition("[")
+        scoped = not bracket or (scope.endswith("]") and len(scope) > 1)
+        if name not in POINTS or not scoped or not (counted or action in ACTIONS):
+            raise ValueError(f"bad fault spec {item!r}: points are {', '.join(POINTS)} (or point[table]); actions "
+                             f"{', '.join(ACTIONS)}, kill@N, raise*N; or a switch ({', '.join(SWITCHES)}) =off")
         out[point] = action
     return out, off
 
@@ -92,8 +99,11 @@ def armed() -> str:
     return ",".join([f"{p}={a}" for p, a in sorted(_armed.items())] + [f"{s}=off" for s in sorted(_off)])
 
 
-def hit(point: str) -> None:
+def hit(point: str, scope: str | None = None) -> None:
+    """Reach ``point`` (for table ``scope``, where the point is about one table)."""
     global _stopped
+    if scope is not None and f"{point}[{scope}]" in _armed:
+        point = f"{point}[{scope}]"
     action = _armed.get(point)
     if action is None:
         return
@@ -111,6 +121,11 @@ def hit(point: str) -> None:
         if _hits[point] < int(action[5:]):
             return
         action = "kill"
+    if action.startswith("raise*"):
+        _hits[point] = _hits.get(point, 0) + 1
+        if _hits[point] >= int(action[6:]):
+            del _armed[point]
+        action = "raise"
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     if action == "raise-once":

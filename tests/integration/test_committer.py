@@ -115,11 +115,11 @@ def test_contiguity_is_checked_inside_the_compare_and_swap(setup, monkeypatch) -
     original = faults.hit
     raced: list[bool] = []
 
-    def race(point: str) -> None:
+    def race(point: str, scope: str | None = None) -> None:
         if point == "commit.before_catalog" and not raced:
             raced.append(True)  # before the inner commit, which passes this point too
             theirs.commit(rows(cfg, catalog, 0, 10), {TP: Range(0, 10)}, "theirs")
-        original(point)
+        original(point, scope)
 
     monkeypatch.setattr(faults, "hit", race)
     result = ours.commit(rows(cfg, catalog, 0, 10), {TP: Range(0, 10)}, "ours")

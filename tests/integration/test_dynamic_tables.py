@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from pyiceberg.types import DoubleType, ListType, LongType, StringType, StructType
 
 import support
+from frazil.iceberg.offsets import COMMIT_ID_KEY
 from frazil.local.kafka_broker import KafkaBroker
 from routed import run_frazil
 
@@ -193,3 +195,51 @@ identifier_columns = ["id"]
     assert {f.name for f in table.schema().fields} >= {"id", "kind", "v", "tags", "geo", "_kafka_offset"}
     assert str(table.spec().fields[0].transform) == "bucket[4]"
     assert catalog.load_table("inf.declared").schema().identifier_field_names() == {"id"}
+
+
+def _threads(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads:")))
+
+
+@pytest.mark.parametrize("mode", ["single", "distributed"])
+def test_a_hundred_tables_commit_in_one_cycle_without_a_thread_per_table(kafka: KafkaBroker, tmp_path: Path,
+                                                                          mode: str) -> None:
+    """A first run creates 100 tables (one per kind). Then 2,000 records for all of them wait in
+    the topic and a second run starts with a 3 s commit interval, so its first cycle finds them
+    all buffered: that one cycle lands all 100 tables (every table's newest snapshot carries the
+    same commit id), and the process never runs anywhere near a thread per table."""
+    kinds, topic = 100, f"dyn-hundred-{mode}"
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, 2))
+    asyncio.run(support.produce(kafka.bootstrap, topic, (event(i, kinds) for i in range(300)), 2))
+    extra = '[coordination]\nmode = "distributed"\ncommit_timeout_s = 10\n' if mode == "distributed" else ""
+    path = config(tmp_path, kafka.bootstrap, topic, f"hundred-{mode}", 'table = "hund.{topic}_{kind}"', extra)
+    cfg = support.load(path)
+    catalog = support.catalog_of(cfg)
+    log = tmp_path / "frazil.log"
+    names = [f"hund.dyn_hundred_{mode}_k{i}" for i in range(kinds)]
+
+    def everything_landed(ends: dict[tuple[str, int], int]) -> None:
+        counts = support.Counter(o for name in names for o in support.count_offsets(catalog, name))
+        support.assert_exactly_once(counts, ends)
+
+    threads = []
+    for interval, start, count in ((0.5, 300, 2000), (3.0, 0, 0)):
+        path.write_text(re.sub(r"commit_interval_s = \S+", f"commit_interval_s = {interval}", path.read_text()))
+        ends = asyncio.run(support.end_offsets(kafka.bootstrap, [topic]))
+        proc = run_frazil(path, log)
+        try:
+            wait_for(lambda: everything_landed(ends), proc, log)   # noqa: B023 - used at once
+            threads.append(_threads(proc.pid))
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=90) == 0, log.read_text()[-3000:]
+        asyncio.run(support.produce(kafka.bootstrap, topic, (event(i, kinds) for i in range(start, start + count)), 2))
+    newest = {name: catalog.load_table(name).current_snapshot() for name in names}
+    commit_ids = {s.summary.additional_properties[COMMIT_ID_KEY] for s in newest.values() if s and s.summary}
+    assert len(commit_ids) == 1, f"the last 2,000 records landed over {len(commit_ids)} cycles"
+    summary = next(line for line in log.read_text().splitlines()
+                   if f"commit {next(iter(commit_ids))}: " in line and "table(s) committed" in line)
+    assert "100 of 100 table(s) committed" in summary, summary
+    assert max(threads) < 40, f"{max(threads)} threads for 100 tables"
+    print(summary, f"threads={threads}")

@@ -7,6 +7,7 @@ commits of one cycle loses and doubles nothing."""
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 from collections import Counter
 from pathlib import Path
@@ -16,7 +17,8 @@ import pytest
 import support
 from frazil.iceberg import offsets
 from frazil.local.kafka_broker import KafkaBroker
-from routed import TABLES, check_every_table, config, produce, run_frazil, wait_until_every_table_holds_its_records
+from routed import (KINDS, TABLES, check_every_table, config, produce, run_frazil, value,
+                    wait_until_every_table_holds_its_records)
 
 pytestmark = [pytest.mark.integration]
 
@@ -112,3 +114,48 @@ def test_a_topic_created_mid_run_that_matches_the_pattern_is_picked_up_without_a
         proc.wait(timeout=60)
     assert rows["db.everything"] == 1000 + 400 and rows["db.orders"] == 1000, rows
     assert other not in log.read_text(), "a topic the pattern does not match is never consumed"
+
+
+@pytest.mark.parametrize("mode", ["single", "distributed"])
+def test_a_table_whose_commits_keep_failing_holds_back_no_other_table(kafka: KafkaBroker, tmp_path: Path,
+                                                                      mode: str) -> None:
+    """The first 40 catalog commits of db.refunds fail (``commit.before_catalog[db.refunds]=raise*40``,
+    about 20 s at one cycle per 0.5 s), as a table whose storage is gone would. db.refunds takes
+    records of one topic at first, of all three later. Meanwhile the other four tables take two
+    waves of records, the second produced after the first landed: the failing table's files and
+    its new rows wait without holding anyone back. Then its outage ends and, in the same process,
+    its held files land, then the rows that waited, written once: every table holds its records
+    once, and db.refunds has a handful of data files, not one per failed cycle."""
+    topics = [f"shop-orders-indep-{mode}", f"shop-payments-indep-{mode}", f"web-clicks-indep-{mode}"]
+    for topic in topics:
+        asyncio.run(support.create_topic(kafka.bootstrap, topic, 2))
+    asyncio.run(produce(kafka.bootstrap, topics[:1], 0, 800))
+    for n, topic in enumerate(topics[1:], start=1):   # no refunds in these yet
+        ids = range(n * 10_000, n * 10_000 + 1100)
+        asyncio.run(support.produce(kafka.bootstrap, topic, [value(i) for i in ids if KINDS[i % 4] != "refund"][:800], 2))
+    extra = '[coordination]\nmode = "distributed"\ncommit_timeout_s = 5\n' if mode == "distributed" else ""
+    path = config(tmp_path, kafka.bootstrap, topics, f"indep-{mode}", extra, pipeline_extra="max_commit_attempts = 1")
+    cfg = support.load(path)
+    log = tmp_path / "frazil.log"
+    catalog = support.catalog_of(cfg)
+
+    proc = run_frazil(path, log, faults="commit.before_catalog[db.refunds]=raise*40")
+    try:
+        wait_until_every_table_holds_its_records(cfg, asyncio.run(support.end_offsets(kafka.bootstrap, topics)), proc,
+                                                 log, but="db.refunds")
+        asyncio.run(produce(kafka.bootstrap, topics, 50_000, 600))
+        ends = asyncio.run(support.end_offsets(kafka.bootstrap, topics))
+        held_back = wait_until_every_table_holds_its_records(cfg, ends, proc, log, but="db.refunds")
+        assert not catalog.load_table("db.refunds").snapshots(), "the first 40 commits of db.refunds fail"
+        rows = wait_until_every_table_holds_its_records(cfg, ends, proc, log)   # the outage is over
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()[-4000:]
+    text = log.read_text()
+    assert held_back["db.everything"] == rows["db.everything"] == 3 * 1400, (held_back, rows)
+    assert rows["db.refunds"] == 200 + 3 * 150, rows
+    failed = re.findall(r"frazil\.coordination\.coordinator: commit \S+ to db\.refunds failed", text)
+    assert len(failed) == 40, (len(failed), text[-3000:])
+    refunds = catalog.load_table("db.refunds")
+    files = {task.file.file_path for task in refunds.scan().plan_files()}
+    assert len(files) <= 6, f"db.refunds has {len(files)} data files: one per failed cycle would be about 40"

@@ -57,3 +57,23 @@ def test_the_fencing_switch_and_a_bad_spec() -> None:
             faults.arm("fencing", "kill")   # a switch is not a point
     finally:
         faults.disarm()
+
+
+def test_a_point_armed_for_one_table_fires_for_that_table_only() -> None:
+    try:
+        faults.arm("commit.before_catalog[ev.a]", "raise")
+        faults.hit("commit.before_catalog")             # no table: the scoped arm is not this one
+        faults.hit("commit.before_catalog", "ev.b")
+        with pytest.raises(faults.InjectedFault, match=r"commit.before_catalog\[ev.a\]"):
+            faults.hit("commit.before_catalog", "ev.a")
+        faults.arm("commit.after_catalog[ev.a]", "raise*2")   # an outage that ends
+        for _ in range(2):
+            with pytest.raises(faults.InjectedFault):
+                faults.hit("commit.after_catalog", "ev.a")
+        faults.hit("commit.after_catalog", "ev.a")
+        assert faults.armed() == "commit.before_catalog[ev.a]=raise"
+        for bad in ("commit.before_catalog[]", "commit.before_catalog[ev.a", "no.such.point[ev.a]"):
+            with pytest.raises(ValueError, match="point\\[table\\]"):
+                faults.arm(bad, "raise")
+    finally:
+        faults.disarm()

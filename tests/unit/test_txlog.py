@@ -28,15 +28,17 @@ def test_worker_records_leave_pending_when_settled_and_survive_a_checkpoint() ->
     s.apply({**files(0), "lsn": 1})
     s.apply({**files(1), "lsn": 2})
     s.apply({"type": "reply", "commit_id": "c1", "table": "db.t", "files": ["f0.parquet"], "lsn": 3})
-    assert s.replies == {"c1": {"table": "db.t", "files": ["f0.parquet"]}}
-    s.apply({"type": "settled", "table": "db.t", "files": ["f0.parquet"], "status": "landed", "lsn": 4})
-    assert pending_files(s) == ["f1.parquet"] and s.replies == {}
+    s.apply({"type": "reply", "commit_id": "c1", "table": "db.u", "files": ["u0.parquet"], "lsn": 4})
+    assert s.replies == {"c1 db.t": {"commit_id": "c1", "table": "db.t", "files": ["f0.parquet"]},
+                         "c1 db.u": {"commit_id": "c1", "table": "db.u", "files": ["u0.parquet"]}}   # one per table
+    s.apply({"type": "settled", "table": "db.t", "files": ["f0.parquet"], "status": "landed", "lsn": 5})
+    assert pending_files(s) == ["f1.parquet"] and list(s.replies) == ["c1 db.u"]
     again = TxState.from_json(s.to_json())
     assert again == s
-    s.apply({"type": "settled", "table": "db.t", "files": ["f1.parquet"], "status": "abandoned", "lsn": 5})
+    s.apply({"type": "settled", "table": "db.t", "files": ["f1.parquet"], "status": "abandoned", "lsn": 6})
     assert s.pending == {}
     with pytest.raises(ValueError, match="settled status"):
-        s.apply({"type": "settled", "table": "db.t", "files": [], "status": "maybe", "lsn": 6})
+        s.apply({"type": "settled", "table": "db.t", "files": [], "status": "maybe", "lsn": 7})
 
 
 def test_state_transitions() -> None:

@@ -186,7 +186,9 @@ class Coordinator:
         results: list[CommitResult] = []
         events: list[Payload] = []
         failed: list[str] = []
-        for table in state.tables():
+        tables = state.tables()
+        began = time.monotonic()
+        for table in tables:
             try:
                 result = await asyncio.to_thread(self._commit_table, table, state.commit_id, vtts)
             except OffsetOverlapError as exc:
@@ -222,6 +224,10 @@ class Coordinator:
             self._count("committed")
             results.append(result)
             events.append(CommitToTable(state.commit_id, table.table, result.snapshot_id, vtts))
+        if len(tables) > 1:
+            log.info("commit %s: %d of %d table(s) committed (%d failed, %d refused), %d rows, in %.0f ms",
+                     state.commit_id, len(results), len(tables), len(failed), len(tables) - len(results) - len(failed),
+                     sum(r.rows for r in results), 1000 * (time.monotonic() - began))
         faults.hit("coordinator.after_catalog_commits")
         await self._channel.send([*events, CommitComplete(state.commit_id, vtts, tuple(failed))])
         faults.hit("coordinator.after_commit_complete")

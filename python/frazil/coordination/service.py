@@ -183,8 +183,8 @@ class CoordinatorService:
                     log.info("coordinator: starting a cycle early, %s", trigger)
                 results = await coordinator.cycle()
                 for r in results:
-                    log.info("coordinator: commit %s landed as snapshot %s with %d rows", r.commit_id, r.snapshot_id,
-                             r.rows)
+                    log.info("coordinator: commit %s landed in %s as snapshot %s with %d rows", r.commit_id, r.table,
+                             r.snapshot_id, r.rows)
                     if self._metrics is not None and not r.already_committed:
                         self._metrics.commit_seconds.observe(r.seconds)
                     if self._on_committed is not None:

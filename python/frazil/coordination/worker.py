@@ -4,7 +4,7 @@ mode, the control topic in distributed mode).
 
 A worker holds at most one *batch*: the rows drained from every table's buffer, one *part* per
 table that took rows, with the offset range each source partition covers (per table: from the
-offset that table holds). A reply writes the parts' data files (once: a part keeps its files
+offset that table holds); each reply drains the buffers into it. A reply writes the parts' data files (once: a part keeps its files
 until it lands), logs them in the transaction log and sends, in one transaction, one
 ``DataWritten`` per part (files and ranges, with the assignment generation) and ``DataComplete``
 (every owned partition with its watermark: the first offset not yet in every table that takes it).
@@ -12,12 +12,14 @@ After the cycle's ``CommitComplete`` the worker compares each part's table offse
 - landed: the part is gone (the table's floors move); once every part has landed, so is the batch,
   and the consumer group's low watermark moves to the batch's end;
 - the table's commit failed (``failed_tables``: catalog or storage down), or the table cannot be
-  read: the part is kept and reported again next cycle (rule 6), and no new batch is drained
-  meanwhile, so an outage never piles up files; the buffers fill until backpressure pauses
-  consumption;
+  read: the part's files are kept and reported again next cycle (rule 6). The rows that table
+  takes meanwhile wait unwritten in the part (``later``), so an outage never piles up files, and
+  are written once the files have landed; the other tables' parts go on landing every cycle. The
+  buffered bytes count toward backpressure, which pauses consumption when they fill;
 - refused (a zombie's reply, an overlap) or no CommitComplete came: everything buffered is dropped
   and every partition is read again from the tables' offsets.
-A worker that cannot write its files answers nothing that cycle and keeps the batch. Failures of
+A table whose files cannot be written sits the cycle out, keeping its rows; the reply carries the
+other tables. The watermark stays at the oldest offset not landed in every table. Failures of
 either kind are counted on one outage clock; after ``outage_timeout_s`` the worker stops (rule 8).
 """
 
@@ -86,19 +88,54 @@ class Stats:
 
 @dataclass(frozen=True)
 class Part:
-    """One table's rows of a batch, not yet landed. Once its data files are written (and logged),
-    ``data`` is released and ``files`` holds them."""
+    """One table's rows of a batch, not yet landed: ``data`` until its data files are written
+    (and logged), then ``files``. A part whose files wait to land (a failed commit) keeps the rows
+    its table takes meanwhile in ``later``, unwritten, so one table's outage piles up no files and
+    holds back no other table; they are written once the files have landed."""
 
     table: str
     data: pa.Table | None
-    ranges: dict[TopicPartition, Range]
+    ranges: dict[TopicPartition, Range]     # what ``files``, or else ``data``, cover
     rows: int
-    files: tuple[DataFile, ...] | None = None
+    files: tuple[DataFile, ...] = ()
     nbytes: int = 0     # of ``data``, counted once (the loop asks on every pass; pyarrow walks every chunk)
+    later: Part | None = None
+    # per partition, where the batch it was taken from started: no record of it below that is
+    # waiting for this part (its ``ranges`` start lower, at the table's offset, when the table
+    # took none of the records between)
+    since: dict[TopicPartition, int] = dataclasses.field(default_factory=dict)
 
     @property
     def paths(self) -> list[str]:
-        return [f.file_path for f in self.files or ()]
+        return [f.file_path for f in self.files]
+
+    @property
+    def total_rows(self) -> int:
+        return self.rows + (self.later.rows if self.later else 0)
+
+    @property
+    def data_bytes(self) -> int:
+        return (self.nbytes if self.data is not None else 0) + (self.later.data_bytes if self.later else 0)
+
+    def waits_from(self, tp: TopicPartition) -> int | None:
+        """The first offset of ``tp`` this part (or its ``later``) may hold and has not landed."""
+        starts = [s for s in (self.since.get(tp), self.later.waits_from(tp) if self.later else None) if s is not None]
+        return min(starts, default=None)
+
+    def merge(self, newer: Part) -> Part:
+        """This part with ``newer``, the rows its table took after it. Not written yet: one part,
+        each partition's range from this start to ``newer``'s end. Written: ``newer`` waits in
+        ``later``, its ranges starting where these files end."""
+        if self.files:
+            starts = {tp: Range(self.ranges[tp].end, r.end) if tp in self.ranges else r for tp, r in newer.ranges.items()}
+            newer = dataclasses.replace(newer, ranges=starts)
+            return dataclasses.replace(self, later=self.later.merge(newer) if self.later else newer)
+        assert self.data is not None and newer.data is not None
+        ranges = {**newer.ranges, **{tp: Range(r.start, newer.ranges[tp].end) if tp in newer.ranges else r
+                                     for tp, r in self.ranges.items()}}
+        since = {**newer.since, **{tp: min(s, newer.since.get(tp, s)) for tp, s in self.since.items()}}
+        return Part(self.table, pa.concat_tables([self.data, newer.data]), ranges, self.rows + newer.rows,
+                    nbytes=self.nbytes + newer.nbytes, since=since)
 
 
 @dataclass(frozen=True)
@@ -111,15 +148,25 @@ class Batch:
 
     @property
     def rows(self) -> int:
-        return sum(p.rows for p in self.parts.values())
+        return sum(p.total_rows for p in self.parts.values())
 
     @property
     def files(self) -> int:
-        return sum(len(p.files or ()) for p in self.parts.values())
+        return sum(len(p.files) for p in self.parts.values())
 
     @property
     def nbytes(self) -> int:
-        return sum(p.nbytes for p in self.parts.values() if p.data is not None)
+        return sum(p.data_bytes for p in self.parts.values())
+
+    def merge(self, newer: Batch) -> Batch:
+        """A held batch with the records taken since: each partition's range from this start to
+        ``newer``'s end (the watermark stays at what is not landed yet), each table's part merged."""
+        ranges = {**newer.ranges, **{tp: Range(r.start, newer.ranges[tp].end) if tp in newer.ranges else r
+                                      for tp, r in self.ranges.items()}}
+        parts = dict(self.parts)
+        for name, part in newer.parts.items():
+            parts[name] = parts[name].merge(part) if name in parts else part
+        return Batch(ranges, parts)
 
 
 class Worker:
@@ -131,6 +178,8 @@ class Worker:
         self._metrics, self._stats, self._bulk = metrics, stats, bulk
         self.batch: Batch | None = None
         self.in_flight: str | None = None         # the commit id the batch was last reported under
+        self.reported: frozenset[str] = frozenset()   # the tables whose parts it reported
+        self._sat_out = False                      # a table's files could not be written for that reply
         self.last_record_ms: int | None = None
         self.outage = Outage(cfg.outage_timeout_s)
         self._requested: float | None = None      # when a CommitRequest went out, not yet answered
@@ -154,10 +203,12 @@ class Worker:
 
     def request_due(self, full: bool, now: float) -> bool:
         """Ask for a cycle now? When full (the record-count and bytes triggers): once per cycle,
-        again after ``commit_timeout_s`` if no cycle came (a lost request). Not while a batch that
-        failed to land is held: the next cycle could only retry it, and the interval paces retries
-        during an outage."""
-        if not full or (self.batch is not None and self.outage.failing):
+        again after ``commit_timeout_s`` if no cycle came (a lost request). While a part that
+        failed to land is held, only the record count asks: the bytes may be that table's waiting
+        rows, which an early cycle could only retry; the interval paces retries during an outage."""
+        if not full:
+            return False
+        if self.batch is not None and self.outage.failing and self._targets.rows < self._cfg.max_buffer_records:
             return False
         return self._requested is None or now - self._requested >= self._cfg.coordination.commit_timeout_s
 
@@ -176,31 +227,40 @@ class Worker:
             await self.settle()
         if not self._positions.partitions() and not self._source.assignment:
             return  # not positioned yet: the coordinator waits for our partitions or times out
-        if self.batch is None and self._positions.buffered:
-            self.batch = self._take()
+        if self._positions.buffered:
+            taken_now = self._take()
+            if taken_now is not None:
+                # a held batch (a table's commit or write failed) takes the new rows too: the other
+                # tables go on landing while it waits
+                self.batch = taken_now if self.batch is None else self.batch.merge(taken_now)
         taken = time.monotonic()
         loaded_s = wrote_s = 0.0
         generation = self._source.generation
         payloads: list[Payload] = []
         batch = self.batch
+        self.reported, self._sat_out = frozenset(), False
         if batch is not None:
             # every part in one worker thread: each await is a pass of the busy loop
-            written, tables, loaded_s, wrote_s, failure = await asyncio.to_thread(self._write_parts, batch, commit_id)
+            written, tables, loaded_s, wrote_s, failures = await asyncio.to_thread(self._write_parts, batch, commit_id)
             batch = self.batch = written
-            if failure is not None:
-                name, exc = failure
+            for name, exc in sorted(failures.items()):
                 if isinstance(exc, FrazilError) and not exc.retriable:
                     raise exc
-                self._not_landed(commit_id, exc, f"could not write or report its data files for {name}",
-                                 answered=False)
-                return  # no reply: the cycle goes on without our partitions; we try again at the next one
+            if failures:
+                # the tables that failed sit this cycle out, holding their rows; the others are reported
+                self._sat_out = True
+                name, exc = min(failures.items())
+                self._not_landed(commit_id, exc, f"could not write or report its data files for "
+                                 f"{', '.join(sorted(failures))}", answered=False)
             for name, part in sorted(batch.parts.items()):
+                if name in failures:
+                    continue
                 table = tables[name]
-                assert part.files is not None
                 refs = tuple(to_ref(f, table.spec(), table.schema()) for f in part.files)
                 ranges = tuple(OffsetRange(t, p, r.start, r.end, generation) for (t, p), r in sorted(part.ranges.items()))
                 payloads.append(DataWritten(commit_id, name, refs, ranges, str(table.metadata.table_uuid)))
-            self.in_flight = commit_id if batch.parts else None
+            self.reported = frozenset(batch.parts) - frozenset(failures)
+            self.in_flight = commit_id if self.reported else None
         owned = tuple(Assignment(t, p, generation, self._watermark((t, p))) for t, p in sorted(self._source.assignment))
         payloads.append(DataComplete(commit_id, owned, self.last_record_ms))
         faults.hit("worker.before_reply")
@@ -216,35 +276,36 @@ class Worker:
             await self._channel.reset_producer()
             await self.rewind()
             return
-        if batch is not None and batch.parts:
-            await asyncio.to_thread(self._journal.append, [txrecords.reply(commit_id, name, part.paths)
-                                                           for name, part in sorted(batch.parts.items())])
-        elif batch is not None:
+        if batch is not None and self.reported:
+            await asyncio.to_thread(self._journal.append, [txrecords.reply(commit_id, name, batch.parts[name].paths)
+                                                           for name in sorted(self.reported)])
+        elif batch is not None and not batch.parts:
             self.batch = None   # every record of it was routed to no table: nothing to land
         faults.hit("worker.after_reply")
         now = time.monotonic()
+        sent = [batch.parts[name] for name in sorted(self.reported)] if batch else []
         log.info("replied to commit %s: %d rows in %d file(s) for %d table(s), %d partition(s), generation %d; %d ms "
                  "after StartCommit (drain %.0f, load %.0f, write %.0f, log %.0f, send %.0f ms)", commit_id,
-                 batch.rows if batch else 0, batch.files if batch else 0, len(batch.parts) if batch else 0, len(owned),
+                 sum(p.rows for p in sent), sum(len(p.files) for p in sent), len(sent), len(owned),
                  generation, waited_ms + 1000 * (now - started), 1000 * (taken - started), 1000 * loaded_s,
                  1000 * wrote_s, 1000 * (logged - taken - loaded_s - wrote_s), 1000 * (now - logged))
 
     def _write_parts(self, batch: Batch, commit_id: str) -> tuple[
-            Batch, dict[str, Table], float, float, tuple[str, FrazilError | OSError] | None]:
-        """Blocking. Each part's table loaded, and its data files written and logged (once); the
-        batch as far as it got, the tables, the seconds loading and writing, and the failure
-        (table, error) that stopped it, if any."""
+            Batch, dict[str, Table], float, float, dict[str, FrazilError | OSError]]:
+        """Blocking. Each part's table loaded, and its new rows written as data files and logged
+        (once); the batch with what was written, the tables, the seconds loading and writing, and
+        the failure of each table that could not be loaded or written (the others go on)."""
         tables: dict[str, Table] = {}
         loaded_s = wrote_s = 0.0
         written: list[txrecords.Record] = []   # logged together (one fsync), before anything is reported
-        failure: tuple[str, FrazilError | OSError] | None = None
+        failures: dict[str, FrazilError | OSError] = {}
         for name, part in sorted(batch.parts.items()):
             target = self._targets[name]
             try:
                 began = time.monotonic()
                 tables[name] = table = target.load()
                 loaded_s += time.monotonic() - began
-                if part.files is None:
+                if not part.files:   # held files are reported as they are; rows taken since wait in ``later``
                     assert part.data is not None
                     began = time.monotonic()
                     files = self._write_files(target, table, part.data, commit_id)
@@ -253,22 +314,22 @@ class Worker:
                     written.append(txrecords.files(name, part.paths, part.ranges))
                     batch = dataclasses.replace(batch, parts={**batch.parts, name: part})
             except (FrazilError, OSError) as exc:
-                failure = (name, exc)
-                break
+                failures[name] = exc
         if written:
             self._journal.append(written)
-            try:
-                faults.hit("worker.after_files_written")
-            except OSError as exc:
-                failure = failure or (written[-1]["table"], exc)
-        return batch, tables, loaded_s, wrote_s, failure
+            for record in written:
+                try:
+                    faults.hit("worker.after_files_written", record["table"])
+                except OSError as exc:   # as a storage error after the write would: reported next cycle
+                    failures.setdefault(record["table"], exc)
+        return batch, tables, loaded_s, wrote_s, failures
 
     def _watermark(self, tp: TopicPartition) -> int | None:
-        """The first offset of ``tp`` not yet in every table that takes it: the held batch's start,
-        else the next batch's."""
-        if self.batch is not None and tp in self.batch.ranges:
-            return self.batch.ranges[tp].start
-        return self._positions.start(tp)
+        """The first offset of ``tp`` not yet in every table that takes it: the oldest start of a
+        part that has not landed, else the next batch's start."""
+        waiting = [w for part in self.batch.parts.values() if (w := part.waits_from(tp)) is not None] \
+            if self.batch is not None else []
+        return min(waiting) if waiting else self._positions.start(tp)
 
     async def settle(self, failed_tables: tuple[str, ...] = ()) -> None:
         """After a cycle: did each part of our reply land? If its table's commit failed
@@ -279,12 +340,14 @@ class Worker:
         batch = self.batch
         assert commit_id is not None and batch is not None
         started = time.monotonic()
-        kept: dict[str, Part] = {}
+        # a part that was not reported (its write failed) waits for the next reply as it is
+        kept: dict[str, Part] = {n: p for n, p in batch.parts.items() if n not in self.reported}
         why: list[tuple[str, BaseException]] = []
-        read = await asyncio.to_thread(self._read_offsets, sorted(batch.parts))   # one thread for every table
+        read = await asyncio.to_thread(self._read_offsets, sorted(self.reported))   # one thread for every table
         landed: list[txrecords.Record] = []
         done: set[str] = set()   # parts that landed
-        for name, part in sorted(batch.parts.items()):
+        for name in sorted(self.reported):
+            part = batch.parts[name]
             target = self._targets[name]
             stored_or_error = read[name]
             if isinstance(stored_or_error, Exception):
@@ -305,13 +368,15 @@ class Worker:
                 done.add(name)
                 self._stats.rows_committed += part.rows
                 self._metrics.rows_committed.inc(part.rows)
+                if part.later is not None:
+                    kept[name] = part.later   # the rows taken while these files waited: written next cycle
                 continue
             if name in failed_tables and all(stored.get(tp, r.start) == r.start for tp, r in part.ranges.items()):
                 kept[name] = part
                 why.append((f"could not land in {name}", CommitOutcomeUnknown(f"the coordinator could not commit {name}")))
                 continue
-            log.warning("reply %s did not land in %s (table offset, reply end); reading every partition again from "
-                        "the tables", commit_id, name,
+            log.warning("reply %s did not land in %s (table offset, reply end: %s); reading every partition again "
+                        "from the tables", commit_id, name,
                         ", ".join(f"{t}[{p}]={v}" for (t, p), v in sorted(missing.items())[:5]))
             self._metrics.commit("abandoned")
             if landed:
@@ -321,16 +386,22 @@ class Worker:
             return
         if landed:
             await asyncio.to_thread(self._journal.append, landed)
-        if kept:
-            self.batch = dataclasses.replace(batch, parts=kept)
-            self._not_landed(commit_id, why[0][1], "; ".join(w for w, _ in why), answered=True)
-            return
-        self.batch = None
+        self.batch = dataclasses.replace(batch, parts=kept) if kept else None
         logged = time.monotonic()
-        lasted = self.outage.ended(logged)
-        if lasted is not None:
-            log.warning("commit %s landed after %.0fs of failures; the outage is over", commit_id, lasted)
-        await self.landed({tp: r.end for tp, r in batch.ranges.items()})
+        if not why and not self._sat_out:   # a cycle in which every table we hold landed
+            lasted = self.outage.ended(logged)
+            if lasted is not None:
+                log.warning("commit %s landed after %.0fs of failures; the outage is over", commit_id, lasted)
+        if done:
+            await self.landed({tp: w for tp in batch.ranges if (w := self._watermark(tp)) is not None})
+        if kept:
+            if done:
+                log.info("commit %s settled: %d rows landed in %d table(s); %d row(s) of %s wait for the next cycle",
+                         commit_id, sum(batch.parts[n].rows for n in done), len(done),
+                         sum(p.total_rows for p in kept.values()), ", ".join(sorted(kept)))
+            if why:
+                self._not_landed(commit_id, why[0][1], "; ".join(w for w, _ in why), answered=True)
+            return
         log.info("commit %s settled: %d rows landed in %d table(s) (offsets and log %.0f, low watermark %.0f ms)",
                  commit_id, batch.rows, len(batch.parts), 1000 * (logged - started), 1000 * (time.monotonic() - logged))
 
@@ -339,15 +410,15 @@ class Worker:
         out: dict[str, dict[TopicPartition, int] | Exception] = {}
         for name in names:
             try:
-                faults.hit("worker.before_settle")
+                faults.hit("worker.before_settle", name)
                 out[name] = self._targets[name].committer.stored_offsets()
             except Exception as exc:  # noqa: BLE001 - the catalog went down after (or while) the coordinator committed
                 out[name] = exc
         return out
 
     async def landed(self, watermark: Mapping[TopicPartition, int]) -> None:
-        """Count a landed cycle and move the consumer group's low watermark (never ahead of what
-        every table holds or does not need)."""
+        """Count a cycle that landed rows and move the consumer group's low watermark (never ahead
+        of what every table holds or does not need)."""
         self._stats.commits += 1
         self._metrics.commit("committed")
         await self._source.commit_low_watermark(watermark)
@@ -387,7 +458,8 @@ class Worker:
             data = target.buffer.drain()
             assert data is not None and data.num_rows > 0, f"{name}: ranges without rows"
             part_ranges = {tp: Range(target.floors.get(tp, ranges[tp].start), ranges[tp].end) for tp in tps}
-            parts[name] = Part(name, data, part_ranges, data.num_rows, nbytes=int(data.nbytes))
+            parts[name] = Part(name, data, part_ranges, data.num_rows, nbytes=int(data.nbytes),
+                               since={tp: ranges[tp].start for tp in tps})
         return Batch(ranges, parts)
 
     def _write_files(self, target: Target, table: Table, data: pa.Table, commit_id: str) -> list[DataFile]:
@@ -419,3 +491,4 @@ class Worker:
         self._targets.clear()
         self.batch = None
         self.in_flight = None
+        self.reported = frozenset()

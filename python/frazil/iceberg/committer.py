@@ -152,9 +152,9 @@ class Committer:
                     for data_file in files:
                         append.append_data_file(data_file)
                 tx.set_properties(properties)
-                faults.hit("commit.before_catalog")
+                faults.hit("commit.before_catalog", self._table_name)
                 committed = tx.commit_transaction()
-                faults.hit("commit.after_catalog")
+                faults.hit("commit.after_catalog", self._table_name)
             except CommitFailedException as exc:
                 # A clean conflict: the catalog refused the compare-and-swap, nothing landed.
                 last_error = exc

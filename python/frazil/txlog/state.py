@@ -41,7 +41,7 @@ class TxState:
     offsets: dict[str, dict[str, int]] = field(default_factory=dict)
     # the last few outcomes, for operators
     outcomes: list[dict[str, Any]] = field(default_factory=list)
-    # commit id -> {"table", "files"}: worker replies not yet settled
+    # intent_key(commit id, table) -> {"commit_id", "table", "files"}: worker replies not yet settled
     replies: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     KEEP_OUTCOMES = 100
@@ -73,7 +73,9 @@ class TxState:
                                                "status": record["status"],
                                                "snapshot_id": record.get("snapshot_id")}])[-self.KEEP_OUTCOMES:]
         elif kind == "reply":
-            self.replies[record["commit_id"]] = {"table": record["table"], "files": record["files"]}
+            # one per table of a reply (a reply of several tables logs a record for each)
+            self.replies[intent_key(record["commit_id"], record["table"])] = {
+                "commit_id": record["commit_id"], "table": record["table"], "files": record["files"]}
         elif kind == "settled":
             if record["status"] not in ("landed", "abandoned"):
                 raise ValueError(f"unknown settled status {record['status']!r}")
