@@ -298,14 +298,17 @@ _TRANSFORM_TYPES = {
 
 
 def _partition_by(raw: list[Any], key: str, columns: tuple[Column, ...]) -> tuple[str, ...]:
+    """Each transform's shape and width; with declared ``columns``, its column and type too
+    (inferred columns are checked when the table is created)."""
     types = {c.name: c.type for c in columns}
     out = []
     for spec in raw:
         m = _TRANSFORM.match(spec.strip()) if isinstance(spec, str) else None
         source = (m.group(4) or m.group(5)) if m else None
-        if not m or source not in types:
+        if not m or (columns and source not in types):
             raise ConfigError(
-                f"{key} entry {spec!r} is not a partition transform on a declared column; use e.g. "
+                f"{key} entry {spec!r} is not a partition transform"
+                + (" on a declared column" if columns else "") + "; use e.g. "
                 "\"day(event_time)\", \"bucket[16](user_id)\", \"truncate[4](name)\" or \"country\""
             )
         assert source is not None
@@ -313,9 +316,9 @@ def _partition_by(raw: list[Any], key: str, columns: tuple[Column, ...]) -> tupl
         width = m.group(2) or m.group(3)
         if width is not None and int(width) < 1:
             raise ConfigError(f"{key} entry {spec!r}: {transform}[N] needs N >= 1")
-        column_type = types[source].split("(")[0]
+        column_type = types[source].split("(")[0] if columns else None
         allowed = _TRANSFORM_TYPES.get(transform)
-        if allowed is not None and column_type not in allowed:
+        if column_type is not None and allowed is not None and column_type not in allowed:
             raise ConfigError(f"{key} entry {spec!r}: {transform}() does not apply to {source!r}, a {types[source]} "
                               f"column; it takes {', '.join(allowed)}")
         out.append(spec.strip())
@@ -369,10 +372,7 @@ def _shape(s: _Section, columns_name: str) -> dict[str, Any]:
         raise ConfigError(f"{s.key('identifier_columns')} needs {columns_name}: inferred columns are optional, "
                           "and identifier columns must be required")
     partition_raw = s.get("partition_by", list, [])
-    partition_by = (_partition_by(partition_raw, s.key("partition_by"), columns) if columns else
-                    tuple(p.strip() for p in partition_raw if isinstance(p, str)))
-    if len(partition_by) != len(partition_raw):
-        raise ConfigError(f"{s.key('partition_by')} must be a list of partition transforms")
+    partition_by = _partition_by(partition_raw, s.key("partition_by"), columns)
     maps = s.get("maps", list, [])
     if not all(isinstance(m, str) and m and all(m.split(".")) for m in maps):
         raise ConfigError(f"{s.key('maps')} must be dotted paths of objects to infer as maps, e.g. [\"attributes\"]")

@@ -48,6 +48,10 @@ def test_defaults_and_relative_paths(tmp_path: Path) -> None:
         (with_("table", columns=[{"name": "s", "type": "string"}], partition_by=["day(s)"]),
          "day() does not apply to 's', a string column"),
         (with_("table", columns=[{"name": "s", "type": "string"}], partition_by=["bucket[0](s)"]), "bucket[N] needs N >= 1"),
+        # inferred columns: the column and type are checked when the table is created, the shape now
+        ({**MINIMAL, "table": {"name": "ns.t", "partition_by": ["bucket[0](s)"]}}, "bucket[N] needs N >= 1"),
+        ({**MINIMAL, "table": {"name": "ns.t", "partition_by": ["bucket(s)"]}}, "is not a partition transform; use e.g."),
+        ({**MINIMAL, "table": {"name": "ns.t", "partition_by": [3]}}, "is not a partition transform; use e.g."),
         (with_("table", columns=[{"name": "t", "type": "timestamp"}], partition_by=["truncate[4](t)"]),
          "truncate() does not apply to 't', a timestamp column"),
         (with_("table", route_field="type"), "table.route_field and table.route go together"),
