@@ -42,7 +42,8 @@ def config(tmp_path: Path, bootstrap: str, topics: list[str] | str, pipeline: st
     ``extra``: more sections (TOML); ``pipeline_extra``: more ``[pipeline]`` keys."""
     props = ", ".join(f"{k} = {json.dumps(v)}" for k, v in catalog[1].items())
     tables = "\n".join(
-        f'[[tables]]\nname = "{name}"\ncolumns = {COLUMNS}\n' + (f'topics = "{t}"\n' if t else "")
+        f'[[tables]]\nname = "{name}"\ncolumns = {COLUMNS}\nunknown_fields = "ignore"\n'   # meta.region: routing only
+        + (f'topics = "{t}"\n' if t else "")
         + (f'route_field = "{f}"\nroute = "{r}"\n' if f else "") for name, t, f, r in TABLES)
     path = tmp_path / "frazil.toml"
     path.write_text(f"""[pipeline]

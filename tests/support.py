@@ -3,6 +3,7 @@ independent reader that counts every (topic, partition, offset) in a table."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections import Counter
@@ -12,6 +13,7 @@ from pathlib import Path
 from pyiceberg.catalog import Catalog
 
 from frazil import config as config_mod
+from frazil import daemon
 from frazil.config import Config
 from frazil import demo
 from frazil.demo import create_topic
@@ -141,3 +143,24 @@ def wait_until_committed(catalog: Catalog, cfg: Config, ends: Mapping[tuple[str,
             raise AssertionError(f"the pipeline stopped before committing everything: have {have}, want {dict(ends)}")
         time.sleep(0.2)
     raise AssertionError(f"not committed within {timeout}s: have {have}, want {dict(ends)}")
+
+
+async def run_until_committed(cfg: Config, ends: dict[tuple[str, int], int], timeout: float = 90) -> None:
+    """Run the pipeline in process until the table's offsets reach ``ends``, then drain it."""
+    catalog = catalog_of(cfg)
+    stop = asyncio.Event()
+    task = asyncio.create_task(daemon.serve(cfg, stop))
+    try:
+        for _ in range(int(timeout / 0.2)):
+            if task.done():
+                task.result()
+                raise AssertionError("the pipeline stopped on its own")
+            have = await asyncio.to_thread(stored, catalog, cfg)
+            if all(have.get(tp, 0) >= end for tp, end in ends.items()):
+                break
+            await asyncio.sleep(0.2)
+        else:
+            raise AssertionError(f"not committed within {timeout}s: {have} vs {ends}")
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 60)

@@ -66,7 +66,9 @@ class JsonBuffer:
     ``_kafka_partition``, ``_kafka_offset``, ``_kafka_timestamp`` and ``_kafka_key``; they are
     filled from the record metadata, the other columns from the value. ``max_bytes`` is a hard
     cap on :attr:`bytes`; ``dedupe_by_key`` keeps the last record per key by (partition, offset)
-    at drain.
+    at drain. ``report_unknown_fields`` lists fields the schema does not have (the row is kept);
+    ``reject_unknown_fields`` makes such a record a decode error naming the field (and a column
+    it differs from only in case).
     """
 
     def __new__(
@@ -78,6 +80,7 @@ class JsonBuffer:
         shards: int = 16,
         report_unknown_fields: bool = False,
         dedupe_by_key: bool = False,
+        reject_unknown_fields: bool = False,
     ) -> JsonBuffer: ...
     def append(
         self,

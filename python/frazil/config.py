@@ -29,6 +29,11 @@ class Column:
     type: str
     required: bool = False
     doc: str | None = None
+    unit: str | None = None    # timestamps: what a number sent for it counts (s, ms, us, ns); None: text only
+
+
+TIME_UNITS = ("s", "ms", "us", "ns")
+UNKNOWN_FIELDS = ("fail", "ignore")
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,8 @@ class TableConfig:
     maps: tuple[str, ...] = ()        # with no columns: dotted paths of objects inferred as map<string, V>
     sort_order: str = ""              # the table's sort order when created, e.g. "event_time DESC"
     properties: dict[str, str] = field(default_factory=dict)   # set on the table, created or existing
+    # a record field the table has no column for: "fail" (a bad record) or "ignore" (dropped, counted)
+    unknown_fields: str = "fail"
 
     @property
     def routed(self) -> bool:
@@ -100,6 +107,7 @@ class DynamicConfig:
     identifier_columns: tuple[str, ...] = ()
     sort_order: str = ""
     properties: dict[str, str] = field(default_factory=dict)
+    unknown_fields: str = "fail"
 
     @property
     def placeholders(self) -> tuple[str, ...]:
@@ -131,7 +139,7 @@ class DynamicConfig:
     def table_config(self, name: str) -> TableConfig:
         return TableConfig(name, self.columns, self.create, self.metadata_columns, self.partition_by,
                            identifier_columns=self.identifier_columns, sort_order=self.sort_order,
-                           properties=dict(self.properties), maps=self.maps)
+                           properties=dict(self.properties), maps=self.maps, unknown_fields=self.unknown_fields)
 
 
 def normalise(value: str) -> str:
@@ -282,8 +290,12 @@ def _columns(raw: Any, key: str) -> tuple[Column, ...]:
         if name in seen:
             raise ConfigError(f"{s.key('name')}: column {name!r} is declared twice")
         seen.add(name)
-        columns.append(Column(name, _column_type(s.get("type", str), s.key("type")),
-                              s.get("required", bool, False), s.get("doc", str, None)))
+        column_type = _column_type(s.get("type", str), s.key("type"))
+        unit = s.get("unit", str, None)
+        if unit is not None and (column_type not in ("timestamp", "timestamptz") or unit not in TIME_UNITS):
+            raise ConfigError(f"{s.key('unit')} {unit!r}: a unit is for timestamp and timestamptz columns, one of "
+                              f"{', '.join(TIME_UNITS)} (what a number sent for the column counts since the epoch)")
+        columns.append(Column(name, column_type, s.get("required", bool, False), s.get("doc", str, None), unit))
         s.finish()
     return tuple(columns)
 
@@ -377,9 +389,15 @@ def _shape(s: _Section, columns_name: str) -> dict[str, Any]:
     if not all(isinstance(m, str) and m and all(m.split(".")) for m in maps):
         raise ConfigError(f"{s.key('maps')} must be dotted paths of objects to infer as maps, e.g. [\"attributes\"]")
     identifiers, sort_order, properties = _layout(s, columns)
+    unknown_fields = s.get("unknown_fields", str, "fail")
+    if unknown_fields not in UNKNOWN_FIELDS:
+        raise ConfigError(f"{s.key('unknown_fields')} {unknown_fields!r} must be one of {', '.join(UNKNOWN_FIELDS)}: "
+                          "\"fail\" makes a record with a field the table has no column for a bad record, \"ignore\" "
+                          "drops such fields and counts them (frazil_fields_ignored_total)")
     return {"columns": columns, "create": s.get("create", bool, True),
             "metadata_columns": s.get("metadata_columns", bool, True), "partition_by": partition_by,
-            "maps": tuple(maps), "identifier_columns": identifiers, "sort_order": sort_order, "properties": properties}
+            "maps": tuple(maps), "identifier_columns": identifiers, "sort_order": sort_order, "properties": properties,
+            "unknown_fields": unknown_fields}
 
 
 def _table(s: _Section) -> TableConfig:

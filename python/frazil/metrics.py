@@ -24,6 +24,10 @@ class Metrics:
                                         names, registry=r).labels(**labels)
         self.records_unrouted = Counter("frazil_records_unrouted", "Records read that no table takes (routing); "
                                         "accounted as read, landed nowhere", names, registry=r).labels(**labels)
+        self.tombstones = Counter("frazil_records_tombstones", "Records with a null value (tombstones) read in "
+                                  "append mode: accounted as read, landed nowhere", names, registry=r).labels(**labels)
+        self.fields_ignored = Counter("frazil_fields_ignored", "Record fields dropped because the table has no column for "
+                                      "them (unknown_fields = \"ignore\")", names, registry=r).labels(**labels)
         self.rows_committed = Counter("frazil_rows_committed", "Rows committed to the table", names,
                                       registry=r).labels(**labels)
         self._commits = Counter("frazil_commits", "Commit cycles by result (committed, failed, abandoned)",

@@ -170,6 +170,7 @@ partition_by = ["bucket[4](id)"]
 [[tables]]
 name = "inf.declared"
 columns = [{ name = "id", type = "long", required = true }]
+unknown_fields = "ignore"
 identifier_columns = ["id"]
 """)
     cfg = support.load(path)

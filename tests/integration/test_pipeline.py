@@ -34,27 +34,6 @@ async def new_topics(kafka: KafkaBroker, n: int, partitions: int) -> list[str]:
     return names
 
 
-async def run_until_committed(cfg: Config, ends: dict[tuple[str, int], int], timeout: float = 90) -> None:
-    """Run the pipeline in process until the table's offsets reach ``ends``, then drain it."""
-    catalog = support.catalog_of(cfg)
-    stop = asyncio.Event()
-    task = asyncio.create_task(daemon.serve(cfg, stop))
-    try:
-        for _ in range(int(timeout / 0.2)):
-            if task.done():
-                task.result()
-                raise AssertionError("the pipeline stopped on its own")
-            have = await asyncio.to_thread(support.stored, catalog, cfg)
-            if all(have.get(tp, 0) >= end for tp, end in ends.items()):
-                break
-            await asyncio.sleep(0.2)
-        else:
-            raise AssertionError(f"not committed within {timeout}s: {have} vs {ends}")
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 60)
-
-
 async def group_offsets(cfg: Config, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
     consumer = AIOKafkaConsumer(bootstrap_servers=cfg.kafka.bootstrap_servers, group_id=cfg.kafka.group_id,
                                 enable_auto_commit=False)
@@ -82,7 +61,7 @@ async def test_every_record_lands_once_with_its_offsets_in_the_same_commit(kafka
         await support.produce(kafka.bootstrap, t, (support.record(i) for i in range(3000)), 3)
     cfg = support.load(support.write_config(tmp_path, kafka.bootstrap, topics))
     ends = await support.end_offsets(kafka.bootstrap, topics)
-    await run_until_committed(cfg, ends)
+    await support.run_until_committed(cfg, ends)
 
     catalog = support.catalog_of(cfg)
     support.assert_exactly_once(support.count_offsets(catalog, cfg.table.name), ends)
@@ -112,13 +91,13 @@ async def test_resumes_from_the_table_not_from_kafka(kafka: KafkaBroker, tmp_pat
     await support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(1000)), 2)
     cfg = support.load(support.write_config(tmp_path, kafka.bootstrap, [topic]))
     first = await support.end_offsets(kafka.bootstrap, [topic])
-    await run_until_committed(cfg, first)
+    await support.run_until_committed(cfg, first)
 
     await support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(1000, 1600)), 2)
     ends = await support.end_offsets(kafka.bootstrap, [topic])
     moved = {"behind": lambda tp: 0, "between": lambda tp: (first[tp] + ends[tp]) // 2, "ahead": lambda tp: ends[tp]}
     await set_group_offsets(cfg, {tp: moved[group_position](tp) for tp in ends})
-    await run_until_committed(cfg, ends)
+    await support.run_until_committed(cfg, ends)
     support.assert_exactly_once(support.count_offsets(support.catalog_of(cfg), cfg.table.name), ends)
 
 
@@ -180,7 +159,7 @@ async def test_a_failing_commit_moves_no_offset_anywhere(kafka: KafkaBroker, tmp
     assert support.stored(support.catalog_of(cfg), cfg) == {}
     assert set((await group_offsets(cfg, list(ends))).values()) == {None}
     faults.disarm()
-    await run_until_committed(cfg, ends)
+    await support.run_until_committed(cfg, ends)
     support.assert_exactly_once(support.count_offsets(support.catalog_of(cfg), cfg.table.name), ends)
 
 
@@ -211,7 +190,7 @@ async def test_a_recreated_topic_is_reported_not_skipped(kafka: KafkaBroker, tmp
     (topic,) = await new_topics(kafka, 1, 1)
     await support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(200)), 1)
     cfg = support.load(support.write_config(tmp_path, kafka.bootstrap, [topic]))
-    await run_until_committed(cfg, {(topic, 0): 200})
+    await support.run_until_committed(cfg, {(topic, 0): 200})
     admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
     await admin.start()
     try:

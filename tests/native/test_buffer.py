@@ -49,8 +49,9 @@ def test_bad_records_are_reported_not_raised() -> None:
     buf = _native.JsonBuffer(schema=SCHEMA)
     errors = buf.append(topic="t", partition=0, offsets=[10, 11, 12, 13], timestamps_ms=[0] * 4, keys=[None] * 4,
                         values=[b'{"id": 1}', b'{"id": 1,', b'{"id": "one"}', b'{"name": "no id"}']).errors
-    assert [(e.index, e.offset, e.field) for e in errors] == [(1, 11, ""), (2, 12, "id"), (3, 13, "")]
+    assert [(e.index, e.offset, e.field) for e in errors] == [(1, 11, ""), (2, 12, "id"), (3, 13, "id")]
     assert "not valid JSON" in errors[0].reason
+    assert errors[2].reason == "is required, and the record has no value for it (missing or null)"
     assert buf.rows == 1
 
 
@@ -116,3 +117,37 @@ def test_drain_glues_a_trickle_of_small_batches_into_few_chunks_in_order() -> No
         mine = [i for i, q in zip(ids, partitions) if q == p]
         assert mine == sorted(mine)
     assert table.column("id").num_chunks == 1  # one write task for pyiceberg, not a thousand
+
+
+def test_unknown_fields_fail_by_default_are_counted_when_ignored_and_a_near_miss_never_passes() -> None:
+    class Rec:
+        def __init__(self, offset: int, value: bytes) -> None:
+            self.offset, self.timestamp, self.key, self.value = offset, 0, None, value
+
+    schema = pa.schema([pa.field("id", pa.int64(), False), pa.field("userId", pa.string()),
+                        pa.field("inner", pa.struct([pa.field("Score", pa.float64())]))])
+    recs = [Rec(0, b'{"id": 1, "userId": "a"}'), Rec(1, b'{"id": 2, "extra": 1}'), Rec(2, b'{"id": 3, "userid": "b"}'),
+            Rec(3, b'{"id": 4, "inner": {"score": 1.0}}')]
+    fail = RecordBuffer(schema, metadata_columns=False)
+    problems = fail.append("t", 0, recs)
+    assert [(p.offset, p.field) for p in problems] == [(1, "extra"), (2, "userid"), (3, "inner.score")]
+    assert "the table has no such column" in problems[0].reason
+    assert problems[1].reason.startswith("differs only in case from column 'userId'")
+    assert problems[2].reason.startswith("differs only in case from column 'Score'")
+
+    ignore = RecordBuffer(schema, metadata_columns=False, unknown_fields="ignore")
+    problems = ignore.append("t", 0, recs)
+    assert [(p.offset, p.field) for p in problems] == [(2, "userid"), (3, "inner.score")]   # never a NULL by near miss
+    assert problems[0].reason.startswith("differs only in case from column 'userId'")
+    assert ignore.fields_ignored == 1
+
+
+def test_near_miss_walks_structs_and_lists() -> None:
+    from frazil.ingest.buffer import near_miss
+
+    schema = pa.schema([pa.field("Items", pa.list_(pa.struct([pa.field("SKU", pa.string())]))),
+                        pa.field("geo", pa.struct([pa.field("Lat", pa.float64())]))])
+    assert near_miss(schema, "items") == "Items"
+    assert near_miss(schema, "Items[3].sku") == "SKU"
+    assert near_miss(schema, "geo.lat") == "Lat"
+    assert near_miss(schema, "geo.lon") is None and near_miss(schema, "other.x") is None

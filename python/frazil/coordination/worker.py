@@ -78,6 +78,7 @@ class Stats:
     records_in: int = 0
     records_skipped: int = 0
     records_unrouted: int = 0     # read, and taken by no table (routing)
+    records_tombstones: int = 0   # read with a null value (append mode: landed nowhere)
     rows_committed: int = 0
     commits: int = 0
     failed_commits: int = 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pyarrow as pa
@@ -270,6 +270,15 @@ def dynamic_tables(catalog: Catalog, dynamic: DynamicConfig) -> list[str]:
     return sorted(names)
 
 
-def arrow_schema(table: Table) -> pa.Schema:
-    """The Arrow schema the native buffer decodes into: the table's schema, field ids included."""
-    return schema_to_pyarrow(table.schema())
+UNIT_KEY = b"frazil.unit"   # field metadata the native decoder reads: the unit of numbers for a timestamp
+
+
+def arrow_schema(table: Table, units: Mapping[str, str] | None = None) -> pa.Schema:
+    """The Arrow schema the native buffer decodes into: the table's schema, field ids included;
+    ``units``: per top-level timestamp column, the unit numbers sent for it count (s, ms, us, ns)."""
+    schema = schema_to_pyarrow(table.schema())
+    for name, unit in (units or {}).items():
+        i = schema.get_field_index(name)
+        field = schema.field(i)
+        schema = schema.set(i, field.with_metadata({**(field.metadata or {}), UNIT_KEY: unit.encode()}))
+    return schema

@@ -42,16 +42,23 @@ class RecordBuffer:
     """Decodes JSON record values into rows of one Arrow schema, off the GIL."""
 
     def __init__(self, schema: pa.Schema, *, metadata_columns: bool, max_bytes: int | None = None,
-                 strict_fields: str | None = None) -> None:
-        """``strict_fields``: a field the schema does not have is a bad record, for this reason
-        (a table whose schema was inferred: a later field would otherwise be dropped silently)."""
+                 strict_fields: str | None = None, unknown_fields: str = "fail") -> None:
+        """A field the schema does not have: with ``unknown_fields="fail"`` a bad record, for the
+        reason ``strict_fields`` when given (a table whose schema was inferred), else natively
+        (named with its path, and a column it differs from only in case); with ``"ignore"`` it
+        is dropped and counted in :attr:`fields_ignored`, unless it differs from a column only
+        in case (a near miss would land as NULL): that is a bad record either way."""
+        self._ignore = unknown_fields == "ignore"
+        self._strict = None if self._ignore else strict_fields
         try:
-            self._native = _native.JsonBuffer(schema=schema, metadata_columns=metadata_columns, max_bytes=max_bytes,
-                                              report_unknown_fields=strict_fields is not None)
+            self._native = _native.JsonBuffer(
+                schema=schema, metadata_columns=metadata_columns, max_bytes=max_bytes,
+                report_unknown_fields=self._ignore or self._strict is not None,
+                reject_unknown_fields=not self._ignore and self._strict is None)
         except _native.NativeError as exc:
             raise FrazilError(f"the record buffer cannot use this table schema: {exc}") from exc
         self.schema = schema
-        self._strict = strict_fields
+        self.fields_ignored = 0   # fields dropped (``unknown_fields="ignore"``); the pipeline counts and resets it
 
     @property
     def rows(self) -> int:
@@ -75,10 +82,20 @@ class RecordBuffer:
         ))
 
     def _problems(self, result: _native.AppendResult) -> Sequence[RecordProblem]:
-        if self._strict is None or not result.unknown_fields:
+        if not result.unknown_fields:
             return result.errors
         problems: list[RecordProblem] = list(result.errors)
-        problems += [UnknownField(u.offset, u.path, self._strict) for u in result.unknown_fields]
+        for u in result.unknown_fields:
+            near = near_miss(self.schema, u.path)
+            if near is not None:
+                problems.append(UnknownField(u.offset, u.path, f"differs only in case from column '{near}' (names must "
+                                                               "match exactly): rename the field in the producer, or "
+                                                               "the column"))
+            elif self._strict is not None:
+                problems.append(UnknownField(u.offset, u.path, self._strict))
+            else:
+                self.fields_ignored += 1
+        problems.sort(key=lambda p: p.offset)
         return problems
 
     def drain(self) -> pa.Table | None:
@@ -92,8 +109,25 @@ class RecordBuffer:
         self._native.clear()
 
 
+def near_miss(schema: pa.Schema, path: str) -> str | None:
+    """The column ``path`` (``a.b[2].c``, as the native buffer reports unknown fields) differs
+    from only in case, if there is one."""
+    *parents, name = [part.split("[")[0] for part in path.split(".")]
+    fields: list[pa.Field] = list(schema)
+    for parent in parents:
+        found = next((f for f in fields if f.name == parent), None)
+        kind = found.type if found is not None else None
+        while kind is not None and (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
+            kind = kind.value_type
+        if kind is None or not pa.types.is_struct(kind):
+            return None
+        fields = list(kind)
+    return next((f.name for f in fields if f.name.lower() == name.lower()), None)
+
+
 def values_of(records: Sequence[KafkaRecord]) -> list[bytes]:
-    # a null value (tombstone) is not a JSON object: it comes back as a decode error
+    # a null value (tombstone) is not a JSON object: it comes back as a decode error (the pipeline
+    # takes tombstones out before, counting them)
     return [r.value if r.value is not None else b"null" for r in records]
 
 

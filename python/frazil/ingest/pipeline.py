@@ -114,8 +114,9 @@ class Pipeline:
                 self._task.cancel()
             await self._source.stop()
         elapsed = time.monotonic() - self.stats.started
-        log.info("stopped after %.1fs: %d records in, %d rows committed in %d commits (%d failed), %d pause(s)",
-                 elapsed, self.stats.records_in, self.stats.rows_committed, self.stats.commits,
+        log.info("stopped after %.1fs: %d records in (%d taken by no table, %d tombstones), %d rows committed in %d "
+                 "commits (%d failed), %d pause(s)", elapsed, self.stats.records_in, self.stats.records_unrouted,
+                 self.stats.records_tombstones, self.stats.rows_committed, self.stats.commits,
                  self.stats.failed_commits, self.stats.pauses)
 
     def _next_control(self) -> asyncio.Task[None] | None:
@@ -186,8 +187,18 @@ class Pipeline:
                 full = True
                 self._source.seek_back(tp, records[0].offset)
                 continue
+            # A null value (a tombstone, e.g. on a compacted topic) deletes a key; in append mode there
+            # is nothing to land: accounted as read and counted, like a record no table takes.
+            values = [r for r in records if r.value is not None]
+            if len(values) < len(records):
+                tombstones = len(records) - len(values)
+                self.stats.records_tombstones += tombstones
+                self.metrics.tombstones.inc(tombstones)
+                log.debug("%s[%d]: %d tombstone(s) (null values) among offsets %d..%d, landed nowhere", tp[0], tp[1],
+                          tombstones, records[0].offset, records[-1].offset)
             try:
-                await self._route(tp, records)
+                if values:
+                    await self._route(tp, values)
             except _native.BufferFullError:
                 # Nothing of this batch was taken (one table: the buffer's hard cap refused it whole).
                 full = True
@@ -254,7 +265,10 @@ class Pipeline:
         else:
             results = append_routed(tp[0], tp[1], records, values, [
                 (buffer, list(everything) if chosen is None else chosen) for _, buffer, chosen in targets])
-        for (name, _, _), errors in zip(targets, results):
+        for (name, buffer, _), errors in zip(targets, results):
+            if buffer.fields_ignored:
+                self.metrics.fields_ignored.inc(buffer.fields_ignored)
+                buffer.fields_ignored = 0
             if errors:
                 first = errors[0]
                 raise RecordDecodeError(topic=tp[0], partition=tp[1], offset=first.offset, field=first.field,

@@ -61,9 +61,11 @@ class Targets:
         self.pipeline = cfg.pipeline
         self._by_name = {
             t.name: Target(t, Committer(catalog, t.name, cfg.pipeline, max_attempts=cfg.max_commit_attempts),
-                           RecordBuffer(iceberg_catalog.arrow_schema(tables[t.name]), metadata_columns=t.metadata_columns,
+                           RecordBuffer(iceberg_catalog.arrow_schema(tables[t.name], _units(t)),
+                                        metadata_columns=t.metadata_columns,
                                         max_bytes=cfg.memory_budget_bytes if one else None,
-                                        strict_fields=None if t.columns else _strict(t.name)),
+                                        strict_fields=None if t.columns else _strict(t.name),
+                                        unknown_fields=t.unknown_fields),
                            tables[t.name])
             for t in cfg.tables if t.name in tables}
         # configured tables that do not exist yet (created on their first records): they need the watermark
@@ -94,8 +96,9 @@ class Targets:
         does not have (they would be dropped silently)."""
         committer = Committer(self._catalog, cfg.name, self.pipeline, max_attempts=self._max_attempts)
         strict = _strict(cfg.name) if inferred else None
-        target = Target(cfg, committer, RecordBuffer(iceberg_catalog.arrow_schema(table),
-                                                     metadata_columns=cfg.metadata_columns, strict_fields=strict),
+        target = Target(cfg, committer, RecordBuffer(iceberg_catalog.arrow_schema(table, _units(cfg)),
+                                                     metadata_columns=cfg.metadata_columns, strict_fields=strict,
+                                                     unknown_fields=cfg.unknown_fields),
                         table, committer.stored()[0] if floors else {})
         return target
 
@@ -137,3 +140,9 @@ class Targets:
 def _strict(table: str) -> str:
     return (f"{table} has no such column: its columns are not declared (its schema was inferred from its first "
             "records, or is the table's own); declare its columns to take more fields")
+
+
+def _units(cfg: TableConfig) -> dict[str, str]:
+    """The declared unit of numbers per timestamp column (the native decoder refuses numbers for
+    a timestamp column without one: never a guess)."""
+    return {c.name: c.unit for c in cfg.columns if c.unit is not None}

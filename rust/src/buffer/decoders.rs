@@ -1,17 +1,33 @@
-//! Decoders for the Iceberg types arrow-json does not read the way Kafka producers write them:
-//! UUIDs as text (`8-4-4-4-12` or 32 hex digits) into `arrow.uuid` / FixedSizeBinary(16), and
-//! binary / fixed values as base64 text (arrow-json expects hex, and panics on a non-string
-//! token for fixed-size binary). Any other token is a record error naming what was expected.
+//! Decoders for the Iceberg types arrow-json does not read the way Kafka producers write them,
+//! or reads by changing the value:
+//! - UUIDs as text (`8-4-4-4-12` or 32 hex digits) into `arrow.uuid` / FixedSizeBinary(16), and
+//!   binary / fixed values as base64 text (arrow-json expects hex, and panics on a non-string
+//!   token for fixed-size binary);
+//! - integers and decimals exactly: arrow-json truncates `7.9` into a long and rounds digits past
+//!   a decimal's scale; here a value that does not fit exactly is a record error;
+//! - timestamps: ISO-8601 text, with a UTC offset for a timestamp with zone and without one for a
+//!   timestamp without zone; a number only with the unit the column declares (field metadata
+//!   [`UNIT_KEY`]: `s`, `ms`, `us`, `ns`), never read as the column's own unit by guess; digits
+//!   below the column's unit are an error, not a truncation.
+//!
+//! Any other token is a record error naming what was expected.
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, FixedSizeBinaryBuilder, GenericBinaryBuilder, OffsetSizeTrait};
-use arrow::datatypes::{DataType, FieldRef};
+use arrow::array::{
+    ArrayRef, Decimal128Builder, FixedSizeBinaryBuilder, GenericBinaryBuilder, Int16Builder, Int32Builder, Int64Builder,
+    Int8Builder, OffsetSizeTrait, PrimitiveBuilder, TimestampMicrosecondArray, TimestampMillisecondArray,
+    TimestampNanosecondArray, TimestampSecondArray,
+};
+use arrow::compute::kernels::cast_utils::string_to_timestamp_nanos;
+use arrow::datatypes::{ArrowPrimitiveType, DataType, FieldRef, TimeUnit};
 use arrow::error::ArrowError;
 use arrow::json::reader::{ArrayDecoder, DecoderContext, DecoderFactory, Tape, TapeElement};
 use base64::Engine;
 
 const UUID_EXTENSION: &str = "arrow.uuid";
+/// Field metadata: the unit of a number sent for a timestamp column (`s`, `ms`, `us`, `ns`).
+pub const UNIT_KEY: &str = "frazil.unit";
 
 #[derive(Debug, Default)]
 pub(crate) struct Factory;
@@ -25,6 +41,27 @@ impl DecoderFactory for Factory {
     ) -> Result<Option<Box<dyn ArrayDecoder>>, ArrowError> {
         let is_uuid = field.metadata().get("ARROW:extension:name").map(String::as_str) == Some(UUID_EXTENSION);
         Ok(match field.data_type() {
+            DataType::Int8 => Some(Box::new(ExactInt::<Int8Builder>::new("an int8"))),
+            DataType::Int16 => Some(Box::new(ExactInt::<Int16Builder>::new("an int16"))),
+            DataType::Int32 => Some(Box::new(ExactInt::<Int32Builder>::new("an int (32-bit)"))),
+            DataType::Int64 => Some(Box::new(ExactInt::<Int64Builder>::new("a long (64-bit)"))),
+            DataType::Decimal128(precision, scale) => Some(Box::new(ExactDecimal { precision: *precision, scale: *scale })),
+            DataType::Timestamp(unit, tz) => {
+                let sent = match field.metadata().get(UNIT_KEY).map(String::as_str) {
+                    None => None,
+                    Some("s") => Some(TimeUnit::Second),
+                    Some("ms") => Some(TimeUnit::Millisecond),
+                    Some("us") => Some(TimeUnit::Microsecond),
+                    Some("ns") => Some(TimeUnit::Nanosecond),
+                    Some(other) => {
+                        return Err(ArrowError::SchemaError(format!(
+                            "field {:?}: unit {other:?} is not one of s, ms, us, ns",
+                            field.name()
+                        )))
+                    }
+                };
+                Some(Box::new(Timestamps { unit: *unit, tz: tz.clone(), sent }))
+            }
             DataType::FixedSizeBinary(16) if is_uuid => Some(Box::new(Uuid)),
             DataType::FixedSizeBinary(len) => Some(Box::new(FixedBase64(*len))),
             DataType::Binary => Some(Box::new(Base64::<i32>::default())),
@@ -120,9 +157,261 @@ impl<O: OffsetSizeTrait> ArrayDecoder for Base64<O> {
     }
 }
 
+/// The text of a number or string token (None for null); anything else is an error.
+fn number_text<'a>(tape: &Tape<'a>, p: u32, expected: &str) -> Result<Option<&'a str>, ArrowError> {
+    match tape.get(p) {
+        TapeElement::Number(idx) | TapeElement::String(idx) => Ok(Some(tape.get_string(idx))),
+        TapeElement::Null => Ok(None),
+        _ => Err(tape.error(p, expected)),
+    }
+}
+
+/// `text` (a JSON number, or a string holding one) times 10^`scale`, exactly: an error when a
+/// non-zero digit would be cut off, or when it does not fit an i128.
+pub(crate) fn exact_scaled(text: &str, scale: i8) -> Result<i128, String> {
+    if scale == 0 {
+        if let Ok(v) = text.parse::<i64>() {
+            return Ok(v as i128); // the common case: a plain integer, no scan below
+        }
+    }
+    let t = text.trim();
+    let (negative, body) = match t.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, t.strip_prefix('+').unwrap_or(t)),
+    };
+    let (mantissa, exponent) = match body.find(['e', 'E']) {
+        Some(i) => (&body[..i], body[i + 1..].parse::<i32>().map_err(|_| format!("{text:?} is not a number"))?),
+        None => (body, 0),
+    };
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if whole.is_empty() && fraction.is_empty()
+        || !whole.bytes().all(|b| b.is_ascii_digit())
+        || !fraction.bytes().all(|b| b.is_ascii_digit())
+    {
+        return Err(format!("{text:?} is not a number"));
+    }
+    // the digits of whole and fraction as one integer d: the value is d * 10^shift
+    let shift = exponent.saturating_sub(fraction.len() as i32).saturating_add(scale as i32);
+    let count = whole.len() + fraction.len();
+    let kept = if shift >= 0 { count } else { count.saturating_sub(shift.unsigned_abs() as usize) };
+    let overflow = || format!("{text} is too large");
+    let mut value: i128 = 0;
+    for (i, b) in whole.bytes().chain(fraction.bytes()).enumerate() {
+        if i < kept {
+            value = value.checked_mul(10).and_then(|v| v.checked_add((b - b'0') as i128)).ok_or_else(overflow)?;
+        } else if b != b'0' {
+            return Err(if scale == 0 {
+                format!("{text} has a fractional part")
+            } else {
+                format!("{text} has more than {scale} digit(s) after the decimal point")
+            });
+        }
+    }
+    if shift > 0 && value != 0 {
+        let factor = 10i128.checked_pow(shift as u32).ok_or_else(overflow)?;
+        value = value.checked_mul(factor).ok_or_else(overflow)?;
+    }
+    Ok(if negative { -value } else { value })
+}
+
+/// Integers that fit the column exactly; a fraction or an overflow is an error, never a cut.
+struct ExactInt<B> {
+    what: &'static str,
+    _builder: std::marker::PhantomData<B>,
+}
+
+impl<B> ExactInt<B> {
+    fn new(what: &'static str) -> Self {
+        Self { what, _builder: std::marker::PhantomData }
+    }
+}
+
+impl<T: ArrowPrimitiveType> ArrayDecoder for ExactInt<PrimitiveBuilder<T>>
+where
+    T::Native: TryFrom<i128>,
+{
+    fn decode(&mut self, tape: &Tape<'_>, pos: &[u32]) -> Result<ArrayRef, ArrowError> {
+        let mut builder = PrimitiveBuilder::<T>::with_capacity(pos.len());
+        for &p in pos {
+            match number_text(tape, p, "an integer")? {
+                Some(text) => {
+                    let value = exact_scaled(text, 0).map_err(|e| ArrowError::JsonError(format!("{e}; the column is {}", self.what)))?;
+                    let value = T::Native::try_from(value)
+                        .map_err(|_| ArrowError::JsonError(format!("{text} does not fit {}", self.what)))?;
+                    builder.append_value(value);
+                }
+                None => builder.append_null(),
+            }
+        }
+        Ok(Arc::new(builder.finish()))
+    }
+}
+
+/// Decimals with at most the column's scale and precision; anything else is an error, never a
+/// rounding.
+struct ExactDecimal {
+    precision: u8,
+    scale: i8,
+}
+
+impl ArrayDecoder for ExactDecimal {
+    fn decode(&mut self, tape: &Tape<'_>, pos: &[u32]) -> Result<ArrayRef, ArrowError> {
+        let (precision, scale) = (self.precision, self.scale);
+        let mut builder = Decimal128Builder::with_capacity(pos.len());
+        let limit = 10i128.pow(precision as u32);
+        for &p in pos {
+            match number_text(tape, p, "a decimal number")? {
+                Some(text) => {
+                    let value = exact_scaled(text, scale)
+                        .map_err(|e| ArrowError::JsonError(format!("{e}; the column is decimal({precision}, {scale})")))?;
+                    if value.abs() >= limit {
+                        return Err(ArrowError::JsonError(format!(
+                            "{text} has more than {} digit(s) before the decimal point; the column is decimal({precision}, {scale})",
+                            precision as i16 - scale as i16
+                        )));
+                    }
+                    builder.append_value(value);
+                }
+                None => builder.append_null(),
+            }
+        }
+        Ok(Arc::new(builder.finish().with_precision_and_scale(precision, scale)?))
+    }
+}
+
+/// Timestamps: ISO-8601 text (the UTC offset required with zone, refused without), or a number
+/// in the declared unit (`sent`); the column's unit must hold the value exactly.
+struct Timestamps {
+    unit: TimeUnit,
+    tz: Option<Arc<str>>,
+    sent: Option<TimeUnit>,
+}
+
+fn nanos_per(unit: TimeUnit) -> i128 {
+    match unit {
+        TimeUnit::Second => 1_000_000_000,
+        TimeUnit::Millisecond => 1_000_000,
+        TimeUnit::Microsecond => 1_000,
+        TimeUnit::Nanosecond => 1,
+    }
+}
+
+fn unit_name(unit: TimeUnit) -> &'static str {
+    match unit {
+        TimeUnit::Second => "seconds",
+        TimeUnit::Millisecond => "milliseconds",
+        TimeUnit::Microsecond => "microseconds",
+        TimeUnit::Nanosecond => "nanoseconds",
+    }
+}
+
+/// Whether ISO-8601 text names its UTC offset (`Z`, `+02:00`, `-0530`) after the time.
+fn has_offset(text: &str) -> bool {
+    let time = text.get(10..).unwrap_or("");
+    time.ends_with(['Z', 'z']) || time.get(1..).is_some_and(|t| t.contains(['+', '-']))
+}
+
+impl Timestamps {
+    fn value(&self, tape: &Tape<'_>, p: u32) -> Result<Option<i64>, ArrowError> {
+        let (nanos, what): (i128, String) = match tape.get(p) {
+            TapeElement::Null => return Ok(None),
+            TapeElement::String(idx) => {
+                let text = tape.get_string(idx);
+                match (self.tz.is_some(), has_offset(text)) {
+                    (true, false) => {
+                        return Err(ArrowError::JsonError(format!(
+                            "{text:?} has no UTC offset; the column is a timestamp with zone: send one (Z or +02:00), or \
+                             use a timestamp column for local times"
+                        )))
+                    }
+                    (false, true) => {
+                        return Err(ArrowError::JsonError(format!(
+                            "{text:?} has a UTC offset; the column is a timestamp without zone: use a timestamptz column, \
+                             or send the local time without an offset"
+                        )))
+                    }
+                    _ => {}
+                }
+                let nanos = string_to_timestamp_nanos(text)
+                    .map_err(|e| ArrowError::JsonError(format!("{text:?} is not an ISO-8601 timestamp ({e})")))?;
+                (nanos as i128, format!("{text:?}"))
+            }
+            TapeElement::Number(idx) => {
+                let text = tape.get_string(idx);
+                let Some(sent) = self.sent else {
+                    return Err(ArrowError::JsonError(format!(
+                        "{text} is a number, and the column declares no unit for numbers: set unit = \"ms\" (or \"s\", \
+                         \"us\", \"ns\") on the column, or send ISO-8601 text"
+                    )));
+                };
+                let count = exact_scaled(text, 0).map_err(|e| ArrowError::JsonError(format!("{e}; {} since the epoch", unit_name(sent))))?;
+                let nanos = count.checked_mul(nanos_per(sent)).ok_or_else(|| ArrowError::JsonError(format!("{text} is too large")))?;
+                (nanos, format!("{text} {}", unit_name(sent)))
+            }
+            _ => return Err(tape.error(p, "an ISO-8601 timestamp or a number")),
+        };
+        let per = nanos_per(self.unit);
+        if nanos % per != 0 {
+            return Err(ArrowError::JsonError(format!(
+                "{what} has digits below {}, which the column does not keep",
+                unit_name(self.unit).trim_end_matches('s')
+            )));
+        }
+        i64::try_from(nanos / per).map(Some).map_err(|_| ArrowError::JsonError(format!("{what} is out of range")))
+    }
+}
+
+impl ArrayDecoder for Timestamps {
+    fn decode(&mut self, tape: &Tape<'_>, pos: &[u32]) -> Result<ArrayRef, ArrowError> {
+        let values = pos.iter().map(|&p| self.value(tape, p)).collect::<Result<Vec<_>, _>>()?;
+        let tz = self.tz.clone();
+        let array: ArrayRef = match self.unit {
+            TimeUnit::Second => Arc::new(values.into_iter().collect::<TimestampSecondArray>().with_timezone_opt(tz)),
+            TimeUnit::Millisecond => Arc::new(values.into_iter().collect::<TimestampMillisecondArray>().with_timezone_opt(tz)),
+            TimeUnit::Microsecond => Arc::new(values.into_iter().collect::<TimestampMicrosecondArray>().with_timezone_opt(tz)),
+            TimeUnit::Nanosecond => Arc::new(values.into_iter().collect::<TimestampNanosecondArray>().with_timezone_opt(tz)),
+        };
+        Ok(array)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_scale_exactly_or_not_at_all() {
+        assert_eq!(exact_scaled("7", 0), Ok(7));
+        assert_eq!(exact_scaled("-7.000", 0), Ok(-7));
+        assert_eq!(exact_scaled("1e3", 0), Ok(1000));
+        assert_eq!(exact_scaled("1.5E1", 0), Ok(15));
+        assert_eq!(exact_scaled("0.0", 0), Ok(0));
+        assert_eq!(exact_scaled("12.34", 2), Ok(1234));
+        assert_eq!(exact_scaled("12.3400", 2), Ok(1234));
+        assert_eq!(exact_scaled("12", 2), Ok(1200));
+        assert_eq!(exact_scaled("-0.05", 2), Ok(-5));
+        assert_eq!(exact_scaled("1234e-2", 2), Ok(1234));
+        assert_eq!(exact_scaled("7.9", 0), Err("7.9 has a fractional part".to_string()));
+        assert_eq!(exact_scaled("1e-1", 0), Err("1e-1 has a fractional part".to_string()));
+        assert_eq!(exact_scaled("1.239", 2), Err("1.239 has more than 2 digit(s) after the decimal point".to_string()));
+        assert!(exact_scaled("1e400", 0).unwrap_err().contains("too large"));
+        for bad in ["", "-", "1.2.3", "abc", "1e", "0x10", "."] {
+            assert!(exact_scaled(bad, 0).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn offsets_are_found_after_the_time() {
+        for (text, want) in [
+            ("2024-01-01T10:00:00Z", true),
+            ("2024-01-01T10:00:00+02:00", true),
+            ("2024-01-01 10:00:00.123-0530", true),
+            ("2024-01-01T10:00:00", false),
+            ("2024-01-01", false),
+        ] {
+            assert_eq!(has_offset(text), want, "{text}");
+        }
+    }
 
     #[test]
     fn uuids_parse_in_both_forms_and_nothing_else() {

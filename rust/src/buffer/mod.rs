@@ -111,11 +111,21 @@ pub struct Options {
     pub report_unknown_fields: bool,
     /// Keep only the last record per Kafka key, ordered by (partition, offset), at drain.
     pub dedupe_by_key: bool,
+    /// A field the schema does not have makes its record a bad record (arrow-json's strict mode,
+    /// at no cost), named with its path; one that differs from a column only in case says so.
+    pub reject_unknown_fields: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { metadata_columns: false, max_bytes: None, shards: 16, report_unknown_fields: false, dedupe_by_key: false }
+        Self {
+            metadata_columns: false,
+            max_bytes: None,
+            shards: 16,
+            report_unknown_fields: false,
+            dedupe_by_key: false,
+            reject_unknown_fields: false,
+        }
     }
 }
 
@@ -229,6 +239,7 @@ impl JsonBuffer {
                                 Some(reason) => (String::new(), reason),
                                 None => validate::split_field(&e.to_string()),
                             };
+                            let (field, reason) = validate::explain_unknown(self.value_schema.fields(), field, reason);
                             out.errors.push(self.record_error(records, i, field, reason));
                         }
                     }
@@ -375,6 +386,7 @@ impl JsonBuffer {
         ReaderBuilder::new(self.value_schema.clone())
             .with_batch_size(capacity.max(1))
             .with_decoder_factory(Arc::new(decoders::Factory))
+            .with_strict_mode(self.options.reject_unknown_fields)
             .build_decoder()
     }
 

@@ -78,7 +78,59 @@ fn missing_required_field_is_a_record_error() {
     let errors = append(&buf, &[0, 1], &[r#"{"name": "no id"}"#, r#"{"id": 7}"#]);
     assert_eq!(errors.len(), 1);
     assert_eq!(errors[0].offset, 0);
+    assert_eq!((errors[0].field.as_str(), errors[0].reason.as_str()), ("id", "is required, and the record has no value for it (missing or null)"));
     assert_eq!(buf.rows(), 1);
+}
+
+fn strict_schema() -> SchemaRef {
+    let ms = std::collections::HashMap::from([(decoders::UNIT_KEY.to_string(), "ms".to_string())]);
+    Arc::new(Schema::new(vec![
+        Field::new("n", DataType::Int64, true),
+        Field::new("i", DataType::Int32, true),
+        Field::new("d", DataType::Decimal128(10, 2), true),
+        Field::new("tz", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), true),
+        Field::new("local", DataType::Timestamp(TimeUnit::Microsecond, None), true),
+        Field::new("ms", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), true).with_metadata(ms),
+    ]))
+}
+
+#[test]
+fn values_land_exactly_as_sent_or_the_record_is_bad() {
+    let buf = JsonBuffer::new(strict_schema(), Options::default()).unwrap();
+    let good = [
+        r#"{"n": 7, "i": "-12", "d": 1.5, "tz": "2024-01-01T10:00:00+02:00", "local": "2024-01-01T10:00:00", "ms": 1704103200123}"#,
+        r#"{"n": 1e3, "d": "-0.05", "tz": "2024-01-01T08:00:00.000001Z"}"#,
+    ];
+    let bad = [
+        (r#"{"n": 7.9}"#, "n", "7.9 has a fractional part; the column is a long (64-bit)"),
+        (r#"{"i": 2147483648}"#, "i", "2147483648 does not fit an int (32-bit)"),
+        (r#"{"d": 1.239}"#, "d", "1.239 has more than 2 digit(s) after the decimal point; the column is decimal(10, 2)"),
+        (r#"{"d": "123456789"}"#, "d", "123456789 has more than 8 digit(s) before the decimal point; the column is decimal(10, 2)"),
+        (r#"{"tz": 1704103200000}"#, "tz", "1704103200000 is a number, and the column declares no unit"),
+        (r#"{"tz": "2024-01-01T10:00:00"}"#, "tz", "has no UTC offset"),
+        (r#"{"local": "2024-01-01T10:00:00Z"}"#, "local", "has a UTC offset"),
+        (r#"{"tz": "2024-01-01T10:00:00.0000001Z"}"#, "tz", "has digits below microsecond"),
+        (r#"{"ms": 1.5}"#, "ms", "1.5 has a fractional part; milliseconds since the epoch"),
+        (r#"{"n": true}"#, "n", "expected an integer"),
+    ];
+    let values: Vec<&str> = good.iter().copied().chain(bad.iter().map(|b| b.0)).collect();
+    let offsets: Vec<i64> = (0..values.len() as i64).collect();
+    let errors = append(&buf, &offsets, &values);
+    let got: Vec<(&str, &str)> = errors.iter().map(|e| (e.field.as_str(), e.reason.as_str())).collect();
+    assert_eq!(errors.len(), bad.len(), "{got:?}");
+    for ((_, field, reason), (got_field, got_reason)) in bad.iter().zip(&got) {
+        assert_eq!(field, got_field, "{got_reason}");
+        assert!(got_reason.contains(reason), "{got_reason:?} does not say {reason:?}");
+    }
+    let batch = buf.drain().unwrap().unwrap();
+    assert_eq!(batch.column(0).as_primitive::<Int64Type>().values(), &[7, 1000]);
+    assert_eq!(batch.column(1).as_primitive::<arrow::datatypes::Int32Type>().value(0), -12);
+    assert_eq!(batch.column(2).as_primitive::<arrow::datatypes::Decimal128Type>().values(), &[150, -5]);
+    let us = |c: usize| batch.column(c).as_primitive::<arrow::datatypes::TimestampMicrosecondType>().values().to_vec();
+    assert_eq!(us(3), vec![1_704_096_000_000_000, 1_704_096_000_000_001]);   // 08:00 UTC both
+    assert_eq!(us(4)[0], 1_704_103_200_000_000);   // 10:00 local, kept as written
+    assert_eq!(us(5)[0], 1_704_103_200_123_000);   // milliseconds, as declared
+    assert_eq!(batch.schema(), strict_schema());
 }
 
 #[test]
@@ -334,4 +386,25 @@ fn drain_batches_glues_runs_of_small_batches_and_leaves_big_ones_alone() {
         }
     }
     assert_eq!((buf.rows(), buf.bytes()), (0, 0));
+}
+
+#[test]
+fn unknown_fields_are_bad_records_when_rejected_and_near_misses_say_so() {
+    let buf = JsonBuffer::new(schema(false), Options { reject_unknown_fields: true, ..Options::default() }).unwrap();
+    let errors = append(
+        &buf,
+        &[0, 1, 2, 3],
+        &[
+            r#"{"id": 1, "name": "kept"}"#,
+            r#"{"id": 2, "extra": true}"#,
+            r#"{"id": 3, "Name": "near miss"}"#,
+            r#"{"id": 4, "inner": {"Score": 1.0}}"#,
+        ],
+    );
+    let got: Vec<(i64, &str)> = errors.iter().map(|e| (e.offset, e.field.as_str())).collect();
+    assert_eq!(got, vec![(1, "extra"), (2, "Name"), (3, "inner.Score")]);
+    assert!(errors[0].reason.contains("the table has no such column"), "{}", errors[0].reason);
+    assert!(errors[1].reason.starts_with("differs only in case from column 'name'"), "{}", errors[1].reason);
+    assert!(errors[2].reason.starts_with("differs only in case from column 'score'"), "{}", errors[2].reason);
+    assert_eq!(buf.rows(), 1);
 }

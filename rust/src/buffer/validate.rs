@@ -95,6 +95,39 @@ fn json_kind(v: &serde_json::Value) -> &'static str {
     }
 }
 
+/// arrow-json's strict mode says `column 'x' missing from schema` at the object holding `x`
+/// (`path`): the field becomes `path.x`, and the reason says what to do, or that `x` differs
+/// from a column only in case (a near miss that would otherwise land as NULL).
+pub(crate) fn explain_unknown(fields: &Fields, path: String, reason: String) -> (String, String) {
+    let Some(name) = reason.strip_prefix("column '").and_then(|r| r.strip_suffix("' missing from schema")) else {
+        return (path, reason);
+    };
+    let mut level = Some(fields.clone());
+    for part in path.split('.').filter(|p| !p.is_empty()) {
+        level = level.and_then(|fs| fs.iter().find(|f| f.name() == part).and_then(|f| struct_fields(f.data_type())));
+    }
+    let full = if path.is_empty() { name.to_string() } else { format!("{path}.{name}") };
+    let near = level.and_then(|fs| fs.iter().find(|f| f.name().eq_ignore_ascii_case(name)).map(|f| f.name().clone()));
+    let why = match near {
+        Some(column) => format!(
+            "differs only in case from column '{column}' (names must match exactly): rename the field in the producer, \
+             or the column"
+        ),
+        None => "the table has no such column: add it to the table (and its columns in the config), or set \
+                 unknown_fields = \"ignore\" to drop such fields (counted)"
+            .to_string(),
+    };
+    (full, why)
+}
+
+fn struct_fields(data_type: &DataType) -> Option<Fields> {
+    match data_type {
+        DataType::Struct(inner) => Some(inner.clone()),
+        DataType::List(item) | DataType::LargeList(item) => struct_fields(item.data_type()),
+        _ => None,
+    }
+}
+
 /// arrow-json names the field in its messages as `whilst decoding field 'x': ...`; nested fields
 /// nest the phrase. Returns (dotted path, innermost reason).
 pub(crate) fn split_field(message: &str) -> (String, String) {
@@ -112,6 +145,17 @@ pub(crate) fn split_field(message: &str) -> (String, String) {
         }
     }
     let reason = rest.trim_start_matches("Json error: ").to_string();
+    // arrow-json finds a missing required field only when building the struct, and names it in
+    // Rust debug syntax: `... non-nullable StructArray child: Field { "id": Int64 }` (older
+    // versions: `Field { name: "id", ... }`)
+    const REQUIRED: &str = "non-nullable StructArray child: Field { ";
+    if let Some(start) = reason.find(REQUIRED) {
+        let after = reason[start + REQUIRED.len()..].trim_start_matches("name: ").trim_start_matches('"');
+        if let Some(end) = after.find('"') {
+            path.push(after[..end].to_string());
+            return (path.join("."), "is required, and the record has no value for it (missing or null)".to_string());
+        }
+    }
     (path.join("."), if reason.is_empty() { message.to_string() } else { reason })
 }
 
