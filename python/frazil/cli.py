@@ -39,14 +39,16 @@ def _check(args: argparse.Namespace) -> int:
     for table in cfg.tables:
         takes = " ".join(filter(None, (f"topics~{table.topics}" if table.topics else "",
                                        f"{'.'.join(table.route_field)}~{table.route}" if table.route_field else "")))
+        units = ",".join(f"{c.name}:{c.unit}" for c in table.columns if c.unit)
         print(f"  table      {table.name} columns={len(table.columns) or 'inferred'} metadata_columns={table.metadata_columns} "
-              f"partition_by={list(table.partition_by)} takes={takes or 'every record'}")
+              f"partition_by={list(table.partition_by)} takes={takes or 'every record'} "
+              f"unknown_fields={table.unknown_fields}" + (f" units={units}" if units else ""))
     if cfg.dynamic is not None:
         d = cfg.dynamic
         print(f"  dynamic    {d.table}{' for topics ~' + d.topics if d.topics else ''}: "
               + ("created on first use" if d.create else "existing tables only") + ", "
               + (f"{len(d.columns)} columns" if d.columns else "schema inferred from the first records")
-              + f", partition_by={list(d.partition_by)}")
+              + f", partition_by={list(d.partition_by)}, unknown_fields={d.unknown_fields}")
     print(f"  txlog      {cfg.txlog_dir} (fsync {cfg.txlog_fsync})")
     print(f"  memory     budget {cfg.memory_budget_bytes // (1024 * 1024)} MiB; stop after {cfg.outage_timeout_s:g}s of failing commits")
     m = cfg.maintenance

@@ -58,6 +58,10 @@ def test_defaults_and_relative_paths(tmp_path: Path) -> None:
         (with_("table", route_field="a..b", route="x"), "must be a dotted path"),
         (with_("table", topics="("), "table.topics '(' is not a valid regular expression"),
         (with_("pipeline", on_bad_record="drop"), "on_bad_record 'drop' is not supported"),
+        (with_("table", unknown_fields="drop"), "table.unknown_fields 'drop' must be one of fail, ignore"),
+        (with_("table", columns=[{"name": "t", "type": "timestamptz", "unit": "minutes"}]),
+         "table.columns[0].unit 'minutes': a unit is for timestamp and timestamptz columns, one of s, ms, us, ns"),
+        (with_("table", columns=[{"name": "n", "type": "long", "unit": "ms"}]), "a unit is for timestamp and timestamptz"),
     ],
 )
 def test_errors_name_the_key(data: dict, message: str) -> None:
@@ -199,3 +203,11 @@ def test_table_layout_parsed() -> None:
     data = {k: v for k, v in MINIMAL.items() if k != "table"}
     with pytest.raises(ConfigError, match="identifier_columns needs \\[dynamic\\] columns"):
         config.parse({**data, "dynamic": {"table": "raw.{topic}", "identifier_columns": ["id"]}})
+
+
+def test_units_and_unknown_fields_reach_the_table_config() -> None:
+    cfg = config.parse(with_("table", unknown_fields="ignore", columns=[
+        {"name": "id", "type": "long"}, {"name": "at", "type": "timestamptz", "unit": "ms"}]))
+    assert cfg.table.unknown_fields == "ignore"
+    assert [(c.name, c.unit) for c in cfg.table.columns] == [("id", None), ("at", "ms")]
+    assert config.parse(MINIMAL).table.unknown_fields == "fail"   # never a silent drop by default
