@@ -152,7 +152,20 @@ def test_an_existing_table_whose_column_types_disagree_with_the_config_is_a_star
     with pytest.raises(ConfigError, match=r"db.events: column types disagree: amount is double in the table but long "
                                           r"in the config"):
         iceberg_catalog.ensure_table(catalog, dataclasses.replace(cfg.table, columns=columns))
+    required = tuple(dataclasses.replace(c, required=True) if c.name == "name" else c for c in cfg.table.columns)
+    with pytest.raises(ConfigError, match=r"name is optional in the table but required in the config"):
+        iceberg_catalog.ensure_table(catalog, dataclasses.replace(cfg.table, columns=required))
     iceberg_catalog.ensure_table(catalog, cfg.table)   # agreeing: fine
+
+
+def test_a_created_table_maps_names_to_field_ids_for_files_written_without_them(setup) -> None:
+    import json
+
+    catalog, cfg = setup
+    table = catalog.load_table(cfg.table.name)
+    mapping = json.loads(table.properties[iceberg_catalog.NAME_MAPPING])
+    assert {tuple(m["names"]): m["field-id"] for m in mapping} == {
+        (f.name,): f.field_id for f in table.schema().fields}
 
 
 def test_a_created_table_gets_its_identifier_columns_sort_order_and_properties(setup) -> None:

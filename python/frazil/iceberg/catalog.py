@@ -21,6 +21,7 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
+from pyiceberg.table.name_mapping import create_mapping_from_schema
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, NullOrder, SortDirection, SortField, SortOrder
 from pyiceberg.transforms import (
     BucketTransform,
@@ -188,11 +189,16 @@ def maintenance_properties(cfg: MaintenanceConfig) -> dict[str, str]:
             "write.metadata.previous-versions-max": str(cfg.max_snapshots)}
 
 
+NAME_MAPPING = "schema.name-mapping.default"
+
+
 def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] | None = None, *,
                  schema: Callable[[], Schema] | None = None) -> Table:
     """Load the table, creating it (and its namespace) when missing and ``create`` is on; set
     frazil's required properties and ``properties`` on it. ``schema``: for a new table, the
-    schema to create it with (inferred from records) instead of the config's columns."""
+    schema to create it with (inferred from records) instead of the config's columns. A table
+    this call creates gets a name mapping (``schema.name-mapping.default``)."""
+    created = False
     try:
         table = catalog.load_table(cfg.name)
     except NoSuchTableError:
@@ -218,6 +224,7 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
                                          sort_order=order,
                                          properties={"format-version": "2", **cfg.properties, **REQUIRED_PROPERTIES,
                                                      **(properties or {})})
+            created = True
             log.info("created table %s with %d columns%s, partitioned by %s", cfg.name, len(new_schema.fields),
                      " inferred from its first records" if schema is not None else "", list(cfg.partition_by) or "nothing")
         except TableAlreadyExistsError:
@@ -233,6 +240,8 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
     fields = {f.name: f for f in table.schema().fields}
     differ = [f"{c.name} is {fields[c.name].field_type} in the table but {c.type} in the config" for c in cfg.columns
               if fields[c.name].field_type != _iceberg_type(c.type)]
+    differ += [f"{c.name} is optional in the table but required in the config (nulls would land)" for c in cfg.columns
+               if c.required and not fields[c.name].required]
     if differ:
         raise ConfigError(f"table {cfg.name}: column types disagree: {'; '.join(differ)}. Make the config say what the "
                           "table holds (frazil never changes a value's type silently)")
@@ -241,6 +250,9 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
         raise ConfigError(f"table {cfg.name}: identifier columns are {have or 'none'} in the table but "
                           f"{sorted(cfg.identifier_columns)} in the config; make the config say what the table holds")
     wanted = {**cfg.properties, **REQUIRED_PROPERTIES, **(properties or {})}
+    if created and NAME_MAPPING not in table.properties:
+        # files written without field ids by other tools stay readable: columns are found by name
+        wanted[NAME_MAPPING] = create_mapping_from_schema(table.schema()).model_dump_json()
     for attempt in range(5):  # processes starting together race here; the loser re-reads
         wrong = {k: v for k, v in wanted.items() if table.properties.get(k) != v}
         if not wrong:
