@@ -63,6 +63,7 @@ def _check(args: argparse.Namespace) -> int:
 def _offsets(args: argparse.Namespace) -> int:
     from frazil.iceberg import catalog as iceberg_catalog
     from frazil.iceberg import offsets
+    from frazil.iceberg.committer import Committer
     from frazil.status import end_offsets, source_topics
 
     cfg = config_mod.load(args.config)
@@ -74,9 +75,11 @@ def _offsets(args: argparse.Namespace) -> int:
         if not catalog.table_exists(table_cfg.name):
             print(f"{table_cfg.name}: not created yet (created on its first records)\n")
             continue
-        properties = catalog.load_table(table_cfg.name).properties
-        stored = offsets.stored_offsets(properties, cfg.pipeline)
-        marks.append(offsets.stored_progress(properties, cfg.pipeline))
+        found = Committer(catalog, table_cfg.name, cfg.pipeline).held(catalog.load_table(table_cfg.name))
+        stored = found.offsets
+        marks.append(found.progress)
+        if found.rolled_back:
+            print(f"{table_cfg.name}: {found.rolled_back}")
         print(f"{table_cfg.name}\n{'topic':<24}{'partition':>10}{'table offset':>14}{'end offset':>12}{'lag':>10}")
         for tp in sorted(set(stored) | set(ends)):
             have, end = stored.get(tp), ends.get(tp)

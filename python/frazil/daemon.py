@@ -23,7 +23,6 @@ from frazil.iceberg import catalog as iceberg_catalog
 from frazil.coordination.local import LocalTopic
 from frazil.coordination.recovery import open_and_settle
 from frazil.coordination.service import CoordinatorService, worker_channel
-from frazil.iceberg import offsets
 from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import TopicPartition
 from frazil.ingest.pipeline import Pipeline, Stats
@@ -186,7 +185,7 @@ def backfill(cfg: Config, *, batch_rows: int, memory_mb: int) -> Stats:
         catalog = await asyncio.to_thread(iceberg_catalog.load, cfg.catalog)
         try:
             table = await asyncio.to_thread(catalog.load_table, cfg.table.name)
-            stored = offsets.stored_offsets(table.properties, cfg.pipeline)
+            stored = Committer(catalog, cfg.table.name, cfg.pipeline).held(table).offsets   # after a rollback, the data's
         except NoSuchTableError:
             stored = {}
         todo = sum(max(0, end - stored.get(tp, 0)) for tp, end in ends.items())
@@ -200,7 +199,7 @@ def backfill(cfg: Config, *, batch_rows: int, memory_mb: int) -> Stats:
             loop.add_signal_handler(sig, stop.set)
         stats = await serve(cfg, stop, until=ends, from_offsets=stored)
         table = await asyncio.to_thread(catalog.load_table, cfg.table.name)
-        landed = offsets.stored_offsets(table.properties, cfg.pipeline)
+        landed = Committer(catalog, cfg.table.name, cfg.pipeline).held(table).offsets
         short = {tp: (landed.get(tp, 0), end) for tp, end in ends.items() if landed.get(tp, 0) < end}
         if short:
             raise CommitOutcomeUnknown(

@@ -47,3 +47,25 @@ def test_range_rejects_empty_or_negative() -> None:
         Range(5, 5)
     with pytest.raises(ValueError):
         Range(-1, 3)
+
+
+def test_a_rolled_back_table_is_believed_from_its_data_not_its_property() -> None:
+    key, mark = offsets.property_key("p"), offsets.progress_key("p")
+    enc = offsets.encode
+    props = {key: enc({("t", 0): 300, ("t", 1): 90}), mark: enc({("t", 0): 300})}
+    newest = {key: props[key], mark: props[mark]}
+    older = {key: enc({("t", 0): 100, ("t", 1): 90}), mark: enc({("t", 0): 100})}
+    rewrite: dict[str, str] = {}   # a maintenance snapshot carries no offsets
+    other = {offsets.property_key("q"): enc({("t", 0): 5})}
+
+    agree = offsets.held(props, [rewrite, newest, older], "p")
+    assert agree == offsets.Held({("t", 0): 300, ("t", 1): 90}, {("t", 0): 300})
+    # rolled back to the older snapshot: the property (untouched by a rollback) is not believed
+    back = offsets.held(props, [other, rewrite, older], "p")
+    assert (back.offsets, back.progress) == ({("t", 0): 100, ("t", 1): 90}, {("t", 0): 100})
+    said = back.rolled_back
+    assert said is not None and 'says {"t":{"0":300}} but' in said and 'holds {"t":{"0":100}}' in said
+    assert "\"1\"" not in back.rolled_back   # names only the partitions that differ
+    # no summary of the pipeline left (expired): the property is all there is
+    assert offsets.held(props, [rewrite, other], "p") == agree
+    assert offsets.held({}, [], "p") == offsets.Held({}, {})

@@ -25,6 +25,7 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io.pyarrow import _dataframe_to_data_files, parquet_file_to_data_file
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, TableProperties
+from pyiceberg.table.snapshots import ancestors_of
 
 from frazil import faults
 from frazil.errors import CommitOutcomeUnknown, OffsetGapError, OffsetOverlapError
@@ -70,18 +71,31 @@ class Committer:
     def __init__(self, catalog: Catalog, table_name: str, pipeline: str, *, max_attempts: int = 5,
                  backoff_s: float = 0.2, sleep: Callable[[float], None] = time.sleep) -> None:
         self._catalog, self._table_name, self._pipeline = catalog, table_name, pipeline
+        self._said: str | None = None   # the rollback last warned about
         self._max_attempts, self._backoff_s, self._sleep = max_attempts, backoff_s, sleep
 
     def load(self) -> Table:
         return self._catalog.load_table(self._table_name)
 
     def stored_offsets(self) -> dict[TopicPartition, int]:
-        return offsets.stored_offsets(self.load().properties, self._pipeline)
+        return self.held(self.load()).offsets
 
     def stored(self) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
         """The table's offsets and the pipeline watermark it keeps, from one load."""
-        properties = self.load().properties
-        return offsets.stored_offsets(properties, self._pipeline), offsets.stored_progress(properties, self._pipeline)
+        found = self.held(self.load())
+        return found.offsets, found.progress
+
+    def held(self, table: Table) -> offsets.Held:
+        """What ``table`` holds for this pipeline: the data's truth when the table was rolled
+        back (said once per divergence, loudly), else its offsets property."""
+        current = table.current_snapshot()
+        ancestry = (s.summary.additional_properties for s in (ancestors_of(current, table.metadata) if current else ())
+                    if s.summary is not None)
+        found = offsets.held(table.properties, ancestry, self._pipeline)
+        if found.rolled_back is not None and found.rolled_back != self._said:
+            log.warning("table %s: %s", self._table_name, found.rolled_back)
+        self._said = found.rolled_back
+        return found
 
     def write_files(self, data: pa.Table, table: Table | None = None) -> list[DataFile]:
         """Write ``data`` as Parquet data files of ``table`` (default: loaded now), not committed.
@@ -126,8 +140,13 @@ class Committer:
             landed = find_commit(table, commit_id)
             if landed is not None:  # an earlier attempt landed after all
                 return self._result(commit_id, landed, rows, table, attempt, started)
-            stored = offsets.stored_offsets(table.properties, self._pipeline)
+            found = self.held(table)
+            stored = found.offsets
             decision = offsets.plan(stored, ranges)
+            if found.rolled_back is not None and decision.where(Verdict.GAP):
+                # ranges read before the rollback: refused, so the workers read again from the data's offsets
+                raise OffsetOverlapError(f"commit {commit_id} to {self._table_name}: {found.rolled_back}. Nothing was "
+                                         "committed; the partitions are read again from there")
             if not faults.off("fencing"):
                 self._check(decision, stored, ranges, commit_id)
             if decision.all_committed:
@@ -141,7 +160,7 @@ class Committer:
                        offsets.property_key(self._pipeline): encoded}
             properties = {offsets.property_key(self._pipeline): encoded}
             if progress:
-                mark = offsets.encode(offsets.merge_progress(offsets.stored_progress(table.properties, self._pipeline),
+                mark = offsets.encode(offsets.merge_progress(found.progress,
                                                              progress))
                 properties[offsets.progress_key(self._pipeline)] = summary[offsets.progress_key(self._pipeline)] = mark
             if valid_through_ms is not None:
@@ -217,7 +236,7 @@ class Committer:
                 started: float) -> CommitResult:
         if snapshot_id is None:
             snapshot_id = find_commit(table, commit_id)
-        stored = offsets.stored_offsets(table.properties, self._pipeline)
+        stored = self.held(table).offsets
         result = CommitResult(commit_id, snapshot_id, rows, stored, attempt, time.monotonic() - started,
                               snapshots=len(table.metadata.snapshots), table=self._table_name)
         log.info("commit %s table=%s snapshot=%s rows=%d attempts=%d took=%.0fms offsets=%s",

@@ -2,14 +2,14 @@
 
 The truth about progress lives in each table, written in the same catalog commit as the data:
 the table property ``frazil.offsets.<pipeline>`` (kept by maintenance jobs) and the same value in
-the snapshot summary (for audit). The value maps each source partition to the next offset not
+the snapshot summary (for audit, and to notice a rollback: see :func:`held`). The value maps each source partition to the next offset not
 yet committed to the table: ``{"topic": {"0": 1234, "1": 99}}``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -53,6 +53,40 @@ def stored_offsets(properties: Mapping[str, str], pipeline: str) -> dict[TopicPa
 def stored_progress(properties: Mapping[str, str], pipeline: str) -> dict[TopicPartition, int]:
     text = properties.get(progress_key(pipeline))
     return decode(text) if text else {}
+
+
+@dataclass(frozen=True)
+class Held:
+    """What a table holds for a pipeline: its offsets and watermark, and why the table property
+    was not believed (``rolled_back``), if it was not."""
+
+    offsets: dict[TopicPartition, int]
+    progress: dict[TopicPartition, int]
+    rolled_back: str | None = None
+
+
+def held(properties: Mapping[str, str], ancestry: Iterable[Mapping[str, str]], pipeline: str) -> Held:
+    """The table's offsets for ``pipeline``. ``ancestry``: the snapshot summaries from the current
+    snapshot back through its parents. frazil writes its offsets into the table property and into
+    its snapshot's summary in one commit, so they agree, unless the table was rolled back (a
+    rollback moves the current snapshot and leaves properties alone): then the newest summary of
+    the pipeline in the current ancestry is what the data holds, and it wins. With no such summary
+    left (expired), the property is all there is."""
+    key = property_key(pipeline)
+    stored = stored_offsets(properties, pipeline)
+    for summary in ancestry:
+        if key not in summary:
+            continue   # a maintenance rewrite, another pipeline's commit
+        truth = decode(summary[key])
+        if truth == stored:
+            break
+        text = summary.get(progress_key(pipeline))
+        changed = sorted(tp for tp in set(truth) | set(stored) if truth.get(tp) != stored.get(tp))
+        return Held(truth, decode(text) if text else {}, (
+            f"the table property {key} says {encode({tp: stored[tp] for tp in changed if tp in stored})} but the "
+            f"current snapshot's data holds {encode({tp: truth[tp] for tp in changed if tp in truth})}: the table "
+            "was rolled back (or the property edited); resuming from what the data holds"))
+    return Held(stored, stored_progress(properties, pipeline))
 
 
 def merge_progress(*marks: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
