@@ -4,12 +4,15 @@ every table holds exactly the records its rules take, once each."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import support
@@ -77,6 +80,18 @@ def value(i: int) -> bytes:
 async def produce(bootstrap: str, topics: list[str], start: int, count: int) -> None:
     for n, topic in enumerate(topics):
         await support.produce(bootstrap, topic, (value(i) for i in range(start + n * 10_000, start + n * 10_000 + count)), 2)
+
+
+@contextlib.contextmanager
+def running(config_path: Path, log: Path, faults: str = "") -> Iterator[subprocess.Popen[bytes]]:
+    """``frazil run`` for the block; then SIGTERM, and it must drain and exit 0."""
+    proc = run_frazil(config_path, log, faults)
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+    assert code == 0, log.read_text()[-4000:]
 
 
 def run_frazil(config_path: Path, log: Path, faults: str = "") -> subprocess.Popen[bytes]:

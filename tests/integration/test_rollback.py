@@ -7,7 +7,6 @@ summary) and read those records again, while running and at start. The independe
 from __future__ import annotations
 
 import asyncio
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ from pyiceberg.exceptions import CommitFailedException
 import support
 from frazil.config import Config
 from frazil.local.kafka_broker import KafkaBroker
-from routed import run_frazil
+from routed import running
 
 pytestmark = [pytest.mark.integration]
 
@@ -61,25 +60,17 @@ def test_a_rolled_back_table_gets_the_rolled_back_records_again_running_and_at_s
         asyncio.run(support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(start, start + 600)), 2))
         return asyncio.run(support.end_offsets(kafka.bootstrap, [topic]))
 
-    proc = run_frazil(path, log)
-    try:
+    with running(path, log) as proc:
         _exactly_once(cfg, wave(0), proc, log)
         first = support.catalog_of(cfg).load_table(cfg.table.name).current_snapshot()
         assert first is not None
         _exactly_once(cfg, wave(600), proc, log)
         _roll_back(cfg, first.snapshot_id)   # wave 2 leaves the table; the offsets property still counts it
         _exactly_once(cfg, wave(1200), proc, log)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0, log.read_text()[-4000:]
     assert "the table was rolled back" in log.read_text()
 
     _roll_back(cfg, first.snapshot_id)   # and while frazil is stopped: the restart starts from the data
     ends = wave(1800)
-    proc = run_frazil(path, log)
-    try:
+    with running(path, log) as proc:
         _exactly_once(cfg, ends, proc, log)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0, log.read_text()[-4000:]
     assert log.read_text().count("the table was rolled back") >= 2
