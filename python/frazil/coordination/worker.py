@@ -228,7 +228,7 @@ class Worker:
             await self.settle()
         if not self._positions.partitions() and not self._source.assignment:
             return  # not positioned yet: the coordinator waits for our partitions or times out
-        if self._positions.buffered:
+        if self._positions.buffered and self._worth_taking():
             taken_now = self._take()
             if taken_now is not None:
                 # a held batch (a table's commit or write failed) takes the new rows too: the other
@@ -290,6 +290,15 @@ class Worker:
                  sum(p.rows for p in sent), sum(len(p.files) for p in sent), len(sent), len(owned),
                  generation, waited_ms + 1000 * (now - started), 1000 * (taken - started), 1000 * loaded_s,
                  1000 * wrote_s, 1000 * (logged - taken - loaded_s - wrote_s), 1000 * (now - logged))
+
+    def _worth_taking(self) -> bool:
+        """Drain the buffers into the batch now? Always, unless every table with buffered rows is
+        one whose files wait to land: then nothing else would go on, and the rows stay in the
+        native buffer (its hard cap, backpressure) rather than moving into Python memory."""
+        if self.batch is None:
+            return True
+        waiting = {name for name, part in self.batch.parts.items() if part.files}
+        return any(t.buffer.rows and t.name not in waiting for t in self._targets)
 
     def _write_parts(self, batch: Batch, commit_id: str) -> tuple[
             Batch, dict[str, Table], float, float, dict[str, FrazilError | OSError]]:
