@@ -164,3 +164,18 @@ async def run_until_committed(cfg: Config, ends: dict[tuple[str, int], int], tim
     finally:
         stop.set()
         await asyncio.wait_for(task, 60)
+
+
+def wait_for(check, proc, log: Path, timeout: float = 180):  # type: ignore[no-untyped-def]
+    """Until ``check()`` returns (its value) while ``proc`` runs; fail with the last reason and
+    the end of ``log``."""
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()[-4000:]
+        try:
+            return check()
+        except Exception as exc:  # noqa: BLE001 - not there yet (or the table not created yet)
+            last = exc
+        time.sleep(0.5)
+    raise AssertionError(f"not within {timeout}s: {last}; log: {log.read_text()[-3000:]}")

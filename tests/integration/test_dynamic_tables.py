@@ -10,7 +10,6 @@ import asyncio
 import json
 import re
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ import support
 from frazil.iceberg.offsets import COMMIT_ID_KEY
 from frazil.local.kafka_broker import KafkaBroker
 from routed import run_frazil
+from support import wait_for
 
 pytestmark = [pytest.mark.integration]
 
@@ -68,19 +68,6 @@ def landed_by_kind(catalog, namespace: str) -> dict[str, list[tuple[str, int, in
         out[name] = list(zip(data.column("_kafka_topic").to_pylist(), data.column("_kafka_partition").to_pylist(),
                              data.column("_kafka_offset").to_pylist()))
     return out
-
-
-def wait_for(check, proc, log: Path, timeout: float = 180):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, log.read_text()[-4000:]
-        try:
-            return check()
-        except (AssertionError, Exception) as exc:  # noqa: BLE001 - not there yet
-            last = exc
-        time.sleep(0.5)
-    raise AssertionError(f"not within {timeout}s: {last}; log: {log.read_text()[-3000:]}")
 
 
 @pytest.mark.parametrize("mode", ["single", "distributed"])

@@ -24,16 +24,8 @@ pytestmark = [pytest.mark.integration]
 
 def _exactly_once(cfg: Config, ends: dict[tuple[str, int], int], proc: subprocess.Popen[bytes], log: Path) -> None:
     catalog = support.catalog_of(cfg)
-    deadline = time.monotonic() + 120
-    while True:
-        assert proc.poll() is None, log.read_text()[-4000:]
-        try:
-            support.assert_exactly_once(support.count_offsets(catalog, cfg.table.name), ends)
-            return
-        except Exception:  # noqa: BLE001 - not there yet, or the table not created yet
-            if time.monotonic() > deadline:
-                raise
-        time.sleep(0.5)
+    support.wait_for(lambda: support.assert_exactly_once(support.count_offsets(catalog, cfg.table.name), ends),
+                     proc, log, timeout=120)
 
 
 def _roll_back(cfg: Config, snapshot_id: int) -> None:
