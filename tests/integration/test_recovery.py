@@ -79,7 +79,8 @@ def test_a_commit_cut_short_is_settled_from_the_log(kafka: KafkaBroker, tmp_path
     table_files = set(table.inspect.files().column("file_path").to_pylist())
     assert set(intent["files"]) <= table_files, "the logged data files themselves are in the table"
     after = recover(cfg.txlog_dir, read_only=True).state
-    assert after.unresolved() == {} and after.outcomes[0]["commit_id"] == commit_id
+    assert after.unresolved() == {}, log.read_text()[-6000:]
+    assert after.outcomes[0]["commit_id"] == commit_id
     assert after.outcomes[0]["status"] == "committed"
     text = log.read_text()
     if point == "commit.before_catalog":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -262,3 +263,39 @@ async def test_no_cycle_starts_while_there_is_no_partition_to_wait_for() -> None
     assert await coordinator.cycle() == [] and channel.log == []
     owned[0] = P
     assert len(await coordinator.cycle()) == 1 and len(channel.payloads(StartCommit)) == 1
+
+
+@pytest.mark.asyncio
+async def test_a_stop_during_a_table_commit_waits_for_its_outcome_and_starts_no_other_table() -> None:
+    """SIGTERM (or the role moving away) while a catalog commit runs in its thread: the cancel must
+    wait for that commit to end (its outcome is logged before the process closes the log) and must
+    not start the next table's commit."""
+    release, entered = threading.Event(), threading.Event()
+    ended: list[str] = []
+
+    class Slow(Tables):
+        def __call__(self, table: TableCommit, commit_id: str, vtts: int | None) -> CommitResult:
+            self.calls.append((table, commit_id))
+            entered.set()
+            release.wait(10)
+            ended.append(table.table)
+            return CommitResult(commit_id, 42, 1, {}, 1, 0.01)
+
+    class TwoTables(FakeChannel):
+        async def send(self, payloads: list[Payload]) -> None:
+            await super().send(payloads)
+            for p in payloads:
+                if isinstance(p, StartCommit):   # w1 also wrote for a second table
+                    self.log.insert(-1, Event("p", "w1", 0, payload=DataWritten(
+                        p.commit_id, "db.u", (DataFileRef("u.parquet", "PARQUET", 1, 1, 0),), ())))
+
+    tables = Slow()
+    coordinator = Coordinator(TwoTables({"w1": [0, 1]}), "p", P, tables, timeout_s=5)
+    cycle = asyncio.create_task(coordinator.cycle())
+    assert await asyncio.to_thread(entered.wait, 5)
+    cycle.cancel()
+    threading.Timer(0.3, release.set).start()
+    with pytest.raises(asyncio.CancelledError):
+        await cycle
+    assert len(ended) == 1, "the cancel took effect while the catalog commit was still running"
+    assert len(tables.calls) == 1, "a second table was committed after the stop"

@@ -190,7 +190,7 @@ class Coordinator:
         began = time.monotonic()
         for table in tables:
             try:
-                result = await asyncio.to_thread(self._commit_table, table, state.commit_id, vtts)
+                result = await _finished(self._commit_table, table, state.commit_id, vtts)
             except OffsetOverlapError as exc:
                 log.warning("commit %s: %s", state.commit_id, exc)
                 self._count("refused")
@@ -239,6 +239,25 @@ class Coordinator:
     def _count(self, result: str) -> None:
         if self._metrics is not None:
             self._metrics.table_commit(result)
+
+
+async def _finished(commit: CommitTable, table: TableCommit, commit_id: str, vtts: int | None) -> CommitResult:
+    """One table commit in a thread. A cancel (SIGTERM, or the role moving to another process)
+    waits for the catalog call and its outcome record to end before it takes effect: cancelling
+    only the await would leave the thread committing after the process closed its transaction
+    log, and a clean stop with an intent whose outcome the next start must look up. The wait is
+    bounded by the committer's own bounded retries."""
+    running = asyncio.ensure_future(asyncio.to_thread(commit, table, commit_id, vtts))
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        if not running.done():
+            log.info("commit %s to %s: stopping once this table's commit has an outcome", commit_id, table.table)
+            await asyncio.wait([running])
+        if not running.cancelled() and running.exception() is not None:
+            log.warning("commit %s to %s ended as the coordinator stopped: %s", commit_id, table.table,
+                        running.exception())
+        raise
 
 
 def table_committer(catalog: Catalog, pipeline: str, *, max_attempts: int, journal: Journal | None = None) -> CommitTable:
