@@ -33,7 +33,7 @@ class Column:
 
 
 TIME_UNITS = ("s", "ms", "us", "ns")
-UNKNOWN_FIELDS = ("fail", "ignore")
+UNKNOWN_FIELDS = ("fail", "ignore", "evolve")
 
 
 @dataclass(frozen=True)
@@ -204,6 +204,7 @@ class Config:
     coordination: CoordinationConfig = CoordinationConfig()
     source: Path | None = field(default=None, compare=False)
     dynamic: DynamicConfig | None = None
+    dead_letter_topic: str = ""     # where bad records go with on_bad_record = "dead_letter"
 
     @property
     def table(self) -> TableConfig:
@@ -393,7 +394,8 @@ def _shape(s: _Section, columns_name: str) -> dict[str, Any]:
     if unknown_fields not in UNKNOWN_FIELDS:
         raise ConfigError(f"{s.key('unknown_fields')} {unknown_fields!r} must be one of {', '.join(UNKNOWN_FIELDS)}: "
                           "\"fail\" makes a record with a field the table has no column for a bad record, \"ignore\" "
-                          "drops such fields and counts them (frazil_fields_ignored_total)")
+                          "drops such fields and counts them (frazil_fields_ignored_total), \"evolve\" adds them to "
+                          "the table as optional columns (and widens int and decimal columns that values outgrow)")
     return {"columns": columns, "create": s.get("create", bool, True),
             "metadata_columns": s.get("metadata_columns", bool, True), "partition_by": partition_by,
             "maps": tuple(maps), "identifier_columns": identifiers, "sort_order": sort_order, "properties": properties,
@@ -524,8 +526,12 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
     if txlog_fsync not in ("always", "interval", "never"):
         raise ConfigError(f"pipeline.txlog_fsync {txlog_fsync!r} must be \"always\", \"interval\" or \"never\"")
     on_bad_record = p.get("on_bad_record", str, "fail")
-    if on_bad_record != "fail":
-        raise ConfigError(f"pipeline.on_bad_record {on_bad_record!r} is not supported yet; use \"fail\"")
+    if on_bad_record not in ("fail", "dead_letter"):
+        raise ConfigError(f"pipeline.on_bad_record {on_bad_record!r} must be \"fail\" (stop, naming the record) or "
+                          "\"dead_letter\" (send it to pipeline.dead_letter_topic and go on)")
+    dead_letter_topic = p.get("dead_letter_topic", str, f"frazil-dead-letters-{pipeline}")
+    if not _NAME.match(dead_letter_topic):
+        raise ConfigError(f"pipeline.dead_letter_topic {dead_letter_topic!r} is not a valid topic name")
     log_level = p.get("log_level", str, "INFO").upper()
     if log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise ConfigError(f"pipeline.log_level {log_level!r} must be DEBUG, INFO, WARNING or ERROR")
@@ -586,10 +592,13 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
         raise ConfigError(f"coordination.control_topic {control_topic!r} is not a valid topic name")
     coordination = CoordinationConfig(mode, control_topic, co.positive("commit_timeout_s", float, 30.0))
     co.finish()
-    kafka = dataclasses.replace(kafka, exclude_topics=(control_topic,))
+    kafka = dataclasses.replace(kafka, exclude_topics=(control_topic, dead_letter_topic))
     if control_topic in kafka.topics:
         raise ConfigError(f"kafka.topics lists {control_topic!r}, the pipeline's control topic; it carries frazil's "
                           "own commit events, not records")
+    if dead_letter_topic in kafka.topics:
+        raise ConfigError(f"kafka.topics lists {dead_letter_topic!r}, the pipeline's dead-letter topic: its records "
+                          "would come back as bad records; give pipeline.dead_letter_topic another name")
     spark = _spark(top.section("spark", required=False))
     maintenance = _maintenance(top.section("maintenance", required=False), outage_timeout_s, commit_interval_s)
 
@@ -605,7 +614,7 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
     return Config(pipeline, commit_interval_s, max_buffer_records, max_commit_attempts,
                   memory_budget_mb * 1024 * 1024, outage_timeout_s, txlog_dir, txlog_fsync, kafka,
                   CatalogConfig(catalog_name, props), tables, on_bad_record, metrics, log_level, log_format, spark,
-                  maintenance, coordination, source, dynamic)
+                  maintenance, coordination, source, dynamic, dead_letter_topic)
 
 
 def load(path: Path | str) -> Config:

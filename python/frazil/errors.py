@@ -22,7 +22,8 @@ class RecordDecodeError(FrazilError):
         super().__init__(
             f"record topic={topic} partition={partition} offset={offset} could not be decoded: {where}{reason}. "
             "The pipeline stopped before committing it, so it is not lost: fix the producer or the table "
-            "schema, or move past it on purpose, then restart."
+            "schema, or set pipeline.on_bad_record = \"dead_letter\" to send such records to the dead-letter "
+            "topic and go on, then restart."
         )
 
 

@@ -37,6 +37,8 @@ POINTS = (
     "coordinator.after_start_commit",   # StartCommit sent, no reply read yet
     "coordinator.after_catalog_commits",  # every table committed, CommitComplete not sent
     "coordinator.after_commit_complete",  # CommitComplete sent, control-topic position not moved
+    "dead_letter.before_commit",        # a landed commit's bad records sent, their transaction not committed
+    "dead_letter.after_commit",         # their transaction committed, not yet noted in the log (or CommitComplete)
 )
 
 SWITCHES = ("fencing",)

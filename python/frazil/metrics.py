@@ -28,6 +28,14 @@ class Metrics:
                                   "append mode: accounted as read, landed nowhere", names, registry=r).labels(**labels)
         self.fields_ignored = Counter("frazil_fields_ignored", "Record fields dropped because the table has no column for "
                                       "them (unknown_fields = \"ignore\")", names, registry=r).labels(**labels)
+        self.records_bad = Counter("frazil_records_bad", "Records that could not become a row, found by this process's "
+                                   "worker (on_bad_record = \"dead_letter\": held for the dead-letter topic)", names,
+                                   registry=r).labels(**labels)
+        self.dead_lettered = Counter("frazil_records_dead_lettered", "Bad records this process's coordinator sent to "
+                                     "the dead-letter topic, once their table's commit landed", names,
+                                     registry=r).labels(**labels)
+        self.schema_changes = Counter("frazil_schema_changes", "Columns this process's workers added or widened "
+                                      "(unknown_fields = \"evolve\")", names, registry=r).labels(**labels)
         self.rows_committed = Counter("frazil_rows_committed", "Rows committed to the table", names,
                                       registry=r).labels(**labels)
         self._commits = Counter("frazil_commits", "Commit cycles by result (committed, failed, abandoned)",

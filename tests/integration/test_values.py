@@ -70,7 +70,7 @@ async def test_values_land_as_sent_and_tombstones_are_counted_not_a_stop(kafka: 
         assert r["at"] == datetime(2026, 11, 23, 10, 0, tzinfo=utc), r
         assert r["sent_ms"] == datetime.fromtimestamp(0, tz=utc) + timedelta(milliseconds=1_795_428_000_123 + i), r
         assert r["local"] == datetime(2026, 11, 23, 10, 0, 0, 250_000), r   # local time, as written
-    assert "(0 taken by no table, 30 tombstones)" in caplog.text, caplog.text[-2000:]
+    assert "(0 taken by no table, 30 tombstones, 0 bad)" in caplog.text, caplog.text[-2000:]
 
 
 @pytest.mark.parametrize(("field", "value", "message"), [

@@ -140,14 +140,20 @@ def test_unknown_fields_fail_by_default_are_counted_when_ignored_and_a_near_miss
     assert [(p.offset, p.field) for p in problems] == [(2, "userid"), (3, "inner.score")]   # never a NULL by near miss
     assert problems[0].reason.startswith("differs only in case from column 'userId'")
     assert ignore.fields_ignored == 1
+    # a bad record is never appended (with a dead-letter topic it goes there, not also to the table)
+    assert fail.rows == 1 and ignore.rows == 2
+    assert sorted(ignore.drain().column("id").to_pylist()) == [1, 2]
 
 
-def test_near_miss_walks_structs_and_lists() -> None:
-    from frazil.ingest.buffer import near_miss
+def test_a_near_miss_inside_lists_and_structs_is_a_bad_record_when_unknown_fields_are_ignored() -> None:
+    class Rec:
+        def __init__(self, offset: int, value: bytes) -> None:
+            self.offset, self.timestamp, self.key, self.value = offset, 0, None, value
 
     schema = pa.schema([pa.field("Items", pa.list_(pa.struct([pa.field("SKU", pa.string())]))),
                         pa.field("geo", pa.struct([pa.field("Lat", pa.float64())]))])
-    assert near_miss(schema, "items") == "Items"
-    assert near_miss(schema, "Items[3].sku") == "SKU"
-    assert near_miss(schema, "geo.lat") == "Lat"
-    assert near_miss(schema, "geo.lon") is None and near_miss(schema, "other.x") is None
+    buffer = RecordBuffer(schema, metadata_columns=False, unknown_fields="ignore")
+    problems = buffer.append("t", 0, [Rec(0, b'{"items": []}'), Rec(1, b'{"Items": [{"SKU": "a"}, {"sku": "b"}]}'),
+                                      Rec(2, b'{"geo": {"lat": 1.5}}'), Rec(3, b'{"geo": {"lon": 1.5}, "other": 1}')])
+    assert [(p.offset, p.field) for p in problems] == [(0, "items"), (1, "Items[1].sku"), (2, "geo.lat")]
+    assert buffer.rows == 1 and buffer.fields_ignored == 2

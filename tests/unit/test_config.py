@@ -57,7 +57,7 @@ def test_defaults_and_relative_paths(tmp_path: Path) -> None:
         (with_("table", route_field="type"), "table.route_field and table.route go together"),
         (with_("table", route_field="a..b", route="x"), "must be a dotted path"),
         (with_("table", topics="("), "table.topics '(' is not a valid regular expression"),
-        (with_("pipeline", on_bad_record="drop"), "on_bad_record 'drop' is not supported"),
+        (with_("pipeline", on_bad_record="drop"), "on_bad_record 'drop' must be \"fail\""),
         (with_("table", unknown_fields="drop"), "table.unknown_fields 'drop' must be one of fail, ignore"),
         (with_("table", columns=[{"name": "t", "type": "timestamptz", "unit": "minutes"}]),
          "table.columns[0].unit 'minutes': a unit is for timestamp and timestamptz columns, one of s, ms, us, ns"),

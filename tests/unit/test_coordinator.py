@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
+from collections.abc import Sequence
 
 import pytest
 
@@ -18,6 +20,7 @@ from frazil.events import (
     DataComplete,
     DataFileRef,
     DataWritten,
+    DeadLetter,
     Event,
     OffsetRange,
     StartCommit,
@@ -72,7 +75,8 @@ class Tables:
         self.calls.append((table, commit_id))
         if self.fail:
             raise CommitOutcomeUnknown("catalog down")
-        return CommitResult(commit_id, 42, sum(f.record_count for f in table.files), {}, 1, 0.01)
+        return CommitResult(commit_id, 42, sum(f.record_count for f in table.files),
+                            {(r.topic, r.partition): r.end for r in table.ranges}, 1, 0.01)
 
 
 @pytest.mark.asyncio
@@ -299,3 +303,41 @@ async def test_a_stop_during_a_table_commit_waits_for_its_outcome_and_starts_no_
         await cycle
     assert len(ended) == 1, "the cancel took effect while the catalog commit was still running"
     assert len(tables.calls) == 1, "a second table was committed after the stop"
+
+
+class Letters:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str, tuple[DeadLetter, ...]]] = []
+
+    async def send(self, commit_id: str, table: str, letters: Sequence[DeadLetter]) -> int:
+        self.sent.append((commit_id, table, tuple(letters)))
+        return len(letters)
+
+
+class WithBadRecords(FakeChannel):
+    """w1's reply also names a bad record of its range."""
+
+    async def send(self, payloads: list[Payload]) -> None:
+        await super().send(payloads)
+        for i, e in enumerate(self.log):
+            p = e.payload
+            if isinstance(p, DataWritten) and not p.dead_letters:
+                self.log[i] = Event("p", e.sender, 0, payload=dataclasses.replace(
+                    p, dead_letters=(DeadLetter("t", p.ranges[0].partition, 2, "id", "is required"),)))
+
+
+@pytest.mark.asyncio
+async def test_bad_records_go_to_the_dead_letter_topic_only_after_their_commit_landed() -> None:
+    letters, tables = Letters(), Tables()
+    coordinator = Coordinator(WithBadRecords({"w1": [0, 1]}), "p", P, tables, timeout_s=5, dead_letters=letters)
+    (result,) = await coordinator.cycle()
+    assert [(c, t, [d.offset for d in ds]) for c, t, ds in letters.sent] == [(result.commit_id, "db.t", [2])]
+
+    failing, letters = Tables(fail=True), Letters()
+    coordinator = Coordinator(WithBadRecords({"w1": [0, 1]}), "p", P, failing, timeout_s=5, dead_letters=letters)
+    assert await coordinator.cycle() == [] and letters.sent == []   # reported again with the next cycle
+
+    # a coordinator without a dead-letter topic refuses them rather than commit their offsets
+    tables = Tables()
+    assert await Coordinator(WithBadRecords({"w1": [0, 1]}), "p", P, tables, timeout_s=5).cycle() == []
+    assert tables.calls == []

@@ -190,3 +190,25 @@ def test_records_and_checkpoints_from_before_per_table_intents_still_read() -> N
     assert s.unresolved() == {"c0 db.t": {"commit_id": "c0", "table": "db.t", "ranges": {}, "files": ["f.parquet"]}}
     s.apply({"type": "outcome", "commit_id": "c0", "status": "committed", "snapshot_id": 9, "lsn": 2})
     assert s.unresolved() == {}
+
+
+def test_a_landed_commits_bad_records_wait_in_the_log_until_they_are_sent() -> None:
+    """on_bad_record = "dead_letter": the intent carries the commit's bad records; once it is
+    committed they wait (through a checkpoint) for the dead-letter topic; a commit that did not
+    land (failed, abandoned) leaves none waiting: its records are reported again."""
+    from frazil.events.payloads import DeadLetter
+    from frazil.txlog import records
+
+    letters = [DeadLetter("t", 0, 3, "id", "is required")]
+    s, lsn = TxState(), 0
+    for record in (records.intent("c1", "db.t", ["f.parquet"], {}, letters), records.outcome("c1", "db.t", "committed", 7),
+                   records.intent("c2", "db.t", [], {}, letters), records.outcome("c2", "db.t", "failed"),
+                   records.intent("c3", "db.t", [], {}, letters), records.outcome("c3", "db.t", "abandoned")):
+        lsn += 1
+        s.apply({**record, "lsn": lsn})
+    assert list(s.dead_letters) == ["c1 db.t"]
+    assert records.decode_dead_letters(s.dead_letters["c1 db.t"]["dead_letters"]) == letters
+    again = TxState.from_json(s.to_json())
+    assert again == s
+    again.apply({**records.dead_lettered("c1", "db.t"), "lsn": lsn + 1})
+    assert again.dead_letters == {}

@@ -30,7 +30,8 @@ from frazil.events.payloads import Event, Payload
 log = logging.getLogger(__name__)
 
 
-async def ensure_topic(bootstrap: str, topic: str) -> None:
+async def ensure_topic(bootstrap: str, topic: str, kind: str = "control") -> None:
+    """Create ``topic`` (one partition) unless it exists; ``kind`` names it in the log."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
@@ -38,11 +39,14 @@ async def ensure_topic(bootstrap: str, topic: str) -> None:
             return
         try:
             await admin.create_topics([NewTopic(topic, 1, 1)])
-            log.info("created control topic %s", topic)
+            log.info("created %s topic %s", kind, topic)
         except TopicAlreadyExistsError:
             pass  # another process created it meanwhile
     finally:
         await admin.close()
+
+
+MAX_EVENT_BYTES = 16 * 1024 * 1024   # one event, before compression
 
 
 @dataclass(frozen=True)
@@ -83,8 +87,11 @@ class ControlChannel:
                 self._consumer.seek(self._tp, committed)
 
     def _new_producer(self) -> AIOKafkaProducer:
+        # gzip: a reply naming thousands of bad records (similar reasons) shrinks well under the
+        # broker's 1 MB message limit; the client-side limit is on the uncompressed size
         return AIOKafkaProducer(bootstrap_servers=self._bootstrap, transactional_id=self._transactional_id,
-                                enable_idempotence=True, transaction_timeout_ms=self._transaction_timeout_ms)
+                                enable_idempotence=True, transaction_timeout_ms=self._transaction_timeout_ms,
+                                compression_type="gzip", max_request_size=MAX_EVENT_BYTES)
 
     async def reset_producer(self) -> None:
         """After a failed transaction (aborted by the broker's timeout while this process was

@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from frazil.events.payloads import DataComplete, DataFileRef, DataWritten, OffsetRange
+from frazil.events.payloads import DataComplete, DataFileRef, DataWritten, DeadLetter, OffsetRange
 
 TopicPartition = tuple[str, int]
 
@@ -40,6 +40,8 @@ class TableCommit:
     table_uuids: frozenset[str] = frozenset()   # what the workers wrote for ("" : not said)
     # the cycle's watermark, from every accepted DataComplete: kept with each table's offsets
     progress: tuple[tuple[str, int, int], ...] = ()
+    # the bad records of ``ranges``: to the dead-letter topic once this commit lands
+    dead_letters: tuple[DeadLetter, ...] = ()
 
 
 @dataclass
@@ -108,16 +110,18 @@ class CommitState:
     def tables(self) -> list[TableCommit]:
         """One entry per table, from the complete replies only (a worker's files count once its
         DataComplete, sent in the same transaction, has arrived)."""
-        by_table: dict[str, tuple[list[DataFileRef], list[OffsetRange], set[str]]] = {}
+        by_table: dict[str, tuple[list[DataFileRef], list[OffsetRange], set[str], list[DeadLetter]]] = {}
         for sender in sorted(self._complete):
             for written in self._written.get(sender, []):
-                files, ranges, uuids = by_table.setdefault(written.table, ([], [], set()))
+                files, ranges, uuids, dead = by_table.setdefault(written.table, ([], [], set(), []))
                 files.extend(written.files)
                 ranges.extend(written.ranges)
                 uuids.add(written.table_uuid)
+                dead.extend(written.dead_letters)
         progress = tuple(sorted((t, p, o) for (t, p), o in self.progress().items()))
-        return [TableCommit(t, tuple(f), tuple(r), frozenset(u), progress)
-                for t, (f, r, u) in sorted(by_table.items()) if f or r]
+        return [TableCommit(t, tuple(f), tuple(r), frozenset(u), progress,
+                            tuple(sorted(d, key=lambda x: (x.topic, x.partition, x.offset))))
+                for t, (f, r, u, d) in sorted(by_table.items()) if f or r]
 
     def progress(self) -> dict[TopicPartition, int]:
         """Per partition, the highest watermark an accepted reply reported (stale replies were

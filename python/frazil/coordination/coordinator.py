@@ -27,7 +27,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from pyiceberg.manifest import DataFile
@@ -45,6 +45,7 @@ from frazil.events.payloads import (
     CommitToTable,
     DataComplete,
     DataWritten,
+    DeadLetter,
     Payload,
     StartCommit,
 )
@@ -72,22 +73,33 @@ class Channel(Protocol):
 CommitTable = Callable[[TableCommit, str, int | None], CommitResult]
 
 
+class DeadLetters(Protocol):
+    """Where a landed commit's bad records go (``dead_letters.DeadLetterSink``)."""
+
+    async def send(self, commit_id: str, table: str, letters: Sequence[DeadLetter]) -> int: ...
+
+
 class Coordinator:
     def __init__(self, channel: Channel, pipeline: str,
                  partitions: frozenset[TopicPartition] | Callable[[], frozenset[TopicPartition]],
                  commit_table: CommitTable, *, timeout_s: float, clock_ms: Callable[[], int] | None = None,
                  fence: bool = True, outage_timeout_s: float = 900.0, metrics: Metrics | None = None,
-                 senders: int | None = None) -> None:
+                 senders: int | None = None, dead_letters: DeadLetters | None = None,
+                 journal: Journal | None = None) -> None:
         """``partitions``: every source partition a cycle waits for (or a function giving them at
         each cycle's start: in single mode, the local worker's assignment). ``fence=False`` only for
         the test that shows what the generation check prevents. A table whose commits keep failing
-        for ``outage_timeout_s`` stops the coordinator (rule 8)."""
+        for ``outage_timeout_s`` stops the coordinator (rule 8). ``dead_letters``: where a landed
+        commit's bad records go (``on_bad_record = "dead_letter"``); ``journal`` (single mode): the
+        process's transaction log, whose landed commits' bad records not yet sent are sent at start
+        (in distributed mode the next coordinator finishes the open cycle, and sends them then)."""
         self._channel, self._pipeline = channel, pipeline
         self._partitions: Callable[[], frozenset[TopicPartition]] = (
             partitions if callable(partitions) else (lambda: partitions))
         self._fence, self._outage_timeout_s, self._senders = fence, outage_timeout_s, senders
         self._outages: dict[str, Outage] = {}   # by table
         self._metrics = metrics
+        self._dead_letters, self._journal = dead_letters, journal
         self._commit_table, self._timeout_ms = commit_table, int(timeout_s * 1000)
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._last_offset: int | None = None   # the last control-topic offset this coordinator handled
@@ -97,6 +109,12 @@ class Coordinator:
     async def recover(self) -> bool:
         """Read what the last coordinator left; finish its open cycle if there is one. Returns
         whether a worker asked for a cycle after the last one (start the next one at once)."""
+        if self._journal is not None and self._dead_letters is not None:
+            # landed commits of this process whose bad records may not have gone out (a crash between),
+            # in the order they landed (each table's dead-letter position only moves forward)
+            for pending in list(self._journal.state.dead_letters.values()):
+                await self._send_dead_letters(pending["commit_id"], pending["table"],
+                                              txrecords.decode_dead_letters(pending["dead_letters"]))
         backlog: list[Received] = []
         while not await self._channel.caught_up():
             backlog += await self._channel.poll(500)
@@ -189,6 +207,12 @@ class Coordinator:
         tables = state.tables()
         began = time.monotonic()
         for table in tables:
+            if table.dead_letters and self._dead_letters is None:
+                log.error("commit %s to %s refused: a worker reported %d bad record(s) for the dead-letter topic, "
+                          "but this coordinator's pipeline.on_bad_record is not \"dead_letter\"; give every process "
+                          "of the pipeline the same config", state.commit_id, table.table, len(table.dead_letters))
+                self._count("refused")
+                continue
             try:
                 result = await _finished(self._commit_table, table, state.commit_id, vtts)
             except OffsetOverlapError as exc:
@@ -198,6 +222,12 @@ class Coordinator:
             except OffsetGapError:
                 raise   # rule 3: never commit, stop loudly with the numbers
             except FrazilError as exc:
+                if table.dead_letters and isinstance(exc, CommitOutcomeUnknown) and exc.unresolved:
+                    # it may have landed: stop before CommitComplete, so the restart (its log) or the
+                    # next coordinator (the open cycle) settles it by commit id and sends its bad records
+                    raise CommitOutcomeUnknown(f"commit {state.commit_id} to {table.table}, which carries "
+                                               f"{len(table.dead_letters)} bad record(s), has an unknown outcome "
+                                               f"({exc}); stopping the coordinator to settle it") from exc
                 if not exc.retriable:
                     log.error("commit %s to %s refused: %s; its workers read the records again from the table's "
                               "offsets", state.commit_id, table.table, exc)
@@ -223,6 +253,11 @@ class Coordinator:
                             lasted)
             self._count("committed")
             results.append(result)
+            # only the ranges the table holds (a coordinator finishing an open cycle may have collected
+            # late replies the landed commit did not take); sent once even if another commit landed them
+            landed = [d for d in table.dead_letters if d.offset < result.offsets.get((d.topic, d.partition), -1)]
+            if landed:
+                await self._send_dead_letters(state.commit_id, table.table, landed)
             events.append(CommitToTable(state.commit_id, table.table, result.snapshot_id, vtts))
         if len(tables) > 1:
             log.info("commit %s: %d of %d table(s) committed (%d failed, %d refused), %d rows, in %.0f ms",
@@ -235,6 +270,16 @@ class Coordinator:
             await self._channel.commit_position(self._last_offset + 1)
         return results
 
+
+    async def _send_dead_letters(self, commit_id: str, table: str, letters: Sequence[DeadLetter]) -> None:
+        """A landed commit's bad records to the dead-letter topic (exactly once: the sink skips
+        what is there), then noted in the log. A failure stops the coordinator: CommitComplete is
+        not sent, and whoever coordinates next finishes the cycle, sending them."""
+        assert self._dead_letters is not None
+        await self._dead_letters.send(commit_id, table, letters)
+        faults.hit("dead_letter.after_commit", table)
+        if self._journal is not None:
+            await asyncio.to_thread(self._journal.append, [txrecords.dead_lettered(commit_id, table)])
 
     def _count(self, result: str) -> None:
         if self._metrics is not None:
@@ -260,10 +305,13 @@ async def _finished(commit: CommitTable, table: TableCommit, commit_id: str, vtt
         raise
 
 
-def table_committer(catalog: Catalog, pipeline: str, *, max_attempts: int, journal: Journal | None = None) -> CommitTable:
+def table_committer(catalog: Catalog, pipeline: str, *, max_attempts: int, journal: Journal | None = None,
+                    log_dead_letters: bool = False) -> CommitTable:
     """Commits a cycle's files and ranges for one table through frazil's exactly-once committer.
     With a ``journal``: the commit's intent is logged before the catalog commit and its outcome
-    after, so a process that dies in between settles it by commit id on restart (rule 5)."""
+    after, so a process that dies in between settles it by commit id on restart (rule 5); with
+    ``log_dead_letters`` (single mode) the intent carries the commit's bad records, sent at the
+    next start if the process dies before sending them."""
 
     def commit(table: TableCommit, commit_id: str, valid_through_ms: int | None) -> CommitResult:
         committer = Committer(catalog, table.table, pipeline, max_attempts=max_attempts)
@@ -292,20 +340,22 @@ def table_committer(catalog: Catalog, pipeline: str, *, max_attempts: int, journ
             return committer.commit_files(files, ranges, commit_id, valid_through_ms=valid_through_ms, loaded=loaded,
                                           progress=progress)
         return logged_commit(journal, committer, table.table, files, ranges, commit_id, valid_through_ms, loaded,
-                             progress)
+                             progress, table.dead_letters if log_dead_letters else ())
 
     return commit
 
 
 def logged_commit(journal: Journal, committer: Committer, table: str, files: list[DataFile],
                   ranges: dict[TopicPartition, Range], commit_id: str, valid_through_ms: int | None = None,
-                  loaded: Table | None = None, progress: dict[TopicPartition, int] | None = None) -> CommitResult:
+                  loaded: Table | None = None, progress: dict[TopicPartition, int] | None = None,
+                  dead_letters: Sequence[DeadLetter] = ()) -> CommitResult:
     """One table commit between its intent and its outcome in the transaction log (blocking).
     Refused for its content (an overlap, a gap): ``abandoned``. Known not to have landed:
     ``failed`` (the files go back to pending). Outcome unknown: no outcome yet; the intent is
-    settled by commit id when the process starts again."""
+    settled by commit id when the process starts again. The intent carries the commit's bad
+    records, so a landed commit's are sent even if the process dies before sending them."""
     paths = [f.file_path for f in files]
-    journal.append([txrecords.intent(commit_id, table, paths, ranges)])
+    journal.append([txrecords.intent(commit_id, table, paths, ranges, dead_letters)])
     try:
         result = committer.commit_files(files, ranges, commit_id, valid_through_ms=valid_through_ms, loaded=loaded,
                                         progress=progress)

@@ -39,6 +39,7 @@ from frazil.config import Config
 from frazil.coordination.channel import ControlChannel
 from frazil.coordination.commit_state import TopicPartition
 from frazil.coordination.coordinator import Coordinator, table_committer
+from frazil.coordination.dead_letters import DeadLetterSink
 from frazil.coordination.local import LocalChannel, LocalTopic
 from frazil.iceberg.committer import CommitResult
 from frazil.metrics import Metrics
@@ -160,7 +161,11 @@ class CoordinatorService:
         cfg = self._cfg
         channel = self._channel()
         await channel.start()
+        dead_letters = (DeadLetterSink(cfg.kafka.bootstrap_servers, cfg.dead_letter_topic, cfg.pipeline, self._metrics)
+                        if cfg.on_bad_record == "dead_letter" else None)
         try:
+            if dead_letters is not None:
+                await dead_letters.start()
             # single mode: the partitions this process owns (a cycle never waits for another process)
             if self._local is None and not cfg.kafka.topic_pattern:   # the listed topics exist: we own one's partition
                 self._partitions = frozenset(await partitions(cfg.kafka.bootstrap_servers, cfg.kafka.topics))
@@ -168,10 +173,11 @@ class CoordinatorService:
                 (lambda: frozenset(self._assignment())) if self._local is not None else (lambda: self._partitions))
             coordinator = Coordinator(channel, cfg.pipeline, source,
                                       table_committer(self._catalog, cfg.pipeline, max_attempts=cfg.max_commit_attempts,
-                                                      journal=self._journal),
+                                                      journal=self._journal, log_dead_letters=self._local is not None),
                                       timeout_s=cfg.coordination.commit_timeout_s, fence=not faults.off("fencing"),
                                       outage_timeout_s=cfg.outage_timeout_s, metrics=self._metrics,
-                                      senders=1 if self._local is not None else None)
+                                      senders=1 if self._local is not None else None, dead_letters=dead_letters,
+                                      journal=self._journal if self._local is not None else None)
             if self._metrics is not None:
                 self._metrics.coordinator.set(1)
             requested = await coordinator.recover()
@@ -194,6 +200,8 @@ class CoordinatorService:
                 self._metrics.coordinator.set(0)
             with contextlib.suppress(KafkaError):   # a fenced producer may refuse to close cleanly
                 await channel.stop()
+            if dead_letters is not None:
+                await dead_letters.stop()
 
 
 async def _end(task: asyncio.Task[None]) -> None:

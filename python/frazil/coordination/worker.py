@@ -49,6 +49,7 @@ from frazil.events.payloads import (
     CommitRequest,
     DataComplete,
     DataWritten,
+    DeadLetter,
     OffsetRange,
     Payload,
     StartCommit,
@@ -56,6 +57,7 @@ from frazil.events.payloads import (
 from frazil.flow.outage import Outage
 from frazil.iceberg.datafiles import to_ref
 from frazil.iceberg.offsets import Range, TopicPartition
+from frazil.ingest.conform import conform
 from frazil.ingest.positions import Positions
 from frazil.ingest.source import KafkaSource
 from frazil.ingest.targets import Target, Targets
@@ -79,6 +81,7 @@ class Stats:
     records_skipped: int = 0
     records_unrouted: int = 0     # read, and taken by no table (routing)
     records_tombstones: int = 0   # read with a null value (append mode: landed nowhere)
+    records_bad: int = 0          # could not become a row; held for the dead-letter topic
     rows_committed: int = 0
     commits: int = 0
     failed_commits: int = 0
@@ -105,6 +108,9 @@ class Part:
     # waiting for this part (its ``ranges`` start lower, at the table's offset, when the table
     # took none of the records between)
     since: dict[TopicPartition, int] = dataclasses.field(default_factory=dict)
+    # the bad records of ``ranges`` (on_bad_record = "dead_letter"): reported with the files, sent to
+    # the dead-letter topic by the coordinator once they land. A part may hold only bad records.
+    dead: tuple[DeadLetter, ...] = ()
 
     @property
     def paths(self) -> list[str]:
@@ -113,6 +119,10 @@ class Part:
     @property
     def total_rows(self) -> int:
         return self.rows + (self.later.rows if self.later else 0)
+
+    @property
+    def total_dead(self) -> int:
+        return len(self.dead) + (self.later.total_dead if self.later else 0)
 
     @property
     def data_bytes(self) -> int:
@@ -135,8 +145,9 @@ class Part:
         ranges = {**newer.ranges, **{tp: Range(r.start, newer.ranges[tp].end) if tp in newer.ranges else r
                                      for tp, r in self.ranges.items()}}
         since = {**newer.since, **{tp: min(s, newer.since.get(tp, s)) for tp, s in self.since.items()}}
-        return Part(self.table, pa.concat_tables([self.data, newer.data]), ranges, self.rows + newer.rows,
-                    nbytes=self.nbytes + newer.nbytes, since=since)
+        # the table may have evolved between the two: the rows go under the newer schema
+        return Part(self.table, conform([self.data, newer.data], newer.data.schema), ranges, self.rows + newer.rows,
+                    nbytes=self.nbytes + newer.nbytes, since=since, dead=self.dead + newer.dead)
 
 
 @dataclass(frozen=True)
@@ -188,6 +199,11 @@ class Worker:
     @property
     def batch_bytes(self) -> int:
         return self.batch.nbytes if self.batch is not None else 0
+
+    @property
+    def dead_letters(self) -> int:
+        """Bad records held in the batch, for the dead-letter topic."""
+        return sum(p.total_dead for p in self.batch.parts.values()) if self.batch is not None else 0
 
     @property
     def idle(self) -> bool:
@@ -259,7 +275,7 @@ class Worker:
                 table = tables[name]
                 refs = tuple(to_ref(f, table.spec(), table.schema()) for f in part.files)
                 ranges = tuple(OffsetRange(t, p, r.start, r.end, generation) for (t, p), r in sorted(part.ranges.items()))
-                payloads.append(DataWritten(commit_id, name, refs, ranges, str(table.metadata.table_uuid)))
+                payloads.append(DataWritten(commit_id, name, refs, ranges, str(table.metadata.table_uuid), part.dead))
             self.reported = frozenset(batch.parts) - frozenset(failures)
             self.in_flight = commit_id if self.reported else None
         owned = tuple(Assignment(t, p, generation, self._watermark((t, p))) for t, p in sorted(self._source.assignment))
@@ -285,9 +301,10 @@ class Worker:
         faults.hit("worker.after_reply")
         now = time.monotonic()
         sent = [batch.parts[name] for name in sorted(self.reported)] if batch else []
-        log.info("replied to commit %s: %d rows in %d file(s) for %d table(s), %d partition(s), generation %d; %d ms "
+        log.info("replied to commit %s: %d rows in %d file(s)%s for %d table(s), %d partition(s), generation %d; %d ms "
                  "after StartCommit (drain %.0f, load %.0f, write %.0f, log %.0f, send %.0f ms)", commit_id,
-                 sum(p.rows for p in sent), sum(len(p.files) for p in sent), len(sent), len(owned),
+                 sum(p.rows for p in sent), sum(len(p.files) for p in sent),
+                 f" and {n} bad record(s)" if (n := sum(len(p.dead) for p in sent)) else "", len(sent), len(owned),
                  generation, waited_ms + 1000 * (now - started), 1000 * (taken - started), 1000 * loaded_s,
                  1000 * wrote_s, 1000 * (logged - taken - loaded_s - wrote_s), 1000 * (now - logged))
 
@@ -298,7 +315,7 @@ class Worker:
         if self.batch is None:
             return True
         waiting = {name for name, part in self.batch.parts.items() if part.files}
-        return any(t.buffer.rows and t.name not in waiting for t in self._targets)
+        return any((t.rows or t.dead) and t.name not in waiting for t in self._targets)
 
     def _write_parts(self, batch: Batch, commit_id: str) -> tuple[
             Batch, dict[str, Table], float, float, dict[str, FrazilError | OSError]]:
@@ -315,7 +332,7 @@ class Worker:
                 began = time.monotonic()
                 tables[name] = table = target.load()
                 loaded_s += time.monotonic() - began
-                if not part.files:   # held files are reported as they are; rows taken since wait in ``later``
+                if not part.files and part.rows:   # held files are reported as they are; rows taken since wait in ``later``
                     assert part.data is not None
                     began = time.monotonic()
                     files = self._write_files(target, table, part.data, commit_id)
@@ -465,11 +482,14 @@ class Worker:
         parts = {}
         for name, tps in self._positions.taken_by.items():
             target = self._targets[name]
-            data = target.buffer.drain()
-            assert data is not None and data.num_rows > 0, f"{name}: ranges without rows"
+            data = target.drain()
+            dead, target.dead = tuple(target.dead), []
+            if data is None:   # every record it took was bad
+                assert dead, f"{name}: ranges without rows"
+                data = target.buffer.schema.empty_table()
             part_ranges = {tp: Range(target.floors.get(tp, ranges[tp].start), ranges[tp].end) for tp in tps}
             parts[name] = Part(name, data, part_ranges, data.num_rows, nbytes=int(data.nbytes),
-                               since={tp: ranges[tp].start for tp in tps})
+                               since={tp: ranges[tp].start for tp in tps}, dead=dead)
         return Batch(ranges, parts)
 
     def _write_files(self, target: Target, table: Table, data: pa.Table, commit_id: str) -> list[DataFile]:

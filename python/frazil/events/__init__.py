@@ -10,10 +10,11 @@ from frazil.events.payloads import (
     DataComplete,
     DataFileRef,
     DataWritten,
+    DeadLetter,
     Event,
     OffsetRange,
     StartCommit,
 )
 
 __all__ = ["Assignment", "ColumnStat", "CommitComplete", "CommitRequest", "CommitToTable", "DataComplete", "DataFileRef",
-           "DataWritten", "Event", "EventDecodeError", "OffsetRange", "StartCommit", "decode", "encode"]
+           "DataWritten", "DeadLetter", "Event", "EventDecodeError", "OffsetRange", "StartCommit", "decode", "encode"]

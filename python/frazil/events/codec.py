@@ -24,6 +24,7 @@ from frazil.events.payloads import (
     DataComplete,
     DataFileRef,
     DataWritten,
+    DeadLetter,
     Event,
     OffsetRange,
     Payload,
@@ -31,7 +32,7 @@ from frazil.events.payloads import (
 )
 
 MAGIC = 0xF7
-VERSION = 3
+VERSION = 4
 NAMESPACE = "io.frazil.events.v1"
 
 
@@ -110,10 +111,19 @@ SCHEMA_V3: dict[str, Any] = copy.deepcopy(SCHEMA_V2)
 _V3_RECORDS = {p["name"]: p for p in SCHEMA_V3["fields"][3]["type"]}
 _V3_RECORDS["DataComplete"]["fields"][1]["type"]["items"]["fields"].append(_opt("progress", "long"))
 
+# Version 4: DataWritten carries the bad records of its ranges, for the dead-letter topic (a
+# version-3 reply reads as none).
+SCHEMA_V4: dict[str, Any] = copy.deepcopy(SCHEMA_V3)
+_V4_RECORDS = {p["name"]: p for p in SCHEMA_V4["fields"][3]["type"]}
+_V4_RECORDS["DataWritten"]["fields"].append({"name": "dead_letters", "type": {"type": "array", "items": {
+    "type": "record", "name": "DeadLetter", "fields": [
+        {"name": "topic", "type": "string"}, {"name": "partition", "type": "int"}, {"name": "offset", "type": "long"},
+        {"name": "field", "type": "string"}, {"name": "reason", "type": "string"}]}}, "default": []})
+
 # Every schema version this build can read, by the version byte. Add a version by adding its
 # writer schema here and making it the reader schema; never change a published one.
 WRITER_SCHEMAS = {1: fastavro.parse_schema(SCHEMA_V1), 2: fastavro.parse_schema(SCHEMA_V2),
-                  3: fastavro.parse_schema(SCHEMA_V3)}
+                  3: fastavro.parse_schema(SCHEMA_V3), 4: fastavro.parse_schema(SCHEMA_V4)}
 READER_SCHEMA = WRITER_SCHEMAS[VERSION]
 
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in (StartCommit, DataWritten, DataComplete, CommitToTable,
@@ -126,7 +136,8 @@ def _payload_record(payload: Payload) -> dict[str, Any]:
             "commit_id": payload.commit_id, "table": payload.table,
             "files": [{**vars(f), "partition": list(f.partition), "columns": [vars(c) for c in f.columns],
                        "split_offsets": list(f.split_offsets)} for f in payload.files],
-            "ranges": [vars(r) for r in payload.ranges], "table_uuid": payload.table_uuid}
+            "ranges": [vars(r) for r in payload.ranges], "table_uuid": payload.table_uuid,
+            "dead_letters": [vars(d) for d in payload.dead_letters]}
     elif isinstance(payload, DataComplete):
         body = {"commit_id": payload.commit_id, "assignments": [vars(a) for a in payload.assignments],
                 "last_record_ms": payload.last_record_ms}
@@ -156,7 +167,7 @@ def _payload(name: str, body: dict[str, Any]) -> Payload:
                                      "columns": tuple(ColumnStat(**c) for c in f["columns"]),
                                      "split_offsets": tuple(f["split_offsets"])}) for f in body["files"])
         return DataWritten(body["commit_id"], body["table"], files, tuple(OffsetRange(**r) for r in body["ranges"]),
-                           body["table_uuid"])
+                           body["table_uuid"], tuple(DeadLetter(**d) for d in body["dead_letters"]))
     if kind is DataComplete:
         return DataComplete(body["commit_id"], tuple(Assignment(**a) for a in body["assignments"]),
                             body["last_record_ms"])

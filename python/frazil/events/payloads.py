@@ -69,6 +69,19 @@ class Assignment:
 
 
 @dataclass(frozen=True)
+class DeadLetter:
+    """A record of a table's range that could not become a row (``on_bad_record = "dead_letter"``):
+    it counts as consumed in the commit that stores the range, and the coordinator sends it to the
+    dead-letter topic after that commit lands (it reads the record itself again from the source)."""
+
+    topic: str
+    partition: int
+    offset: int
+    field: str      # dotted path of the field at fault; "" when the record as a whole is
+    reason: str
+
+
+@dataclass(frozen=True)
 class StartCommit:
     commit_id: str
 
@@ -83,6 +96,8 @@ class DataWritten:
     # table of that name (dropped and recreated, or another deployment under the same pipeline
     # name). "" in version-1 events.
     table_uuid: str = ""
+    # the bad records of ``ranges`` (version 4; () before)
+    dead_letters: tuple[DeadLetter, ...] = ()
 
 
 @dataclass(frozen=True)

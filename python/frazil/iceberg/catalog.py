@@ -192,6 +192,15 @@ def maintenance_properties(cfg: MaintenanceConfig) -> dict[str, str]:
 NAME_MAPPING = "schema.name-mapping.default"
 
 
+def widened(declared: IcebergType, found: IcebergType) -> bool:
+    """Whether ``found`` is ``declared`` after a schema evolution widened it (int to long, a
+    decimal's precision)."""
+    if isinstance(declared, IntegerType) and isinstance(found, LongType):
+        return True
+    return (isinstance(declared, DecimalType) and isinstance(found, DecimalType) and declared.scale == found.scale
+            and declared.precision < found.precision)
+
+
 def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] | None = None, *,
                  schema: Callable[[], Schema] | None = None) -> Table:
     """Load the table, creating it (and its namespace) when missing and ``create`` is on; set
@@ -239,7 +248,8 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
         raise ConfigError(f"table {cfg.name} has no column(s) {', '.join(missing)}; add them to the table or drop them from the config")
     fields = {f.name: f for f in table.schema().fields}
     differ = [f"{c.name} is {fields[c.name].field_type} in the table but {c.type} in the config" for c in cfg.columns
-              if fields[c.name].field_type != _iceberg_type(c.type)]
+              if fields[c.name].field_type != _iceberg_type(c.type)
+              and not (cfg.unknown_fields == "evolve" and widened(_iceberg_type(c.type), fields[c.name].field_type))]
     differ += [f"{c.name} is optional in the table but required in the config (nulls would land)" for c in cfg.columns
                if c.required and not fields[c.name].required]
     if differ:

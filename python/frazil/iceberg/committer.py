@@ -3,7 +3,7 @@
 For each attempt the committer reloads the table, checks the ranges against the offsets the
 table holds now (rule 3), and commits data plus offsets in one transaction whose requirements
 pin the table's current snapshot, so the catalog's compare-and-swap fails if anything landed in
-between. pyiceberg's own retry is never used for these commits (``_no_inner_retry``): a retry
+between. pyiceberg's own retry is never used for these commits (``no_inner_retry``): a retry
 here re-reads and re-checks. An error other than a clean conflict leaves the outcome
 unknown; it is resolved by looking for the commit id in the table's snapshots (rule 5) before
 anything is retried.
@@ -48,7 +48,7 @@ class CommitResult:
     table: str = ""
 
 
-def _no_inner_retry(table: Table) -> Table:
+def no_inner_retry(table: Table) -> Table:
     """``table`` as pyiceberg's commit sees it, with its own retry off. On a conflict pyiceberg
     would re-apply the append and the offsets on the refreshed table and rebuild the
     requirements, so a range another commit landed meanwhile would land twice. The table's real
@@ -166,7 +166,7 @@ class Committer:
             if valid_through_ms is not None:
                 summary[offsets.VTTS_KEY] = str(valid_through_ms)
             try:
-                tx = _no_inner_retry(table).transaction()
+                tx = no_inner_retry(table).transaction()
                 with tx.update_snapshot(snapshot_properties=summary).fast_append() as append:
                     for data_file in files:
                         append.append_data_file(data_file)

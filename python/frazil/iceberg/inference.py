@@ -123,6 +123,11 @@ def infer(values: Iterable[bytes], *, maps: Sequence[str] = ()) -> Shape:
     return shape
 
 
+def iceberg_type(shape: Shape) -> IcebergType:
+    """The Iceberg type for ``shape`` (field ids are placeholders: a schema update assigns its own)."""
+    return _iceberg(shape, count(1))
+
+
 def _iceberg(shape: Shape, ids: count) -> IcebergType:  # type: ignore[type-arg]
     if shape.kind in ("null", "string"):
         return StringType()

@@ -26,16 +26,16 @@ COALESCE_ROWS = 65_536
 
 
 @dataclass(frozen=True)
-class UnknownField:
-    """A field the table does not have, in a buffer that refuses them (``strict_fields``); reads
-    like a ``_native.DecodeError`` (offset, field, reason)."""
+class RecordProblem:
+    """A record that could not become a row, and was not appended: its offset, the field at fault
+    ("" for the record as a whole) and why."""
 
     offset: int
     field: str
     reason: str
 
 
-RecordProblem = _native.DecodeError | UnknownField   # a record that cannot become a row: offset, field, reason
+NO_SUCH_COLUMN = "the table has no such column"   # how the native buffer's reason for an unknown field starts
 
 
 class RecordBuffer:
@@ -43,18 +43,18 @@ class RecordBuffer:
 
     def __init__(self, schema: pa.Schema, *, metadata_columns: bool, max_bytes: int | None = None,
                  strict_fields: str | None = None, unknown_fields: str = "fail") -> None:
-        """A field the schema does not have: with ``unknown_fields="fail"`` a bad record, for the
-        reason ``strict_fields`` when given (a table whose schema was inferred), else natively
-        (named with its path, and a column it differs from only in case); with ``"ignore"`` it
-        is dropped and counted in :attr:`fields_ignored`, unless it differs from a column only
-        in case (a near miss would land as NULL): that is a bad record either way."""
+        """A field the schema does not have: with ``unknown_fields="fail"`` a bad record (named
+        with its path, and a column it differs from only in case), for the reason
+        ``strict_fields`` when given (a table whose schema was inferred); with ``"ignore"`` it is
+        dropped and counted in :attr:`fields_ignored`, unless it differs from a column only in
+        case (a near miss would land as NULL): that is a bad record either way. A bad record is
+        never appended: the rest of its batch is."""
         self._ignore = unknown_fields == "ignore"
         self._strict = None if self._ignore else strict_fields
         try:
             self._native = _native.JsonBuffer(
                 schema=schema, metadata_columns=metadata_columns, max_bytes=max_bytes,
-                report_unknown_fields=self._ignore or self._strict is not None,
-                reject_unknown_fields=not self._ignore and self._strict is None)
+                report_unknown_fields=self._ignore, reject_unknown_fields=not self._ignore)
         except _native.NativeError as exc:
             raise FrazilError(f"the record buffer cannot use this table schema: {exc}") from exc
         self.schema = schema
@@ -68,9 +68,9 @@ class RecordBuffer:
     def bytes(self) -> int:
         return self._native.bytes
 
-    def append(self, topic: str, partition: int, records: Sequence[KafkaRecord]) -> Sequence[RecordProblem]:
+    def append(self, topic: str, partition: int, records: Sequence[KafkaRecord]) -> list[RecordProblem]:
         """Decode ``records`` of one topic-partition; returns the ones that could not be decoded
-        (and, with ``strict_fields``, fields the schema does not have). Raises
+        (none of them is appended). Raises
         ``_native.BufferFullError`` (taking nothing) when they do not fit the byte cap."""
         return self._problems(self._native.append(
             topic=topic,
@@ -81,22 +81,11 @@ class RecordBuffer:
             values=values_of(records),
         ))
 
-    def _problems(self, result: _native.AppendResult) -> Sequence[RecordProblem]:
-        if not result.unknown_fields:
-            return result.errors
-        problems: list[RecordProblem] = list(result.errors)
-        for u in result.unknown_fields:
-            near = near_miss(self.schema, u.path)
-            if near is not None:
-                problems.append(UnknownField(u.offset, u.path, f"differs only in case from column '{near}' (names must "
-                                                               "match exactly): rename the field in the producer, or "
-                                                               "the column"))
-            elif self._strict is not None:
-                problems.append(UnknownField(u.offset, u.path, self._strict))
-            else:
-                self.fields_ignored += 1
-        problems.sort(key=lambda p: p.offset)
-        return problems
+    def _problems(self, result: _native.AppendResult) -> list[RecordProblem]:
+        self.fields_ignored += len(result.unknown_fields)
+        strict = self._strict
+        return [RecordProblem(e.offset, e.field, strict if strict is not None and e.reason.startswith(NO_SUCH_COLUMN)
+                              else e.reason) for e in result.errors]
 
     def drain(self) -> pa.Table | None:
         """Everything buffered, in appended order, as a table of chunks of at least
@@ -109,22 +98,6 @@ class RecordBuffer:
         self._native.clear()
 
 
-def near_miss(schema: pa.Schema, path: str) -> str | None:
-    """The column ``path`` (``a.b[2].c``, as the native buffer reports unknown fields) differs
-    from only in case, if there is one."""
-    *parents, name = [part.split("[")[0] for part in path.split(".")]
-    fields: list[pa.Field] = list(schema)
-    for parent in parents:
-        found = next((f for f in fields if f.name == parent), None)
-        kind = found.type if found is not None else None
-        while kind is not None and (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
-            kind = kind.value_type
-        if kind is None or not pa.types.is_struct(kind):
-            return None
-        fields = list(kind)
-    return next((f.name for f in fields if f.name.lower() == name.lower()), None)
-
-
 def values_of(records: Sequence[KafkaRecord]) -> list[bytes]:
     # a null value (tombstone) is not a JSON object: it comes back as a decode error (the pipeline
     # takes tombstones out before, counting them)
@@ -132,7 +105,7 @@ def values_of(records: Sequence[KafkaRecord]) -> list[bytes]:
 
 
 def append_routed(topic: str, partition: int, records: Sequence[KafkaRecord], values: list[bytes],
-                  targets: Sequence[tuple[RecordBuffer, list[int]]]) -> list[Sequence[RecordProblem]]:
+                  targets: Sequence[tuple[RecordBuffer, list[int]]]) -> list[list[RecordProblem]]:
     """``records`` of one topic-partition (``values``: theirs, as :func:`values_of` gives them)
     into several buffers, each taking the records at its indices, in one native call: the columns
     are converted once, whatever the fan-out. Each buffer at most once, and without a byte cap."""

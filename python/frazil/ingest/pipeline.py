@@ -26,15 +26,16 @@ from frazil.config import Config
 from frazil.coordination.worker import Stats, Worker, WorkerChannel
 from frazil.errors import ConfigError, RecordDecodeError
 from frazil.iceberg import catalog as iceberg_catalog
-from frazil.iceberg import inference
-from frazil.events.payloads import CommitComplete, Event, StartCommit
+from frazil.iceberg import evolution, inference
+from frazil.events.payloads import CommitComplete, DeadLetter, Event, StartCommit
 from frazil.flow.backpressure import Action, Backpressure
 from frazil.iceberg.offsets import TopicPartition
-from frazil.ingest.buffer import RecordBuffer, append_routed, values_of
+from frazil.ingest.buffer import RecordBuffer, RecordProblem, append_routed, values_of
 from frazil.ingest.positions import Positions
 from frazil.ingest.routing import Router
 from frazil.ingest.source import KafkaSource
 from frazil.ingest.targets import Targets
+from frazil.ingest.targets import units as targets_units
 from frazil.metrics import Metrics
 from frazil.spark.bulk import SparkWriter
 from frazil.txlog import Journal
@@ -46,6 +47,9 @@ log = logging.getLogger(__name__)
 POLL_TIMEOUT_MS = 200
 BUSY_POLL_TIMEOUT_MS = 10   # while a control event waits or the worker's task runs: hand over quickly
 DRAIN_CYCLES = 3   # on stop, at most this many cycles to land the batch and the buffer
+# bad records held before a cycle is asked for: a reply names each one (~100-300 bytes on the control topic)
+MAX_DEAD_LETTERS = 2_000
+EVOLVE_ROUNDS = 8   # schema changes one batch may make, one problem per record at a time
 
 
 class Pipeline:
@@ -62,6 +66,7 @@ class Pipeline:
         self._targets = Targets(cfg, catalog, tables)
         self._router = Router(cfg.tables, cfg.dynamic)
         self._fan_out = not self._targets.single   # appends check the buffers' sum against the budget first
+        self._dead_letter = cfg.on_bad_record == "dead_letter"
         self.on_new_table: Callable[[str], None] | None = None   # a table named by the records was opened
         self._positions = Positions()
         self._source = KafkaSource(cfg.kafka, on_assigned=self._on_assigned, on_positioned=self._positions.positioned,
@@ -114,9 +119,9 @@ class Pipeline:
                 self._task.cancel()
             await self._source.stop()
         elapsed = time.monotonic() - self.stats.started
-        log.info("stopped after %.1fs: %d records in (%d taken by no table, %d tombstones), %d rows committed in %d "
-                 "commits (%d failed), %d pause(s)", elapsed, self.stats.records_in, self.stats.records_unrouted,
-                 self.stats.records_tombstones, self.stats.rows_committed, self.stats.commits,
+        log.info("stopped after %.1fs: %d records in (%d taken by no table, %d tombstones, %d bad), %d rows committed "
+                 "in %d commits (%d failed), %d pause(s)", elapsed, self.stats.records_in, self.stats.records_unrouted,
+                 self.stats.records_tombstones, self.stats.records_bad, self.stats.rows_committed, self.stats.commits,
                  self.stats.failed_commits, self.stats.pauses)
 
     def _next_control(self) -> asyncio.Task[None] | None:
@@ -131,8 +136,11 @@ class Pipeline:
         return asyncio.create_task(self.worker.handle(payload, event.sent_ms))
 
     def _full(self) -> bool:
-        """The record-count and bytes triggers."""
-        return self._targets.rows >= self._cfg.max_buffer_records or self._flow.paused
+        """The record-count and bytes triggers (bad records held for the dead-letter topic count:
+        a flood of them is sent in cycles of bounded size)."""
+        held = self._targets.dead_letters + self.worker.dead_letters
+        return (self._targets.rows + held >= self._cfg.max_buffer_records or held >= MAX_DEAD_LETTERS
+                or self._flow.paused)
 
     def _check_task(self) -> None:
         """Surface a worker task's failure on the loop that runs the pipeline."""
@@ -185,6 +193,11 @@ class Pipeline:
             if full or not room:
                 # Nothing of this batch is taken: fetch it again once there is room.
                 full = True
+                self._source.seek_back(tp, records[0].offset)
+                continue
+            if self._targets.dead_letters + self.worker.dead_letters >= MAX_DEAD_LETTERS:
+                # each held bad record names itself in a reply: fetched again once they have gone out
+                # (the full trigger has asked for a cycle)
                 self._source.seek_back(tp, records[0].offset)
                 continue
             # A null value (a tombstone, e.g. on a compacted topic) deletes a key; in append mode there
@@ -265,17 +278,72 @@ class Pipeline:
         else:
             results = append_routed(tp[0], tp[1], records, values, [
                 (buffer, list(everything) if chosen is None else chosen) for _, buffer, chosen in targets])
-        for (name, buffer, _), errors in zip(targets, results):
+        for (name, buffer, chosen), errors in zip(targets, results):
             if buffer.fields_ignored:
                 self.metrics.fields_ignored.inc(buffer.fields_ignored)
                 buffer.fields_ignored = 0
+            for _ in range(EVOLVE_ROUNDS if self._targets[name].cfg.unknown_fields == "evolve" else 0):
+                if not errors:
+                    break
+                # a record shows one problem at a time (a new field, then a value an int cannot hold)
+                failed = {e.offset for e in errors}
+                still = await self._evolve(name, tp, [r for r in (records if chosen is None else
+                                                                  [records[i] for i in chosen]) if r.offset in failed],
+                                           errors)
+                if still is errors:
+                    break   # nothing changed
+                errors = still
             if errors:
                 first = errors[0]
-                raise RecordDecodeError(topic=tp[0], partition=tp[1], offset=first.offset, field=first.field,
-                                        reason=first.reason + (f" ({len(errors) - 1} more bad record(s) in the same "
-                                                               "batch)" if len(errors) > 1 else "")
-                                        + (f" (for table {name})" if self._fan_out else ""))
+                self.metrics.records_bad.inc(len(errors))
+                if not self._dead_letter:
+                    raise RecordDecodeError(topic=tp[0], partition=tp[1], offset=first.offset, field=first.field,
+                                            reason=first.reason + (f" ({len(errors) - 1} more bad record(s) in the "
+                                                                   "same batch)" if len(errors) > 1 else "")
+                                            + (f" (for table {name})" if self._fan_out else ""))
+                # not in the buffer: held with its rows, and sent once the range they share has landed
+                self._targets[name].dead.extend(DeadLetter(tp[0], tp[1], e.offset, e.field, e.reason) for e in errors)
+                self.stats.records_bad += len(errors)
+                log.debug("%s[%d]: %d bad record(s) for %s, first at offset %d (field %r: %s); held for the dead-letter "
+                          "topic", tp[0], tp[1], len(errors), name, first.offset, first.field, first.reason)
             self._positions.table_took(name, tp)
+
+    async def _evolve(self, name: str, tp: TopicPartition, failed: list, errors: list[RecordProblem]  # type: ignore[type-arg]
+                      ) -> list[RecordProblem]:
+        """``unknown_fields = "evolve"``: the records of ``tp`` that did not fit table ``name``
+        (``errors``, in order) change its schema where the evolution rules allow
+        (``iceberg/evolution.py``): once per change across every process (a change another made
+        first is taken, not made again), the rows buffered so far carried under the new schema,
+        then the records appended again. Returns the ones that still do not fit: bad records."""
+        target = self._targets[name]
+        try:
+            shape = inference.infer([r.value for r in failed], maps=target.cfg.maps)
+        except inference.InferenceError:
+            shape = inference.Shape("struct")   # the widenings may still apply
+        problems = [(e.field, e.reason) for e in errors]
+        if not evolution.plan(target.table.schema(), shape, problems):
+            return errors   # nothing the schema as last loaded lacks (a change made elsewhere would show here)
+        before = target.buffer.schema
+        try:
+            table, made = await asyncio.to_thread(evolution.apply, target.committer.load,
+                                                  lambda schema: evolution.plan(schema, shape, problems))
+        except evolution.EvolutionError as exc:
+            log.warning("table %s: %s[%d]@%d asks for a schema change that cannot be made: %s", name, tp[0], tp[1],
+                        errors[0].offset, exc)
+            return errors
+        schema = iceberg_catalog.arrow_schema(table, targets_units(target.cfg))
+        if schema == before:
+            return errors   # nothing to change: bad records
+        if made:
+            self.metrics.schema_changes.inc(len(made))
+            log.warning("table %s: schema evolved to id %d by %s[%d]@%d: %s; %d buffered row(s) go under it with NULL "
+                        "in new columns", name, table.schema().schema_id, tp[0], tp[1], errors[0].offset,
+                        evolution.describe(made), target.rows)
+        else:
+            log.info("table %s: schema id %d, changed by another writer, taken for %s[%d]@%d", name,
+                     table.schema().schema_id, tp[0], tp[1], errors[0].offset)
+        self._targets.evolved(target, table)
+        return target.buffer.append(tp[0], tp[1], failed)
 
     async def _open_table(self, name: str, tp: TopicPartition, offset: int, sample: list[bytes]) -> None:
         """A table not open yet in this run (named by the records, or configured without columns

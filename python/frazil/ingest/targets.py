@@ -8,14 +8,17 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
+import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from frazil.config import Config, TableConfig
+from frazil.events.payloads import DeadLetter
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import TopicPartition, merge_progress
 from frazil.ingest.buffer import RecordBuffer
+from frazil.ingest.conform import conform
 from frazil.ingest.positions import resume_at
 
 log = logging.getLogger(__name__)
@@ -28,6 +31,31 @@ class Target:
     buffer: RecordBuffer
     table: Table                                   # as last loaded
     floors: dict[TopicPartition, int] = field(default_factory=dict)
+    # bad records of what the buffer holds (on_bad_record = "dead_letter"): they go with its rows
+    dead: list[DeadLetter] = field(default_factory=list)
+    # rows buffered under an older schema of the table (it evolved since): they go with the buffer's
+    carried: list[pa.Table] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return self.buffer.rows + sum(int(t.num_rows) for t in self.carried)
+
+    @property
+    def bytes(self) -> int:
+        return self.buffer.bytes + sum(int(t.nbytes) for t in self.carried)
+
+    def drain(self) -> pa.Table | None:
+        """Everything buffered, under the newest schema the buffer knows."""
+        data = self.buffer.drain()
+        if not self.carried:
+            return data
+        tables, self.carried = [*self.carried, *([data] if data is not None else [])], []
+        return conform(tables, self.buffer.schema)
+
+    def clear(self) -> None:
+        self.buffer.clear()
+        self.dead.clear()
+        self.carried.clear()
 
     @property
     def name(self) -> str:
@@ -54,19 +82,14 @@ class Targets:
         budget by one poll's records."""
         # One declared table and nothing else: its buffer has the budget as a hard cap. Otherwise
         # (several buffers, or tables opened later) the pipeline checks their sum once per poll.
-        self.single = one = len(cfg.tables) == 1 and cfg.dynamic is None and bool(cfg.tables[0].columns)
+        self.single = len(cfg.tables) == 1 and cfg.dynamic is None and bool(cfg.tables[0].columns)
         self._dynamic = cfg.dynamic is not None
         self._budget = cfg.memory_budget_bytes
         self._catalog, self._max_attempts = catalog, cfg.max_commit_attempts
         self.pipeline = cfg.pipeline
         self._by_name = {
             t.name: Target(t, Committer(catalog, t.name, cfg.pipeline, max_attempts=cfg.max_commit_attempts),
-                           RecordBuffer(iceberg_catalog.arrow_schema(tables[t.name], _units(t)),
-                                        metadata_columns=t.metadata_columns,
-                                        max_bytes=cfg.memory_budget_bytes if one else None,
-                                        strict_fields=None if t.columns else _strict(t.name),
-                                        unknown_fields=t.unknown_fields),
-                           tables[t.name])
+                           self.buffer_for(t, tables[t.name], inferred=not t.columns), tables[t.name])
             for t in cfg.tables if t.name in tables}
         # configured tables that do not exist yet (created on their first records): they need the watermark
         self._unopened = {t.name for t in cfg.tables if t.name not in tables}
@@ -95,12 +118,25 @@ class Targets:
         now; else at the next positioning). A table whose schema was inferred refuses fields it
         does not have (they would be dropped silently)."""
         committer = Committer(self._catalog, cfg.name, self.pipeline, max_attempts=self._max_attempts)
-        strict = _strict(cfg.name) if inferred else None
-        target = Target(cfg, committer, RecordBuffer(iceberg_catalog.arrow_schema(table, _units(cfg)),
-                                                     metadata_columns=cfg.metadata_columns, strict_fields=strict,
-                                                     unknown_fields=cfg.unknown_fields),
-                        table, committer.stored()[0] if floors else {})
-        return target
+        return Target(cfg, committer, self.buffer_for(cfg, table, inferred=inferred), table,
+                      committer.stored()[0] if floors else {})
+
+    def buffer_for(self, cfg: TableConfig, table: Table, *, inferred: bool) -> RecordBuffer:
+        """A record buffer for ``table`` as it is now. With one declared table and nothing else it
+        has the memory budget as a hard cap."""
+        return RecordBuffer(iceberg_catalog.arrow_schema(table, units(cfg)), metadata_columns=cfg.metadata_columns,
+                            max_bytes=self._budget if self.single else None,
+                            strict_fields=_strict(cfg.name) if inferred else None,
+                            unknown_fields=cfg.unknown_fields)
+
+    def evolved(self, target: Target, table: Table) -> None:
+        """``table`` has a newer schema than ``target``'s buffer: what it holds is carried (written
+        under the newest schema, NULL in new columns), and a buffer for the new schema takes over."""
+        held = target.buffer.drain()
+        if held is not None:
+            target.carried.append(held)
+        target.buffer = self.buffer_for(target.cfg, table, inferred=False)
+        target.table = table
 
     def __iter__(self) -> Iterator[Target]:
         return iter(list(self._by_name.values()))   # a copy: tables are added while worker threads read
@@ -110,15 +146,19 @@ class Targets:
 
     @property
     def bytes(self) -> int:
-        return sum(t.buffer.bytes for t in list(self._by_name.values()))
+        return sum(t.bytes for t in list(self._by_name.values()))
 
     @property
     def rows(self) -> int:
-        return sum(t.buffer.rows for t in list(self._by_name.values()))
+        return sum(t.rows for t in list(self._by_name.values()))
+
+    @property
+    def dead_letters(self) -> int:
+        return sum(len(t.dead) for t in list(self._by_name.values()))
 
     def clear(self) -> None:
         for target in self:
-            target.buffer.clear()
+            target.clear()
 
     def read_positions(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """Blocking. Read every table's offsets and watermark; set each table's floors; return
@@ -142,7 +182,7 @@ def _strict(table: str) -> str:
             "records, or is the table's own); declare its columns to take more fields")
 
 
-def _units(cfg: TableConfig) -> dict[str, str]:
+def units(cfg: TableConfig) -> dict[str, str]:
     """The declared unit of numbers per timestamp column (the native decoder refuses numbers for
     a timestamp column without one: never a guess)."""
     return {c.name: c.unit for c in cfg.columns if c.unit is not None}

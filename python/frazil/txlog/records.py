@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from frazil.events.payloads import DeadLetter
 from frazil.iceberg.offsets import Range, TopicPartition
 
 Record = dict[str, Any]
@@ -34,9 +35,21 @@ def settled(table: str, paths: Sequence[str], status: str) -> Record:
     return {"type": "settled", "table": table, "files": list(paths), "status": status}
 
 
-def intent(commit_id: str, table: str, paths: Sequence[str], ranges: Mapping[TopicPartition, Range]) -> Record:
-    return {"type": "intent", "commit_id": commit_id, "table": table, "ranges": encode_ranges(ranges),
-            "files": list(paths)}
+def intent(commit_id: str, table: str, paths: Sequence[str], ranges: Mapping[TopicPartition, Range],
+           dead_letters: Sequence[DeadLetter] = ()) -> Record:
+    out: Record = {"type": "intent", "commit_id": commit_id, "table": table, "ranges": encode_ranges(ranges),
+                   "files": list(paths)}
+    if dead_letters:
+        out["dead_letters"] = [[d.topic, d.partition, d.offset, d.field, d.reason] for d in dead_letters]
+    return out
+
+
+def decode_dead_letters(encoded: Sequence[Sequence[Any]]) -> list[DeadLetter]:
+    return [DeadLetter(t, p, o, f, r) for t, p, o, f, r in encoded]
+
+
+def dead_lettered(commit_id: str, table: str) -> Record:
+    return {"type": "dead_lettered", "commit_id": commit_id, "table": table}
 
 
 def outcome(commit_id: str, table: str, status: str, snapshot_id: int | None = None) -> Record:

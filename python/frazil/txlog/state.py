@@ -15,7 +15,11 @@ Records:
 - ``outcome``: what became of an intent (commit id and table): ``committed`` (with a snapshot id), ``failed`` (its files
   go back to pending for another attempt) or ``abandoned`` (its records are read again from the
   table's offsets; the files are orphans for maintenance);
-- ``offsets``: the offsets a table holds after a commit.
+- ``offsets``: the offsets a table holds after a commit;
+- ``dead_lettered`` (coordinator): the bad records an intent carried (``dead_letters``) are in the
+  dead-letter topic. A ``committed`` outcome of an intent with bad records leaves them in
+  ``dead_letters`` until then: the coordinator sends them when it starts (the dead-letter topic's
+  own positions make that send exactly once).
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ class TxState:
     outcomes: list[dict[str, Any]] = field(default_factory=list)
     # intent_key(commit id, table) -> {"commit_id", "table", "files"}: worker replies not yet settled
     replies: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # intent_key(commit id, table) -> {"commit_id", "table", "dead_letters"}: landed, not yet sent
+    dead_letters: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     KEEP_OUTCOMES = 100
 
@@ -56,7 +62,8 @@ class TxState:
         elif kind == "intent":
             table = record["table"]
             self.intents[intent_key(record["commit_id"], table)] = {
-                "commit_id": record["commit_id"], "table": table, "ranges": record["ranges"], "files": record["files"]}
+                "commit_id": record["commit_id"], "table": table, "ranges": record["ranges"], "files": record["files"],
+                **({"dead_letters": record["dead_letters"]} if record.get("dead_letters") else {})}
             carried = set(record["files"])
             self.pending[table] = [p for p in self.pending.get(table, []) if not carried.issuperset(p["files"])]
             if not self.pending[table]:
@@ -69,6 +76,9 @@ class TxState:
                 raise ValueError(f"unknown outcome status {record['status']!r}")
             if record["status"] == "failed":  # the files go back to pending for the next cycle
                 self.pending.setdefault(intent["table"], []).append({"files": intent["files"], "ranges": intent["ranges"]})
+            if record["status"] == "committed" and intent.get("dead_letters"):
+                self.dead_letters[intent_key(intent["commit_id"], intent["table"])] = {"commit_id": intent["commit_id"], "table": intent["table"],
+                                                              "dead_letters": intent["dead_letters"]}
             self.outcomes = (self.outcomes + [{"commit_id": record["commit_id"], "table": intent["table"],
                                                "status": record["status"],
                                                "snapshot_id": record.get("snapshot_id")}])[-self.KEEP_OUTCOMES:]
@@ -87,6 +97,8 @@ class TxState:
             else:
                 self.pending.pop(table, None)
             self.replies = {c: r for c, r in self.replies.items() if not gone.issuperset(r["files"])}
+        elif kind == "dead_lettered":
+            self.dead_letters.pop(intent_key(record["commit_id"], record["table"]), None)
         elif kind == "offsets":
             self.offsets.setdefault(record["table"], {}).update(record["offsets"])
         else:
@@ -107,7 +119,7 @@ class TxState:
 
     def to_json(self) -> dict[str, Any]:
         return {"lsn": self.lsn, "pending": self.pending, "intents": self.intents, "offsets": self.offsets,
-                "outcomes": self.outcomes, "replies": self.replies}
+                "outcomes": self.outcomes, "replies": self.replies, "dead_letters": self.dead_letters}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TxState:
@@ -115,4 +127,4 @@ class TxState:
         intents = {intent_key(i.get("commit_id", k), i["table"]): {**i, "commit_id": i.get("commit_id", k)}
                    for k, i in data["intents"].items()}
         return cls(lsn=data["lsn"], pending=data["pending"], intents=intents, offsets=data["offsets"],
-                   outcomes=data["outcomes"], replies=data.get("replies", {}))
+                   outcomes=data["outcomes"], replies=data.get("replies", {}), dead_letters=data.get("dead_letters", {}))

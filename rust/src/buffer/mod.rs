@@ -216,6 +216,12 @@ impl JsonBuffer {
             let report = self.options.report_unknown_fields.then_some(&mut unknown);
             match validate::check(value.as_ref(), self.value_schema.fields(), report) {
                 Ok(checked) => {
+                    // a field that differs from a column only in case is a bad record, never dropped
+                    let near = unknown.iter().find_map(|path| validate::near_miss(self.value_schema.fields(), path).map(|c| (path, c)));
+                    if let Some((path, column)) = near {
+                        out.errors.push(self.record_error(records, i, path.clone(), validate::case_reason(&column)));
+                        continue;
+                    }
                     good.push(i);
                     if let Checked::Rewritten(utf8) = checked {
                         rewritten.push((i, utf8));
@@ -229,9 +235,12 @@ impl JsonBuffer {
         let decoded = match self.decode_all(&values, &good) {
             Ok(batch) => batch,
             Err(_) => {
-                // Slow path: find the records at fault one by one, keep the others.
+                // Slow path: find the records at fault by halving (a bad record among many costs
+                // about 2 log2(n) decodes, not n), keep the others.
                 let mut kept = Vec::with_capacity(good.len());
-                for &i in &good {
+                let mut bad = Vec::new();
+                self.bisect(&values, &good, &mut kept, &mut bad);
+                for i in bad {
                     match self.decode_all(&values, &[i]) {
                         Ok(_) => kept.push(i),
                         Err(e) => {
@@ -245,6 +254,7 @@ impl JsonBuffer {
                     }
                 }
                 out.errors.sort_by_key(|e| e.index);
+                kept.sort_unstable();
                 good = kept;
                 self.decode_all(&values, &good)?
             }
@@ -370,6 +380,26 @@ impl JsonBuffer {
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| (used + needed <= cap).then_some(used + needed))
             .map(|_| ())
             .map_err(|used| BufferError::Full { needed, used, cap })
+    }
+
+    /// Splits `indices` into the records that decode (`kept`, in order) and the single records
+    /// that do not (`bad`), decoding halves of a failing run until each failure is one record.
+    fn bisect<V: AsRef<[u8]>>(&self, values: &Values<'_, V>, indices: &[usize], kept: &mut Vec<usize>, bad: &mut Vec<usize>) {
+        if indices.is_empty() {
+            return;
+        }
+        if indices.len() == 1 {
+            bad.push(indices[0]); // the caller decodes it alone once more, for the reason
+            return;
+        }
+        let (left, right) = indices.split_at(indices.len() / 2);
+        for half in [left, right] {
+            if self.decode_all(values, half).is_ok() {
+                kept.extend_from_slice(half);
+            } else {
+                self.bisect(values, half, kept, bad);
+            }
+        }
     }
 
     fn record_error<V: AsRef<[u8]>, K: AsRef<[u8]>>(

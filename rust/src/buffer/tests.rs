@@ -408,3 +408,25 @@ fn unknown_fields_are_bad_records_when_rejected_and_near_misses_say_so() {
     assert!(errors[2].reason.starts_with("differs only in case from column 'score'"), "{}", errors[2].reason);
     assert_eq!(buf.rows(), 1);
 }
+
+#[test]
+fn a_few_bad_records_among_many_are_found_and_every_other_row_kept_in_order() {
+    let buf = JsonBuffer::new(schema(true), meta()).unwrap();
+    let offsets: Vec<i64> = (0..1000).collect();
+    let values: Vec<String> = offsets
+        .iter()
+        .map(|&o| match o {
+            3 | 500 | 999 => format!(r#"{{"id": "x{o}"}}"#),
+            640 => r#"{"name": "no id"}"#.to_string(),
+            _ => format!(r#"{{"id": {o}}}"#),
+        })
+        .collect();
+    let refs: Vec<&str> = values.iter().map(String::as_str).collect();
+    let errors = append(&buf, &offsets, &refs);
+    assert_eq!(errors.iter().map(|e| (e.offset, e.field.as_str())).collect::<Vec<_>>(), vec![(3, "id"), (500, "id"), (640, "id"), (999, "id")]);
+    let batch = buf.drain().unwrap().unwrap();
+    let kept: Vec<i64> = batch.column_by_name(META_OFFSET).unwrap().as_primitive::<Int64Type>().values().to_vec();
+    let want: Vec<i64> = offsets.iter().copied().filter(|o| ![3, 500, 640, 999].contains(o)).collect();
+    assert_eq!(kept, want);
+    assert_eq!(batch.column(0).as_primitive::<Int64Type>().values().to_vec(), want);
+}

@@ -109,15 +109,32 @@ pub(crate) fn explain_unknown(fields: &Fields, path: String, reason: String) -> 
     let full = if path.is_empty() { name.to_string() } else { format!("{path}.{name}") };
     let near = level.and_then(|fs| fs.iter().find(|f| f.name().eq_ignore_ascii_case(name)).map(|f| f.name().clone()));
     let why = match near {
-        Some(column) => format!(
-            "differs only in case from column '{column}' (names must match exactly): rename the field in the producer, \
-             or the column"
-        ),
+        Some(column) => case_reason(&column),
         None => "the table has no such column: add it to the table (and its columns in the config), or set \
                  unknown_fields = \"ignore\" to drop such fields (counted)"
             .to_string(),
     };
     (full, why)
+}
+
+/// The column an unknown field (`a.b[2].c`, as [`check`] reports it) differs from only in case,
+/// if there is one: such a field is never dropped as unknown (it would land as NULL).
+pub(crate) fn near_miss(fields: &Fields, path: &str) -> Option<String> {
+    let parts: Vec<&str> = path.split('.').map(|p| p.split('[').next().unwrap_or(p)).collect();
+    let (name, parents) = parts.split_last()?;
+    let mut level = fields.clone();
+    for parent in parents {
+        level = level.iter().find(|f| f.name() == parent).and_then(|f| struct_fields(f.data_type()))?;
+    }
+    level.iter().find(|f| f.name().eq_ignore_ascii_case(name)).map(|f| f.name().clone())
+}
+
+/// The reason given for a field that differs from `column` only in case.
+pub(crate) fn case_reason(column: &str) -> String {
+    format!(
+        "differs only in case from column '{column}' (names must match exactly): rename the field in the producer, \
+         or the column"
+    )
 }
 
 fn struct_fields(data_type: &DataType) -> Option<Fields> {
@@ -194,6 +211,16 @@ mod tests {
         let mut out = Vec::new();
         check(br#"{"a": {"b": 1, "c": 2}, "l": [{"b": 1}, {"z": 0}], "new": true}"#, &fields(), Some(&mut out)).ok().unwrap();
         assert_eq!(out, vec!["a.c", "l[1].z", "new"]);
+    }
+
+    #[test]
+    fn near_misses_are_found_through_structs_and_lists() {
+        let f = fields();
+        assert_eq!(near_miss(&f, "A"), Some("a".to_string()));
+        assert_eq!(near_miss(&f, "a.B"), Some("b".to_string()));
+        assert_eq!(near_miss(&f, "l[3].B"), Some("b".to_string()));
+        assert_eq!(near_miss(&f, "a.c"), None);
+        assert_eq!(near_miss(&f, "x.b"), None);
     }
 
     #[test]

@@ -1,0 +1,194 @@
+"""The dead-letter topic (``on_bad_record = "dead_letter"``): bad records go there, exactly once.
+
+A worker does not send a bad record anywhere: it reports it (offset, field, reason) with the
+range of the table it was bad for, and the range counts as consumed in that table's commit like
+any other. Once the commit has landed, the coordinator role reads each bad record again from the
+source topic and sends it to the dead-letter topic with its own key, value and headers, plus
+headers that say why (``frazil.*``, docs/operations.md).
+
+Exactly once, across crashes and coordinator changes: the records of one commit go out in one
+Kafka transaction that also commits, for a consumer group of the table's own
+(``frazil-<pipeline>-dead-letters-<table>``), each source partition's offset past its last bad
+record. That group offset is the dead-letter position: whoever finishes a landed commit again
+(the next coordinator taking over the cycle, or this process settling its transaction log at
+start) sends only the records at or past it. Records below the table's offsets are never read
+again, so nothing is sent for them twice; records of a commit that did not land are reported
+again by the cycle that lands them. The producer's transactional id is the pipeline's, so a
+coordinator that lost the role is fenced and cannot send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
+from aiokafka.structs import ConsumerRecord
+
+from frazil import faults
+from frazil.coordination.channel import MAX_EVENT_BYTES, ensure_topic
+from frazil.errors import FrazilError
+from frazil.events.payloads import DeadLetter
+from frazil.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+FETCH_TIMEOUT_S = 30.0   # reading one bad record back from the source
+SEEK_GAP = 500           # bad records further apart than this are read with a seek each
+POSITION_ATTEMPTS = 5
+
+HEADER = "frazil."
+
+
+def group_of(pipeline: str, table: str) -> str:
+    """The consumer group whose offsets say how far a table's bad records have been sent."""
+    return f"frazil-{pipeline}-dead-letters-{table}"
+
+
+def headers_of(letter: DeadLetter, *, pipeline: str, table: str, commit_id: str, timestamp_ms: int | None,
+               original: Sequence[tuple[str, bytes]] = (), missing: str = "") -> list[tuple[str, bytes]]:
+    """The dead-letter record's headers: the record's own, then frazil's (pure)."""
+    ours = [("error", letter.reason), ("error.field", letter.field), ("source.topic", letter.topic),
+            ("source.partition", str(letter.partition)), ("source.offset", str(letter.offset)),
+            ("source.timestamp", "" if timestamp_ms is None else str(timestamp_ms)), ("pipeline", pipeline),
+            ("table", table), ("commit_id", commit_id)]
+    if missing:
+        ours.append(("source.missing", missing))
+    return [*original, *((HEADER + k, v.encode()) for k, v in ours)]
+
+
+def still_to_send(letters: Sequence[DeadLetter], sent: dict[tuple[str, int], int]) -> list[DeadLetter]:
+    """The letters at or past each source partition's dead-letter position (pure)."""
+    return [d for d in letters if d.offset >= sent.get((d.topic, d.partition), -1)]
+
+
+class DeadLetterSink:
+    def __init__(self, bootstrap: str, topic: str, pipeline: str, metrics: Metrics | None = None) -> None:
+        self._bootstrap, self._topic, self._pipeline, self._metrics = bootstrap, topic, pipeline, metrics
+        # the records' size was fine for the source topic; the broker has the last word on the copy
+        self._producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"frazil-{pipeline}-dead-letters",
+                                          enable_idempotence=True, max_request_size=MAX_EVENT_BYTES)
+        self._reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                        isolation_level="read_committed", auto_offset_reset="earliest")
+        self._admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+
+    async def start(self) -> None:
+        """Create the topic if it is missing; the producer's start fences an older coordinator's
+        and aborts what it left open."""
+        await ensure_topic(self._bootstrap, self._topic, "dead-letter")
+        await self._admin.start()
+        await self._producer.start()
+        await self._reader.start()
+
+    async def stop(self) -> None:
+        for part in (self._producer, self._reader, self._admin):
+            try:
+                await part.stop() if not isinstance(part, AIOKafkaAdminClient) else await part.close()
+            except Exception as exc:  # noqa: BLE001 - a fenced producer may refuse to close cleanly
+                log.debug("dead-letter sink: stopping %s: %s", type(part).__name__, exc)
+
+    async def send(self, commit_id: str, table: str, letters: Sequence[DeadLetter]) -> int:
+        """After ``commit_id`` landed in ``table``: send its bad records that are not sent yet, in
+        one transaction with the new dead-letter positions. Returns how many were sent."""
+        group = group_of(self._pipeline, table)
+        sent = await self._positions(group, {TopicPartition(d.topic, d.partition) for d in letters})
+        todo = still_to_send(letters, sent)
+        if not todo:
+            if letters:
+                log.info("commit %s: the %d bad record(s) of %s are in %s already", commit_id, len(letters), table,
+                         self._topic)
+            return 0
+        started = time.monotonic()
+        originals = await self._read_back(todo)
+        ends: dict[TopicPartition, int] = {}
+        async with self._producer.transaction():
+            delivered = []
+            for letter in todo:
+                record = originals.get((letter.topic, letter.partition, letter.offset))
+                missing = "" if record is not None else ("the source no longer holds this record (retention or compaction): "
+                                                         "key and value are empty")
+                if missing:
+                    log.warning("commit %s: %s[%d]@%d is gone from the source; its dead letter carries only the "
+                                "error", commit_id, letter.topic, letter.partition, letter.offset)
+                delivered.append(await self._producer.send(
+                    self._topic, key=record.key if record else None, value=record.value if record else None,
+                    headers=headers_of(letter, pipeline=self._pipeline, table=table, commit_id=commit_id,
+                                       timestamp_ms=record.timestamp if record else None,
+                                       original=list(record.headers) if record else (), missing=missing)))
+                tp = TopicPartition(letter.topic, letter.partition)
+                ends[tp] = max(ends.get(tp, 0), letter.offset + 1)
+            # every letter acknowledged before the position moves: aiokafka would commit the
+            # transaction even if a batch of it failed (too large, no leader), losing those letters
+            await asyncio.gather(*delivered)
+            await self._producer.send_offsets_to_transaction(ends, group)
+            faults.hit("dead_letter.before_commit", table)
+        if self._metrics is not None:
+            self._metrics.dead_lettered.inc(len(todo))
+        log.warning("commit %s: sent %d bad record(s) of %s to %s in %.0f ms (first: %s[%d]@%d, field %r: %s)",
+                    commit_id, len(todo), table, self._topic, 1000 * (time.monotonic() - started), todo[0].topic,
+                    todo[0].partition, todo[0].offset, todo[0].field, todo[0].reason)
+        return len(todo)
+
+    async def _positions(self, group: str, tps: set[TopicPartition]) -> dict[tuple[str, int], int]:
+        """The group's dead-letter position of each of ``tps`` (absent: none sent yet). Asked for by
+        partition: asked for everything, a broker whose group coordinator is loading or moving
+        answers with an empty list, which would read as "nothing sent" and send it all again."""
+        for attempt in range(1, POSITION_ATTEMPTS + 1):
+            try:
+                committed = await self._admin.list_consumer_group_offsets(group, partitions=sorted(tps))
+            except KafkaError as exc:
+                if not exc.retriable or attempt == POSITION_ATTEMPTS:
+                    raise FrazilError(f"cannot read the dead-letter position of {group} ({type(exc).__name__}: "
+                                      f"{exc}); nothing was sent") from exc
+                log.warning("dead-letter position of %s: %s; try %d/%d", group, exc, attempt, POSITION_ATTEMPTS)
+                await asyncio.sleep(0.5 * attempt)
+                continue
+            missing = tps - set(committed)
+            if missing:
+                raise FrazilError(f"the broker did not say the dead-letter position of {group} for "
+                                  f"{sorted(missing)[:3]}; nothing was sent")
+            return {(tp.topic, tp.partition): meta.offset for tp, meta in committed.items() if meta.offset >= 0}
+        raise AssertionError("unreachable")
+
+    async def _read_back(self, letters: Sequence[DeadLetter]) -> dict[tuple[str, int, int], ConsumerRecord]:
+        """The bad records themselves, from the source (a seek per run of nearby offsets)."""
+        wanted: dict[TopicPartition, list[int]] = defaultdict(list)
+        for d in letters:
+            wanted[TopicPartition(d.topic, d.partition)].append(d.offset)
+        keys = {(d.topic, d.partition, d.offset) for d in letters}
+        found: dict[tuple[str, int, int], ConsumerRecord] = {}
+        for tp, offsets in sorted(wanted.items()):
+            offsets.sort()
+            self._reader.assign([tp])
+            i = 0
+            while i < len(offsets):
+                self._reader.seek(tp, offsets[i])
+                deadline = time.monotonic() + FETCH_TIMEOUT_S
+                while i < len(offsets):
+                    batch = (await self._reader.getmany(tp, timeout_ms=500, max_records=SEEK_GAP)).get(tp, [])
+                    if not batch:
+                        if time.monotonic() > deadline:
+                            first = (await self._reader.beginning_offsets([tp]))[tp]
+                            if offsets[i] >= first:
+                                raise FrazilError(f"cannot read {tp.topic}[{tp.partition}]@{offsets[i]} back from the "
+                                                  f"source within {FETCH_TIMEOUT_S:g}s to send it to the dead-letter "
+                                                  "topic; nothing was sent (the next coordinator tries again)")
+                            while i < len(offsets) and offsets[i] < first:
+                                i += 1   # deleted by retention: sent with the error only (loud)
+                            break
+                        continue
+                    deadline = time.monotonic() + FETCH_TIMEOUT_S
+                    for record in batch:
+                        if (tp.topic, tp.partition, record.offset) in keys:
+                            found[(tp.topic, tp.partition, record.offset)] = record
+                    last = batch[-1].offset
+                    while i < len(offsets) and offsets[i] <= last:
+                        i += 1
+                    if i < len(offsets) and offsets[i] - last > SEEK_GAP:
+                        break
+        return found

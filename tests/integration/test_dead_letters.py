@@ -1,0 +1,166 @@
+"""The dead-letter topic, with the real broker and catalog: a stream of good records mixed with
+every kind of bad one, and the process SIGKILLed where a landed commit's bad records are on their
+way to the dead-letter topic. Afterwards every good record is in the table once, every bad record
+is in the dead-letter topic once (read_committed) with its own key, value and headers and headers
+that name the error, the field and where it came from, and nothing else is anywhere."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+import support
+from frazil.config import Config
+from frazil.local.kafka_broker import KafkaBroker
+
+pytestmark = [pytest.mark.integration]
+
+MODES = {"single": "", "distributed": '[coordination]\nmode = "distributed"\ncommit_timeout_s = 5\n'}
+RECORDS = 3000
+PARTITIONS = 2
+
+# every kind of record that cannot become a row as sent: (value, field the error names, words of its reason)
+BAD = [
+    (b'{"id": 1, "name": "x"', "", "not valid JSON"),
+    (b'[1, 2]', "", "not an object"),
+    (b'{"id": "seven", "name": "x"}', "id", ""),
+    (b'{"name": "no id"}', "id", "is required"),
+    (b'{"id": 7.5, "name": "x"}', "id", "fractional part"),
+    (b'{"id": 123456789012345678901234567890}', "id", ""),
+    (b'{"id": 8, "Name": "x"}', "Name", "differs only in case from column 'name'"),
+    (b'{"id": 9, "extra": true}', "extra", "the table has no such column"),
+    (b'{"id": 10, "at": 1795428000123}', "at", "declares no unit"),
+]
+
+
+def is_bad(i: int) -> bool:
+    return i % 7 == 3
+
+
+def value_of(i: int) -> bytes:
+    return BAD[(i // 7) % len(BAD)][0] if is_bad(i) else support.record(i)
+
+
+async def produce(bootstrap: str, topic: str) -> None:
+    """Record i to partition i % 2, keyed, some with headers of their own."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=20)
+    await producer.start()
+    try:
+        futures = [await producer.send(topic, value_of(i), key=f"k{i}".encode(), partition=i % PARTITIONS,
+                                       headers=[("origin", f"h{i}".encode())] if i % 2 else None)
+                   for i in range(RECORDS)]
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+async def dead_letters(bootstrap: str, topic: str) -> list:  # type: ignore[type-arg]
+    """Everything committed in the dead-letter topic."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                                enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        if topic not in await consumer.topics():
+            return []
+        tps = [TopicPartition(topic, 0)]   # frazil creates it with one partition
+        consumer.assign(tps)
+        ends = await consumer.end_offsets(tps)
+        await consumer.seek_to_beginning(*tps)
+        out = []
+        idle = 0
+        while idle < 5 and await consumer.position(tps[0]) < ends[tps[0]]:
+            batches = await consumer.getmany(timeout_ms=1000)
+            idle = 0 if batches else idle + 1
+            for records in batches.values():
+                out.extend(records)
+        return out
+    finally:
+        with contextlib.suppress(asyncio.CancelledError):   # aiokafka's no-group coordinator task, on stop
+            await consumer.stop()
+
+
+def run(config: Path, log: Path, faults: str = "") -> subprocess.Popen[bytes]:
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "frazil.cli", "run", "--config", str(config)],
+                                stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "FRAZIL_FAULTS": faults})
+
+
+def table_offsets(cfg: Config) -> Counter[tuple[str, int, int]]:
+    return support.count_offsets(support.catalog_of(cfg), cfg.table.name)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("point", ["commit.after_catalog", "dead_letter.before_commit", "dead_letter.after_commit"])
+def test_every_bad_record_reaches_the_dead_letter_topic_once_across_a_kill(kafka: KafkaBroker, tmp_path: Path,
+                                                                             point: str, mode: str) -> None:
+    topic = f"dlq-{point.replace('.', '-').replace('_', '-')}-{mode}"
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
+    asyncio.run(produce(kafka.bootstrap, topic))
+    config = support.write_config(tmp_path, kafka.bootstrap, [topic], pipeline=topic, interval=0.5, extra=MODES[mode])
+    config.write_text(config.read_text().replace("[kafka]", 'on_bad_record = "dead_letter"\n\n[kafka]', 1))
+    cfg = support.load(config)
+    assert cfg.on_bad_record == "dead_letter"
+    log = tmp_path / "frazil.log"
+    ends = asyncio.run(support.end_offsets(kafka.bootstrap, [topic]))
+
+    proc = run(config, log, faults=f"{point}=kill")
+    assert proc.wait(timeout=120) == -signal.SIGKILL, log.read_text()[-3000:]
+    landed_before = sum(table_offsets(cfg).values())
+    sent_before = len(asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic)))
+    assert (sent_before > 0) == (point == "dead_letter.after_commit"), sent_before   # an open transaction is not read
+    assert landed_before > 0, "the kill came after a commit landed"
+
+    bad = {(topic, i % PARTITIONS, i // PARTITIONS): i for i in range(RECORDS) if is_bad(i)}
+    def all_sent() -> None:
+        sent = len(asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic)))
+        assert sent >= len(bad), f"{sent} of {len(bad)} bad records in the dead-letter topic"
+
+    def answering() -> None:   # the restarted coordinator has settled what the kill left and runs cycles
+        assert "replied to commit" in log.read_text()[restarted:], "no cycle yet"
+
+    restarted = len(log.read_text())
+    proc = run(config, log)
+    try:
+        support.wait_until_committed(support.catalog_of(cfg), cfg, ends, timeout=120, alive=lambda: proc.poll() is None)
+        support.wait_for(all_sent, proc, log, timeout=60)
+        support.wait_for(answering, proc, log, timeout=60)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
+
+    # every good record in the table once, no bad one
+    counts = table_offsets(cfg)
+    good = {(topic, i % PARTITIONS, i // PARTITIONS) for i in range(RECORDS) if not is_bad(i)}
+    assert {k for k, n in counts.items() if n > 1} == set(), "duplicated in the table"
+    assert set(counts) == good, f"lost {sorted(good - set(counts))[:5]}, unexpected {sorted(set(counts) - good)[:5]}"
+
+    # every bad record in the dead-letter topic once, as it was sent, saying why
+    letters = asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic))
+    seen: Counter[tuple[str, int, int]] = Counter()
+    for letter in letters:
+        h = {k: v.decode() for k, v in letter.headers if k.startswith("frazil.")}
+        where = (h["frazil.source.topic"], int(h["frazil.source.partition"]), int(h["frazil.source.offset"]))
+        seen[where] += 1
+        i = bad[where]
+        value, field, words = BAD[(i // 7) % len(BAD)]
+        assert (letter.key, letter.value) == (f"k{i}".encode(), value), where
+        assert h["frazil.error.field"] == field, (where, h)
+        assert words in h["frazil.error"] and h["frazil.error"], (where, h)
+        assert h["frazil.pipeline"] == cfg.pipeline and h["frazil.table"] == cfg.table.name
+        assert h["frazil.commit_id"].startswith(cfg.pipeline) and h["frazil.source.timestamp"]
+        own = [(k, v) for k, v in letter.headers if not k.startswith("frazil.")]
+        assert own == ([("origin", f"h{i}".encode())] if i % 2 else []), (where, own)
+    assert {k for k, n in seen.items() if n > 1} == set(), "duplicated in the dead-letter topic"
+    assert set(seen) == set(bad), f"missing {sorted(set(bad) - set(seen))[:5]}, unexpected {sorted(set(seen) - set(bad))[:5]}"
+    text = log.read_text()
+    assert "bad record(s) of db.events to" in text
