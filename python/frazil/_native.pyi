@@ -68,7 +68,8 @@ class JsonBuffer:
     cap on :attr:`bytes`; ``dedupe_by_key`` keeps the last record per key by (partition, offset)
     at drain. ``report_unknown_fields`` lists fields the schema does not have (the row is kept);
     ``reject_unknown_fields`` makes such a record a decode error naming the field (and a column
-    it differs from only in case).
+    it differs from only in case). ``fold_case`` lands a field that differs from a column only in
+    case in that column (two spellings of one column in a record are a decode error).
     """
 
     def __new__(
@@ -81,6 +82,7 @@ class JsonBuffer:
         report_unknown_fields: bool = False,
         dedupe_by_key: bool = False,
         reject_unknown_fields: bool = False,
+        fold_case: bool = False,
     ) -> JsonBuffer: ...
     def append(
         self,

@@ -40,9 +40,14 @@ def _check(args: argparse.Namespace) -> int:
         takes = " ".join(filter(None, (f"topics~{table.topics}" if table.topics else "",
                                        f"{'.'.join(table.route_field)}~{table.route}" if table.route_field else "")))
         units = ",".join(f"{c.name}:{c.unit}" for c in table.columns if c.unit)
+        rounded = ",".join(c.name for c in table.columns if c.rounding)
         print(f"  table      {table.name} columns={len(table.columns) or 'inferred'} metadata_columns={table.metadata_columns} "
               f"partition_by={list(table.partition_by)} takes={takes or 'every record'} "
-              f"unknown_fields={table.unknown_fields}" + (f" units={units}" if units else ""))
+              f"unknown_fields={table.unknown_fields}" + (f" units={units}" if units else "")
+              + (f" rounding(half_even)={rounded}" if rounded else "")
+              + (" case_insensitive" if table.case_insensitive else ""))
+    print(f"  bad records {cfg.on_bad_record}" + (f" -> {cfg.dead_letter_topic}" if cfg.on_bad_record == "dead_letter"
+                                                 else " (stop, naming the record)"))
     if cfg.dynamic is not None:
         d = cfg.dynamic
         print(f"  dynamic    {d.table}{' for topics ~' + d.topics if d.topics else ''}: "

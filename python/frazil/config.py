@@ -30,6 +30,7 @@ class Column:
     required: bool = False
     doc: str | None = None
     unit: str | None = None    # timestamps: what a number sent for it counts (s, ms, us, ns); None: text only
+    rounding: str | None = None   # int, long, decimal: "half_even" rounds digits past the scale; None: refused
 
 
 TIME_UNITS = ("s", "ms", "us", "ns")
@@ -79,8 +80,10 @@ class TableConfig:
     maps: tuple[str, ...] = ()        # with no columns: dotted paths of objects inferred as map<string, V>
     sort_order: str = ""              # the table's sort order when created, e.g. "event_time DESC"
     properties: dict[str, str] = field(default_factory=dict)   # set on the table, created or existing
-    # a record field the table has no column for: "fail" (a bad record) or "ignore" (dropped, counted)
+    # a record field the table has no column for: "fail" (a bad record), "ignore" (dropped, counted)
+    # or "evolve" (the table gets the column)
     unknown_fields: str = "fail"
+    case_insensitive: bool = False    # a field differing from a column only in case lands in it
 
     @property
     def routed(self) -> bool:
@@ -108,6 +111,7 @@ class DynamicConfig:
     sort_order: str = ""
     properties: dict[str, str] = field(default_factory=dict)
     unknown_fields: str = "fail"
+    case_insensitive: bool = False
 
     @property
     def placeholders(self) -> tuple[str, ...]:
@@ -139,7 +143,8 @@ class DynamicConfig:
     def table_config(self, name: str) -> TableConfig:
         return TableConfig(name, self.columns, self.create, self.metadata_columns, self.partition_by,
                            identifier_columns=self.identifier_columns, sort_order=self.sort_order,
-                           properties=dict(self.properties), maps=self.maps, unknown_fields=self.unknown_fields)
+                           properties=dict(self.properties), maps=self.maps, unknown_fields=self.unknown_fields,
+                           case_insensitive=self.case_insensitive)
 
 
 def normalise(value: str) -> str:
@@ -296,7 +301,14 @@ def _columns(raw: Any, key: str) -> tuple[Column, ...]:
         if unit is not None and (column_type not in ("timestamp", "timestamptz") or unit not in TIME_UNITS):
             raise ConfigError(f"{s.key('unit')} {unit!r}: a unit is for timestamp and timestamptz columns, one of "
                               f"{', '.join(TIME_UNITS)} (what a number sent for the column counts since the epoch)")
-        columns.append(Column(name, column_type, s.get("required", bool, False), s.get("doc", str, None), unit))
+        rounding = s.get("rounding", str, None)
+        if rounding is not None and (rounding != "half_even"
+                                     or not (column_type in ("int", "long") or column_type.startswith("decimal"))):
+            raise ConfigError(f"{s.key('rounding')} {rounding!r}: rounding is \"half_even\", for int, long and decimal "
+                              "columns (without it a fraction for an integer, or digits past a decimal's scale, make "
+                              "a bad record)")
+        columns.append(Column(name, column_type, s.get("required", bool, False), s.get("doc", str, None), unit,
+                              rounding))
         s.finish()
     return tuple(columns)
 
@@ -399,7 +411,7 @@ def _shape(s: _Section, columns_name: str) -> dict[str, Any]:
     return {"columns": columns, "create": s.get("create", bool, True),
             "metadata_columns": s.get("metadata_columns", bool, True), "partition_by": partition_by,
             "maps": tuple(maps), "identifier_columns": identifiers, "sort_order": sort_order, "properties": properties,
-            "unknown_fields": unknown_fields}
+            "unknown_fields": unknown_fields, "case_insensitive": s.get("case_insensitive", bool, False)}
 
 
 def _table(s: _Section) -> TableConfig:

@@ -93,3 +93,28 @@ async def test_a_value_that_would_land_changed_stops_the_pipeline_naming_record_
     assert (exc.value.topic, exc.value.partition, exc.value.offset, exc.value.field) == (topic, 0, 2, field), exc.value
     assert message in str(exc.value), str(exc.value)
     assert support.stored(support.catalog_of(cfg), cfg).get((topic, 0), 0) <= 2   # the bad record has not vanished
+
+
+async def test_rounding_lands_half_to_even_only_where_the_config_allows_it(kafka: KafkaBroker, tmp_path: Path) -> None:
+    """``rounding = "half_even"`` on a column: a fraction into an integer, or digits past a
+    decimal's scale, land rounded half to even there; the column without it still refuses them."""
+    topic = "values-rounding"
+    await support.create_topic(kafka.bootstrap, topic, 1)
+    path = config(tmp_path, kafka.bootstrap, topic)
+    path.write_text(path.read_text().replace(
+        '{ name = "amount", type = "decimal(10, 2)" },',
+        '{ name = "amount", type = "decimal(10, 2)", rounding = "half_even" },\n'
+        '  { name = "qty", type = "long", rounding = "half_even" },\n  { name = "exact", type = "long" },'))
+    sent = [("1.235", 2.5), ("1.245", 3.5), ("-1.005", -2.5), ("7", 7.49)]
+    values = [json.dumps({"id": i, "amount": a, "qty": q}).encode() for i, (a, q) in enumerate(sent)]
+    values.append(json.dumps({"id": 9, "exact": 1.5}).encode())
+    await support.produce(kafka.bootstrap, topic, values, 1)
+    cfg = support.load(path)
+    with pytest.raises(RecordDecodeError) as exc:   # the column without rounding still refuses
+        await asyncio.wait_for(daemon.serve(cfg, asyncio.Event()), 60)
+    assert (exc.value.offset, exc.value.field) == (4, "exact") and "fractional part" in str(exc.value)
+    path.write_text(path.read_text().replace('[pipeline]', '[pipeline]\non_bad_record = "dead_letter"'))
+    await support.run_until_committed(support.load(path), {(topic, 0): 5})
+    rows = support.catalog_of(cfg).load_table("db.values").scan().to_arrow().sort_by("id").to_pylist()
+    assert [(r["amount"], r["qty"]) for r in rows] == [
+        (Decimal("1.24"), 2), (Decimal("1.24"), 4), (Decimal("-1.00"), -2), (Decimal("7.00"), 7)]

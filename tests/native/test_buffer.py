@@ -157,3 +157,22 @@ def test_a_near_miss_inside_lists_and_structs_is_a_bad_record_when_unknown_field
                                       Rec(2, b'{"geo": {"lat": 1.5}}'), Rec(3, b'{"geo": {"lon": 1.5}, "other": 1}')])
     assert [(p.offset, p.field) for p in problems] == [(0, "items"), (1, "Items[1].sku"), (2, "geo.lat")]
     assert buffer.rows == 1 and buffer.fields_ignored == 2
+
+
+def test_case_insensitive_lands_near_misses_in_their_columns_and_refuses_two_spellings() -> None:
+    class Rec:
+        def __init__(self, offset: int, value: bytes) -> None:
+            self.offset, self.timestamp, self.key, self.value = offset, 0, None, value
+
+    schema = pa.schema([pa.field("id", pa.int64(), False), pa.field("userId", pa.string()),
+                        pa.field("geo", pa.struct([pa.field("Lat", pa.float64())]))])
+    recs = [Rec(0, b'{"ID": 1, "userid": "a", "GEO": {"lat": 1.5}}'), Rec(1, b'{"id": 2, "userId": "b"}'),
+            Rec(2, b'{"id": 3, "userid": "c", "USERID": "d"}'), Rec(3, b'{"id": 4, "other": 1}')]
+    folding = RecordBuffer(schema, metadata_columns=False, case_insensitive=True)
+    problems = folding.append("t", 0, recs)
+    assert [(p.offset, p.field) for p in problems] == [(2, ""), (3, "other")], problems
+    assert "both match column 'userId'" in problems[0].reason
+    assert folding.drain().to_pylist() == [{"id": 1, "userId": "a", "geo": {"Lat": 1.5}},
+                                           {"id": 2, "userId": "b", "geo": None}]
+    exact = RecordBuffer(schema, metadata_columns=False)   # off by default: a near miss is a bad record
+    assert [p.offset for p in exact.append("t", 0, recs)] == [0, 2, 3]

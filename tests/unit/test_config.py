@@ -62,6 +62,11 @@ def test_defaults_and_relative_paths(tmp_path: Path) -> None:
         (with_("table", columns=[{"name": "t", "type": "timestamptz", "unit": "minutes"}]),
          "table.columns[0].unit 'minutes': a unit is for timestamp and timestamptz columns, one of s, ms, us, ns"),
         (with_("table", columns=[{"name": "n", "type": "long", "unit": "ms"}]), "a unit is for timestamp and timestamptz"),
+        (with_("table", columns=[{"name": "s", "type": "string", "rounding": "half_even"}]),
+         "rounding is \"half_even\", for int, long and decimal columns"),
+        (with_("table", columns=[{"name": "n", "type": "long", "rounding": "up"}]), "table.columns[0].rounding 'up'"),
+        (with_("pipeline", on_bad_record="dead_letter", dead_letter_topic="t"), "kafka.topics lists 't', the pipeline's "
+                                                                                "dead-letter topic"),
     ],
 )
 def test_errors_name_the_key(data: dict, message: str) -> None:
@@ -211,3 +216,12 @@ def test_units_and_unknown_fields_reach_the_table_config() -> None:
     assert cfg.table.unknown_fields == "ignore"
     assert [(c.name, c.unit) for c in cfg.table.columns] == [("id", None), ("at", "ms")]
     assert config.parse(MINIMAL).table.unknown_fields == "fail"   # never a silent drop by default
+    assert not config.parse(MINIMAL).table.case_insensitive and config.parse(MINIMAL).on_bad_record == "fail"
+    cfg = config.parse({**with_("table", unknown_fields="evolve", case_insensitive=True, columns=[
+        {"name": "id", "type": "long", "rounding": "half_even"}, {"name": "d", "type": "decimal(9, 2)",
+                                                                  "rounding": "half_even"}]),
+                        "pipeline": {"name": "p", "on_bad_record": "dead_letter"}})
+    assert (cfg.table.unknown_fields, cfg.table.case_insensitive) == ("evolve", True)
+    assert [c.rounding for c in cfg.table.columns] == ["half_even", "half_even"]
+    assert (cfg.on_bad_record, cfg.dead_letter_topic) == ("dead_letter", "frazil-dead-letters-p")
+    assert cfg.dead_letter_topic in cfg.kafka.exclude_topics   # never consumed, even by a pattern

@@ -293,14 +293,18 @@ def dynamic_tables(catalog: Catalog, dynamic: DynamicConfig) -> list[str]:
 
 
 UNIT_KEY = b"frazil.unit"   # field metadata the native decoder reads: the unit of numbers for a timestamp
+ROUNDING_KEY = b"frazil.rounding"   # and: round digits past an integer's or decimal's scale (half_even)
 
 
-def arrow_schema(table: Table, units: Mapping[str, str] | None = None) -> pa.Schema:
+def arrow_schema(table: Table, options: Mapping[str, Mapping[bytes, bytes]] | None = None) -> pa.Schema:
     """The Arrow schema the native buffer decodes into: the table's schema, field ids included;
-    ``units``: per top-level timestamp column, the unit numbers sent for it count (s, ms, us, ns)."""
+    ``options``: per top-level column, field metadata the native decoder reads (``UNIT_KEY``: the
+    unit numbers sent for a timestamp count; ``ROUNDING_KEY``: round digits past the scale)."""
     schema = schema_to_pyarrow(table.schema())
-    for name, unit in (units or {}).items():
+    for name, metadata in (options or {}).items():
         i = schema.get_field_index(name)
+        if i < 0:
+            continue
         field = schema.field(i)
-        schema = schema.set(i, field.with_metadata({**(field.metadata or {}), UNIT_KEY: unit.encode()}))
+        schema = schema.set(i, field.with_metadata({**(field.metadata or {}), **metadata}))
     return schema

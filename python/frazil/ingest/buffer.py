@@ -42,19 +42,20 @@ class RecordBuffer:
     """Decodes JSON record values into rows of one Arrow schema, off the GIL."""
 
     def __init__(self, schema: pa.Schema, *, metadata_columns: bool, max_bytes: int | None = None,
-                 strict_fields: str | None = None, unknown_fields: str = "fail") -> None:
+                 strict_fields: str | None = None, unknown_fields: str = "fail", case_insensitive: bool = False) -> None:
         """A field the schema does not have: with ``unknown_fields="fail"`` a bad record (named
         with its path, and a column it differs from only in case), for the reason
         ``strict_fields`` when given (a table whose schema was inferred); with ``"ignore"`` it is
         dropped and counted in :attr:`fields_ignored`, unless it differs from a column only in
-        case (a near miss would land as NULL): that is a bad record either way. A bad record is
-        never appended: the rest of its batch is."""
+        case (a near miss would land as NULL): that is a bad record either way, unless
+        ``case_insensitive``: then it lands in that column. A bad record is never appended: the
+        rest of its batch is."""
         self._ignore = unknown_fields == "ignore"
         self._strict = None if self._ignore else strict_fields
         try:
             self._native = _native.JsonBuffer(
                 schema=schema, metadata_columns=metadata_columns, max_bytes=max_bytes,
-                report_unknown_fields=self._ignore, reject_unknown_fields=not self._ignore)
+                report_unknown_fields=self._ignore, reject_unknown_fields=not self._ignore, fold_case=case_insensitive)
         except _native.NativeError as exc:
             raise FrazilError(f"the record buffer cannot use this table schema: {exc}") from exc
         self.schema = schema

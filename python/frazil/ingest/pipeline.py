@@ -35,7 +35,7 @@ from frazil.ingest.positions import Positions
 from frazil.ingest.routing import Router
 from frazil.ingest.source import KafkaSource
 from frazil.ingest.targets import Targets
-from frazil.ingest.targets import units as targets_units
+from frazil.ingest.targets import value_options
 from frazil.metrics import Metrics
 from frazil.spark.bulk import SparkWriter
 from frazil.txlog import Journal
@@ -331,7 +331,7 @@ class Pipeline:
             log.warning("table %s: %s[%d]@%d asks for a schema change that cannot be made: %s", name, tp[0], tp[1],
                         errors[0].offset, exc)
             return errors
-        schema = iceberg_catalog.arrow_schema(table, targets_units(target.cfg))
+        schema = iceberg_catalog.arrow_schema(table, value_options(target.cfg))
         if schema == before:
             return errors   # nothing to change: bad records
         if made:

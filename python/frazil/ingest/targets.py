@@ -124,10 +124,10 @@ class Targets:
     def buffer_for(self, cfg: TableConfig, table: Table, *, inferred: bool) -> RecordBuffer:
         """A record buffer for ``table`` as it is now. With one declared table and nothing else it
         has the memory budget as a hard cap."""
-        return RecordBuffer(iceberg_catalog.arrow_schema(table, units(cfg)), metadata_columns=cfg.metadata_columns,
+        return RecordBuffer(iceberg_catalog.arrow_schema(table, value_options(cfg)), metadata_columns=cfg.metadata_columns,
                             max_bytes=self._budget if self.single else None,
                             strict_fields=_strict(cfg.name) if inferred else None,
-                            unknown_fields=cfg.unknown_fields)
+                            unknown_fields=cfg.unknown_fields, case_insensitive=cfg.case_insensitive)
 
     def evolved(self, target: Target, table: Table) -> None:
         """``table`` has a newer schema than ``target``'s buffer: what it holds is carried (written
@@ -182,7 +182,13 @@ def _strict(table: str) -> str:
             "records, or is the table's own); declare its columns to take more fields")
 
 
-def units(cfg: TableConfig) -> dict[str, str]:
-    """The declared unit of numbers per timestamp column (the native decoder refuses numbers for
-    a timestamp column without one: never a guess)."""
-    return {c.name: c.unit for c in cfg.columns if c.unit is not None}
+def value_options(cfg: TableConfig) -> dict[str, dict[bytes, bytes]]:
+    """Per column, how the native decoder takes its values: the declared unit of numbers for a
+    timestamp (it refuses numbers without one: never a guess), and rounding where allowed."""
+    out: dict[str, dict[bytes, bytes]] = {}
+    for c in cfg.columns:
+        if c.unit is not None:
+            out.setdefault(c.name, {})[iceberg_catalog.UNIT_KEY] = c.unit.encode()
+        if c.rounding is not None:
+            out.setdefault(c.name, {})[iceberg_catalog.ROUNDING_KEY] = c.rounding.encode()
+    return out

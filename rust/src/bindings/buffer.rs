@@ -81,7 +81,8 @@ pub struct JsonBuffer {
 #[pymethods]
 impl JsonBuffer {
     #[new]
-    #[pyo3(signature = (*, schema, metadata_columns = false, max_bytes = None, shards = 16, report_unknown_fields = false, dedupe_by_key = false, reject_unknown_fields = false))]
+    #[pyo3(signature = (*, schema, metadata_columns = false, max_bytes = None, shards = 16, report_unknown_fields = false, dedupe_by_key = false, reject_unknown_fields = false, fold_case = false))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         schema: PyArrowType<Schema>,
         metadata_columns: bool,
@@ -90,8 +91,10 @@ impl JsonBuffer {
         report_unknown_fields: bool,
         dedupe_by_key: bool,
         reject_unknown_fields: bool,
+        fold_case: bool,
     ) -> PyResult<Self> {
-        let options = Options { metadata_columns, max_bytes, shards, report_unknown_fields, dedupe_by_key, reject_unknown_fields };
+        let options =
+            Options { metadata_columns, max_bytes, shards, report_unknown_fields, dedupe_by_key, reject_unknown_fields, fold_case };
         let inner = buffer::JsonBuffer::new(Arc::new(schema.0), options).map_err(arrow_err)?;
         Ok(Self { inner })
     }

@@ -28,6 +28,9 @@ use base64::Engine;
 const UUID_EXTENSION: &str = "arrow.uuid";
 /// Field metadata: the unit of a number sent for a timestamp column (`s`, `ms`, `us`, `ns`).
 pub const UNIT_KEY: &str = "frazil.unit";
+/// Field metadata: `half_even` lets an integer or decimal column round digits past its scale
+/// (a fraction into an integer, too many decimal places) instead of refusing the record.
+pub const ROUNDING_KEY: &str = "frazil.rounding";
 
 #[derive(Debug, Default)]
 pub(crate) struct Factory;
@@ -40,12 +43,21 @@ impl DecoderFactory for Factory {
         _is_nullable: bool,
     ) -> Result<Option<Box<dyn ArrayDecoder>>, ArrowError> {
         let is_uuid = field.metadata().get("ARROW:extension:name").map(String::as_str) == Some(UUID_EXTENSION);
+        let round = match field.metadata().get(ROUNDING_KEY).map(String::as_str) {
+            None => false,
+            Some("half_even") => true,
+            Some(other) => {
+                return Err(ArrowError::SchemaError(format!("field {:?}: rounding {other:?} is not half_even", field.name())))
+            }
+        };
         Ok(match field.data_type() {
-            DataType::Int8 => Some(Box::new(ExactInt::<Int8Builder>::new("an int8"))),
-            DataType::Int16 => Some(Box::new(ExactInt::<Int16Builder>::new("an int16"))),
-            DataType::Int32 => Some(Box::new(ExactInt::<Int32Builder>::new("an int (32-bit)"))),
-            DataType::Int64 => Some(Box::new(ExactInt::<Int64Builder>::new("a long (64-bit)"))),
-            DataType::Decimal128(precision, scale) => Some(Box::new(ExactDecimal { precision: *precision, scale: *scale })),
+            DataType::Int8 => Some(Box::new(ExactInt::<Int8Builder>::new("an int8", round))),
+            DataType::Int16 => Some(Box::new(ExactInt::<Int16Builder>::new("an int16", round))),
+            DataType::Int32 => Some(Box::new(ExactInt::<Int32Builder>::new("an int (32-bit)", round))),
+            DataType::Int64 => Some(Box::new(ExactInt::<Int64Builder>::new("a long (64-bit)", round))),
+            DataType::Decimal128(precision, scale) => {
+                Some(Box::new(ExactDecimal { precision: *precision, scale: *scale, round }))
+            }
             DataType::Timestamp(unit, tz) => {
                 let sent = match field.metadata().get(UNIT_KEY).map(String::as_str) {
                     None => None,
@@ -169,6 +181,12 @@ fn number_text<'a>(tape: &Tape<'a>, p: u32, expected: &str) -> Result<Option<&'a
 /// `text` (a JSON number, or a string holding one) times 10^`scale`, exactly: an error when a
 /// non-zero digit would be cut off, or when it does not fit an i128.
 pub(crate) fn exact_scaled(text: &str, scale: i8) -> Result<i128, String> {
+    scaled(text, scale, false)
+}
+
+/// [`exact_scaled`], or with `round` the digits past `scale` rounded half to even (`2.5` to 2,
+/// `3.5` to 4, `-2.5` to -2) instead of refused. An overflow is an error either way.
+pub(crate) fn scaled(text: &str, scale: i8, round: bool) -> Result<i128, String> {
     if scale == 0 {
         if let Ok(v) = text.parse::<i64>() {
             return Ok(v as i128); // the common case: a plain integer, no scan below
@@ -196,15 +214,27 @@ pub(crate) fn exact_scaled(text: &str, scale: i8) -> Result<i128, String> {
     let kept = if shift >= 0 { count } else { count.saturating_sub(shift.unsigned_abs() as usize) };
     let overflow = || format!("{text} is too large");
     let mut value: i128 = 0;
+    let (mut first_dropped, mut rest_nonzero) = (None, false);
     for (i, b) in whole.bytes().chain(fraction.bytes()).enumerate() {
         if i < kept {
             value = value.checked_mul(10).and_then(|v| v.checked_add((b - b'0') as i128)).ok_or_else(overflow)?;
+        } else if !round {
+            if b != b'0' {
+                return Err(if scale == 0 {
+                    format!("{text} has a fractional part")
+                } else {
+                    format!("{text} has more than {scale} digit(s) after the decimal point")
+                });
+            }
+        } else if first_dropped.is_none() {
+            first_dropped = Some(b - b'0');
         } else if b != b'0' {
-            return Err(if scale == 0 {
-                format!("{text} has a fractional part")
-            } else {
-                format!("{text} has more than {scale} digit(s) after the decimal point")
-            });
+            rest_nonzero = true;
+        }
+    }
+    if let Some(d) = first_dropped {
+        if d > 5 || (d == 5 && (rest_nonzero || value % 2 == 1)) {
+            value = value.checked_add(1).ok_or_else(overflow)?;
         }
     }
     if shift > 0 && value != 0 {
@@ -217,12 +247,13 @@ pub(crate) fn exact_scaled(text: &str, scale: i8) -> Result<i128, String> {
 /// Integers that fit the column exactly; a fraction or an overflow is an error, never a cut.
 struct ExactInt<B> {
     what: &'static str,
+    round: bool,
     _builder: std::marker::PhantomData<B>,
 }
 
 impl<B> ExactInt<B> {
-    fn new(what: &'static str) -> Self {
-        Self { what, _builder: std::marker::PhantomData }
+    fn new(what: &'static str, round: bool) -> Self {
+        Self { what, round, _builder: std::marker::PhantomData }
     }
 }
 
@@ -235,7 +266,8 @@ where
         for &p in pos {
             match number_text(tape, p, "an integer")? {
                 Some(text) => {
-                    let value = exact_scaled(text, 0).map_err(|e| ArrowError::JsonError(format!("{e}; the column is {}", self.what)))?;
+                    let value = scaled(text, 0, self.round)
+                        .map_err(|e| ArrowError::JsonError(format!("{e}; the column is {}", self.what)))?;
                     let value = T::Native::try_from(value)
                         .map_err(|_| ArrowError::JsonError(format!("{text} does not fit {}", self.what)))?;
                     builder.append_value(value);
@@ -252,6 +284,7 @@ where
 struct ExactDecimal {
     precision: u8,
     scale: i8,
+    round: bool,
 }
 
 impl ArrayDecoder for ExactDecimal {
@@ -262,7 +295,7 @@ impl ArrayDecoder for ExactDecimal {
         for &p in pos {
             match number_text(tape, p, "a decimal number")? {
                 Some(text) => {
-                    let value = exact_scaled(text, scale)
+                    let value = scaled(text, scale, self.round)
                         .map_err(|e| ArrowError::JsonError(format!("{e}; the column is decimal({precision}, {scale})")))?;
                     if value.abs() >= limit {
                         return Err(ArrowError::JsonError(format!(
@@ -398,6 +431,29 @@ mod tests {
         for bad in ["", "-", "1.2.3", "abc", "1e", "0x10", "."] {
             assert!(exact_scaled(bad, 0).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn rounding_is_half_to_even_and_only_when_asked() {
+        for (text, scale, want) in [
+            ("2.5", 0, 2),
+            ("3.5", 0, 4),
+            ("-2.5", 0, -2),
+            ("-3.5", 0, -4),
+            ("2.51", 0, 3),
+            ("2.4999", 0, 2),
+            ("7.9", 0, 8),
+            ("0.005", 2, 0),
+            ("0.015", 2, 2),
+            ("1.2350001", 2, 124),
+            ("1.239", 2, 124),
+            ("12.34", 2, 1234),
+            ("25e-1", 0, 2),
+        ] {
+            assert_eq!(scaled(text, scale, true), Ok(want), "{text} at scale {scale}");
+        }
+        assert!(scaled("1e400", 0, true).unwrap_err().contains("too large"));
+        assert!(scaled("7.9", 0, false).unwrap_err().contains("fractional"));
     }
 
     #[test]

@@ -114,6 +114,9 @@ pub struct Options {
     /// A field the schema does not have makes its record a bad record (arrow-json's strict mode,
     /// at no cost), named with its path; one that differs from a column only in case says so.
     pub reject_unknown_fields: bool,
+    /// A field that differs from a column only in case lands in that column (each value is
+    /// parsed once more to find such fields); two spellings of one column in a record are an error.
+    pub fold_case: bool,
 }
 
 impl Default for Options {
@@ -125,6 +128,7 @@ impl Default for Options {
             report_unknown_fields: false,
             dedupe_by_key: false,
             reject_unknown_fields: false,
+            fold_case: false,
         }
     }
 }
@@ -214,7 +218,7 @@ impl JsonBuffer {
         for (i, value) in records.values.iter().enumerate() {
             unknown.clear();
             let report = self.options.report_unknown_fields.then_some(&mut unknown);
-            match validate::check(value.as_ref(), self.value_schema.fields(), report) {
+            match validate::check_folding(value.as_ref(), self.value_schema.fields(), report, self.options.fold_case) {
                 Ok(checked) => {
                     // a field that differs from a column only in case is a bad record, never dropped
                     let near = unknown.iter().find_map(|path| validate::near_miss(self.value_schema.fields(), path).map(|c| (path, c)));

@@ -17,6 +17,18 @@ pub(crate) enum Checked {
 /// so numbers are parsed once. With `unknown` set, fields missing from `fields` are pushed as
 /// dotted paths (this parses the value with serde_json).
 pub(crate) fn check(value: &[u8], fields: &Fields, unknown: Option<&mut Vec<String>>) -> Result<Checked, String> {
+    check_folding(value, fields, unknown, false)
+}
+
+/// [`check`]; with `fold_case`, a field whose name differs from a column's only in case is
+/// renamed to the column's (the value is parsed and, when a name changed, re-serialized); two
+/// fields of one object that fold to the same column are an error naming both.
+pub(crate) fn check_folding(
+    value: &[u8],
+    fields: &Fields,
+    unknown: Option<&mut Vec<String>>,
+    fold_case: bool,
+) -> Result<Checked, String> {
     let first = value.iter().find(|b| !b.is_ascii_whitespace());
     let last = value.iter().rev().find(|b| !b.is_ascii_whitespace());
     if first != Some(&b'{') || last != Some(&b'}') {
@@ -26,14 +38,15 @@ pub(crate) fn check(value: &[u8], fields: &Fields, unknown: Option<&mut Vec<Stri
         });
     }
     let surrogate = has_escaped_surrogate(value);
-    if unknown.is_none() && !surrogate {
+    if unknown.is_none() && !surrogate && !fold_case {
         return Ok(Checked::Ok);
     }
-    let parsed: serde_json::Value = serde_json::from_slice(value).map_err(|e| format!("value is not valid JSON: {e}"))?;
+    let mut parsed: serde_json::Value = serde_json::from_slice(value).map_err(|e| format!("value is not valid JSON: {e}"))?;
+    let folded = fold_case && fold_keys(&mut parsed, fields, "")?;
     if let Some(out) = unknown {
         collect_unknown(&parsed, fields, "", out);
     }
-    if surrogate {
+    if surrogate || folded {
         return serde_json::to_vec(&parsed).map(Checked::Rewritten).map_err(|e| e.to_string());
     }
     Ok(Checked::Ok)
@@ -49,6 +62,52 @@ pub(crate) fn explain_syntax(value: &[u8]) -> Option<String> {
             Err(e) => Some(format!("value is not valid JSON: {e}")),
         },
     }
+}
+
+/// Renames the fields of `value` (and of its struct and list-of-struct fields) that match a
+/// column of `fields` only without regard to case; whether any was renamed.
+fn fold_keys(value: &mut serde_json::Value, fields: &Fields, prefix: &str) -> Result<bool, String> {
+    let serde_json::Value::Object(map) = value else { return Ok(false) };
+    let mut renames: Vec<(String, String)> = Vec::new();
+    for key in map.keys() {
+        if fields.iter().any(|f| f.name() == key) {
+            continue;
+        }
+        if let Some(column) = fields.iter().find(|f| f.name().eq_ignore_ascii_case(key)).map(|f| f.name().clone()) {
+            let path = |k: &str| if prefix.is_empty() { k.to_string() } else { format!("{prefix}.{k}") };
+            if let Some(other) = map.keys().find(|k| *k != key && k.eq_ignore_ascii_case(&column)) {
+                return Err(format!(
+                    "fields '{}' and '{}' both match column '{column}' once case is ignored (case_insensitive = true); \
+                     the record must have one of them",
+                    path(key),
+                    path(other)
+                ));
+            }
+            renames.push((key.clone(), column));
+        }
+    }
+    let mut changed = !renames.is_empty();
+    for (from, to) in renames {
+        if let Some(v) = map.remove(&from) {
+            map.insert(to, v);
+        }
+    }
+    for field in fields.iter() {
+        let Some(child) = map.get_mut(field.name()) else { continue };
+        let path = if prefix.is_empty() { field.name().clone() } else { format!("{prefix}.{}", field.name()) };
+        match (field.data_type(), child) {
+            (DataType::Struct(inner), child @ serde_json::Value::Object(_)) => changed |= fold_keys(child, inner, &path)?,
+            (DataType::List(item) | DataType::LargeList(item), serde_json::Value::Array(items)) => {
+                if let DataType::Struct(inner) = item.data_type() {
+                    for (i, element) in items.iter_mut().enumerate() {
+                        changed |= fold_keys(element, inner, &format!("{path}[{i}]"))?;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(changed)
 }
 
 fn collect_unknown(value: &serde_json::Value, fields: &Fields, prefix: &str, out: &mut Vec<String>) {
@@ -221,6 +280,19 @@ mod tests {
         assert_eq!(near_miss(&f, "l[3].B"), Some("b".to_string()));
         assert_eq!(near_miss(&f, "a.c"), None);
         assert_eq!(near_miss(&f, "x.b"), None);
+    }
+
+    #[test]
+    fn folding_renames_case_misses_at_every_level_and_refuses_two_spellings() {
+        let f = fields();
+        let Ok(Checked::Rewritten(out)) = check_folding(br#"{"A": {"B": 1}, "L": [{"b": 2}, {"B": 3}]}"#, &f, None, true) else {
+            panic!("expected a rewrite")
+        };
+        assert_eq!(String::from_utf8(out).unwrap(), r#"{"a":{"b":1},"l":[{"b":2},{"b":3}]}"#);
+        assert!(matches!(check_folding(br#"{"a": {"b": 1}}"#, &f, None, true), Ok(Checked::Ok)));
+        let err = check_folding(br#"{"a": {"b": 1, "B": 2}}"#, &f, None, true).err().unwrap();
+        assert!(err.contains("'a.B' and 'a.b' both match column 'b'") || err.contains("'a.b' and 'a.B'"), "{err}");
+        assert!(matches!(check_folding(br#"{"A": 1}"#, &f, None, false), Ok(Checked::Ok)));
     }
 
     #[test]
