@@ -10,6 +10,13 @@ from hypothesis import strategies as st
 from frazil import _native
 from frazil.ingest.buffer import RecordBuffer
 
+
+class Rec:
+    """A Kafka record as the buffer reads it."""
+
+    def __init__(self, offset: int, value: bytes | None) -> None:
+        self.offset, self.timestamp, self.key, self.value = offset, 0, None, value
+
 SCHEMA = pa.schema([
     pa.field("id", pa.int64(), nullable=False),
     pa.field("name", pa.string()),
@@ -61,10 +68,6 @@ def test_schema_errors_are_typed() -> None:
 
 
 def test_facade_turns_tombstones_into_errors() -> None:
-    class Rec:
-        def __init__(self, offset: int, value: bytes | None) -> None:
-            self.offset, self.timestamp, self.key, self.value = offset, 0, None, value
-
     buf = RecordBuffer(SCHEMA, metadata_columns=False)
     errors = buf.append("t", 0, [Rec(0, b'{"id": 5}'), Rec(1, None)])
     assert [e.offset for e in errors] == [1]
@@ -120,10 +123,6 @@ def test_drain_glues_a_trickle_of_small_batches_into_few_chunks_in_order() -> No
 
 
 def test_unknown_fields_fail_by_default_are_counted_when_ignored_and_a_near_miss_never_passes() -> None:
-    class Rec:
-        def __init__(self, offset: int, value: bytes) -> None:
-            self.offset, self.timestamp, self.key, self.value = offset, 0, None, value
-
     schema = pa.schema([pa.field("id", pa.int64(), False), pa.field("userId", pa.string()),
                         pa.field("inner", pa.struct([pa.field("Score", pa.float64())]))])
     recs = [Rec(0, b'{"id": 1, "userId": "a"}'), Rec(1, b'{"id": 2, "extra": 1}'), Rec(2, b'{"id": 3, "userid": "b"}'),
@@ -146,10 +145,6 @@ def test_unknown_fields_fail_by_default_are_counted_when_ignored_and_a_near_miss
 
 
 def test_a_near_miss_inside_lists_and_structs_is_a_bad_record_when_unknown_fields_are_ignored() -> None:
-    class Rec:
-        def __init__(self, offset: int, value: bytes) -> None:
-            self.offset, self.timestamp, self.key, self.value = offset, 0, None, value
-
     schema = pa.schema([pa.field("Items", pa.list_(pa.struct([pa.field("SKU", pa.string())]))),
                         pa.field("geo", pa.struct([pa.field("Lat", pa.float64())]))])
     buffer = RecordBuffer(schema, metadata_columns=False, unknown_fields="ignore")
@@ -160,10 +155,6 @@ def test_a_near_miss_inside_lists_and_structs_is_a_bad_record_when_unknown_field
 
 
 def test_case_insensitive_lands_near_misses_in_their_columns_and_refuses_two_spellings() -> None:
-    class Rec:
-        def __init__(self, offset: int, value: bytes) -> None:
-            self.offset, self.timestamp, self.key, self.value = offset, 0, None, value
-
     schema = pa.schema([pa.field("id", pa.int64(), False), pa.field("userId", pa.string()),
                         pa.field("geo", pa.struct([pa.field("Lat", pa.float64())]))])
     recs = [Rec(0, b'{"ID": 1, "userid": "a", "GEO": {"lat": 1.5}}'), Rec(1, b'{"id": 2, "userId": "b"}'),
