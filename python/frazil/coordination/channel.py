@@ -7,7 +7,8 @@ end of the topic (what was said before they joined is not for them); the coordin
 its own consumer group's committed position, so replies sent before a failover are read again
 by the next coordinator.
 
-The topic is created (one partition: one order for every event) if it does not exist.
+The topic is created (one partition: one order for every event; up to 3 replicas) if it does not
+exist.
 """
 
 from __future__ import annotations
@@ -30,16 +31,22 @@ from frazil.events.payloads import Event, Payload
 log = logging.getLogger(__name__)
 
 
+MAX_REPLICATION = 3   # frazil's own topics, as Kafka Connect's internal topics: 3 copies where there are 3 brokers
+
+
 async def ensure_topic(bootstrap: str, topic: str, kind: str = "control") -> None:
-    """Create ``topic`` (one partition) unless it exists; ``kind`` names it in the log."""
+    """Create ``topic`` (one partition; as many replicas as there are brokers, up to 3) unless it
+    exists; ``kind`` names it in the log."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
         if topic in await admin.list_topics():
             return
+        brokers = len((await admin.describe_cluster()).get("brokers") or []) or 1
+        replicas = min(MAX_REPLICATION, brokers)
         try:
-            await admin.create_topics([NewTopic(topic, 1, 1)])
-            log.info("created %s topic %s", kind, topic)
+            await admin.create_topics([NewTopic(topic, 1, replicas)])
+            log.info("created %s topic %s (1 partition, %d replica(s))", kind, topic, replicas)
         except TopicAlreadyExistsError:
             pass  # another process created it meanwhile
     finally:
