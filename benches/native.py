@@ -1,4 +1,6 @@
-"""Decode throughput of the native buffer against pyarrow.json and json.loads + from_pylist.
+"""Decode throughput of the native buffer against pyarrow.json and json.loads + from_pylist, and
+of the native buffer with the options that cost decode time (case_insensitive; one bad record in
+100 with on_bad_record = "dead_letter", which sends a chunk down the bisecting slow path).
 
 The same seeded payloads go through every system, on one and on two threads, in one run:
 - ``clickstream``: about 250-byte events (the demo's generator);
@@ -32,6 +34,7 @@ from frazil import _native
 from frazil.demo import sample_events
 
 CHUNK = 10_000
+BAD_EVERY = 100
 
 CLICKSTREAM = pa.schema([
     ("event_id", pa.string()), ("user_id", pa.int64()), ("session_id", pa.string()), ("event_type", pa.string()),
@@ -64,18 +67,34 @@ def chunks(values: list[bytes]) -> list[dict[str, object]]:
     return out
 
 
-def run_native(schema: pa.Schema, work: list[dict[str, object]], threads: int) -> int:
-    buf = _native.JsonBuffer(schema=schema)
+def run_native(schema: pa.Schema, work: list[dict[str, object]], threads: int, *, fold_case: bool = False,
+               bad_every: int = 0) -> int:
+    """``fold_case``: the table's case_insensitive option; ``bad_every``: one value in that many is
+    not a JSON object (on_bad_record = "dead_letter": the rest of its chunk is kept); rows kept are
+    counted with the bad ones, so every system reports the same total."""
+    buf = _native.JsonBuffer(schema=schema, fold_case=fold_case)
+    bad = [0] * len(work)
 
     def one(i: int) -> None:
         c = work[i]
+        values = c["bad_values"] if bad_every else c["values"]
         result = buf.append(topic="bench", partition=i % threads, offsets=c["offsets"], timestamps_ms=c["timestamps_ms"],
-                            keys=c["keys"], values=c["values"])
-        assert not result.errors
+                            keys=c["keys"], values=values)
+        bad[i] = len(result.errors)
+        assert bad[i] == (len(values) + bad_every - 1) // bad_every if bad_every else not result.errors
 
     _parallel(one, len(work), threads)
     batch = buf.drain()
-    return batch.num_rows if batch is not None else 0
+    return (batch.num_rows if batch is not None else 0) + sum(bad)
+
+
+def with_bad_values(work: list[dict[str, object]], every: int, schema: pa.Schema) -> None:
+    """A JSON object whose first integer field holds text: it passes the cheap checks and fails
+    in the decoder, so its chunk takes the bisecting slow path."""
+    field = next(f.name for f in schema if pa.types.is_integer(f.type))
+    bad = json.dumps({field: "not a number"}).encode()
+    for c in work:
+        c["bad_values"] = [bad if j % every == 0 else v for j, v in enumerate(c["values"])]
 
 
 def run_pyarrow_json(schema: pa.Schema, work: list[dict[str, object]], threads: int) -> int:
@@ -124,6 +143,9 @@ def _parallel(fn: Callable[[int], None], n: int, threads: int) -> None:
 
 SYSTEMS: dict[str, Callable[[pa.Schema, list[dict[str, object]], int], int]] = {
     "frazil-native": run_native,
+    # the table options that cost decode time, against the plain native rate in the same run
+    "native-fold-case": lambda schema, work, threads: run_native(schema, work, threads, fold_case=True),
+    "native-1pct-bad": lambda schema, work, threads: run_native(schema, work, threads, bad_every=BAD_EVERY),
     "pyarrow-json": run_pyarrow_json,
     "json-loads": run_json_loads,
 }
@@ -155,18 +177,19 @@ def main() -> int:
         "wide": (wide_schema(), wide_records(args.records // 4)),
     }
     rows: list[dict[str, object]] = []
-    print(f"{'workload':<12}{'system':<16}{'threads':>8}{'records/s':>14}{'MB/s':>9}{'vs json-loads':>15}", flush=True)
+    print(f"{'workload':<12}{'system':<18}{'threads':>8}{'records/s':>14}{'MB/s':>9}{'vs json-loads':>15}", flush=True)
     for workload, (schema, values) in workloads.items():
         work = chunks(values)
+        with_bad_values(work, BAD_EVERY, schema)
         nbytes = sum(len(v) for v in values)
         for threads in (1, 2):
             base = None
-            for system in ("json-loads", "pyarrow-json", "frazil-native"):
+            for system in ("json-loads", "pyarrow-json", "frazil-native", "native-fold-case", "native-1pct-bad"):
                 row = {"workload": workload, "avg_record_bytes": round(nbytes / len(values)),
                        **measure(system, schema, work, threads, len(values), nbytes, args.repeats)}
                 rows.append(row)
                 base = base or row["records_per_s"]
-                print(f"{workload:<12}{system:<16}{threads:>8}{row['records_per_s']:>14,}{row['mb_per_s']:>9.1f}"
+                print(f"{workload:<12}{system:<18}{threads:>8}{row['records_per_s']:>14,}{row['mb_per_s']:>9.1f}"
                       f"{row['records_per_s'] / base:>14.1f}x", flush=True)
     _results.write("native", rows, machine={"cpus": os.cpu_count(), "python": platform.python_version(),
                                             "pyarrow": pa.__version__})
