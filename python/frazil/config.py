@@ -407,7 +407,7 @@ def _shape(s: _Section, columns_name: str) -> dict[str, Any]:
         raise ConfigError(f"{s.key('unknown_fields')} {unknown_fields!r} must be one of {', '.join(UNKNOWN_FIELDS)}: "
                           "\"fail\" makes a record with a field the table has no column for a bad record, \"ignore\" "
                           "drops such fields and counts them (frazil_fields_ignored_total), \"evolve\" adds them to "
-                          "the table as optional columns (and widens int and decimal columns that values outgrow)")
+                          "the table as optional columns (and widens int, float and decimal columns that values outgrow)")
     return {"columns": columns, "create": s.get("create", bool, True),
             "metadata_columns": s.get("metadata_columns", bool, True), "partition_by": partition_by,
             "maps": tuple(maps), "identifier_columns": identifiers, "sort_order": sort_order, "properties": properties,

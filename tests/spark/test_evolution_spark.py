@@ -1,5 +1,5 @@
 """Schema evolution mid-stream, with the real broker, catalog and Spark: records gain a nested
-field and a list, and outgrow an int and a decimal column, right behind records of the old shape
+field and a list, and outgrow an int, a float and a decimal column, right behind records of the old shape
 (buffered when the change comes), while ``frazil run`` lands them (in distributed mode: two
 processes, one SIGKILLed as the change goes through). Every record lands
 once; old rows read back with NULL in the new columns and new rows with their values, the same
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from pyiceberg.schema import Schema
-from pyiceberg.types import DecimalType, DoubleType, IntegerType, LongType, NestedField, StructType
+from pyiceberg.types import DecimalType, DoubleType, FloatType, IntegerType, LongType, NestedField, StructType
 
 import support
 from frazil.config import CatalogConfig
@@ -37,9 +37,9 @@ PARTITIONS = 4
 
 def value(i: int) -> bytes:
     if i < OLD:
-        return json.dumps({"id": i, "qty": i, "price": "12.50", "geo": {"lat": 1.5}}).encode()
+        return json.dumps({"id": i, "qty": i, "price": "12.50", "geo": {"lat": 1.5}, "ratio": 0.5}).encode()
     return json.dumps({"id": i, "qty": 3_000_000_000 + i, "price": 123456.25, "geo": {"lat": 2.5, "alt": i},
-                       "tags": ["a", str(i)]}).encode()
+                       "tags": ["a", str(i)], "ratio": 1e39}).encode()
 
 
 def table_name(topic: str) -> str:
@@ -51,8 +51,9 @@ def create_table(catalog: Any, name: str) -> None:
     table as it is): an int, a decimal and a struct, and frazil's metadata columns."""
     fields = [NestedField(1, "id", LongType(), required=True), NestedField(2, "qty", IntegerType(), required=False),
               NestedField(3, "price", DecimalType(6, 2), required=False),
-              NestedField(4, "geo", StructType(NestedField(5, "lat", DoubleType(), required=False)), required=False)]
-    fields += [NestedField(6 + n, col, kind, required=req) for n, (col, kind, req) in enumerate(META_COLUMNS)]
+              NestedField(4, "geo", StructType(NestedField(5, "lat", DoubleType(), required=False)), required=False),
+              NestedField(6, "ratio", FloatType(), required=False)]
+    fields += [NestedField(7 + n, col, kind, required=req) for n, (col, kind, req) in enumerate(META_COLUMNS)]
     catalog.create_namespace_if_not_exists("db")
     catalog.create_table(name, Schema(*fields))
 
@@ -132,22 +133,24 @@ def test_records_that_outgrow_the_table_evolve_it_mid_stream_and_both_engines_re
     schema = table.schema()
     assert str(schema.find_field("qty").field_type) == "long" and str(schema.find_field("price").field_type) == "decimal(8, 2)"
     assert str(schema.find_field("geo.alt").field_type) == "long" and str(schema.find_field("tags").field_type) == "list<string>"
-    for name in ("id", "qty", "price", "geo", "geo.lat"):
+    assert str(schema.find_field("ratio").field_type) == "double"
+    for name in ("id", "qty", "price", "geo", "geo.lat", "ratio"):
         assert schema.find_field(name).field_id == before.find_field(name).field_id, name
     support.assert_exactly_once(support.count_offsets(catalog, cfg.table.name), ends)
     text = log.read_text()
     assert text.count("schema evolved") >= 1, text[-3000:]
     assert re.search(r"schema evolved .*; [1-9]\d* buffered row\(s\) go under it", text), "no old rows were buffered"
 
-    by_pyiceberg = {r["id"]: r for r in table.scan(selected_fields=("id", "qty", "price", "geo", "tags")).to_arrow().to_pylist()}
-    rows = spark.sql(f"SELECT id, qty, price, geo, tags FROM {warehouse.name}.{cfg.table.name}").collect()
+    by_pyiceberg = {r["id"]: r for r in table.scan(
+        selected_fields=("id", "qty", "price", "geo", "tags", "ratio")).to_arrow().to_pylist()}
+    rows = spark.sql(f"SELECT id, qty, price, geo, tags, ratio FROM {warehouse.name}.{cfg.table.name}").collect()
     by_spark = {r.id: {"id": r.id, "qty": r.qty, "price": r.price,
                        "geo": None if r.geo is None else {"lat": r.geo.lat, "alt": r.geo.alt},
-                       "tags": None if r.tags is None else list(r.tags)} for r in rows}
+                       "tags": None if r.tags is None else list(r.tags), "ratio": r.ratio} for r in rows}
     assert len(rows) == OLD + NEW and by_spark == by_pyiceberg, "Spark and pyiceberg disagree"
     for i in (0, OLD - 1):
         assert by_pyiceberg[i] == {"id": i, "qty": i, "price": Decimal("12.50"), "geo": {"lat": 1.5, "alt": None},
-                                   "tags": None}
+                                   "tags": None, "ratio": 0.5}
     for i in (OLD, OLD + NEW - 1):
         assert by_pyiceberg[i] == {"id": i, "qty": 3_000_000_000 + i, "price": Decimal("123456.25"),
-                                   "geo": {"lat": 2.5, "alt": i}, "tags": ["a", str(i)]}
+                                   "geo": {"lat": 2.5, "alt": i}, "tags": ["a", str(i)], "ratio": 1e39}

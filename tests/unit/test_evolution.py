@@ -13,6 +13,7 @@ from pyiceberg.types import (
     BooleanType,
     DecimalType,
     DoubleType,
+    FloatType,
     IntegerType,
     ListType,
     LongType,
@@ -31,6 +32,7 @@ SCHEMA = Schema(
     NestedField(6, "items", ListType(7, StructType(NestedField(8, "sku", StringType(), required=False)),
                                      element_required=False), required=False),
     NestedField(9, "Name", StringType(), required=False),
+    NestedField(10, "ratio", FloatType(), required=False),
 )
 
 
@@ -59,10 +61,12 @@ def test_the_decoders_reasons_widen_ints_and_decimal_precision_only_when_they_mu
     problems = [("qty", "3000000000 does not fit an int (32-bit)"),
                 ("price", "123456.5 has more than 4 digit(s) before the decimal point; the column is decimal(6, 2)"),
                 ("id", "12345678901234567890123 does not fit a long (64-bit)"),
-                ("qty", "7.5 has a fractional part; the column is an int (32-bit)")]
+                ("qty", "7.5 has a fractional part; the column is an int (32-bit)"),
+                ("ratio", "1e39 is out of range for a float (32-bit)")]
     changes = evolution.plan(SCHEMA, shape({"id": 1}), problems)
     assert [(c.kind, c.path, c.type) for c in changes] == [("widen", ("qty",), LongType()),
-                                                           ("widen", ("price",), DecimalType(8, 2))]
+                                                           ("widen", ("price",), DecimalType(8, 2)),
+                                                           ("widen", ("ratio",), DoubleType())]
     too_wide = [("price", f"{'9' * 40}.5 has more than 4 digit(s) before the decimal point")]
     assert evolution.plan(SCHEMA, shape({"id": 1}), too_wide) == []
 

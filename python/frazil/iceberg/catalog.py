@@ -193,9 +193,10 @@ NAME_MAPPING = "schema.name-mapping.default"
 
 
 def widened(declared: IcebergType, found: IcebergType) -> bool:
-    """Whether ``found`` is ``declared`` after a schema evolution widened it (int to long, a
-    decimal's precision)."""
-    if isinstance(declared, IntegerType) and isinstance(found, LongType):
+    """Whether ``found`` is ``declared`` after a schema evolution widened it (int to long, float
+    to double, a decimal's precision)."""
+    if (isinstance(declared, IntegerType) and isinstance(found, LongType)
+            or isinstance(declared, FloatType) and isinstance(found, DoubleType)):
         return True
     return (isinstance(declared, DecimalType) and isinstance(found, DecimalType) and declared.scale == found.scale
             and declared.precision < found.precision)

@@ -7,7 +7,8 @@ What records can change (docs/configuration.md, "Schema evolution"):
   (the inference rules: long, double, string, boolean, struct, list); nested fields of a struct,
   or of the structs in a list, become nested columns. A field that differs from a column only in
   case never does: it stays a bad record, naming both spellings;
-- an integer too large for an ``int`` column widens it to ``long``;
+- an integer too large for an ``int`` column widens it to ``long``, a number beyond a ``float``'s
+  range widens it to ``double``;
 - a decimal with more digits before the point than a ``decimal(p, s)`` column takes widens it to
   the precision it needs (at most 38; the scale never changes).
 Nothing else: a value of another kind (text for a number) is a bad record, never a rewrite; a
@@ -26,6 +27,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import (
     DecimalType,
+    DoubleType,
+    FloatType,
     IcebergType,
     IntegerType,
     ListType,
@@ -44,6 +47,7 @@ MAX_DECIMAL_PRECISION = 38
 ATTEMPTS = 5
 
 _TOO_LARGE_INT = re.compile(r"^-?\d+ does not fit an int \(32-bit\)")
+_TOO_LARGE_FLOAT = re.compile(r"^\S+ is out of range for a float \(32-bit\)")
 _DECIMAL_DIGITS = re.compile(r"^(-?\d+)(?:\.\d*)?(?:[eE][-+]?\d+)? has more than \d+ digit\(s\) before the decimal point")
 
 
@@ -103,6 +107,8 @@ def _widening(schema: Schema, field: str, reason: str) -> Change | None:
     names = _iceberg_path(schema, path)
     if isinstance(column.field_type, IntegerType) and _TOO_LARGE_INT.match(reason):
         return Change("widen", names, LongType())
+    if isinstance(column.field_type, FloatType) and _TOO_LARGE_FLOAT.match(reason):
+        return Change("widen", names, DoubleType())
     digits = _DECIMAL_DIGITS.match(reason)
     if isinstance(column.field_type, DecimalType) and digits:
         scale = column.field_type.scale

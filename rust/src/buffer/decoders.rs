@@ -20,7 +20,7 @@ use arrow::array::{
     TimestampNanosecondArray, TimestampSecondArray,
 };
 use arrow::compute::kernels::cast_utils::string_to_timestamp_nanos;
-use arrow::datatypes::{ArrowPrimitiveType, DataType, FieldRef, TimeUnit};
+use arrow::datatypes::{ArrowPrimitiveType, DataType, FieldRef, Float32Type, Float64Type, TimeUnit};
 use arrow::error::ArrowError;
 use arrow::json::reader::{ArrayDecoder, DecoderContext, DecoderFactory, Tape, TapeElement};
 use base64::Engine;
@@ -58,6 +58,8 @@ impl DecoderFactory for Factory {
             DataType::Decimal128(precision, scale) => {
                 Some(Box::new(ExactDecimal { precision: *precision, scale: *scale, round }))
             }
+            DataType::Float32 => Some(Box::new(Floats::<Float32Type>::new("a float (32-bit)"))),
+            DataType::Float64 => Some(Box::new(Floats::<Float64Type>::new("a double (64-bit)"))),
             DataType::Timestamp(unit, tz) => {
                 let sent = match field.metadata().get(UNIT_KEY).map(String::as_str) {
                     None => None,
@@ -279,6 +281,61 @@ where
     }
 }
 
+/// How a float column's type narrows a double: `None` when a finite double is beyond its range.
+trait FloatNative: ArrowPrimitiveType + Send {
+    fn narrow(v: f64) -> Option<Self::Native>;
+}
+
+impl FloatNative for Float32Type {
+    fn narrow(v: f64) -> Option<f32> {
+        let f = v as f32;
+        (f.is_finite() || !v.is_finite()).then_some(f)
+    }
+}
+
+impl FloatNative for Float64Type {
+    fn narrow(v: f64) -> Option<f64> {
+        Some(v)
+    }
+}
+
+/// Floats and doubles: the nearest IEEE value of a number, or of a string holding one (what a
+/// float column means; `"NaN"` and `"Infinity"` as text are taken as such). A finite number
+/// beyond the type's range is an error, never an infinity.
+struct Floats<T> {
+    what: &'static str,
+    _type: std::marker::PhantomData<T>,
+}
+
+impl<T> Floats<T> {
+    fn new(what: &'static str) -> Self {
+        Self { what, _type: std::marker::PhantomData }
+    }
+}
+
+impl<T: FloatNative> ArrayDecoder for Floats<T> {
+    fn decode(&mut self, tape: &Tape<'_>, pos: &[u32]) -> Result<ArrayRef, ArrowError> {
+        let mut builder = PrimitiveBuilder::<T>::with_capacity(pos.len());
+        for &p in pos {
+            let is_text = matches!(tape.get(p), TapeElement::String(_));
+            match number_text(tape, p, "a number")? {
+                Some(text) => {
+                    let v: f64 = text.trim().parse().map_err(|_| ArrowError::JsonError(format!("{text:?} is not a number")))?;
+                    let named = is_text && !v.is_finite(); // "NaN", "Infinity" written as text
+                    if !v.is_finite() && !named {
+                        return Err(ArrowError::JsonError(format!("{text} is out of range for {}", self.what)));
+                    }
+                    let value = T::narrow(v)
+                        .ok_or_else(|| ArrowError::JsonError(format!("{text} is out of range for {}", self.what)))?;
+                    builder.append_value(value);
+                }
+                None => builder.append_null(),
+            }
+        }
+        Ok(Arc::new(builder.finish()))
+    }
+}
+
 /// Decimals with at most the column's scale and precision; anything else is an error, never a
 /// rounding.
 struct ExactDecimal {
@@ -454,6 +511,41 @@ mod tests {
         }
         assert!(scaled("1e400", 0, true).unwrap_err().contains("too large"));
         assert!(scaled("7.9", 0, false).unwrap_err().contains("fractional"));
+    }
+
+    #[test]
+    fn floats_take_the_nearest_value_and_refuse_what_their_range_cannot_hold() {
+        use crate::buffer::{JsonBuffer, Options, Records};
+        use arrow::array::AsArray;
+        use arrow::datatypes::{Field, Schema};
+        let schema = Arc::new(Schema::new(vec![Field::new("f", DataType::Float32, true), Field::new("d", DataType::Float64, true)]));
+        let buf = JsonBuffer::new(schema, Options::default()).unwrap();
+        let values = [
+            r#"{"f": 0.5, "d": 0.1}"#,
+            r#"{"f": 1e39}"#,
+            r#"{"d": 1e400}"#,
+            r#"{"f": "2.5", "d": "-0"}"#,
+            r#"{"f": "NaN", "d": "Infinity"}"#,
+            r#"{"f": "x"}"#,
+            r#"{"f": true}"#,
+        ];
+        let offsets: Vec<i64> = (0..values.len() as i64).collect();
+        let keys: Vec<Option<Vec<u8>>> = vec![None; values.len()];
+        let ts = vec![0; values.len()];
+        let out = buf.append(&Records { topic: "t", partition: 0, offsets: &offsets, timestamps_ms: &ts, keys: &keys, values: &values }).unwrap();
+        let got: Vec<(i64, &str, &str)> = out.errors.iter().map(|e| (e.offset, e.field.as_str(), e.reason.as_str())).collect();
+        assert_eq!(got.len(), 4, "{got:?}");
+        assert_eq!((got[0].0, got[0].1), (1, "f"));
+        assert!(got[0].2.contains("1e39 is out of range for a float (32-bit)"), "{}", got[0].2);
+        assert_eq!((got[1].0, got[1].1), (2, "")); // beyond any double: serde_json names it
+        assert!(got[1].2.contains("number out of range"), "{}", got[1].2);
+        assert_eq!((got[2].0, got[3].0), (5, 6));
+        let batch = buf.drain().unwrap().unwrap();
+        let f = batch.column(0).as_primitive::<Float32Type>();
+        let d = batch.column(1).as_primitive::<Float64Type>();
+        assert_eq!((f.value(0), d.value(0)), (0.5, 0.1));
+        assert_eq!((f.value(1), d.value(1).to_bits()), (2.5, (-0.0f64).to_bits()));
+        assert!(f.value(2).is_nan() && d.value(2) == f64::INFINITY);
     }
 
     #[test]

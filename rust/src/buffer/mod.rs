@@ -218,7 +218,7 @@ impl JsonBuffer {
         for (i, value) in records.values.iter().enumerate() {
             unknown.clear();
             let report = self.options.report_unknown_fields.then_some(&mut unknown);
-            match validate::check_folding(value.as_ref(), self.value_schema.fields(), report, self.options.fold_case) {
+            match validate::check(value.as_ref(), self.value_schema.fields(), report, self.options.fold_case) {
                 Ok(checked) => {
                     // a field that differs from a column only in case is a bad record, never dropped
                     let near = unknown.iter().find_map(|path| validate::near_miss(self.value_schema.fields(), path).map(|c| (path, c)));

@@ -16,14 +16,11 @@ pub(crate) enum Checked {
 /// it is exactly one JSON object is made while decoding (see `JsonBuffer::decode_unchecked`),
 /// so numbers are parsed once. With `unknown` set, fields missing from `fields` are pushed as
 /// dotted paths (this parses the value with serde_json).
-pub(crate) fn check(value: &[u8], fields: &Fields, unknown: Option<&mut Vec<String>>) -> Result<Checked, String> {
-    check_folding(value, fields, unknown, false)
-}
-
-/// [`check`]; with `fold_case`, a field whose name differs from a column's only in case is
-/// renamed to the column's (the value is parsed and, when a name changed, re-serialized); two
-/// fields of one object that fold to the same column are an error naming both.
-pub(crate) fn check_folding(
+///
+/// With `fold_case`, a field whose name differs from a column's only in case is renamed to the
+/// column's (the value is parsed and, when a name changed, re-serialized); two fields of one
+/// object that fold to the same column are an error naming both.
+pub(crate) fn check(
     value: &[u8],
     fields: &Fields,
     unknown: Option<&mut Vec<String>>,
@@ -252,7 +249,7 @@ mod tests {
     #[test]
     fn only_one_object_passes() {
         let f = fields();
-        assert!(matches!(check(br#" {"a": {}}"#, &f, None), Ok(Checked::Ok)));
+        assert!(matches!(check(br#" {"a": {}}"#, &f, None, false), Ok(Checked::Ok)));
         for (value, reason) in [
             (&b"[1]"[..], "not an object (found an array)"),
             (b"  ", "empty"),
@@ -260,7 +257,7 @@ mod tests {
             (b"{\"a\": 1} x", "not valid JSON"),
             (b"nul", "not valid JSON"),
         ] {
-            let err = check(value, &f, None).err().unwrap();
+            let err = check(value, &f, None, false).err().unwrap();
             assert!(err.contains(reason), "{err}");
         }
     }
@@ -268,7 +265,7 @@ mod tests {
     #[test]
     fn unknown_fields_are_listed_with_paths() {
         let mut out = Vec::new();
-        check(br#"{"a": {"b": 1, "c": 2}, "l": [{"b": 1}, {"z": 0}], "new": true}"#, &fields(), Some(&mut out)).ok().unwrap();
+        check(br#"{"a": {"b": 1, "c": 2}, "l": [{"b": 1}, {"z": 0}], "new": true}"#, &fields(), Some(&mut out), false).ok().unwrap();
         assert_eq!(out, vec!["a.c", "l[1].z", "new"]);
     }
 
@@ -285,19 +282,19 @@ mod tests {
     #[test]
     fn folding_renames_case_misses_at_every_level_and_refuses_two_spellings() {
         let f = fields();
-        let Ok(Checked::Rewritten(out)) = check_folding(br#"{"A": {"B": 1}, "L": [{"b": 2}, {"B": 3}]}"#, &f, None, true) else {
+        let Ok(Checked::Rewritten(out)) = check(br#"{"A": {"B": 1}, "L": [{"b": 2}, {"B": 3}]}"#, &f, None, true) else {
             panic!("expected a rewrite")
         };
         assert_eq!(String::from_utf8(out).unwrap(), r#"{"a":{"b":1},"l":[{"b":2},{"b":3}]}"#);
-        assert!(matches!(check_folding(br#"{"a": {"b": 1}}"#, &f, None, true), Ok(Checked::Ok)));
-        let err = check_folding(br#"{"a": {"b": 1, "B": 2}}"#, &f, None, true).err().unwrap();
+        assert!(matches!(check(br#"{"a": {"b": 1}}"#, &f, None, true), Ok(Checked::Ok)));
+        let err = check(br#"{"a": {"b": 1, "B": 2}}"#, &f, None, true).err().unwrap();
         assert!(err.contains("'a.B' and 'a.b' both match column 'b'") || err.contains("'a.b' and 'a.B'"), "{err}");
-        assert!(matches!(check_folding(br#"{"A": 1}"#, &f, None, false), Ok(Checked::Ok)));
+        assert!(matches!(check(br#"{"A": 1}"#, &f, None, false), Ok(Checked::Ok)));
     }
 
     #[test]
     fn surrogates_trigger_a_rewrite() {
-        assert!(matches!(check(br#"{"a": "\ud840\udc00"}"#, &fields(), None), Ok(Checked::Rewritten(_))));
+        assert!(matches!(check(br#"{"a": "\ud840\udc00"}"#, &fields(), None, false), Ok(Checked::Rewritten(_))));
     }
 
     #[test]
