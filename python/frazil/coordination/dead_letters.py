@@ -86,11 +86,11 @@ class DeadLetterSink:
         await self._reader.start()
 
     async def stop(self) -> None:
-        for part in (self._producer, self._reader, self._admin):
+        for close in (self._producer.stop, self._reader.stop, self._admin.close):
             try:
-                await part.stop() if not isinstance(part, AIOKafkaAdminClient) else await part.close()
+                await close()
             except Exception as exc:  # noqa: BLE001 - a fenced producer may refuse to close cleanly
-                log.debug("dead-letter sink: stopping %s: %s", type(part).__name__, exc)
+                log.debug("dead-letter sink: %s: %s", close.__qualname__, exc)
 
     async def send(self, commit_id: str, table: str, letters: Sequence[DeadLetter]) -> int:
         """After ``commit_id`` landed in ``table``: send its bad records that are not sent yet, in

@@ -138,9 +138,13 @@ class Pipeline:
     def _full(self) -> bool:
         """The record-count and bytes triggers (bad records held for the dead-letter topic count:
         a flood of them is sent in cycles of bounded size)."""
-        held = self._targets.dead_letters + self.worker.dead_letters
+        held = self._dead_letters_held()
         return (self._targets.rows + held >= self._cfg.max_buffer_records or held >= MAX_DEAD_LETTERS
                 or self._flow.paused)
+
+    def _dead_letters_held(self) -> int:
+        """Bad records buffered and in the batch; none to count unless they go to a dead-letter topic."""
+        return self._targets.dead_letters + self.worker.dead_letters if self._dead_letter else 0
 
     def _check_task(self) -> None:
         """Surface a worker task's failure on the loop that runs the pipeline."""
@@ -195,7 +199,7 @@ class Pipeline:
                 full = True
                 self._source.seek_back(tp, records[0].offset)
                 continue
-            if self._targets.dead_letters + self.worker.dead_letters >= MAX_DEAD_LETTERS:
+            if self._dead_letters_held() >= MAX_DEAD_LETTERS:
                 # each held bad record names itself in a reply: fetched again once they have gone out
                 # (the full trigger has asked for a cycle)
                 self._source.seek_back(tp, records[0].offset)
@@ -282,17 +286,9 @@ class Pipeline:
             if buffer.fields_ignored:
                 self.metrics.fields_ignored.inc(buffer.fields_ignored)
                 buffer.fields_ignored = 0
-            for _ in range(EVOLVE_ROUNDS if self._targets[name].cfg.unknown_fields == "evolve" else 0):
-                if not errors:
-                    break
-                # a record shows one problem at a time (a new field, then a value an int cannot hold)
-                failed = {e.offset for e in errors}
-                still = await self._evolve(name, tp, [r for r in (records if chosen is None else
-                                                                  [records[i] for i in chosen]) if r.offset in failed],
-                                           errors)
-                if still is errors:
-                    break   # nothing changed
-                errors = still
+            if errors and self._targets[name].cfg.unknown_fields == "evolve":
+                errors = await self._evolve(name, tp, records if chosen is None else [records[i] for i in chosen],
+                                            errors)
             if errors:
                 first = errors[0]
                 self.metrics.records_bad.inc(len(errors))
@@ -308,13 +304,28 @@ class Pipeline:
                           "topic", tp[0], tp[1], len(errors), name, first.offset, first.field, first.reason)
             self._positions.table_took(name, tp)
 
-    async def _evolve(self, name: str, tp: TopicPartition, failed: list, errors: list[RecordProblem]  # type: ignore[type-arg]
+    async def _evolve(self, name: str, tp: TopicPartition, records: list, errors: list[RecordProblem]  # type: ignore[type-arg]
                       ) -> list[RecordProblem]:
-        """``unknown_fields = "evolve"``: the records of ``tp`` that did not fit table ``name``
-        (``errors``, in order) change its schema where the evolution rules allow
-        (``iceberg/evolution.py``): once per change across every process (a change another made
-        first is taken, not made again), the rows buffered so far carried under the new schema,
-        then the records appended again. Returns the ones that still do not fit: bad records."""
+        """``unknown_fields = "evolve"``: the ``records`` of ``tp`` that did not fit table ``name``
+        (``errors``) change its schema where the evolution rules allow, and are appended again; a
+        record shows one problem at a time (a new field, then a value an int cannot hold), so up to
+        ``EVOLVE_ROUNDS`` times. Returns the ones that still do not fit: bad records."""
+        for _ in range(EVOLVE_ROUNDS):
+            failed = {e.offset for e in errors}
+            still = await self._evolve_once(name, tp, [r for r in records if r.offset in failed], errors)
+            if still is None:   # the schema did not change: they are bad records
+                return errors
+            if not still:
+                return still
+            errors = still
+        return errors
+
+    async def _evolve_once(self, name: str, tp: TopicPartition, failed: list,  # type: ignore[type-arg]
+                           errors: list[RecordProblem]) -> list[RecordProblem] | None:
+        """One round (``iceberg/evolution.py``): once per change across every process (a change
+        another made first is taken, not made again), the rows buffered so far carried under the
+        new schema, then ``failed`` appended again; what still does not fit, or None when the
+        schema did not change."""
         target = self._targets[name]
         try:
             shape = inference.infer([r.value for r in failed], maps=target.cfg.maps)
@@ -322,7 +333,7 @@ class Pipeline:
             shape = inference.Shape("struct")   # the widenings may still apply
         problems = [(e.field, e.reason) for e in errors]
         if not evolution.plan(target.table.schema(), shape, problems):
-            return errors   # nothing the schema as last loaded lacks (a change made elsewhere would show here)
+            return None   # nothing the schema as last loaded lacks (a change made elsewhere would show here)
         before = target.buffer.schema
         try:
             table, made = await asyncio.to_thread(evolution.apply, target.committer.load,
@@ -330,10 +341,10 @@ class Pipeline:
         except evolution.EvolutionError as exc:
             log.warning("table %s: %s[%d]@%d asks for a schema change that cannot be made: %s", name, tp[0], tp[1],
                         errors[0].offset, exc)
-            return errors
+            return None
         schema = iceberg_catalog.arrow_schema(table, value_options(target.cfg))
         if schema == before:
-            return errors   # nothing to change: bad records
+            return None   # nothing to change: bad records
         if made:
             self.metrics.schema_changes.inc(len(made))
             log.warning("table %s: schema evolved to id %d by %s[%d]@%d: %s; %d buffered row(s) go under it with NULL "

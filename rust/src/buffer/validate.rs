@@ -158,13 +158,8 @@ pub(crate) fn explain_unknown(fields: &Fields, path: String, reason: String) -> 
     let Some(name) = reason.strip_prefix("column '").and_then(|r| r.strip_suffix("' missing from schema")) else {
         return (path, reason);
     };
-    let mut level = Some(fields.clone());
-    for part in path.split('.').filter(|p| !p.is_empty()) {
-        level = level.and_then(|fs| fs.iter().find(|f| f.name() == part).and_then(|f| struct_fields(f.data_type())));
-    }
     let full = if path.is_empty() { name.to_string() } else { format!("{path}.{name}") };
-    let near = level.and_then(|fs| fs.iter().find(|f| f.name().eq_ignore_ascii_case(name)).map(|f| f.name().clone()));
-    let why = match near {
+    let why = match near_miss(fields, &full) {
         Some(column) => case_reason(&column),
         None => "the table has no such column: add it to the table (and its columns in the config), or set \
                  unknown_fields = \"ignore\" to drop such fields (counted)"
