@@ -4,8 +4,8 @@ from typing import final
 
 import pyarrow as pa
 
-__all__ = ["ALIGNMENT", "AppendResult", "BufferFullError", "DecodeError", "JsonBuffer", "NativeError",
-           "UnknownField", "__version__", "append_routed", "route_groups"]
+__all__ = ["ALIGNMENT", "AppendResult", "AvroBuffer", "BufferFullError", "DecodeError", "JsonBuffer", "NativeError",
+           "UnknownField", "UnknownSchemaError", "__version__", "append_routed", "route_groups"]
 
 __version__: str
 ALIGNMENT: int
@@ -18,6 +18,13 @@ class BufferFullError(NativeError):
     """Appending would pass the buffer's byte cap; nothing was appended. Drain, then try again.
 
     ``args`` is ``(message, needed_bytes, used_bytes, cap_bytes)``.
+    """
+
+class UnknownSchemaError(NativeError):
+    """Avro values name writer schemas the buffer has not been given; nothing was appended.
+    Register or refuse them, then append again.
+
+    ``args`` is ``(message, schema_ids)``.
     """
 
 @final
@@ -111,6 +118,55 @@ class JsonBuffer:
     def bytes(self) -> int: ...
     @property
     def max_bytes(self) -> int | None: ...
+    @property
+    def schema(self) -> pa.Schema: ...
+
+@final
+class AvroBuffer:
+    """Decodes Kafka record values (Avro datums, plain or in the Confluent wire format) into Arrow
+    record batches of one schema; each writer schema is registered (or refused) first.
+
+    Plain values are the datum, their writer schema registered as id 0; ``confluent`` values are
+    magic byte 0, a big-endian 4-byte schema id and the datum (a value that is not is a decode
+    error). The reader schema of a registration has the writer's record names and the value
+    columns in order; each decoded column is cast exactly to its column's type (only widenings and
+    representations of one type; a value that does not fit is an error, never a NULL).
+    """
+
+    def __new__(
+        cls,
+        *,
+        schema: pa.Schema,
+        confluent: bool,
+        metadata_columns: bool = False,
+        max_bytes: int | None = None,
+        shards: int = 16,
+    ) -> AvroBuffer: ...
+    def register(self, id: int, writer: str, reader: str) -> None:
+        """Records of schema ``id`` are read with ``writer`` into ``reader``; raises NativeError
+        when arrow-avro cannot resolve the pair or a column cannot be cast exactly."""
+    def refuse(self, id: int, field: str, reason: str) -> None:
+        """Every record of schema ``id`` is a decode error, for ``reason`` at ``field``."""
+    def knows(self, id: int) -> bool: ...
+    def append(
+        self,
+        *,
+        topic: str,
+        partition: int,
+        offsets: list[int],
+        timestamps_ms: list[int],
+        keys: list[bytes | None],
+        values: list[bytes],
+    ) -> AppendResult:
+        """Decode one batch of one topic-partition. Raises UnknownSchemaError or BufferFullError
+        (appending nothing)."""
+    def drain_batches(self, *, min_rows: int = 0) -> list[pa.RecordBatch]:
+        """As :meth:`JsonBuffer.drain_batches`."""
+    def clear(self) -> None: ...
+    @property
+    def rows(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
     @property
     def schema(self) -> pa.Schema: ...
 

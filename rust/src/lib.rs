@@ -11,6 +11,7 @@ mod bindings;
 fn _native(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     use pyo3::prelude::*;
     m.add_class::<bindings::JsonBuffer>()?;
+    m.add_class::<bindings::AvroBuffer>()?;
     m.add_function(pyo3::wrap_pyfunction!(bindings::route_groups, m)?)?;
     m.add_function(pyo3::wrap_pyfunction!(bindings::append_routed, m)?)?;
     m.add_class::<bindings::AppendResult>()?;
@@ -18,6 +19,7 @@ fn _native(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     m.add_class::<bindings::UnknownField>()?;
     m.add("NativeError", m.py().get_type::<bindings::NativeError>())?;
     m.add("BufferFullError", m.py().get_type::<bindings::BufferFullError>())?;
+    m.add("UnknownSchemaError", m.py().get_type::<bindings::UnknownSchemaError>())?;
     m.add("ALIGNMENT", buffer::ALIGNMENT)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -8,6 +8,7 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use std::sync::Arc;
 
+use crate::buffer::avro::{self, Framing};
 use crate::buffer::{self, BufferError, Options, Records};
 
 create_exception!(_native, NativeError, PyException, "An error raised by frazil's native core.");
@@ -18,6 +19,13 @@ create_exception!(
     "Appending would pass the buffer's byte cap; nothing was appended. Drain, then try again."
 );
 
+create_exception!(
+    _native,
+    UnknownSchemaError,
+    NativeError,
+    "Avro values name writer schemas the buffer has not been given; nothing was appended. Register or refuse them, then append again."
+);
+
 fn arrow_err(e: ArrowError) -> PyErr {
     NativeError::new_err(e.to_string())
 }
@@ -25,6 +33,7 @@ fn arrow_err(e: ArrowError) -> PyErr {
 fn buffer_err(e: BufferError) -> PyErr {
     match e {
         BufferError::Full { needed, used, cap } => BufferFullError::new_err((e.to_string(), needed, used, cap)),
+        BufferError::UnknownSchemas(ref ids) => UnknownSchemaError::new_err((e.to_string(), ids.clone())),
         BufferError::Arrow(e) => arrow_err(e),
     }
 }
@@ -223,4 +232,81 @@ fn to_result(py: Python<'_>, done: buffer::Appended) -> PyResult<AppendResult> {
         .map(|u| Py::new(py, UnknownField { index: u.index, offset: u.offset, path: u.path }))
         .collect::<PyResult<_>>()?;
     Ok(AppendResult { rows: done.rows, errors, unknown_fields })
+}
+
+/// Decodes Kafka record values (Avro datums, plain or in the Confluent wire format) into Arrow
+/// record batches of one schema; each writer schema is registered (or refused) first.
+#[pyclass(module = "frazil._native", frozen)]
+pub struct AvroBuffer {
+    inner: avro::AvroBuffer,
+}
+
+#[pymethods]
+impl AvroBuffer {
+    #[new]
+    #[pyo3(signature = (*, schema, confluent, metadata_columns = false, max_bytes = None, shards = 16))]
+    fn new(schema: PyArrowType<Schema>, confluent: bool, metadata_columns: bool, max_bytes: Option<usize>, shards: usize) -> PyResult<Self> {
+        let options = Options { metadata_columns, max_bytes, shards, ..Options::default() };
+        let framing = if confluent { Framing::Confluent } else { Framing::Plain };
+        let inner = avro::AvroBuffer::new(Arc::new(schema.0), options, framing).map_err(arrow_err)?;
+        Ok(Self { inner })
+    }
+
+    fn register(&self, id: u32, writer: &str, reader: &str) -> PyResult<()> {
+        self.inner.register(id, writer, reader).map_err(arrow_err)
+    }
+
+    fn refuse(&self, id: u32, field: String, reason: String) {
+        self.inner.refuse(id, field, reason);
+    }
+
+    fn knows(&self, id: u32) -> bool {
+        self.inner.knows(id)
+    }
+
+    #[pyo3(signature = (*, topic, partition, offsets, timestamps_ms, keys, values))]
+    #[allow(clippy::too_many_arguments)]
+    fn append(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        partition: i32,
+        offsets: Vec<i64>,
+        timestamps_ms: Vec<i64>,
+        keys: Vec<Option<PyBackedBytes>>,
+        values: Vec<PyBackedBytes>,
+    ) -> PyResult<AppendResult> {
+        let inner = &self.inner;
+        let done = py
+            .detach(|| {
+                inner.append(&Records { topic, partition, offsets: &offsets, timestamps_ms: &timestamps_ms, keys: &keys, values: &values })
+            })
+            .map_err(buffer_err)?;
+        to_result(py, done)
+    }
+
+    #[pyo3(signature = (*, min_rows = 0))]
+    fn drain_batches(&self, py: Python<'_>, min_rows: usize) -> PyResult<Vec<PyArrowType<RecordBatch>>> {
+        let inner = self.inner.core();
+        Ok(py.detach(|| inner.drain_batches(min_rows)).map_err(arrow_err)?.into_iter().map(PyArrowType).collect())
+    }
+
+    fn clear(&self) {
+        self.inner.core().clear();
+    }
+
+    #[getter]
+    fn rows(&self) -> usize {
+        self.inner.core().rows()
+    }
+
+    #[getter]
+    fn bytes(&self) -> usize {
+        self.inner.core().bytes()
+    }
+
+    #[getter]
+    fn schema(&self) -> PyArrowType<Schema> {
+        PyArrowType(self.inner.core().schema().as_ref().clone())
+    }
 }

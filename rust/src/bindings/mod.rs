@@ -3,5 +3,7 @@
 mod buffer;
 mod route;
 
-pub use buffer::{append_routed, AppendResult, BufferFullError, DecodeError, JsonBuffer, NativeError, UnknownField};
+pub use buffer::{
+    append_routed, AppendResult, AvroBuffer, BufferFullError, DecodeError, JsonBuffer, NativeError, UnknownField, UnknownSchemaError,
+};
 pub use route::route_groups;

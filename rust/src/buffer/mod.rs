@@ -9,6 +9,7 @@
 //! decoded never fails the batch: it comes back as a [`RecordError`] and the rest are kept.
 
 mod align;
+pub mod avro;
 mod decoders;
 mod dedupe;
 mod validate;
@@ -66,6 +67,9 @@ pub struct Appended {
 pub enum BufferError {
     /// Appending would pass the byte cap; nothing was appended. Drain, then try again.
     Full { needed: usize, used: usize, cap: usize },
+    /// Avro values name writer schemas the buffer has not been given; nothing was appended.
+    /// Register them (or refuse them), then append again.
+    UnknownSchemas(Vec<u32>),
     Arrow(ArrowError),
 }
 
@@ -76,6 +80,7 @@ impl std::fmt::Display for BufferError {
                 f,
                 "buffer full: appending needs {needed} bytes, {used} of {cap} are in use; drain the buffer first"
             ),
+            BufferError::UnknownSchemas(ids) => write!(f, "unknown Avro writer schema id(s) {ids:?}; register them, then append again"),
             BufferError::Arrow(e) => write!(f, "{e}"),
         }
     }
@@ -274,16 +279,43 @@ impl JsonBuffer {
             ))
             .into());
         }
+        out.rows = self.store(decoded, records, &good)?;
+        Ok(out)
+    }
+
+    /// Keeps `decoded` (value columns in `value_schema` order, one row per index of `good`, in
+    /// order) with the metadata columns of those records; the number of rows kept.
+    pub(crate) fn store<V: AsRef<[u8]>, K: AsRef<[u8]>>(
+        &self,
+        decoded: RecordBatch,
+        records: &Records<'_, V, K>,
+        good: &[usize],
+    ) -> Result<usize, BufferError> {
         if good.is_empty() {
-            return Ok(out);
+            return Ok(0);
         }
-        let entry = self.entry(decoded, records, &good)?;
+        let entry = self.entry(decoded, records, good)?;
         self.reserve(entry.bytes)?;
-        out.rows = entry.batch.num_rows();
+        let rows = entry.batch.num_rows();
         let shard = records.partition.unsigned_abs() as usize % self.shards.len();
         self.shards[shard].lock().expect("shard lock poisoned").push(entry);
-        self.rows.fetch_add(out.rows, Ordering::AcqRel);
-        Ok(out)
+        self.rows.fetch_add(rows, Ordering::AcqRel);
+        Ok(rows)
+    }
+
+    /// The columns decoded from the value (the schema without the metadata columns).
+    pub(crate) fn value_schema(&self) -> &SchemaRef {
+        &self.value_schema
+    }
+
+    pub(crate) fn error_at<V: AsRef<[u8]>, K: AsRef<[u8]>>(
+        &self,
+        records: &Records<'_, V, K>,
+        index: usize,
+        field: String,
+        reason: String,
+    ) -> RecordError {
+        self.record_error(records, index, field, reason)
     }
 
     /// Everything buffered as one record batch (None when empty); what was drained is no longer

@@ -1,0 +1,89 @@
+"""The native Avro buffer from Python: datums written by fastavro (an independent encoder) come
+back as the values sent, through reader schemas that ingest/avro.py derives."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import io
+import json
+
+import fastavro
+import pyarrow as pa
+import pytest
+from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.schema import Schema
+from pyiceberg.types import (
+    DateType,
+    DecimalType,
+    DoubleType,
+    ListType,
+    LongType,
+    MapType,
+    NestedField,
+    StringType,
+    StructType,
+    TimestamptzType,
+)
+
+from frazil import _native
+from frazil.ingest import avro
+
+TABLE = Schema(
+    NestedField(1, "id", LongType(), required=True), NestedField(2, "page", StringType()),
+    NestedField(3, "at", TimestamptzType()),
+    NestedField(4, "geo", StructType(NestedField(5, "city", StringType()), NestedField(6, "lat", DoubleType()))),
+    NestedField(7, "tags", ListType(8, StringType(), element_required=False)),
+    NestedField(9, "attrs", MapType(10, StringType(), 11, LongType(), value_required=False)),
+    NestedField(12, "price", DecimalType(10, 2)), NestedField(13, "day", DateType()),
+    NestedField(14, "kind", StringType()), NestedField(15, "missing", StringType()))
+WRITER = {"type": "record", "name": "Click", "namespace": "web", "fields": [
+    {"name": "id", "type": "int"}, {"name": "PAGE", "type": ["null", "string"], "default": None},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "geo", "type": {"type": "record", "name": "Geo", "fields": [
+        {"name": "city", "type": "string"}, {"name": "lat", "type": "float"}]}},
+    {"name": "tags", "type": {"type": "array", "items": "string"}},
+    {"name": "attrs", "type": {"type": "map", "values": "int"}},
+    {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 8, "scale": 2}},
+    {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+    {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}}]}
+
+
+def framed(schema_id: int, record: dict[str, object]) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(WRITER), record)
+    return b"\x00" + schema_id.to_bytes(4, "big") + out.getvalue()
+
+
+def buffer() -> _native.AvroBuffer:
+    got = avro.resolve(WRITER, TABLE, case_insensitive=True)
+    assert isinstance(got, avro.Readable), got
+    buf = _native.AvroBuffer(schema=schema_to_pyarrow(TABLE), confluent=True)
+    buf.register(3, json.dumps(WRITER), got.reader)
+    return buf
+
+
+def test_every_supported_type_lands_as_sent() -> None:
+    sent = {"id": 1, "PAGE": "/a", "at": datetime.datetime(2024, 1, 2, 3, 4, 5, 678000, tzinfo=datetime.timezone.utc),
+            "geo": {"city": "Oslo", "lat": 1.5}, "tags": ["x", "y"], "attrs": {"a": 1},
+            "price": decimal.Decimal("12.34"), "day": datetime.date(2024, 1, 2), "kind": "B"}
+    buf = buffer()
+    result = buf.append(topic="t", partition=0, offsets=[5], timestamps_ms=[0], keys=[None], values=[framed(3, sent)])
+    assert (result.rows, result.errors) == (1, [])
+    [row] = pa.Table.from_batches(buf.drain_batches()).to_pylist()
+    assert row == {"id": 1, "page": "/a", "at": sent["at"], "geo": {"city": "Oslo", "lat": 1.5}, "tags": ["x", "y"],
+                   "attrs": [("a", 1)], "price": decimal.Decimal("12.34"), "day": sent["day"], "kind": "B",
+                   "missing": None}
+
+
+def test_an_unknown_id_is_named_and_a_refused_one_makes_bad_records() -> None:
+    buf = buffer()
+    values = [b"\x00\x00\x00\x00\x09junk", b"\x01not framed"]
+    with pytest.raises(_native.UnknownSchemaError) as caught:
+        buf.append(topic="t", partition=0, offsets=[0, 1], timestamps_ms=[0, 0], keys=[None, None], values=values)
+    assert caught.value.args[1] == [9] and buf.rows == 0
+    buf.refuse(9, "", "unknown schema id 9")
+    result = buf.append(topic="t", partition=0, offsets=[0, 1], timestamps_ms=[0, 0], keys=[None, None], values=values)
+    assert result.rows == 0
+    assert [(e.offset, e.reason[:20]) for e in result.errors] == [(0, "unknown schema id 9"),
+                                                                  (1, "the value is not in ")]
