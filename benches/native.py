@@ -9,6 +9,10 @@ Each system turns chunks of 10,000 JSON values into Arrow with the same target s
 inputs (values, offsets, keys) are built before timing. Median of 3 timed runs after a warm-up.
 Writes ``benches/results/native.json`` and prints a table with ratios to ``json.loads``.
 
+Avro: the same records encoded by fastavro as plain datums (every field a null union, timestamps
+as timestamp-micros), decoded by the native Avro buffer and by fastavro's schemaless_reader +
+``pa.Table.from_pylist`` (the Python baseline), on the same chunks; ratios to fastavro.
+
     python benches/native.py [--records N]
 """
 
@@ -126,6 +130,78 @@ def run_json_loads(schema: pa.Schema, work: list[dict[str, object]], threads: in
     return sum(rows)
 
 
+AVRO_TYPES = {"string": "string", "int64": "long", "double": "double", "bool": "boolean"}
+
+
+def avro_type(t: pa.DataType, name: str) -> object:
+    if pa.types.is_timestamp(t):
+        return {"type": "long", "logicalType": "timestamp-micros"}
+    if pa.types.is_struct(t):
+        return {"type": "record", "name": name, "fields": [
+            {"name": f.name, "type": ["null", avro_type(f.type, f"{name}_{f.name}")], "default": None} for f in t]}
+    if pa.types.is_list(t):
+        return {"type": "array", "items": ["null", avro_type(t.value_type, f"{name}_item")]}
+    return AVRO_TYPES[str(t)]
+
+
+def avro_schema(schema: pa.Schema) -> dict[str, object]:
+    return {"type": "record", "name": "Bench", "fields": [
+        {"name": f.name, "type": ["null", avro_type(f.type, f.name)], "default": None} for f in schema]}
+
+
+def avro_work(schema: pa.Schema, work: list[dict[str, object]]) -> tuple[dict[str, object], list[dict[str, object]]]:
+    """The chunks' records as plain Avro datums (encoded before timing)."""
+    import fastavro
+
+    writer = avro_schema(schema)
+    parsed = fastavro.parse_schema(writer)
+    times = [f.name for f in schema if pa.types.is_timestamp(f.type)]
+    out = []
+    for c in work:
+        values = []
+        for v in c["values"]:
+            r = json.loads(v)
+            for name in times:
+                if r.get(name) is not None:
+                    r[name] = _parse_ts(r[name])
+            buf = io.BytesIO()
+            fastavro.schemaless_writer(buf, parsed, {f.name: r.get(f.name) for f in schema})
+            values.append(buf.getvalue())
+        out.append({**c, "values": values})
+    return writer, out
+
+
+def run_native_avro(schema: pa.Schema, writer: dict[str, object], work: list[dict[str, object]], threads: int) -> int:
+    buf = _native.AvroBuffer(schema=schema, confluent=False)
+    buf.register(0, json.dumps(writer), json.dumps(writer))
+
+    def one(i: int) -> None:
+        c = work[i]
+        result = buf.append(topic="bench", partition=i % threads, offsets=c["offsets"], timestamps_ms=c["timestamps_ms"],
+                            keys=c["keys"], values=c["values"])
+        assert not result.errors, result.errors[:1]
+
+    _parallel(one, len(work), threads)
+    return sum(b.num_rows for b in buf.drain_batches())
+
+
+def run_fastavro(schema: pa.Schema, writer: dict[str, object], work: list[dict[str, object]], threads: int) -> int:
+    import fastavro
+
+    parsed = fastavro.parse_schema(writer)
+    rows = [0] * len(work)
+
+    def one(i: int) -> None:
+        records = [fastavro.schemaless_reader(io.BytesIO(v), parsed, None) for v in work[i]["values"]]
+        rows[i] = pa.Table.from_pylist(records, schema=schema).num_rows
+
+    _parallel(one, len(work), threads)
+    return sum(rows)
+
+
+AVRO_SYSTEMS = {"fastavro": run_fastavro, "frazil-native-avro": run_native_avro}
+
+
 def _parse_ts(text: str) -> object:
     import datetime as dt
 
@@ -191,6 +267,19 @@ def main() -> int:
                 base = base or row["records_per_s"]
                 print(f"{workload:<12}{system:<18}{threads:>8}{row['records_per_s']:>14,}{row['mb_per_s']:>9.1f}"
                       f"{row['records_per_s'] / base:>14.1f}x", flush=True)
+    for workload, (schema, values) in workloads.items():
+        writer, work = avro_work(schema, chunks(values))
+        nbytes = sum(len(v) for c in work for v in c["values"])   # type: ignore[attr-defined]
+        for threads in (1, 2):
+            base = None
+            for system, fn in AVRO_SYSTEMS.items():
+                SYSTEMS[system] = lambda s, w, t, fn=fn: fn(s, writer, w, t)   # type: ignore[misc]
+                row = {"workload": f"{workload}-avro", "avg_record_bytes": round(nbytes / len(values)),
+                       **measure(system, schema, work, threads, len(values), nbytes, args.repeats)}
+                rows.append(row)
+                base = base or row["records_per_s"]
+                print(f"{workload + '-avro':<17}{system:<19}{threads:>8}{row['records_per_s']:>14,}"
+                      f"{row['mb_per_s']:>9.1f}{row['records_per_s'] / base:>14.1f}x vs fastavro", flush=True)
     _results.write("native", rows, machine={"cpus": os.cpu_count(), "python": platform.python_version(),
                                             "pyarrow": pa.__version__})
     return 0

@@ -7,6 +7,7 @@ every key; keep the two in step.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -187,6 +188,34 @@ class CoordinationConfig:
     commit_timeout_s: float = 30.0    # then commit what arrived (partial, no VTTS)
 
 
+VALUE_FORMATS = ("json", "avro", "avro-confluent")
+
+
+@dataclass(frozen=True)
+class RegistryConfig:
+    """A schema registry's Confluent-compatible API (Confluent, Apicurio's ``/apis/ccompat/v7``)."""
+
+    url: str
+    username: str = ""
+    password: str = field(default="", repr=False)
+    ca_file: str = ""               # TLS: the CA bundle to check the registry's certificate with ("": the system's)
+    timeout_s: float = 10.0
+    max_attempts: int = 5           # per request, on connection errors and 5xx answers
+
+
+@dataclass(frozen=True)
+class ValuesConfig:
+    """How record values are encoded (the same for every topic of the pipeline)."""
+
+    format: str = "json"            # "json", "avro" (a plain datum, schema_file) or "avro-confluent" (registry)
+    schema_file: str = ""           # format = "avro": the writer schema of every value (.avsc)
+    registry: RegistryConfig | None = None   # format = "avro-confluent"
+
+    @property
+    def avro(self) -> bool:
+        return self.format != "json"
+
+
 @dataclass(frozen=True)
 class Config:
     pipeline: str
@@ -210,6 +239,7 @@ class Config:
     source: Path | None = field(default=None, compare=False)
     dynamic: DynamicConfig | None = None
     dead_letter_topic: str = ""     # where bad records go with on_bad_record = "dead_letter"
+    values: ValuesConfig = ValuesConfig()
 
     @property
     def table(self) -> TableConfig:
@@ -470,6 +500,75 @@ def _tables(top: _Section) -> tuple[TableConfig, ...]:
     return tables
 
 
+def _values(s: _Section, r: _Section, base: Path) -> ValuesConfig:
+    fmt = s.get("format", str, "json")
+    if fmt not in VALUE_FORMATS:
+        raise ConfigError(f"values.format {fmt!r} must be \"json\", \"avro\" (plain Avro datums, with "
+                          "values.schema_file) or \"avro-confluent\" (the Confluent wire format, with [schema_registry])")
+    schema_file = s.get("schema_file", str, "")
+    s.finish()
+    if fmt == "avro":
+        if not schema_file:
+            raise ConfigError('values.format = "avro" needs values.schema_file, the writer schema (.avsc) of every value')
+        schema_file = str((base / schema_file).resolve())
+        try:
+            text = Path(schema_file).read_text()
+        except OSError as exc:
+            raise ConfigError(f"values.schema_file {schema_file}: {exc.strerror or exc}") from None
+        from frazil.ingest import avro   # noqa: PLC0415 - the config module stays free of the ingest modules otherwise
+        try:
+            avro.parse(text)
+        except ValueError as exc:
+            raise ConfigError(f"values.schema_file {schema_file}: {exc}") from None
+    elif schema_file:
+        raise ConfigError(f"values.schema_file is for values.format = \"avro\" (this is {fmt!r})")
+    registry = None
+    if r.data:
+        url = r.get("url", str, hint='e.g. "http://127.0.0.1:8081"').rstrip("/")
+        if not re.match(r"^https?://[^/\s]+", url):
+            raise ConfigError(f"schema_registry.url {url!r} must be an http:// or https:// URL")
+        password = r.get("password", str, "")
+        password_env = r.get("password_env", str, "")
+        if password and password_env:
+            raise ConfigError("give schema_registry.password or schema_registry.password_env, not both")
+        if password_env:
+            if password_env not in os.environ:
+                raise ConfigError(f"schema_registry.password_env names {password_env!r}, which is not set")
+            password = os.environ[password_env]
+        username = r.get("username", str, "")
+        if bool(username) != bool(password):
+            raise ConfigError("schema_registry.username and a password (password or password_env) go together "
+                              "(HTTP basic auth)")
+        ca_file = r.get("ca_file", str, "")
+        if ca_file:
+            ca_file = str((base / ca_file).resolve())
+            if not Path(ca_file).is_file():
+                raise ConfigError(f"schema_registry.ca_file {ca_file} does not exist")
+        registry = RegistryConfig(url, username, password, ca_file, r.positive("timeout_s", float, 10.0),
+                                  r.positive("max_attempts", int, 5))
+        r.finish()
+    if fmt == "avro-confluent" and registry is None:
+        raise ConfigError('values.format = "avro-confluent" needs a [schema_registry] section with its url')
+    if fmt != "avro-confluent" and registry is not None:
+        raise ConfigError(f"[schema_registry] is for values.format = \"avro-confluent\" (this is {fmt!r})")
+    return ValuesConfig(fmt, schema_file, registry)
+
+
+def _check_avro(values: ValuesConfig, tables: tuple[TableConfig, ...], dynamic: DynamicConfig | None) -> None:
+    """Avro values: routing by value and inferred schemas need JSON values (for now)."""
+    for t in tables:
+        if t.route_field:
+            raise ConfigError(f"table {t.name}: route_field reads JSON values; with values.format = {values.format!r} "
+                              "route by topic (topics = ...)")
+        if not t.columns:
+            raise ConfigError(f"table {t.name}: with values.format = {values.format!r} declare its columns (schemas "
+                              "are inferred from JSON values only); unknown_fields = \"evolve\" then adds what the "
+                              "writer schemas have")
+    if dynamic is not None and (dynamic.fields or not dynamic.columns):
+        raise ConfigError(f"[dynamic] with values.format = {values.format!r} must name tables by {{topic}} only and "
+                          "declare its columns")
+
+
 def _spark(s: _Section) -> SparkConfig:
     master = s.get("master", str, "local[*]")
     if not re.match(r"^(local(\[(\*|\d+)\])?|spark://[\w.-]+:\d+(,[\w.-]+:\d+)*)$", master):
@@ -616,7 +715,10 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
 
     tables = _tables(top)
     dynamic = _dynamic(top.section("dynamic")) if "dynamic" in top.data else None
+    values = _values(top.section("values", required=False), top.section("schema_registry", required=False), base)
     top.finish()
+    if values.avro:
+        _check_avro(values, tables, dynamic)
     for table in tables:
         known = {c.name for c in table.columns} | (set(META_COLUMNS) if table.metadata_columns else set())
         for term in filter(None, maintenance.sort_order.split(",")):
@@ -626,7 +728,7 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
     return Config(pipeline, commit_interval_s, max_buffer_records, max_commit_attempts,
                   memory_budget_mb * 1024 * 1024, outage_timeout_s, txlog_dir, txlog_fsync, kafka,
                   CatalogConfig(catalog_name, props), tables, on_bad_record, metrics, log_level, log_format, spark,
-                  maintenance, coordination, source, dynamic, dead_letter_topic)
+                  maintenance, coordination, source, dynamic, dead_letter_topic, values)
 
 
 def load(path: Path | str) -> Config:

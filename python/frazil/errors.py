@@ -59,3 +59,10 @@ class TopicMismatchError(FrazilError):
 class CorruptJournalError(FrazilError):
     """The transaction log is damaged somewhere other than its last write; the message names
     the file and byte position."""
+
+
+class SchemaRegistryError(FrazilError):
+    """The schema registry could not be asked (unreachable, refused the credentials, answered
+    nonsense) after the bounded retries. Nothing was taken past the records that need it."""
+
+    retriable = True

@@ -225,3 +225,36 @@ def test_units_and_unknown_fields_reach_the_table_config() -> None:
     assert [c.rounding for c in cfg.table.columns] == ["half_even", "half_even"]
     assert (cfg.on_bad_record, cfg.dead_letter_topic) == ("dead_letter", "frazil-dead-letters-p")
     assert cfg.dead_letter_topic in cfg.kafka.exclude_topics   # never consumed, even by a pattern
+
+
+def test_avro_values_take_a_schema_file_or_a_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "e.avsc").write_text('{"type": "record", "name": "E", "fields": [{"name": "id", "type": "long"}]}')
+    cfg = config.parse({**MINIMAL, "values": {"format": "avro", "schema_file": "e.avsc"}}, base=tmp_path)
+    assert cfg.values.avro and cfg.values.schema_file == str(tmp_path / "e.avsc") and cfg.values.registry is None
+    monkeypatch.setenv("REG_PW", "s3cret")
+    cfg = config.parse({**MINIMAL, "values": {"format": "avro-confluent"},
+                        "schema_registry": {"url": "https://r:8081/", "username": "u", "password_env": "REG_PW"}},
+                       base=tmp_path)
+    assert cfg.values.registry is not None
+    assert (cfg.values.registry.url, cfg.values.registry.password) == ("https://r:8081", "s3cret")
+    assert "s3cret" not in repr(cfg)
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"values": {"format": "protobuf"}}, "values.format 'protobuf' must be"),
+    ({"values": {"format": "avro"}}, "needs values.schema_file"),
+    ({"values": {"format": "avro", "schema_file": "nope.avsc"}}, "nope.avsc"),
+    ({"values": {"format": "avro-confluent"}}, "needs a [schema_registry] section"),
+    ({"values": {"format": "avro-confluent"}, "schema_registry": {"url": "r:8081"}}, "must be an http"),
+    ({"values": {"format": "avro-confluent"}, "schema_registry": {"url": "http://r", "username": "u"}},
+     "go together"),
+    ({"schema_registry": {"url": "http://r"}}, "is for values.format = \"avro-confluent\""),
+    ({"values": {"format": "avro-confluent"}, "schema_registry": {"url": "http://r"},
+      "table": {"name": "ns.t", "route_field": "kind", "route": "a",
+                "columns": [{"name": "id", "type": "long"}]}}, "route_field reads JSON values"),
+    ({"values": {"format": "avro-confluent"}, "schema_registry": {"url": "http://r"},
+      "table": {"name": "ns.t"}}, "declare its columns"),
+])
+def test_avro_config_errors_name_the_key(tmp_path: Path, extra: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        config.parse({**MINIMAL, **extra}, base=tmp_path)

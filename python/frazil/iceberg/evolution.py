@@ -57,7 +57,8 @@ class EvolutionError(FrazilError):
 
 @dataclass(frozen=True)
 class Change:
-    """One schema change: ``add`` an optional column, or ``widen`` a column's type. ``path`` names
+    """One schema change: ``add`` an optional column, ``widen`` a column's type, or make a required
+    column ``optional`` (Avro writer schemas that leave it out or let it be null). ``path`` names
     nested columns by their parents; the element of a list is ``element``."""
 
     kind: str
@@ -65,7 +66,8 @@ class Change:
     type: IcebergType
 
     def __str__(self) -> str:
-        return f"{'added' if self.kind == 'add' else 'widened'} {'.'.join(self.path)} {self.type}"
+        done = {"add": "added", "widen": "widened", "optional": "made optional"}[self.kind]
+        return f"{done} {'.'.join(self.path)} {self.type}"
 
 
 def plan(schema: Schema, shape: inference.Shape, problems: Iterable[tuple[str, str]] = ()) -> list[Change]:
@@ -161,6 +163,8 @@ def apply(load: Callable[[], Table], changes_for: Callable[[Schema], list[Change
                 for change in changes:
                     if change.kind == "add":
                         update.add_column(change.path, change.type, required=False)
+                    elif change.kind == "optional":
+                        update.make_column_optional(change.path)
                     else:
                         update.update_column(change.path, field_type=change.type)
         except CommitFailedException as exc:

@@ -99,6 +99,69 @@ class RecordBuffer:
         self._native.clear()
 
 
+class AvroRecordBuffer(RecordBuffer):
+    """Decodes Avro record values (plain datums, or the Confluent wire format) into rows of one
+    Arrow schema, off the GIL. Each writer schema is registered with its reader schema (or
+    refused) before records of it are taken: an append naming one it does not know raises
+    ``_native.UnknownSchemaError`` (``args[1]``: the ids) and takes nothing."""
+
+    def __init__(self, schema: pa.Schema, *, confluent: bool, metadata_columns: bool,
+                 max_bytes: int | None = None) -> None:
+        try:
+            self._native = _native.AvroBuffer(schema=schema, confluent=confluent, metadata_columns=metadata_columns,
+                                              max_bytes=max_bytes)   # type: ignore[assignment]
+        except _native.NativeError as exc:
+            raise FrazilError(f"the record buffer cannot use this table schema: {exc}") from exc
+        self._confluent = confluent
+        self._strict = None
+        self._ignore = False
+        self.schema = schema
+        self.fields_ignored = 0
+        self._ignored: dict[int, int] = {}   # by schema id: writer fields the table has no column for (ignored)
+
+    def register(self, schema_id: int, writer: str, reader: str, ignored: int = 0) -> None:
+        """Records of ``schema_id`` are read with ``reader`` (``ignored``: how many of the writer's
+        fields it leaves out, counted per record). Raises FrazilError when the native decoder
+        cannot resolve the pair."""
+        try:
+            self._avro.register(schema_id, writer, reader)
+        except _native.NativeError as exc:
+            raise FrazilError(f"writer schema {schema_id} cannot be read into the table: {exc}") from exc
+        if ignored:
+            self._ignored[schema_id] = ignored
+
+    def refuse(self, schema_id: int, field: str, reason: str) -> None:
+        """Every record of ``schema_id`` is a bad record, for ``reason`` at ``field``."""
+        self._avro.refuse(schema_id, field, reason)
+
+    @property
+    def _avro(self) -> _native.AvroBuffer:
+        return self._native   # type: ignore[return-value]
+
+    def append(self, topic: str, partition: int, records: Sequence[KafkaRecord]) -> list[RecordProblem]:
+        values = values_of(records)
+        problems = self._problems(self._avro.append(
+            topic=topic, partition=partition, offsets=[r.offset for r in records],
+            timestamps_ms=[r.timestamp for r in records], keys=[r.key for r in records], values=values))
+        if self._ignored:
+            bad = {p.offset for p in problems}
+            self.fields_ignored += sum(self._ignored.get(schema_id_of(v) if self._confluent else 0, 0)
+                                       for r, v in zip(records, values) if r.offset not in bad)
+        return problems
+
+    def drain(self) -> pa.Table | None:
+        batches = self._avro.drain_batches(min_rows=COALESCE_ROWS)
+        return pa.Table.from_batches(batches, schema=self.schema) if batches else None
+
+    def clear(self) -> None:
+        self._avro.clear()
+
+
+def schema_id_of(value: bytes) -> int:
+    """The schema id of a value in the Confluent wire format (-1 when it is not)."""
+    return int.from_bytes(value[1:5], "big") if len(value) >= 5 and value[0] == 0 else -1
+
+
 def values_of(records: Sequence[KafkaRecord]) -> list[bytes]:
     # a null value (tombstone) is not a JSON object: it comes back as a decode error (the pipeline
     # takes tombstones out before, counting them)

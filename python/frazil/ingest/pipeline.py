@@ -19,12 +19,13 @@ from collections import deque
 from collections.abc import Callable, Mapping
 
 from pyiceberg.catalog import Catalog
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from frazil import _native
 from frazil.config import Config
 from frazil.coordination.worker import Stats, Worker, WorkerChannel
-from frazil.errors import ConfigError, RecordDecodeError
+from frazil.errors import ConfigError, FrazilError, RecordDecodeError
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import evolution, inference
 from frazil.events.payloads import CommitComplete, DeadLetter, Event, StartCommit
@@ -34,7 +35,9 @@ from frazil.ingest.buffer import RecordBuffer, RecordProblem, append_routed, val
 from frazil.ingest.positions import Positions
 from frazil.ingest.routing import Router
 from frazil.ingest.source import KafkaSource
-from frazil.ingest.targets import Targets
+from frazil.ingest import avro
+from frazil.ingest.registry import Unusable, WriterSchemas
+from frazil.ingest.targets import Target, Targets
 from frazil.ingest.targets import value_options
 from frazil.metrics import Metrics
 from frazil.spark.bulk import SparkWriter
@@ -67,6 +70,7 @@ class Pipeline:
         self._router = Router(cfg.tables, cfg.dynamic)
         self._fan_out = not self._targets.single   # appends check the buffers' sum against the budget first
         self._dead_letter = cfg.on_bad_record == "dead_letter"
+        self._writers = WriterSchemas(cfg.values) if cfg.values.avro else None   # Avro values: writer schemas by id
         self.on_new_table: Callable[[str], None] | None = None   # a table named by the records was opened
         self._positions = Positions()
         self._source = KafkaSource(cfg.kafka, on_assigned=self._on_assigned, on_positioned=self._positions.positioned,
@@ -276,17 +280,21 @@ class Pipeline:
                 chosen = [i for i in (everything if chosen is None else chosen) if records[i].offset >= floor]
             if chosen is None or chosen:
                 targets.append((name, target.buffer, chosen))
-        if not self._fan_out:   # one table: its buffer's hard cap refuses a batch whole (BufferFullError)
+        if self._writers is not None:   # Avro: each table's writer schemas are decided before its records go in
+            results = [await self._append_avro(name, tp, records if chosen is None else [records[i] for i in chosen])
+                       for name, _, chosen in targets]
+        elif not self._fan_out:   # one table: its buffer's hard cap refuses a batch whole (BufferFullError)
             results = [buffer.append(tp[0], tp[1], records if chosen is None else [records[i] for i in chosen])
                        for _, buffer, chosen in targets]
         else:
             results = append_routed(tp[0], tp[1], records, values, [
                 (buffer, list(everything) if chosen is None else chosen) for _, buffer, chosen in targets])
-        for (name, buffer, chosen), errors in zip(targets, results):
+        for (name, _, chosen), errors in zip(targets, results):
+            buffer = self._targets[name].buffer   # a schema change may have replaced it
             if buffer.fields_ignored:
                 self.metrics.fields_ignored.inc(buffer.fields_ignored)
                 buffer.fields_ignored = 0
-            if errors and self._targets[name].cfg.unknown_fields == "evolve":
+            if errors and self._targets[name].cfg.unknown_fields == "evolve" and self._writers is None:
                 errors = await self._evolve(name, tp, records if chosen is None else [records[i] for i in chosen],
                                             errors)
             if errors:
@@ -355,6 +363,89 @@ class Pipeline:
                      table.schema().schema_id, tp[0], tp[1], errors[0].offset)
         self._targets.evolved(target, table)
         return target.buffer.append(tp[0], tp[1], failed)
+
+    async def _append_avro(self, name: str, tp: TopicPartition, records: list) -> list[RecordProblem]:  # type: ignore[type-arg]
+        """Avro ``records`` of ``tp`` into table ``name``'s buffer; writer schemas it has not seen
+        are fetched and decided first (:meth:`_learn`), and the append is made again."""
+        for _ in range(EVOLVE_ROUNDS + 1):
+            try:
+                return self._targets[name].buffer.append(tp[0], tp[1], records)
+            except _native.UnknownSchemaError as exc:
+                await self._learn(name, tp, records[0].offset, list(exc.args[1]))
+        raise FrazilError(f"table {name}: the writer schemas of {tp[0]}[{tp[1]}] from offset {records[0].offset} "
+                          f"changed the table's schema {EVOLVE_ROUNDS} times in a row and still do not fit it")
+
+    async def _learn(self, name: str, tp: TopicPartition, offset: int, ids: list[int]) -> None:
+        """Decide each writer schema in ``ids`` for table ``name`` (``ingest/avro.py``): register it,
+        refuse it (its records are bad records), or, with ``unknown_fields = "evolve"``, change the
+        table first (then the buffer is new, and every id is decided again on the next append)."""
+        assert self._writers is not None
+        target = self._targets[name]
+        for schema_id in ids:
+            writer = await asyncio.to_thread(self._writers.get, schema_id)   # SchemaRegistryError: stop, loudly
+            if isinstance(writer, Unusable):
+                target.buffer.refuse(schema_id, "", writer.reason)   # type: ignore[attr-defined]
+                continue
+            try:
+                parsed = avro.parse(writer)
+            except ValueError as exc:
+                target.buffer.refuse(schema_id, "", f"writer schema {schema_id}: {exc}")   # type: ignore[attr-defined]
+                continue
+            decision = self._decide(target, parsed)
+            if isinstance(decision, avro.Evolve):
+                if await self._evolve_avro(target, tp, offset, schema_id, parsed, decision):
+                    return
+                decision = self._decide(target, parsed)
+                if isinstance(decision, avro.Evolve):
+                    change = decision.changes[0]
+                    decision = avro.Refused(".".join(change.path), f"writer schema {schema_id} needs a schema change "
+                                                                   f"that cannot be made ({change}); see the log")
+            where = f"writer schema {schema_id}" if self._cfg.values.format == "avro-confluent" else "the writer schema"
+            if isinstance(decision, avro.Refused):
+                log.warning("table %s: %s (first at %s[%d]@%d) is refused, its records are bad records: field %r: %s",
+                            name, where, tp[0], tp[1], offset, decision.field, decision.reason)
+                target.buffer.refuse(schema_id, decision.field, f"{decision.reason} ({where})")   # type: ignore[attr-defined]
+                continue
+            try:
+                target.buffer.register(schema_id, writer, decision.reader, len(decision.ignored))   # type: ignore[attr-defined]
+            except FrazilError as exc:
+                target.buffer.refuse(schema_id, "", str(exc))   # type: ignore[attr-defined]
+                continue
+            log.info("table %s: reading %s from %s[%d]@%d%s", name, where, tp[0], tp[1], offset,
+                     f" (ignoring its field(s) {', '.join(decision.ignored)})" if decision.ignored else "")
+
+    def _decide(self, target: Target, writer: object, schema: Schema | None = None) -> avro.Readable | avro.Refused | avro.Evolve:
+        return avro.resolve(writer, target.table.schema() if schema is None else schema,
+                            exclude=tuple(m[0] for m in iceberg_catalog.META_COLUMNS) if target.cfg.metadata_columns else (),
+                            unknown_fields=target.cfg.unknown_fields, case_insensitive=target.cfg.case_insensitive)
+
+    async def _evolve_avro(self, target: Target, tp: TopicPartition, offset: int, schema_id: int, writer: object,
+                           decision: avro.Evolve) -> bool:
+        """The schema change writer schema ``schema_id`` asks of ``target``'s table, made once
+        across every process; whether the table's schema changed (its buffer was then replaced)."""
+        def changes_for(schema: Schema) -> list[evolution.Change]:
+            again = self._decide(target, writer, schema)
+            return list(again.changes) if isinstance(again, avro.Evolve) else []
+
+        before = target.table.schema().schema_id
+        try:
+            table, made = await asyncio.to_thread(evolution.apply, target.committer.load, changes_for)
+        except evolution.EvolutionError as exc:
+            log.warning("table %s: writer schema %d (%s[%d]@%d) asks for a schema change that cannot be made: %s",
+                        target.name, schema_id, tp[0], tp[1], offset, exc)
+            return False
+        if not made and table.schema().schema_id == before:
+            return False
+        if made:
+            self.metrics.schema_changes.inc(len(made))
+            log.warning("table %s: schema evolved to id %d for writer schema %d (%s[%d]@%d): %s; %d buffered row(s) go "
+                        "under it with NULL in new columns", target.name, table.schema().schema_id, schema_id, tp[0],
+                        tp[1], offset, evolution.describe(made), target.rows)
+        else:
+            log.info("table %s: schema id %d, changed by another writer, taken for writer schema %d", target.name,
+                     table.schema().schema_id, schema_id)
+        self._targets.evolved(target, table)
+        return True
 
     async def _open_table(self, name: str, tp: TopicPartition, offset: int, sample: list[bytes]) -> None:
         """A table not open yet in this run (named by the records, or configured without columns

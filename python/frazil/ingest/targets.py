@@ -17,7 +17,7 @@ from frazil.events.payloads import DeadLetter
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import TopicPartition, merge_progress
-from frazil.ingest.buffer import RecordBuffer
+from frazil.ingest.buffer import AvroRecordBuffer, RecordBuffer
 from frazil.ingest.conform import conform
 from frazil.ingest.positions import resume_at
 
@@ -85,6 +85,7 @@ class Targets:
         self.single = len(cfg.tables) == 1 and cfg.dynamic is None and bool(cfg.tables[0].columns)
         self._dynamic = cfg.dynamic is not None
         self._budget = cfg.memory_budget_bytes
+        self._values = cfg.values
         self._catalog, self._max_attempts = catalog, cfg.max_commit_attempts
         self.pipeline = cfg.pipeline
         self._by_name = {
@@ -124,6 +125,9 @@ class Targets:
     def buffer_for(self, cfg: TableConfig, table: Table, *, inferred: bool) -> RecordBuffer:
         """A record buffer for ``table`` as it is now. With one declared table and nothing else it
         has the memory budget as a hard cap."""
+        if self._values.avro:
+            return AvroRecordBuffer(iceberg_catalog.arrow_schema(table), confluent=self._values.format == "avro-confluent",
+                                    metadata_columns=cfg.metadata_columns, max_bytes=self._budget if self.single else None)
         return RecordBuffer(iceberg_catalog.arrow_schema(table, value_options(cfg)), metadata_columns=cfg.metadata_columns,
                             max_bytes=self._budget if self.single else None,
                             strict_fields=_strict(cfg.name) if inferred else None,

@@ -1,0 +1,424 @@
+"""Avro writer schemas against a table (pure): can records of this writer schema become rows, and
+how. Decided once per schema id; the native buffer then decodes every record of it.
+
+The answer is one of:
+- :class:`Readable`: the *reader schema* the native decoder reads the records with: the writer's
+  record names, the table's value columns in order, each with the writer's type (the native
+  side casts it exactly to the column's type: int to long, float to double, millisecond to
+  microsecond timestamps, a narrower decimal, enum to string), columns the writer lacks as
+  null-defaulted unions (they land as NULL);
+- :class:`Refused`: every record of it is a bad record, for this field and reason;
+- :class:`Evolve`: the table must change first (``unknown_fields = "evolve"``): new optional
+  columns for writer fields it lacks, int to long, float to double, decimal precision widening,
+  required to optional for a field the writer may leave out or null. After the change the schema
+  is decided again.
+
+A value is never bent: an Avro ``long`` without a timestamp logical type is not a timestamp (its
+unit would be a guess), nanosecond timestamps do not go into microsecond columns, a type of
+another kind (string for a number) is refused, and so are unions of several non-null types.
+docs/configuration.md, "Avro values", has the full table.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from itertools import count
+from typing import Any
+
+from pyiceberg.schema import Schema
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FixedType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    ListType,
+    LongType,
+    MapType,
+    NestedField,
+    StringType,
+    StructType,
+    TimestampType,
+    TimestamptzType,
+    TimeType,
+)
+
+from frazil.iceberg.evolution import MAX_DECIMAL_PRECISION, Change
+
+PRIMITIVES = ("null", "boolean", "int", "long", "float", "double", "bytes", "string")
+NO_SUCH_COLUMN = "the table has no such column"
+
+
+@dataclass(frozen=True)
+class Readable:
+    reader: str                      # the reader schema, as JSON
+    ignored: tuple[str, ...] = ()    # writer fields the table has no column for (unknown_fields = "ignore")
+
+
+@dataclass(frozen=True)
+class Refused:
+    field: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Evolve:
+    changes: tuple[Change, ...]
+
+
+class _Problem(Exception):
+    def __init__(self, path: str, reason: str, change: Change | None = None) -> None:
+        super().__init__(reason)
+        self.path, self.reason, self.change = path, reason, change
+
+
+@dataclass
+class _Walk:
+    """One resolution: the writer's named types, and what was found."""
+
+    named: dict[str, Any]
+    unknown_fields: str
+    case_insensitive: bool
+    problems: list[_Problem] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+    emitted: set[str] = field(default_factory=set)   # named types already defined in the reader
+    ids: Iterator[int] = field(default_factory=lambda: count(1))
+
+
+def parse(text: str) -> Any:
+    """A writer schema's JSON; a ValueError naming what is wrong otherwise."""
+    try:
+        schema = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"the Avro schema is not JSON: {exc}") from None
+    if not isinstance(schema, dict) or schema.get("type") != "record":
+        raise ValueError("the Avro schema of a record value must be a record "
+                         f"(got {json.dumps(schema)[:100]})")
+    return schema
+
+
+def resolve(writer: Any, table: Schema, *, exclude: tuple[str, ...] = (), unknown_fields: str = "fail",
+            case_insensitive: bool = False) -> Readable | Refused | Evolve:
+    """How records of ``writer`` (a parsed record schema) become rows of ``table``, whose columns
+    in ``exclude`` (the Kafka metadata columns) are not read from the value."""
+    walk = _Walk(_named(writer), unknown_fields, case_insensitive)
+    columns = [f for f in table.as_struct().fields if f.name not in exclude]
+    reader = _record(walk, writer, columns, "")
+    fatal = next((p for p in walk.problems if p.change is None), None)
+    if fatal is not None:
+        return Refused(fatal.path, fatal.reason)
+    changes = [p.change for p in walk.problems if p.change is not None]
+    if changes:
+        if unknown_fields == "evolve":
+            return Evolve(tuple(changes))
+        first = walk.problems[0]
+        return Refused(first.path, first.reason)
+    return Readable(json.dumps(reader), tuple(walk.ignored))
+
+
+def _named(schema: Any, namespace: str = "", out: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every named type (record, enum, fixed) of ``schema`` by full name and by short name."""
+    out = {} if out is None else out
+    if isinstance(schema, list):
+        for branch in schema:
+            _named(branch, namespace, out)
+    elif isinstance(schema, dict):
+        kind = schema.get("type")
+        if kind in ("record", "error", "enum", "fixed"):
+            name = str(schema.get("name", ""))
+            ns = str(schema.get("namespace", namespace)) if "." not in name else name.rsplit(".", 1)[0]
+            full = name if "." in name or not ns else f"{ns}.{name}"
+            out[full] = schema
+            out.setdefault(name.rsplit(".", 1)[-1], schema)
+            for f in schema.get("fields", ()) if kind in ("record", "error") else ():
+                _named(f.get("type"), ns, out)
+        elif kind == "array":
+            _named(schema.get("items"), namespace, out)
+        elif kind == "map":
+            _named(schema.get("values"), namespace, out)
+        elif isinstance(kind, (dict, list)):
+            _named(kind, namespace, out)
+    return out
+
+
+def _deref(walk: _Walk, t: Any) -> Any:
+    if isinstance(t, str) and t not in PRIMITIVES:
+        if t not in walk.named:
+            raise _Problem("", f"the writer schema names type {t!r}, which it does not define (schema references are "
+                               "not supported: register the schema with its types inlined)")
+        return walk.named[t]
+    if isinstance(t, dict) and isinstance(t.get("type"), (dict, list)) and "logicalType" not in t:
+        return _deref(walk, t["type"])
+    return t
+
+
+def _nullable(walk: _Walk, t: Any, path: str) -> tuple[Any, bool, int | None]:
+    """(the non-null type, whether null is allowed, the null branch's index) of ``t``."""
+    t = _deref(walk, t)
+    if not isinstance(t, list):
+        return t, False, None
+    others = [b for b in t if b != "null"]
+    if len(others) != 1 or len(t) > 2:
+        raise _Problem(path, f"the writer schema has {path} as a union of {json.dumps(t)}: only a type or a union of "
+                             "null and one type can become a column")
+    return others[0], len(t) == 2, t.index("null") if "null" in t else None
+
+
+def _kind(walk: _Walk, t: Any) -> tuple[str, str | None]:
+    """(the Avro type name, its logical type) of a non-union type."""
+    t = _deref(walk, t)
+    if isinstance(t, str):
+        return t, None
+    return str(t.get("type")), t.get("logicalType")
+
+
+def _describe(walk: _Walk, t: Any) -> str:
+    kind, logical = _kind(walk, t)
+    return f"{kind} ({logical})" if logical else kind
+
+
+def _record(walk: _Walk, writer: Any, columns: list[NestedField], prefix: str) -> dict[str, Any]:
+    """The reader record for ``columns`` from the ``writer`` record (its name kept)."""
+    writer = _deref(walk, writer)
+    full = _full_name(writer)
+    walk.emitted.add(full)
+    by_name = {str(f["name"]): f for f in writer.get("fields", ())}
+    folded: dict[str, list[str]] = {}
+    for name in by_name:
+        folded.setdefault(name.casefold(), []).append(name)
+    out_fields: list[dict[str, Any]] = []
+    used: set[str] = set()
+    for column in columns:
+        path = f"{prefix}{column.name}"
+        source = by_name.get(column.name)
+        alias = None
+        if source is None:
+            spellings = folded.get(column.name.casefold(), [])
+            if spellings and walk.case_insensitive and len(spellings) == 1:
+                source, alias = by_name[spellings[0]], spellings[0]
+            elif spellings:
+                walk.problems.append(_Problem(f"{prefix}{spellings[0]}", (
+                    f"the writer schema has field {spellings[0]!r} and the table has column {column.name!r}: they differ "
+                    "only in case; set case_insensitive = true on the table to land it there, or rename the field")))
+                used.update(spellings)
+                continue
+        if source is None:
+            if column.required:
+                change = Change("optional", _path(path), column.field_type)
+                walk.problems.append(_Problem(path, f"the writer schema has no field {column.name!r} and column {path} is "
+                                                    "required", change))
+            out_fields.append({"name": column.name, "type": ["null", _avro_of(walk, column.field_type, path)],
+                               "default": None})
+            continue
+        used.add(str(source["name"]))
+        try:
+            t = _field(walk, source["type"], column, path)
+        except _Problem as problem:
+            walk.problems.append(problem)
+            continue
+        entry: dict[str, Any] = {"name": column.name, "type": t}
+        if alias is not None:
+            entry["aliases"] = [alias]
+        if "default" in source:
+            entry["default"] = source["default"]
+        out_fields.append(entry)
+    for name, source in by_name.items():
+        if name in used:
+            continue
+        path = f"{prefix}{name}"
+        if walk.unknown_fields == "ignore":
+            walk.ignored.append(path)
+        elif walk.unknown_fields == "evolve":
+            try:
+                walk.problems.append(_Problem(path, f"{NO_SUCH_COLUMN} for writer field {path}",
+                                              Change("add", _path(path), _iceberg_of(walk, source["type"], path))))
+            except _Problem as problem:
+                walk.problems.append(problem)
+        else:
+            walk.problems.append(_Problem(path, f"{NO_SUCH_COLUMN}: the writer schema has field {path} "
+                                                f"({_describe(walk, _nullable(walk, source['type'], path)[0])}); add "
+                                                "the column, or set unknown_fields = \"evolve\" or \"ignore\""))
+    record: dict[str, Any] = {"type": "record", "name": writer["name"], "fields": out_fields}
+    if "namespace" in writer:
+        record["namespace"] = writer["namespace"]
+    return record
+
+
+def _full_name(t: dict[str, Any]) -> str:
+    name = str(t.get("name", ""))
+    return name if "." in name or not t.get("namespace") else f"{t['namespace']}.{name}"
+
+
+def _path(dotted: str) -> tuple[str, ...]:
+    return tuple(dotted.split("."))
+
+
+def _field(walk: _Walk, writer_type: Any, column: NestedField, path: str) -> Any:
+    """The reader type for a writer field landing in ``column``."""
+    inner, nullable, _ = _nullable(walk, writer_type, path)
+    if nullable and column.required:
+        walk.problems.append(_Problem(path, f"the writer schema lets {path} be null and column {path} is required",
+                                      Change("optional", _path(path), column.field_type)))
+    reader_inner = _value(walk, inner, column.field_type, path)
+    if not nullable:
+        return reader_inner
+    return ["null", reader_inner] if _deref(walk, writer_type)[0] == "null" else [reader_inner, "null"]
+
+
+def _value(walk: _Walk, t: Any, target: IcebergType, path: str) -> Any:
+    """The reader type for writer type ``t`` (not a union) into ``target``."""
+    t = _deref(walk, t)
+    kind, logical = _kind(walk, t)
+
+    def refuse() -> _Problem:
+        return _Problem(path, f"the writer schema has {path} as {_describe(walk, t)}, which column {path} ({target}) "
+                              "cannot hold exactly; change the column or the writer schema")
+
+    def widen(to: IcebergType) -> _Problem:
+        return _Problem(path, f"the writer schema has {path} as {_describe(walk, t)}; column {path} is {target}: it "
+                              f"would need to widen to {to} (unknown_fields = \"evolve\" does that)",
+                        Change("widen", _path(path), to))
+
+    if isinstance(target, StructType):
+        if kind not in ("record", "error"):
+            raise refuse()
+        if _full_name(t) in walk.emitted:
+            raise _Problem(path, f"the writer schema uses record {_full_name(t)} more than once; a record type used "
+                                 "twice (or recursively) is not supported")
+        return _record(walk, t, list(target.fields), f"{path}.")
+    if isinstance(target, ListType):
+        if kind != "array":
+            raise refuse()
+        element = NestedField(target.element_id, "element", target.element_type, required=target.element_required)
+        return {"type": "array", "items": _field(walk, t["items"], element, f"{path}.element")}
+    if isinstance(target, MapType):
+        if kind != "map" or not isinstance(target.key_type, StringType):
+            raise refuse()
+        value = NestedField(target.value_id, "value", target.value_type, required=target.value_required)
+        return {"type": "map", "values": _field(walk, t["values"], value, f"{path}.value")}
+    if kind in ("record", "error", "array", "map"):
+        raise refuse()
+    if logical == "uuid" or logical == "duration" or (logical or "").endswith("nanos"):
+        raise _Problem(path, f"the writer schema has {path} as {_describe(walk, t)}, which frazil does not read yet "
+                             "(uuid, duration and nanosecond types); send it as a string or a microsecond timestamp")
+    if logical == "decimal":
+        if not isinstance(target, DecimalType):
+            raise refuse()
+        precision, scale = int(t.get("precision", 0)), int(t.get("scale", 0))
+        if scale != target.scale:
+            raise refuse()
+        if precision > target.precision:
+            if precision > MAX_DECIMAL_PRECISION:
+                raise refuse()
+            raise widen(DecimalType(precision, scale))
+        return _copy(walk, t)
+    exact: dict[tuple[str, str | None], tuple[type, ...]] = {
+        ("boolean", None): (BooleanType,),
+        ("int", None): (IntegerType, LongType),
+        ("long", None): (LongType,),
+        ("float", None): (FloatType, DoubleType),
+        ("double", None): (DoubleType,),
+        ("string", None): (StringType,),
+        ("enum", None): (StringType,),
+        ("bytes", None): (BinaryType,),
+        ("int", "date"): (DateType,),
+        ("int", "time-millis"): (TimeType,),
+        ("long", "time-micros"): (TimeType,),
+        ("long", "timestamp-millis"): (TimestamptzType,),
+        ("long", "timestamp-micros"): (TimestamptzType,),
+        ("long", "local-timestamp-millis"): (TimestampType,),
+        ("long", "local-timestamp-micros"): (TimestampType,),
+    }
+    known = (kind, logical if (kind, logical) in exact else None)
+    if kind == "fixed" and isinstance(target, FixedType) and int(t.get("size", -1)) == len(target):
+        return _copy(walk, t)
+    if known in exact and isinstance(target, exact[known]):
+        return _copy(walk, t)
+    if known == ("long", None) and isinstance(target, IntegerType):
+        raise widen(LongType())
+    if known == ("double", None) and isinstance(target, FloatType):
+        raise widen(DoubleType())
+    if known == ("long", None) and isinstance(target, (TimestampType, TimestamptzType)):
+        raise _Problem(path, f"the writer schema has {path} as a long without a timestamp logical type: its unit would "
+                             "be a guess; give the field logicalType timestamp-millis or timestamp-micros")
+    raise refuse()
+
+
+def _copy(walk: _Walk, t: Any) -> Any:
+    """A writer type as the reader names it: a named type already defined in the reader by name."""
+    if isinstance(t, dict) and t.get("type") in ("enum", "fixed"):
+        full = _full_name(t)
+        if full in walk.emitted:
+            return full
+        walk.emitted.add(full)
+    return t
+
+
+def _avro_of(walk: _Walk, t: IcebergType, path: str) -> Any:
+    """An Avro type for a column the writer does not have (only ever null)."""
+    simple: list[tuple[type, Any]] = [
+        (BooleanType, "boolean"), (IntegerType, "int"), (LongType, "long"), (FloatType, "float"),
+        (DoubleType, "double"), (StringType, "string"), (BinaryType, "bytes"),
+        (DateType, {"type": "int", "logicalType": "date"}), (TimeType, {"type": "long", "logicalType": "time-micros"}),
+        (TimestamptzType, {"type": "long", "logicalType": "timestamp-micros"}),
+        (TimestampType, {"type": "long", "logicalType": "local-timestamp-micros"}),
+    ]
+    for kind, avro in simple:
+        if isinstance(t, kind):
+            return avro
+    name = "frazil_missing_" + "_".join(path.replace(".", "_").split()) + f"_{next(walk.ids)}"
+    if isinstance(t, DecimalType):
+        return {"type": "fixed", "name": name, "size": 16, "logicalType": "decimal", "precision": t.precision,
+                "scale": t.scale}
+    if isinstance(t, FixedType):
+        return {"type": "fixed", "name": name, "size": len(t)}
+    if isinstance(t, StructType):
+        return {"type": "record", "name": name, "fields": [
+            {"name": f.name, "type": ["null", _avro_of(walk, f.field_type, f"{path}.{f.name}")], "default": None}
+            for f in t.fields]}
+    if isinstance(t, ListType):
+        return {"type": "array", "items": ["null", _avro_of(walk, t.element_type, f"{path}.element")]}
+    if isinstance(t, MapType):
+        return {"type": "map", "values": ["null", _avro_of(walk, t.value_type, f"{path}.value")]}
+    raise _Problem(path, f"column {path} ({t}) has no Avro counterpart frazil can fill with NULL")
+
+
+def _iceberg_of(walk: _Walk, t: Any, path: str) -> IcebergType:
+    """The Iceberg type of a new column for writer type ``t`` (field ids are placeholders)."""
+    inner, _, _ = _nullable(walk, t, path)
+    kind, logical = _kind(walk, inner)
+    inner = _deref(walk, inner)
+    by_logical: dict[tuple[str, str | None], IcebergType] = {
+        ("boolean", None): BooleanType(), ("int", None): IntegerType(), ("long", None): LongType(),
+        ("float", None): FloatType(), ("double", None): DoubleType(), ("string", None): StringType(),
+        ("enum", None): StringType(), ("bytes", None): BinaryType(), ("int", "date"): DateType(),
+        ("int", "time-millis"): TimeType(), ("long", "time-micros"): TimeType(),
+        ("long", "timestamp-millis"): TimestamptzType(), ("long", "timestamp-micros"): TimestamptzType(),
+        ("long", "local-timestamp-millis"): TimestampType(), ("long", "local-timestamp-micros"): TimestampType(),
+    }
+    if logical == "decimal" and kind in ("bytes", "fixed"):
+        return DecimalType(int(inner.get("precision", 0)), int(inner.get("scale", 0)))
+    if kind == "fixed" and logical is None:
+        return FixedType(int(inner["size"]))
+    if (kind, logical) in by_logical:
+        return by_logical[(kind, logical)]
+    if (kind, None) in by_logical and logical not in ("uuid", "duration") and not (logical or "").endswith("nanos"):
+        return by_logical[(kind, None)]   # an unknown logical type is its base type (the Avro spec)
+    if kind in ("record", "error"):
+        return StructType(*(NestedField(next(walk.ids), str(f["name"]),
+                                        _iceberg_of(walk, f["type"], f"{path}.{f['name']}"), required=False)
+                            for f in inner.get("fields", ())))
+    if kind == "array":
+        return ListType(next(walk.ids), _iceberg_of(walk, inner["items"], f"{path}.element"), element_required=False)
+    if kind == "map":
+        key_id = next(walk.ids)
+        return MapType(key_id, StringType(), next(walk.ids), _iceberg_of(walk, inner["values"], f"{path}.value"),
+                       value_required=False)
+    raise _Problem(path, f"the writer schema's new field {path} is {_describe(walk, inner)}, which frazil cannot add "
+                         "as a column")

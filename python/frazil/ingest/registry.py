@@ -1,0 +1,123 @@
+"""Writer schemas of Avro values, by schema id (blocking I/O): from the schema file (``values.format
+= "avro"``, one schema, id 0) or a schema registry's Confluent-compatible REST API (``"avro-confluent"``:
+``GET /schemas/ids/{id}``), cached for the life of the process (a registered id never changes).
+
+Requests go through ``requests`` (basic auth, TLS with an optional CA bundle, timeouts); a
+connection error, timeout or 5xx answer is retried with backoff, at most ``max_attempts`` times,
+then :class:`SchemaRegistryError`. A 404 for the schema id is an answer, not an outage: the records
+that name it are bad records (:meth:`WriterSchemas.get` returns :class:`Unusable`), as are records
+of a schema that is not Avro or that uses references.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+from frazil.config import ValuesConfig
+from frazil.errors import SchemaRegistryError
+
+log = logging.getLogger(__name__)
+
+PLAIN_ID = 0          # the id the schema file's schema goes under (the native buffer's PLAIN_ID)
+BACKOFF_S = 0.5       # doubled after each failed attempt, at most MAX_BACKOFF_S
+MAX_BACKOFF_S = 8.0
+
+
+@dataclass(frozen=True)
+class Unusable:
+    """A schema id whose records cannot be read, and why (it becomes their bad-record reason)."""
+
+    reason: str
+
+
+class WriterSchemas:
+    def __init__(self, cfg: ValuesConfig) -> None:
+        self._cfg = cfg
+        self._cache: dict[int, str | Unusable] = {}
+        self._lock = threading.Lock()
+        self._session: requests.Session | None = None
+        if cfg.format == "avro":
+            self._cache[PLAIN_ID] = Path(cfg.schema_file).read_text()
+        elif cfg.registry is not None:
+            self._session = requests.Session()
+            if cfg.registry.username:
+                self._session.auth = (cfg.registry.username, cfg.registry.password)
+            self._session.verify = cfg.registry.ca_file or True
+            self._session.headers["Accept"] = "application/vnd.schemaregistry.v1+json, application/json"
+
+    @property
+    def where(self) -> str:
+        registry = self._cfg.registry
+        return registry.url if registry is not None else self._cfg.schema_file
+
+    def get(self, schema_id: int) -> str | Unusable:
+        """Blocking. The writer schema (Avro JSON) of ``schema_id``, or why its records cannot be
+        read (the registry has no such id, ...). Raises SchemaRegistryError when the registry
+        cannot be asked."""
+        with self._lock:
+            if schema_id in self._cache:
+                return self._cache[schema_id]
+        if self._session is None:
+            return Unusable(f"no writer schema has id {schema_id}")
+        found = self._fetch(schema_id)
+        with self._lock:
+            self._cache[schema_id] = found
+        return found
+
+    def _fetch(self, schema_id: int) -> str | Unusable:
+        registry = self._cfg.registry
+        assert registry is not None and self._session is not None
+        url = f"{registry.url}/schemas/ids/{schema_id}"
+        delay, last = BACKOFF_S, ""
+        for attempt in range(1, registry.max_attempts + 1):
+            try:
+                answer = self._session.get(url, timeout=registry.timeout_s)
+            except requests.RequestException as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            else:
+                if answer.status_code == 404:
+                    log.warning("schema registry %s has no schema id %d (%s)", registry.url, schema_id,
+                                answer.text[:200])
+                    return Unusable(f"unknown schema id {schema_id}: the schema registry at {registry.url} has no "
+                                    "such schema (HTTP 404); was the record written against another registry?")
+                if answer.status_code in (401, 403):
+                    raise SchemaRegistryError(f"the schema registry at {registry.url} refused frazil (HTTP "
+                                              f"{answer.status_code}) asking for schema id {schema_id}: check "
+                                              "schema_registry.username and password")
+                if answer.status_code < 500 and answer.ok:
+                    return _schema_of(answer, registry.url, schema_id)
+                if answer.status_code < 500:
+                    raise SchemaRegistryError(f"the schema registry at {registry.url} answered HTTP "
+                                              f"{answer.status_code} for schema id {schema_id}: {answer.text[:300]}")
+                last = f"HTTP {answer.status_code}: {answer.text[:200]}"
+            if attempt < registry.max_attempts:
+                log.warning("schema registry %s: schema id %d, attempt %d/%d failed (%s); retrying in %.1fs",
+                            registry.url, schema_id, attempt, registry.max_attempts, last, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, MAX_BACKOFF_S)
+        raise SchemaRegistryError(f"the schema registry at {registry.url} could not be asked for schema id {schema_id} "
+                                  f"({registry.max_attempts} attempts; last: {last}); the records that need it wait "
+                                  "in Kafka: restart once it answers")
+
+
+def _schema_of(answer: requests.Response, url: str, schema_id: int) -> str | Unusable:
+    try:
+        body = answer.json()
+        schema = body["schema"]
+    except (ValueError, KeyError, TypeError):
+        raise SchemaRegistryError(f"the schema registry at {url} answered schema id {schema_id} with "
+                                  f"{answer.text[:200]!r}, not {{\"schema\": ...}}") from None
+    kind = body.get("schemaType", "AVRO")
+    if kind != "AVRO":
+        return Unusable(f"schema id {schema_id} is a {kind} schema, not Avro (values.format = \"avro-confluent\")")
+    if body.get("references"):
+        names = ", ".join(str(r.get("name")) for r in body["references"])
+        return Unusable(f"schema id {schema_id} uses schema references ({names}), which frazil does not resolve yet; "
+                        "register the schema with its types inlined")
+    return str(schema)

@@ -1,0 +1,161 @@
+"""Avro values in the Confluent wire format through a real schema registry (Apicurio), the real
+broker and catalog: two writer-schema versions (the second adds a nested field and widens an
+int to a long) land as one evolved table, with the process SIGKILLed after a commit; records of
+a schema id the registry does not have, records not in the wire format, and broken datums go to
+the dead-letter topic. Every good record is in the table once with its values as sent (v1 rows
+NULL in v2's new columns), every bad one in the dead-letter topic once, saying why."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import signal
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import fastavro
+import pytest
+from aiokafka import AIOKafkaProducer
+
+import support
+from frazil.local.kafka_broker import KafkaBroker
+from frazil.local.schema_registry import SchemaRegistry
+from pyiceberg.types import IntegerType, LongType, StructType
+from test_dead_letters import dead_letters, run
+
+pytestmark = [pytest.mark.integration]
+
+MODES = {"single": "", "distributed": '[coordination]\nmode = "distributed"\ncommit_timeout_s = 5\n'}
+RECORDS = 2000
+PARTITIONS = 2
+UNKNOWN_ID = 987654
+
+V1 = {"type": "record", "name": "Event", "namespace": "shop", "fields": [
+    {"name": "id", "type": "long"},
+    {"name": "name", "type": ["null", "string"], "default": None},
+    {"name": "amount", "type": "double"},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "count", "type": "int"},
+]}
+V2 = {**V1, "fields": [*V1["fields"][:4],
+                       {"name": "count", "type": "long"},
+                       {"name": "geo", "type": ["null", {"type": "record", "name": "Geo", "fields": [
+                           {"name": "city", "type": "string"}, {"name": "zone", "type": "int"}]}], "default": None}]}
+
+
+def kind(i: int) -> str:
+    if i % 11 == 4:
+        return ("unknown-id", "not-framed", "broken")[(i // 11) % 3]
+    return "v1" if i < RECORDS // 2 else "v2"
+
+
+def row(i: int) -> dict[str, object]:
+    out: dict[str, object] = {"id": i, "name": None if i % 5 == 0 else f"n{i}", "amount": i * 0.25,
+                              "at": datetime(2026, 11, 1, tzinfo=timezone.utc) + timedelta(milliseconds=i * 1001)}
+    if kind(i) == "v2":
+        out["count"] = 3_000_000_000 + i
+        out["geo"] = None if i % 3 == 0 else {"city": f"c{i % 7}", "zone": i % 4}
+    else:
+        out["count"] = i
+    return out
+
+
+def datum(schema: dict[str, object], record: dict[str, object]) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
+    return out.getvalue()
+
+
+def value_of(i: int, ids: dict[str, int]) -> bytes:
+    k = kind(i)
+    if k == "unknown-id":
+        return b"\x00" + UNKNOWN_ID.to_bytes(4, "big") + datum(V1, {**row(i), "count": 1})
+    if k == "not-framed":
+        return b'{"id": %d}' % i
+    if k == "broken":
+        return b"\x00" + ids["v1"].to_bytes(4, "big") + b"\x02"   # id 1, then the datum stops
+    return b"\x00" + ids[k].to_bytes(4, "big") + datum(V1 if k == "v1" else V2, row(i))
+
+
+WHY = {"unknown-id": "unknown schema id 987654", "not-framed": "not in the Confluent wire format",
+       "broken": "not a valid Avro datum of writer schema id"}
+
+
+async def produce(bootstrap: str, topic: str, ids: dict[str, int], numbers: range) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=20)
+    await producer.start()
+    try:
+        futures = [await producer.send(topic, value_of(i, ids), key=f"k{i}".encode(), partition=i % PARTITIONS)
+                   for i in numbers]
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_two_writer_schemas_land_as_one_evolved_table_and_bad_values_go_to_the_dead_letter_topic(
+        kafka: KafkaBroker, schema_registry: SchemaRegistry, tmp_path: Path, mode: str) -> None:
+    topic = f"avro-{mode}"
+    ids = {"v1": schema_registry.register(f"{topic}-value", V1), "v2": schema_registry.register(f"{topic}-value", V2)}
+    assert ids["v1"] != ids["v2"]
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
+    asyncio.run(produce(kafka.bootstrap, topic, ids, range(RECORDS // 2)))   # v1 (and bad ones)
+    extra = (MODES[mode] + f'\n[values]\nformat = "avro-confluent"\n\n[schema_registry]\nurl = "{schema_registry.url}"\n')
+    config = support.write_config(tmp_path, kafka.bootstrap, [topic], pipeline=topic, interval=0.5, extra=extra)
+    text = config.read_text().replace("[kafka]", 'on_bad_record = "dead_letter"\n\n[kafka]', 1)
+    config.write_text(text.replace('name = "db.events"\n', 'name = "db.events"\nunknown_fields = "evolve"\n', 1))
+    cfg = support.load(config)
+    assert cfg.values.format == "avro-confluent" and cfg.table.unknown_fields == "evolve"
+    log = tmp_path / "frazil.log"
+
+    # killed after its first commit landed, before its bad records went out
+    proc = run(config, log, faults="commit.after_catalog=kill")
+    assert proc.wait(timeout=120) == -signal.SIGKILL, log.read_text()[-3000:]
+    asyncio.run(produce(kafka.bootstrap, topic, ids, range(RECORDS // 2, RECORDS)))   # v2 (and bad ones)
+    ends = asyncio.run(support.end_offsets(kafka.bootstrap, [topic]))
+    proc = run(config, log)
+    bad = {(topic, i % PARTITIONS, i // PARTITIONS): i for i in range(RECORDS) if kind(i) not in ("v1", "v2")}
+
+    def all_sent() -> None:
+        sent = len(asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic)))
+        assert sent >= len(bad), f"{sent} of {len(bad)} bad records in the dead-letter topic"
+
+    try:
+        support.wait_until_committed(support.catalog_of(cfg), cfg, ends, timeout=120, alive=lambda: proc.poll() is None)
+        support.wait_for(all_sent, proc, log, timeout=60)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
+
+    table = support.catalog_of(cfg).load_table(cfg.table.name)
+    schema = table.schema()
+    assert isinstance(schema.find_field("count").field_type, LongType), schema   # added as int by v1, widened by v2
+    geo = schema.find_field("geo").field_type
+    assert isinstance(geo, StructType) and isinstance(schema.find_field("geo.zone").field_type, IntegerType), schema
+    data = table.scan().to_arrow()
+    counts = Counter(zip(data.column("_kafka_topic").to_pylist(), data.column("_kafka_partition").to_pylist(),
+                         data.column("_kafka_offset").to_pylist()))
+    good = {(topic, i % PARTITIONS, i // PARTITIONS) for i in range(RECORDS) if kind(i) in ("v1", "v2")}
+    assert {k for k, n in counts.items() if n > 1} == set(), "duplicated in the table"
+    assert set(counts) == good, f"lost {sorted(good - set(counts))[:5]}, unexpected {sorted(set(counts) - good)[:5]}"
+    for got in data.to_pylist():   # every value as sent; v1 rows NULL in v2's new column
+        i = got["id"]
+        want = row(i)
+        assert (got["name"], got["amount"], got["at"], got["count"]) == (want["name"], want["amount"], want["at"],
+                                                                         want["count"]), got
+        assert got["geo"] == want.get("geo"), got
+
+    letters = asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic))
+    seen: Counter[tuple[str, int, int]] = Counter()
+    for letter in letters:
+        h = {k: v.decode() for k, v in letter.headers if k.startswith("frazil.")}
+        where = (h["frazil.source.topic"], int(h["frazil.source.partition"]), int(h["frazil.source.offset"]))
+        seen[where] += 1
+        i = bad[where]
+        assert (letter.key, letter.value) == (f"k{i}".encode(), value_of(i, ids)), where
+        assert WHY[kind(i)] in h["frazil.error"], (kind(i), h["frazil.error"])
+    assert {k for k, n in seen.items() if n > 1} == set(), "duplicated in the dead-letter topic"
+    assert set(seen) == set(bad), f"missing {sorted(set(bad) - set(seen))[:5]}"
+    text = log.read_text()
+    assert "schema evolved" in text or "changed by another writer" in text
