@@ -126,7 +126,7 @@ class SchemaRegistry:
             time.sleep(0.5)
         raise RegistryError(f"the schema registry did not answer within {START_TIMEOUT_S:.0f}s; see {self.workdir}")
 
-    def _put(self, path: str, body: object) -> object:
+    def _put(self, path: str, body: dict[str, str]) -> object:
         answer = requests.put(self.url + path, json=body, timeout=10)
         answer.raise_for_status()
         return answer.json()
