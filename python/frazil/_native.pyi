@@ -170,11 +170,13 @@ class AvroBuffer:
     @property
     def schema(self) -> pa.Schema: ...
 
-def route_groups(values: list[bytes], paths: list[list[str]]) -> list[tuple[list[str | None], list[int]]]:
+def route_groups(values: list[bytes], paths: list[list[str]]
+                 ) -> tuple[list[tuple[list[str | None], list[int]]], list[tuple[int, str]]]:
     """Records grouped by the values at ``paths`` (each a list of field names) of their JSON
-    values: ``[(keys, indices), ...]`` in order of first appearance, a key being the value as text
-    (a string as it is, a number or boolean as its JSON text), or None when missing, null, an
-    object or an array. Runs without the GIL."""
+    values: ``([(keys, indices), ...], [(index, reason), ...])``, groups in order of first
+    appearance, a key being the value as text (a string as it is, a number or boolean as its JSON
+    text), or None when missing, null, an object or an array; then the values that are not one
+    JSON object (in no group), with why. Runs without the GIL."""
 
 def append_routed(
     *,

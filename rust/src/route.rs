@@ -12,13 +12,28 @@ use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
 pub type Key = Option<String>;
 
 /// Records grouped by their keys at `paths`, groups in order of first appearance; each group
-/// holds the indices of its records in ascending order. A value that is not valid JSON gets
-/// `None` at every path (the decoder reports it as a bad record with the reason).
-pub fn group<V: AsRef<[u8]>>(values: &[V], paths: &[Vec<String>]) -> Vec<(Vec<Key>, Vec<u32>)> {
+/// holds the indices of its records in ascending order. A value that is not one JSON object is
+/// in no group: it is listed in `malformed` with the reason (its route fields cannot be read, so
+/// it must not pass for a record whose route field is missing).
+#[derive(Debug, PartialEq, Eq, Default)]
+pub struct Groups {
+    pub groups: Vec<(Vec<Key>, Vec<u32>)>,
+    pub malformed: Vec<(u32, String)>,
+}
+
+pub fn group<V: AsRef<[u8]>>(values: &[V], paths: &[Vec<String>]) -> Groups {
     let mut index: HashMap<Vec<Key>, usize> = HashMap::new();
     let mut groups: Vec<(Vec<Key>, Vec<u32>)> = Vec::new();
+    let mut malformed = Vec::new();
     for (i, value) in values.iter().enumerate() {
         let keys: Vec<Key> = paths.iter().map(|path| key_at(value.as_ref(), path)).collect();
+        if keys.iter().all(Option::is_none) {
+            // a parse error anywhere reads as "no key": say which it is
+            if let Some(reason) = crate::buffer::explain_syntax(value.as_ref()) {
+                malformed.push((i as u32, reason));
+                continue;
+            }
+        }
         let slot = match index.get(&keys) {
             Some(&slot) => slot,
             None => {
@@ -29,7 +44,7 @@ pub fn group<V: AsRef<[u8]>>(values: &[V], paths: &[Vec<String>]) -> Vec<(Vec<Ke
         };
         groups[slot].1.push(i as u32);
     }
-    groups
+    Groups { groups, malformed }
 }
 
 /// The key at `path` in one JSON value.
@@ -133,7 +148,7 @@ mod tests {
     #[test]
     fn groups_by_key_tuple_in_first_seen_order() {
         let values: Vec<&[u8]> = vec![br#"{"k": "b", "m": 1}"#, br#"{"k": "a"}"#, br#"{"k": "b", "m": 1}"#, br#"{"m": 2}"#];
-        let groups = group(&values, &[path("k"), path("m")]);
+        let groups = group(&values, &[path("k"), path("m")]).groups;
         assert_eq!(
             groups,
             vec![
@@ -142,6 +157,16 @@ mod tests {
                 (vec![None, Some("2".into())], vec![3]),
             ]
         );
-        assert_eq!(group(&values, &[]), vec![(vec![], vec![0, 1, 2, 3])]);
+        assert_eq!(group(&values, &[]).groups, vec![(vec![], vec![0, 1, 2, 3])]);
+    }
+
+    #[test]
+    fn a_value_that_is_not_one_json_object_is_in_no_group_and_says_why() {
+        let values: Vec<&[u8]> = vec![br#"{"k": "a"}"#, br#"{"k": "a""#, b"[1]", br#"{"m": 1}"#, b""];
+        let got = group(&values, &[path("k")]);
+        assert_eq!(got.groups, vec![(vec![Some("a".into())], vec![0]), (vec![None], vec![3])]);
+        let reasons: Vec<(u32, bool)> = got.malformed.iter().map(|(i, r)| (*i, r.contains("JSON"))).collect();
+        assert_eq!(reasons, vec![(1, true), (2, true), (4, true)], "{:?}", got.malformed);
+        assert!(got.malformed[1].1.contains("not an object"), "{:?}", got.malformed);
     }
 }

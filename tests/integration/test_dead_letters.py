@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -164,3 +165,117 @@ def test_every_bad_record_reaches_the_dead_letter_topic_once_across_a_kill(kafka
     assert set(seen) == set(bad), f"missing {sorted(set(bad) - set(seen))[:5]}, unexpected {sorted(set(seen) - set(bad))[:5]}"
     text = log.read_text()
     assert "bad record(s) of db.events to" in text
+
+
+ROUTING_CONFIG = """\
+[pipeline]
+name = "{name}"
+commit_interval_s = 0.5
+on_bad_record = "dead_letter"
+
+[kafka]
+bootstrap_servers = "{bootstrap}"
+topics = ["{name}-routed", "{name}-dyn"]
+session_timeout_ms = 2000
+heartbeat_interval_ms = 500
+
+[catalog]
+properties = {{ uri = "sqlite:///warehouse/catalog.db", warehouse = "file://warehouse" }}
+
+[[tables]]
+name = "db.clicks"
+topics = ".*-routed"
+route_field = "kind"
+route = "click"
+columns = [{{ name = "id", type = "long", required = true }}, {{ name = "kind", type = "string" }}]
+
+[dynamic]
+table = "ev.{{kind}}"
+topics = ".*-dyn"
+create = false
+columns = [{{ name = "id", type = "long", required = true }}, {{ name = "kind", type = "string" }}]
+{extra}"""
+
+
+def routed_value(i: int) -> bytes:
+    """Topic -routed: clicks land in db.clicks; other kinds no table takes (unrouted, not bad); a
+    value that is not JSON cannot be routed at all (bad)."""
+    return (b'{"kind": "click", "id": ' if i % 5 == 0 else
+            json.dumps({"id": i, "kind": "other" if i % 5 == 1 else "click"}).encode())
+
+
+def dyn_value(i: int) -> bytes:
+    """Topic -dyn: views land in ev.view; "nope" names a table that does not exist (create =
+    false); a record without kind names no table."""
+    return json.dumps({"id": i} if i % 6 == 0 else {"id": i, "kind": "nope" if i % 6 == 1 else "view"}).encode()
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_records_routing_finds_bad_reach_the_dead_letter_topic_once_across_a_kill(kafka: KafkaBroker, tmp_path: Path,
+                                                                                    mode: str) -> None:
+    """Records that no table can take because of what they are (not valid JSON where a route
+    field must be read, a template field naming no table, a named table that cannot be opened)
+    go with the first declared table's commits and reach the dead-letter topic once, naming the
+    table they were meant for; records routed nowhere on purpose stay unrouted."""
+    name = f"route-bad-{mode}"
+    n = 600
+    for suffix in ("routed", "dyn"):
+        asyncio.run(support.create_topic(kafka.bootstrap, f"{name}-{suffix}", PARTITIONS))
+    asyncio.run(support.produce(kafka.bootstrap, f"{name}-routed", [routed_value(i) for i in range(n)], PARTITIONS))
+    asyncio.run(support.produce(kafka.bootstrap, f"{name}-dyn", [dyn_value(i) for i in range(n)], PARTITIONS))
+    config = tmp_path / "frazil.toml"
+    config.write_text(ROUTING_CONFIG.format(name=name, bootstrap=kafka.bootstrap, extra=MODES[mode]))
+    cfg = support.load(config)
+    assert cfg.dynamic is not None
+    from frazil.iceberg import catalog as iceberg_catalog
+    iceberg_catalog.ensure_table(support.catalog_of(cfg), dataclasses.replace(cfg.dynamic.table_config("ev.view"),
+                                                                              create=True))
+    log = tmp_path / "frazil.log"
+
+    proc = run(config, log, faults="dead_letter.before_commit=kill")
+    assert proc.wait(timeout=120) == -signal.SIGKILL, log.read_text()[-3000:]
+    assert asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic)) == [], "killed before its transaction"
+
+    # (topic, partition, offset) of record i: support.produce sends them round-robin
+    def where(topic: str, i: int) -> tuple[str, int, int]:
+        return (topic, i % PARTITIONS, i // PARTITIONS)
+
+    bad = {where(f"{name}-routed", i): ("", "not valid JSON") for i in range(n) if i % 5 == 0}
+    bad |= {where(f"{name}-dyn", i): ("", "it names no table") for i in range(n) if i % 6 == 0}
+    bad |= {where(f"{name}-dyn", i): ("ev.nope", "which cannot be opened") for i in range(n) if i % 6 == 1}
+
+    want_clicks = Counter(where(f"{name}-routed", i) for i in range(n) if i % 5 > 1)
+    want_views = Counter(where(f"{name}-dyn", i) for i in range(n) if i % 6 > 1)
+
+    def all_sent() -> None:
+        sent = len(asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic)))
+        assert sent >= len(bad), f"{sent} of {len(bad)} bad records in the dead-letter topic"
+
+    proc = run(config, log)
+    try:
+        catalog = support.catalog_of(cfg)
+
+        def landed() -> None:
+            assert sum(support.count_offsets(catalog, "db.clicks").values()) >= len(want_clicks)
+            assert sum(support.count_offsets(catalog, "ev.view").values()) >= len(want_views)
+
+        support.wait_for(landed, proc, log, timeout=120)
+        support.wait_for(all_sent, proc, log, timeout=60)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
+
+    catalog = support.catalog_of(cfg)
+    clicks, views = support.count_offsets(catalog, "db.clicks"), support.count_offsets(catalog, "ev.view")
+    assert clicks == want_clicks, "every click once, nothing else"
+    assert views == want_views, "every view once, nothing else"
+    seen: Counter[tuple[str, int, int]] = Counter()
+    for letter in asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic)):
+        h = {k: v.decode() for k, v in letter.headers if k.startswith("frazil.")}
+        at = (h["frazil.source.topic"], int(h["frazil.source.partition"]), int(h["frazil.source.offset"]))
+        seen[at] += 1
+        table, words = bad[at]
+        assert (h["frazil.table"], h["frazil.carried_by"]) == (table, "db.clicks"), h
+        assert words in h["frazil.error"], h
+    assert {k for k, c in seen.items() if c > 1} == set(), "duplicated in the dead-letter topic"
+    assert set(seen) == set(bad), f"missing {sorted(set(bad) - set(seen))[:5]}, unexpected {sorted(set(seen) - set(bad))[:5]}"

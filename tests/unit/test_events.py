@@ -46,7 +46,7 @@ payloads = st.one_of(
     st.builds(DataWritten, commit_id=text, table=text, files=st.lists(files, max_size=3).map(tuple),
               ranges=st.lists(ranges, max_size=3).map(tuple), table_uuid=text,
               dead_letters=st.lists(st.builds(DeadLetter, topic=text, partition=ints, offset=longs, field=text,
-                                              reason=text), max_size=3).map(tuple)),
+                                              reason=text, meant_for=st.none() | text), max_size=3).map(tuple)),
     st.builds(DataComplete, commit_id=text,
               assignments=st.lists(st.builds(Assignment, topic=text, partition=ints, generation=ints), max_size=4).map(tuple),
               last_record_ms=opt_long),

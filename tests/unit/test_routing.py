@@ -3,7 +3,7 @@
 import json
 
 from frazil import config
-from frazil.ingest.routing import Router
+from frazil.ingest.routing import Group, Router
 
 
 def tables(*specs: dict) -> tuple[config.TableConfig, ...]:
@@ -17,14 +17,14 @@ def values(*records: dict) -> list[bytes]:
 
 def test_one_table_without_rules_takes_everything_without_reading_values() -> None:
     router = Router(tables({"name": "ns.all"}))
-    assert router.groups("any", [b"not even json"]) == [(("ns.all",), None, None)]
+    assert router.groups("any", [b"not even json"]) == [Group(("ns.all",), None)]
 
 
 def test_topics_by_full_regex_match() -> None:
     router = Router(tables({"name": "ns.orders", "topics": r"shop\.orders(\..*)?"}, {"name": "ns.rest", "topics": "shop.*"}))
-    assert router.groups("shop.orders.eu", []) == [(("ns.orders", "ns.rest"), None, None)]
-    assert router.groups("shop.payments", []) == [(("ns.rest",), None, None)]
-    assert router.groups("xshop.orders", []) == [((), None, None)], "a partial match takes nothing"
+    assert router.groups("shop.orders.eu", []) == [Group(("ns.orders", "ns.rest"), None)]
+    assert router.groups("shop.payments", []) == [Group(("ns.rest",), None)]
+    assert router.groups("xshop.orders", []) == [Group((), None)], "a partial match takes nothing"
 
 
 def test_route_field_fans_out_and_leaves_unrouted_records_in_their_own_group() -> None:
@@ -36,7 +36,7 @@ def test_route_field_fans_out_and_leaves_unrouted_records_in_their_own_group() -
     ))
     got = router.groups("t", values({"kind": "click"}, {"kind": "view", "meta": {"size": 1200}}, {"kind": "other"},
                                     {"kind": "click"}, {"meta": {"size": 5}}, {"kind": None}))
-    assert [(tables, indices) for tables, indices, _ in got] == [
+    assert [(g.tables, g.indices) for g in got] == [
         (("ns.audit", "ns.clicks"), [0, 3]),
         (("ns.audit", "ns.clicks", "ns.views", "ns.big"), [1]),
         (("ns.audit",), [2]),
@@ -48,8 +48,19 @@ def test_route_field_fans_out_and_leaves_unrouted_records_in_their_own_group() -
 def test_a_record_no_table_takes_is_a_group_with_no_table() -> None:
     router = Router(tables({"name": "ns.clicks", "topics": "web", "route_field": "kind", "route": "click"}))
     assert router.groups("web", values({"kind": "click"}, {"kind": "clickx"}, {})) == [
-        (("ns.clicks",), [0], None), ((), [1], None), ((), [2], None)]
-    assert router.groups("other", values({"kind": "click"})) == [((), None, None)]
+        Group(("ns.clicks",), [0]), Group((), [1]), Group((), [2])]
+    assert router.groups("other", values({"kind": "click"})) == [Group((), None)]
+
+
+def test_a_value_that_is_not_one_json_object_is_a_bad_record_for_routing_not_an_unrouted_one() -> None:
+    router = Router(tables({"name": "ns.clicks", "route_field": "kind", "route": "click"}, {"name": "ns.all"}))
+    got = router.groups("web", [b'{"kind": "click"}', b'{"kind": "cl', b"[1, 2]", b'{"other": 1}', b'{"kind": "x'])
+    assert [(g.tables, g.indices) for g in got if g.bad is None] == [(("ns.all", "ns.clicks"), [0]), (("ns.all",), [3])]
+    bad = {i: (g.tables, g.bad) for g in got if g.bad is not None for i in g.indices or ()}
+    assert sorted(bad) == [1, 2, 4], "to no table, not even ns.all: its decoder would report it once per table"
+    assert all(tables == () and field == "" for tables, (field, _) in bad.values())
+    assert "not valid JSON" in bad[1][1][1] and bad[1][1][1].endswith("its route field(s) kind cannot be read")
+    assert "not an object" in bad[2][1][1]
 
 
 def test_dynamic_tables_named_by_topic_and_field_and_a_missing_field_is_a_bad_record() -> None:
@@ -57,11 +68,13 @@ def test_dynamic_tables_named_by_topic_and_field_and_a_missing_field_is_a_bad_re
             "tables": [{"name": "ns.all", "columns": [{"name": "id", "type": "long"}]}]}
     by_topic = config.parse({**data, "dynamic": {"table": "raw.{topic}", "topics": "shop.*"}})
     router = Router(by_topic.tables, by_topic.dynamic)
-    assert router.groups("shop.Orders", []) == [(("ns.all", "raw.shop_orders"), None, None)]
-    assert router.groups("web", []) == [(("ns.all",), None, None)], "dynamic routing only for its topics"
+    assert router.groups("shop.Orders", []) == [Group(("ns.all", "raw.shop_orders"), None)]
+    assert router.groups("web", []) == [Group(("ns.all",), None)], "dynamic routing only for its topics"
     by_field = config.parse({**data, "dynamic": {"table": "ev.{topic}_{meta.kind}"}})
     router = Router(by_field.tables, by_field.dynamic)
     got = router.groups("t", values({"meta": {"kind": "Click"}}, {"meta": {"kind": 7}}, {"meta": {}},
                                     {"meta": {"kind": "Click"}}, {"meta": {"kind": ""}}))
-    assert got == [(("ns.all", "ev.t_click"), [0, 3], None), (("ns.all", "ev.t_7"), [1], None),
-                   (("ns.all",), [2], "meta.kind"), (("ns.all",), [4], "meta.kind")]
+    assert [(g.tables, g.indices, g.bad and g.bad[0]) for g in got] == [
+        (("ns.all", "ev.t_click"), [0, 3], None), (("ns.all", "ev.t_7"), [1], None),
+        (("ns.all",), [2], "meta.kind"), (("ns.all",), [4], "meta.kind")]
+    assert got[2].bad is not None and "it names no table" in got[2].bad[1]

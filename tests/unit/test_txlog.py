@@ -199,7 +199,8 @@ def test_a_landed_commits_bad_records_wait_in_the_log_until_they_are_sent() -> N
     from frazil.events.payloads import DeadLetter
     from frazil.txlog import records
 
-    letters = [DeadLetter("t", 0, 3, "id", "is required")]
+    letters = [DeadLetter("t", 0, 3, "id", "is required"), DeadLetter("t", 0, 4, "", "names no table", ""),
+               DeadLetter("t", 0, 5, "", "cannot be opened", "db.gone")]
     s, lsn = TxState(), 0
     for record in (records.intent("c1", "db.t", ["f.parquet"], {}, letters), records.outcome("c1", "db.t", "committed", 7),
                    records.intent("c2", "db.t", [], {}, letters), records.outcome("c2", "db.t", "failed"),

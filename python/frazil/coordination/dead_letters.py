@@ -56,7 +56,9 @@ def headers_of(letter: DeadLetter, *, pipeline: str, table: str, commit_id: str,
     ours = [("error", letter.reason), ("error.field", letter.field), ("source.topic", letter.topic),
             ("source.partition", str(letter.partition)), ("source.offset", str(letter.offset)),
             ("source.timestamp", "" if timestamp_ms is None else str(timestamp_ms)), ("pipeline", pipeline),
-            ("table", table), ("commit_id", commit_id)]
+            ("table", table if letter.meant_for is None else letter.meant_for), ("commit_id", commit_id)]
+    if letter.meant_for is not None:
+        ours.append(("carried_by", table))   # routing found it bad: the commit of this table counted it
     if missing:
         ours.append(("source.missing", missing))
     return [*original, *((HEADER + k, v.encode()) for k, v in ours)]

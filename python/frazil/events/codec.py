@@ -32,7 +32,7 @@ from frazil.events.payloads import (
 )
 
 MAGIC = 0xF7
-VERSION = 4
+VERSION = 5
 NAMESPACE = "io.frazil.events.v1"
 
 
@@ -120,10 +120,17 @@ _V4_RECORDS["DataWritten"]["fields"].append({"name": "dead_letters", "type": {"t
         {"name": "topic", "type": "string"}, {"name": "partition", "type": "int"}, {"name": "offset", "type": "long"},
         {"name": "field", "type": "string"}, {"name": "reason", "type": "string"}]}}, "default": []})
 
+# Version 5: a dead letter found bad by routing (carried by another table's range) names the
+# table it was meant for ("" for none); a version-4 letter reads as null (bad for its carrier).
+SCHEMA_V5: dict[str, Any] = copy.deepcopy(SCHEMA_V4)
+_V5_RECORDS = {p["name"]: p for p in SCHEMA_V5["fields"][3]["type"]}
+_V5_RECORDS["DataWritten"]["fields"][-1]["type"]["items"]["fields"].append(_opt("meant_for", "string"))
+
 # Every schema version this build can read, by the version byte. Add a version by adding its
 # writer schema here and making it the reader schema; never change a published one.
 WRITER_SCHEMAS = {1: fastavro.parse_schema(SCHEMA_V1), 2: fastavro.parse_schema(SCHEMA_V2),
-                  3: fastavro.parse_schema(SCHEMA_V3), 4: fastavro.parse_schema(SCHEMA_V4)}
+                  3: fastavro.parse_schema(SCHEMA_V3), 4: fastavro.parse_schema(SCHEMA_V4),
+                  5: fastavro.parse_schema(SCHEMA_V5)}
 READER_SCHEMA = WRITER_SCHEMAS[VERSION]
 
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in (StartCommit, DataWritten, DataComplete, CommitToTable,

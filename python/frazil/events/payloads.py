@@ -79,6 +79,10 @@ class DeadLetter:
     offset: int
     field: str      # dotted path of the field at fault; "" when the record as a whole is
     reason: str
+    # None: bad for the table whose range carries it. Otherwise routing found it bad and another
+    # table carries it (the pipeline's first table): "" when it names no table, else the table it
+    # names, which could not be opened.
+    meant_for: str | None = None
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,11 @@ in-process coordinator; in distributed mode the partitions' next owner reads it 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
@@ -239,23 +240,34 @@ class Pipeline:
         values = values_of(records) if self._fan_out or self._router.for_topic(tp[0]).by_value else []
         groups = self._router.groups(tp[0], values)
         everything = range(len(records))
-        for tables, indices, missing in groups:
-            members = everything if indices is None else indices
-            if missing is not None:
-                assert self._cfg.dynamic is not None
-                raise RecordDecodeError(topic=tp[0], partition=tp[1], offset=records[members[0]].offset, field=missing,
-                                        reason=f"it names no table: [dynamic] table = {self._cfg.dynamic.table!r} needs "
-                                               "a text, number or boolean value there"
-                                               + (f" ({len(members) - 1} more such record(s) in the same batch)"
-                                                  if len(members) > 1 else ""))
-            for name in tables:
-                if name not in self._targets:
-                    sample = [values[i] for g in groups if name in g[0] for i in (everything if g[1] is None else g[1])]
-                    await self._open_table(name, tp, records[members[0]].offset, sample)
+
+        def members_of(name: str) -> list[int]:
+            return sorted({i for g in groups if name in g.tables for i in (everything if g.indices is None else g.indices)})
+
+        refused: dict[str, str] = {}   # tables named by the records that cannot be opened (dead-letter mode): why
+        for group in groups:
+            members = everything if group.indices is None else group.indices
+            if group.bad is not None:
+                self._bad_for_routing(tp, records, members, *group.bad, meant_for="")
+            for name in group.tables:
+                if name not in self._targets and name not in refused:
+                    try:
+                        await self._open_table(name, tp, records[members[0]].offset, [values[i] for i in members_of(name)])
+                    except RecordDecodeError as exc:
+                        if not self._dead_letter:
+                            raise
+                        refused[name] = exc.reason
+        for name, reason in refused.items():
+            self._bad_for_routing(tp, records, members_of(name), "", reason, meant_for=name)
+        if refused:   # a group left with no table is bad records now, not unrouted ones
+            groups = [dataclasses.replace(g, tables=rest, bad=g.bad or (("", refused[g.tables[0]]) if not rest else None))
+                      for g in groups for rest in [tuple(t for t in g.tables if t not in refused)]]
         taken: dict[str, list[int] | None] = {}   # by table: the indices of the records it takes (None: all)
         mixed: set[str] = set()                    # tables taking records of several groups
-        for tables, indices, _ in groups:
+        for tables, indices, bad in ((g.tables, g.indices, g.bad) for g in groups):
             if not tables:
+                if bad is not None:   # bad records, counted as such
+                    continue
                 members = everything if indices is None else indices
                 self.stats.records_unrouted += len(members)
                 self.metrics.records_unrouted.inc(len(members))
@@ -311,6 +323,38 @@ class Pipeline:
                 log.debug("%s[%d]: %d bad record(s) for %s, first at offset %d (field %r: %s); held for the dead-letter "
                           "topic", tp[0], tp[1], len(errors), name, first.offset, first.field, first.reason)
             self._positions.table_took(name, tp)
+
+    def _bad_for_routing(self, tp: TopicPartition, records: list, members: Sequence[int], field: str,  # type: ignore[type-arg]
+                         reason: str, *, meant_for: str) -> None:
+        """``records`` at ``members`` are bad records for routing itself (``meant_for``: the table
+        they name, which cannot be opened; "" for none). With ``on_bad_record = "fail"`` the
+        pipeline stops on the first. With ``"dead_letter"`` they go with the commits of the
+        pipeline's first declared table (its *carrier*: always the same one, so across restarts
+        its offsets say which were counted, as for its own bad records), skipping those below its
+        offsets (counted before); without a carrier open, the pipeline stops, saying so."""
+        first = records[members[0]]
+        more = f" ({len(members) - 1} more such record(s) in the same batch)" if len(members) > 1 else ""
+        carrier = self._targets[self._cfg.tables[0].name] if self._cfg.tables and self._cfg.tables[0].name in self._targets \
+            else None
+        if not self._dead_letter or carrier is None:
+            why = "" if not self._dead_letter else (
+                "; on_bad_record = \"dead_letter\" counts records that routing finds bad in the commits of the "
+                "pipeline's first declared table, and "
+                + (f"{self._cfg.tables[0].name} is not open yet" if self._cfg.tables else "there is none: declare one "
+                   "([table] or [[tables]], with its columns)"))
+            raise RecordDecodeError(topic=tp[0], partition=tp[1], offset=first.offset, field=field,
+                                    reason=reason + more + why)
+        floor = carrier.floors.get(tp)
+        letters = [DeadLetter(tp[0], tp[1], records[i].offset, field, reason, meant_for) for i in members
+                   if floor is None or records[i].offset >= floor]
+        if not letters:
+            return
+        carrier.dead.extend(letters)
+        self._positions.table_took(carrier.name, tp)   # its commit counts them
+        self.metrics.records_bad.inc(len(letters))
+        self.stats.records_bad += len(letters)
+        log.debug("%s[%d]: %d bad record(s) for routing, first at offset %d (%s: %s); held with %s for the dead-letter "
+                  "topic", tp[0], tp[1], len(letters), first.offset, meant_for or "no table", reason, carrier.name)
 
     async def _evolve(self, name: str, tp: TopicPartition, records: list, errors: list[RecordProblem]  # type: ignore[type-arg]
                       ) -> list[RecordProblem]:

@@ -6,7 +6,9 @@ Static: a table takes a record when the record's topic fully matches the table's
 has one). Dynamic (``[dynamic]``): a record of a matching topic also goes to the table its
 template names. A record goes to every table that takes it (fan-out), and to none when none does:
 it is still accounted as read (counted as unrouted), never silently lost. A record whose
-template field is missing (or null, an object, an array) names no table: it is a bad record.
+template field is missing (or null, an object, an array) names no table: it is a bad record, and
+so is a value that is not one JSON object where a route field must be read (it would otherwise
+pass for a record without the field).
 Decisions are made once per topic and once per distinct route key, not once per record.
 """
 
@@ -93,20 +95,41 @@ class Router:
             dynamic = None
         return TopicRoute(topic, always, paths, tuple(r for r in rules if r.field), dynamic)
 
-    def groups(self, topic: str, values: list[bytes]) -> list[tuple[tuple[str, ...], list[int] | None, str | None]]:
-        """``values`` of one topic in groups going to the same tables: ``(tables, indices, missing)``,
-        with ``indices`` None for "all of them", and ``missing`` the template field that names no
-        table for them (bad records). A group with no table is the unrouted records."""
+    def groups(self, topic: str, values: list[bytes]) -> list[Group]:
+        """``values`` of one topic in groups going to the same tables, in order of first
+        appearance; ``indices`` None for "all of them". A group with no table and no ``bad`` is the
+        unrouted records. A group with ``bad`` holds bad records for routing: a template field
+        naming no table (they still go to ``tables``, the ones that take them anyway), or values
+        that are not one JSON object (no table)."""
         route = self.for_topic(topic)
         if not route.by_value:
-            return [(route.always, None, None)]
-        out: list[tuple[tuple[str, ...], list[int] | None, str | None]] = []
-        for keys, indices in _native.route_groups(values, [list(p) for p in route.paths]):
+            return [Group(route.always, None)]
+        out: list[Group] = []
+        found, malformed = _native.route_groups(values, [list(p) for p in route.paths])
+        for keys, indices in found:
             decided_key = (topic, tuple(keys))
             decided = self._decided.get(decided_key)
             if decided is None:
                 decided = route.tables_for(keys)
                 if len(self._decided) < 100_000:   # a high-cardinality route field is decided per group
                     self._decided[decided_key] = decided
-            out.append((decided[0], indices, decided[1]))
+            tables, missing = decided
+            out.append(Group(tables, indices) if missing is None else Group(tables, indices, (missing, (
+                f"it names no table: [dynamic] table = {self._dynamic.table!r} needs a text, number or boolean "
+                "value there" if self._dynamic is not None else ""))))
+        by_reason: dict[str, list[int]] = {}
+        for i, reason in malformed:
+            by_reason.setdefault(reason, []).append(i)
+        out += [Group((), indices, ("", f"{reason}; its route field(s) {', '.join('.'.join(p) for p in route.paths)} "
+                                        "cannot be read")) for reason, indices in by_reason.items()]
         return out
+
+
+@dataclass(frozen=True)
+class Group:
+    """Records of one batch going to the same tables (``indices`` None: all of them). ``bad``:
+    (field, reason) when routing itself finds them bad."""
+
+    tables: tuple[str, ...]
+    indices: list[int] | None
+    bad: tuple[str, str] | None = None

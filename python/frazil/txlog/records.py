@@ -40,12 +40,14 @@ def intent(commit_id: str, table: str, paths: Sequence[str], ranges: Mapping[Top
     out: Record = {"type": "intent", "commit_id": commit_id, "table": table, "ranges": encode_ranges(ranges),
                    "files": list(paths)}
     if dead_letters:
-        out["dead_letters"] = [[d.topic, d.partition, d.offset, d.field, d.reason] for d in dead_letters]
+        out["dead_letters"] = [[d.topic, d.partition, d.offset, d.field, d.reason]
+                               + ([] if d.meant_for is None else [d.meant_for]) for d in dead_letters]
     return out
 
 
 def decode_dead_letters(encoded: Sequence[Sequence[Any]]) -> list[DeadLetter]:
-    return [DeadLetter(t, p, o, f, r) for t, p, o, f, r in encoded]
+    """Five fields (bad for the table carrying it), or six: the table routing meant it for."""
+    return [DeadLetter(*d) for d in encoded]
 
 
 def dead_lettered(commit_id: str, table: str) -> Record:

@@ -4,11 +4,17 @@ use pyo3::pybacked::PyBackedBytes;
 use crate::route;
 
 /// Records grouped by the values at ``paths`` (each a list of field names) of their JSON values:
-/// ``[(keys, indices), ...]`` in order of first appearance, a key being the value as text, or
-/// None when missing, null, an object or an array. Runs without the GIL.
+/// ``([(keys, indices), ...], [(index, reason), ...])``, groups in order of first appearance, a key
+/// being the value as text, or None when missing, null, an object or an array; then the values
+/// that are not one JSON object, with why. Runs without the GIL.
 #[pyfunction]
 #[pyo3(signature = (values, paths))]
 #[allow(clippy::type_complexity)]
-pub fn route_groups(py: Python<'_>, values: Vec<PyBackedBytes>, paths: Vec<Vec<String>>) -> Vec<(Vec<Option<String>>, Vec<u32>)> {
-    py.detach(|| route::group(&values, &paths))
+pub fn route_groups(
+    py: Python<'_>,
+    values: Vec<PyBackedBytes>,
+    paths: Vec<Vec<String>>,
+) -> (Vec<(Vec<Option<String>>, Vec<u32>)>, Vec<(u32, String)>) {
+    let found = py.detach(|| route::group(&values, &paths));
+    (found.groups, found.malformed)
 }

@@ -15,6 +15,7 @@ mod dedupe;
 mod validate;
 
 pub use align::ALIGNMENT;
+pub(crate) use validate::explain_syntax;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

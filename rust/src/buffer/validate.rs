@@ -53,6 +53,7 @@ pub(crate) fn check(
 pub(crate) fn explain_syntax(value: &[u8]) -> Option<String> {
     match serde_json::from_slice::<IgnoredAny>(value) {
         Err(e) => Some(format!("value is not valid JSON: {e}")),
+        Ok(_) if value.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') => None,   // one object: no second parse
         Ok(_) => match serde_json::from_slice::<serde_json::Value>(value) {
             Ok(serde_json::Value::Object(_)) => None,
             Ok(other) => Some(format!("value is JSON but not an object (found {})", json_kind(&other))),
