@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import signal
 from collections import Counter
 from datetime import datetime, timedelta, timezone
@@ -159,3 +160,45 @@ def test_two_writer_schemas_land_as_one_evolved_table_and_bad_values_go_to_the_d
     assert set(seen) == set(bad), f"missing {sorted(set(bad) - set(seen))[:5]}"
     text = log.read_text()
     assert "schema evolved" in text or "changed by another writer" in text
+
+
+def test_plain_avro_values_with_a_schema_file_land_as_sent(kafka: KafkaBroker, tmp_path: Path) -> None:
+    """``values.format = "avro"``: every value is one datum of the schema file's schema (no
+    registry, no framing); a value that is not one is a bad record."""
+    topic = "avro-plain"
+    n = 300
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
+    values = [b"\x02" if i % 50 == 7 else datum(V1, row(i)) for i in range(n)]   # \x02: a long, then nothing
+    asyncio.run(support.produce(kafka.bootstrap, topic, values, PARTITIONS))
+    (tmp_path / "event.avsc").write_text(json.dumps(V1))
+    extra = '\n[values]\nformat = "avro"\nschema_file = "event.avsc"\n'
+    config = support.write_config(tmp_path, kafka.bootstrap, [topic], pipeline=topic, interval=0.5, extra=extra)
+    text = config.read_text().replace("[kafka]", 'on_bad_record = "dead_letter"\n\n[kafka]', 1)
+    config.write_text(text.replace('  { name = "at", type = "timestamptz" },\n',
+                                   '  { name = "at", type = "timestamptz" },\n  { name = "count", type = "int" },\n'))
+    cfg = support.load(config)
+    assert cfg.values.format == "avro"
+    log = tmp_path / "frazil.log"
+    proc = run(config, log)
+    bad = {(topic, i % PARTITIONS, i // PARTITIONS) for i in range(n) if i % 50 == 7}
+
+    def all_sent() -> None:
+        assert len(asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic))) >= len(bad)
+
+    try:
+        support.wait_for(all_sent, proc, log, timeout=90)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
+    data = support.catalog_of(cfg).load_table(cfg.table.name).scan().to_arrow()
+    got = {(r["_kafka_partition"], r["_kafka_offset"]): r for r in data.to_pylist()}
+    want = {(i % PARTITIONS, i // PARTITIONS): row(i) for i in range(n) if i % 50 != 7}
+    assert sorted(got) == sorted(want) and data.num_rows == len(want)
+    for key, r in got.items():
+        assert (r["id"], r["name"], r["amount"], r["at"], r["count"]) == tuple(want[key][k] for k in (
+            "id", "name", "amount", "at", "count")), r
+    letters = asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic))
+    sources = {(dict(l.headers)["frazil.source.topic"].decode(), int(dict(l.headers)["frazil.source.partition"]),
+                int(dict(l.headers)["frazil.source.offset"])) for l in letters}
+    assert sources == bad and len(letters) == len(bad)
+    assert all("configured writer schema" in dict(l.headers)["frazil.error"].decode() for l in letters)

@@ -115,3 +115,10 @@ def test_a_schema_that_is_not_a_record_is_refused_with_its_text() -> None:
         avro.parse('"string"')
     with pytest.raises(ValueError, match="not JSON"):
         avro.parse("{")
+
+
+def test_an_identifier_field_is_never_made_optional() -> None:
+    table = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "name", StringType()),
+                   identifier_field_ids=[1])
+    got = avro.resolve(writer({"name": "id", "type": ["null", "long"]}), table, unknown_fields="evolve")
+    assert isinstance(got, avro.Refused) and "lets id be null" in got.reason

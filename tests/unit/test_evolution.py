@@ -101,3 +101,19 @@ def test_a_change_iceberg_refuses_is_an_error_naming_it(tmp_path: Path) -> None:
     bad = [evolution.Change("widen", ("geo", "lat"), BooleanType())]
     with pytest.raises(evolution.EvolutionError, match="widened geo.lat boolean"):
         evolution.apply(lambda: catalog.load_table("db.t"), lambda s: bad)
+
+
+def test_a_missing_required_field_makes_its_column_optional_unless_it_is_an_identifier_field(tmp_path: Path) -> None:
+    schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "at", LongType(), required=True),
+                    identifier_field_ids=[1])
+    missing = "is required, and the record has no value for it (missing or null)"
+    assert [(c.kind, c.path) for c in evolution.plan(schema, shape({"id": 1}), [("at", missing)])] == [
+        ("optional", ("at",))]
+    assert evolution.plan(schema, shape({"at": 1}), [("id", missing)]) == [], "row identity stays required"
+    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}")
+    catalog.create_namespace("db")
+    catalog.create_table("db.t", schema)
+    table, made = evolution.apply(lambda: catalog.load_table("db.t"),
+                                  lambda s: evolution.plan(s, shape({"id": 1}), [("at", missing)]))
+    assert [str(c) for c in made] == ["made optional at long"] and not table.schema().find_field("at").required
+    assert table.schema().find_field("id").required

@@ -252,7 +252,7 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
               if fields[c.name].field_type != _iceberg_type(c.type)
               and not (cfg.unknown_fields == "evolve" and widened(_iceberg_type(c.type), fields[c.name].field_type))]
     differ += [f"{c.name} is optional in the table but required in the config (nulls would land)" for c in cfg.columns
-               if c.required and not fields[c.name].required]
+               if c.required and not fields[c.name].required and cfg.unknown_fields != "evolve"]   # evolve relaxes it
     if differ:
         raise ConfigError(f"table {cfg.name}: column types disagree: {'; '.join(differ)}. Make the config say what the "
                           "table holds (frazil never changes a value's type silently)")

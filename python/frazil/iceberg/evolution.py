@@ -10,9 +10,10 @@ What records can change (docs/configuration.md, "Schema evolution"):
 - an integer too large for an ``int`` column widens it to ``long``, a number beyond a ``float``'s
   range widens it to ``double``;
 - a decimal with more digits before the point than a ``decimal(p, s)`` column takes widens it to
-  the precision it needs (at most 38; the scale never changes).
-Nothing else: a value of another kind (text for a number) is a bad record, never a rewrite; a
-missing required field stays a bad record (the column stays required).
+  the precision it needs (at most 38; the scale never changes);
+- a required field missing (or null) makes the column optional, unless it is one of the table's
+  identifier fields (row identity must stay required: such a record stays a bad record).
+Nothing else: a value of another kind (text for a number) is a bad record, never a rewrite.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ ATTEMPTS = 5
 
 _TOO_LARGE_INT = re.compile(r"^-?\d+ does not fit an int \(32-bit\)")
 _TOO_LARGE_FLOAT = re.compile(r"^\S+ is out of range for a float \(32-bit\)")
+MISSING_REQUIRED = "is required, and the record has no value for it"   # the native decoder's reason
 _DECIMAL_DIGITS = re.compile(r"^(-?\d+)(?:\.\d*)?(?:[eE][-+]?\d+)? has more than \d+ digit\(s\) before the decimal point")
 
 
@@ -111,6 +113,8 @@ def _widening(schema: Schema, field: str, reason: str) -> Change | None:
         return Change("widen", names, LongType())
     if isinstance(column.field_type, FloatType) and _TOO_LARGE_FLOAT.match(reason):
         return Change("widen", names, DoubleType())
+    if reason.startswith(MISSING_REQUIRED) and column.required and column.field_id not in schema.identifier_field_ids:
+        return Change("optional", names, column.field_type)
     digits = _DECIMAL_DIGITS.match(reason)
     if isinstance(column.field_type, DecimalType) and digits:
         scale = column.field_type.scale

@@ -85,6 +85,7 @@ class _Walk:
     named: dict[str, Any]
     unknown_fields: str
     case_insensitive: bool
+    identifiers: frozenset[int] = frozenset()   # field ids of the table's identifier fields: they stay required
     problems: list[_Problem] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
     emitted: set[str] = field(default_factory=set)   # named types already defined in the reader
@@ -107,7 +108,7 @@ def resolve(writer: Any, table: Schema, *, exclude: tuple[str, ...] = (), unknow
             case_insensitive: bool = False) -> Readable | Refused | Evolve:
     """How records of ``writer`` (a parsed record schema) become rows of ``table``, whose columns
     in ``exclude`` (the Kafka metadata columns) are not read from the value."""
-    walk = _Walk(_named(writer), unknown_fields, case_insensitive)
+    walk = _Walk(_named(writer), unknown_fields, case_insensitive, frozenset(table.identifier_field_ids))
     columns = [f for f in table.as_struct().fields if f.name not in exclude]
     reader = _record(walk, writer, columns, "")
     fatal = next((p for p in walk.problems if p.change is None), None)
@@ -210,9 +211,8 @@ def _record(walk: _Walk, writer: Any, columns: list[NestedField], prefix: str) -
                 continue
         if source is None:
             if column.required:
-                change = Change("optional", _path(path), column.field_type)
                 walk.problems.append(_Problem(path, f"the writer schema has no field {column.name!r} and column {path} is "
-                                                    "required", change))
+                                                    "required", _relax(walk, column, path)))
             out_fields.append({"name": column.name, "type": ["null", _avro_of(walk, column.field_type, path)],
                                "default": None})
             continue
@@ -264,11 +264,16 @@ def _field(walk: _Walk, writer_type: Any, column: NestedField, path: str) -> Any
     inner, nullable, _ = _nullable(walk, writer_type, path)
     if nullable and column.required:
         walk.problems.append(_Problem(path, f"the writer schema lets {path} be null and column {path} is required",
-                                      Change("optional", _path(path), column.field_type)))
+                                      _relax(walk, column, path)))
     reader_inner = _value(walk, inner, column.field_type, path)
     if not nullable:
         return reader_inner
     return ["null", reader_inner] if _deref(walk, writer_type)[0] == "null" else [reader_inner, "null"]
+
+
+def _relax(walk: _Walk, column: NestedField, path: str) -> Change | None:
+    """Making ``column`` optional; None (no change can help) for an identifier field."""
+    return None if column.field_id in walk.identifiers else Change("optional", _path(path), column.field_type)
 
 
 def _value(walk: _Walk, t: Any, target: IcebergType, path: str) -> Any:

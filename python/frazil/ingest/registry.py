@@ -48,7 +48,8 @@ class WriterSchemas:
             self._session = requests.Session()
             if cfg.registry.username:
                 self._session.auth = (cfg.registry.username, cfg.registry.password)
-            self._session.verify = cfg.registry.ca_file or True
+            # per request, not on the session: requests lets REQUESTS_CA_BUNDLE override a session's verify
+            self._verify: str | bool = cfg.registry.ca_file or True
             self._session.headers["Accept"] = "application/vnd.schemaregistry.v1+json, application/json"
 
     @property
@@ -77,7 +78,7 @@ class WriterSchemas:
         delay, last = BACKOFF_S, ""
         for attempt in range(1, registry.max_attempts + 1):
             try:
-                answer = self._session.get(url, timeout=registry.timeout_s)
+                answer = self._session.get(url, timeout=registry.timeout_s, verify=self._verify)
             except requests.RequestException as exc:
                 last = f"{type(exc).__name__}: {exc}"
             else:
