@@ -87,3 +87,29 @@ def test_an_unknown_id_is_named_and_a_refused_one_makes_bad_records() -> None:
     assert result.rows == 0
     assert [(e.offset, e.reason[:20]) for e in result.errors] == [(0, "unknown schema id 9"),
                                                                   (1, "the value is not in ")]
+
+
+def test_names_resolve_as_the_spec_says_and_writer_aliases_never_redirect_a_field() -> None:
+    """A named type referred to across namespaces, a nested record in the null namespace, and a
+    writer field `b` with alias `a_old`: `b` lands in column b, column a_old stays NULL (the
+    decoder alone would match reader a_old to writer b through the alias)."""
+    writer = {"type": "record", "name": "R", "namespace": "a", "fields": [
+        {"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["X", "Y"]}},
+        {"name": "s", "type": {"type": "record", "name": "S", "namespace": "b", "fields": [
+            {"name": "e2", "type": "a.E"},
+            {"name": "g", "type": {"type": "record", "name": "G", "namespace": "", "fields": [
+                {"name": "z", "type": "int"}]}}]}},
+        {"name": "b", "type": "string", "aliases": ["a_old"]}]}
+    table = Schema(NestedField(1, "e", StringType()), NestedField(2, "s", StructType(
+        NestedField(3, "e2", StringType()), NestedField(5, "g", StructType(NestedField(6, "z", LongType()))))),
+        NestedField(4, "a_old", StringType()), NestedField(7, "b", StringType()))
+    got = avro.resolve(writer, table)
+    assert isinstance(got, avro.Readable), got
+    buf = _native.AvroBuffer(schema=schema_to_pyarrow(table), confluent=False)
+    buf.register(0, got.writer, got.reader)
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(writer), {"e": "Y", "s": {"e2": "X", "g": {"z": 3}}, "b": "bee"})
+    result = buf.append(topic="t", partition=0, offsets=[0], timestamps_ms=[0], keys=[None], values=[out.getvalue()])
+    assert (result.rows, result.errors) == (1, [])
+    assert pa.Table.from_batches(buf.drain_batches()).to_pylist() == [
+        {"e": "Y", "s": {"e2": "X", "g": {"z": 3}}, "a_old": None, "b": "bee"}]

@@ -122,3 +122,15 @@ def test_an_identifier_field_is_never_made_optional() -> None:
                    identifier_field_ids=[1])
     got = avro.resolve(writer({"name": "id", "type": ["null", "long"]}), table, unknown_fields="evolve")
     assert isinstance(got, avro.Refused) and "lets id be null" in got.reason
+
+
+@pytest.mark.parametrize("w", [
+    writer(ID),                                                    # the table's uuid column has no Avro filler
+    writer(ID, {"name": "x", "type": "Undefined"}),                # not valid Avro
+    writer(ID, {"name": "x", "type": {"type": "fixed", "name": "F"}}),   # fixed without a size
+])
+def test_a_writer_schema_that_cannot_be_read_is_refused_never_an_exception(w: dict[str, object]) -> None:
+    from pyiceberg.types import UUIDType
+    table = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "u", UUIDType()))
+    got = avro.resolve(w, table, unknown_fields="evolve")
+    assert isinstance(got, avro.Refused), got

@@ -44,6 +44,8 @@ class Handler(BaseHTTPRequestHandler):
             return self._answer(200, {"schema": "syntax = \"proto3\";", "schemaType": "PROTOBUF"})
         if schema_id == "5":
             return self._answer(200, {"schema": SCHEMA, "references": [{"name": "com.x.Y", "subject": "y", "version": 1}]})
+        if self.path.startswith("/wrong/"):   # a path the registry does not serve: 404 without its error code
+            return self._answer(404, {"message": "RESTEASY003210: Could not find resource"})
         return self._answer(404, {"error_code": 40403, "message": f"Schema {schema_id} not found"})
 
     def _answer(self, status: int, body: object) -> None:
@@ -106,6 +108,11 @@ def test_answers_about_the_schema_make_its_records_bad_records(url: str) -> None
     for schema_id, words in ((3, "unknown schema id 3"), (4, "PROTOBUF schema, not Avro"), (5, "schema references")):
         got = client.get(schema_id)
         assert isinstance(got, Unusable) and words in got.reason, got
+
+
+def test_a_404_that_is_not_schema_not_found_is_a_wrong_url_not_a_bad_record(url: str) -> None:
+    with pytest.raises(SchemaRegistryError, match="HTTP 404"):
+        schemas(f"{url}/wrong").get(3)
 
 
 def test_refused_credentials_and_an_unreachable_registry_stop_loudly(url: str) -> None:

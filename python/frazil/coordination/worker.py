@@ -195,6 +195,11 @@ class Worker:
         self.last_record_ms: int | None = None
         self.outage = Outage(cfg.outage_timeout_s)
         self._requested: float | None = None      # when a CommitRequest went out, not yet answered
+        # held by the pipeline while it appends a poll's records (its appends await: opening a table,
+        # asking the schema registry, changing a schema) and here while the buffers and positions
+        # are taken or reset: a batch is never taken between a buffer's append and the positions
+        # that count its records
+        self.appending = asyncio.Lock()
 
     @property
     def batch_bytes(self) -> int:
@@ -245,7 +250,8 @@ class Worker:
         if not self._positions.partitions() and not self._source.assignment:
             return  # not positioned yet: the coordinator waits for our partitions or times out
         if self._positions.buffered and self._worth_taking():
-            taken_now = self._take()
+            async with self.appending:
+                taken_now = self._take()
             if taken_now is not None:
                 # a held batch (a table's commit or write failed) takes the new rows too: the other
                 # tables go on landing while it waits
@@ -505,9 +511,10 @@ class Worker:
 
     async def rewind(self) -> None:
         """Drop what is buffered and held and read every positioned partition again from the tables."""
-        tps = self._positions.partitions()
-        self.drop()
-        self._positions.forget(tps)
+        async with self.appending:   # held for no await: the pipeline takes nothing of tps until positioned
+            tps = self._positions.partitions()
+            self.drop()
+            self._positions.forget(tps)
         resume = await self.position(tps)
         await self._source.seek(tps, resume)
         self._positions.positioned(tps, resume)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from itertools import count
 from typing import Any
 
+import fastavro
 from pyiceberg.schema import Schema
 from pyiceberg.types import (
     BinaryType,
@@ -58,6 +59,7 @@ NO_SUCH_COLUMN = "the table has no such column"
 @dataclass(frozen=True)
 class Readable:
     reader: str                      # the reader schema, as JSON
+    writer: str                      # the writer schema to decode with, as JSON: its field aliases left out
     ignored: tuple[str, ...] = ()    # writer fields the table has no column for (unknown_fields = "ignore")
 
 
@@ -80,11 +82,13 @@ class _Problem(Exception):
 
 @dataclass
 class _Walk:
-    """One resolution: the writer's named types, and what was found."""
+    """One resolution, and what it found."""
 
-    named: dict[str, Any]
     unknown_fields: str
     case_insensitive: bool
+    # by full name: each named type's name and namespace attributes as the writer spells them
+    # (arrow-avro matches reader names to writer names as written, without namespace inheritance)
+    spelled: dict[str, dict[str, str]] = field(default_factory=dict)
     identifiers: frozenset[int] = frozenset()   # field ids of the table's identifier fields: they stay required
     problems: list[_Problem] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
@@ -107,10 +111,24 @@ def parse(text: str) -> Any:
 def resolve(writer: Any, table: Schema, *, exclude: tuple[str, ...] = (), unknown_fields: str = "fail",
             case_insensitive: bool = False) -> Readable | Refused | Evolve:
     """How records of ``writer`` (a parsed record schema) become rows of ``table``, whose columns
-    in ``exclude`` (the Kafka metadata columns) are not read from the value."""
-    walk = _Walk(_named(writer), unknown_fields, case_insensitive, frozenset(table.identifier_field_ids))
+    in ``exclude`` (the Kafka metadata columns) are not read from the value.
+
+    The writer is read in fastavro's expanded form (every named type inline, named by its full
+    name), so names resolve as the Avro spec says; the reader schema names every type by its full
+    name. Field aliases are left out of the writer schema the records are decoded with: the
+    decoder would match a reader field by a writer field's alias, which this module does not."""
+    try:
+        expanded = fastavro.parse_schema(writer, expand=True, _write_hint=False)
+    except Exception as exc:  # noqa: BLE001 - fastavro's parse errors have no common base
+        return Refused("", f"the writer schema is not valid Avro: {exc}")
+    walk = _Walk(unknown_fields, case_insensitive, _spellings(writer), frozenset(table.identifier_field_ids))
     columns = [f for f in table.as_struct().fields if f.name not in exclude]
-    reader = _record(walk, writer, columns, "")
+    try:
+        reader = _record(walk, expanded, columns, "")
+    except _Problem as problem:
+        return Refused(problem.path, problem.reason)
+    except (KeyError, TypeError, ValueError) as exc:   # a shape fastavro let through and this module did not expect
+        return Refused("", f"the writer schema cannot be read into the table ({type(exc).__name__}: {exc})")
     fatal = next((p for p in walk.problems if p.change is None), None)
     if fatal is not None:
         return Refused(fatal.path, fatal.reason)
@@ -120,40 +138,52 @@ def resolve(writer: Any, table: Schema, *, exclude: tuple[str, ...] = (), unknow
             return Evolve(tuple(changes))
         first = walk.problems[0]
         return Refused(first.path, first.reason)
-    return Readable(json.dumps(reader), tuple(walk.ignored))
+    return Readable(json.dumps(reader), json.dumps(_without_aliases(writer)), tuple(walk.ignored))
 
 
-def _named(schema: Any, namespace: str = "", out: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Every named type (record, enum, fixed) of ``schema`` by full name and by short name."""
+def _spellings(schema: Any, namespace: str = "", out: dict[str, dict[str, str]] | None = None) -> dict[str, dict[str, str]]:
+    """Every named type of ``schema`` by full name (the spec's namespace rules): its ``name`` and
+    ``namespace`` attributes as written."""
     out = {} if out is None else out
     if isinstance(schema, list):
         for branch in schema:
-            _named(branch, namespace, out)
+            _spellings(branch, namespace, out)
     elif isinstance(schema, dict):
         kind = schema.get("type")
-        if kind in ("record", "error", "enum", "fixed"):
-            name = str(schema.get("name", ""))
-            ns = str(schema.get("namespace", namespace)) if "." not in name else name.rsplit(".", 1)[0]
-            full = name if "." in name or not ns else f"{ns}.{name}"
-            out[full] = schema
-            out.setdefault(name.rsplit(".", 1)[-1], schema)
+        if kind in ("record", "error", "enum", "fixed") and isinstance(schema.get("name"), str):
+            name = schema["name"]
+            ns = name.rsplit(".", 1)[0] if "." in name else str(schema.get("namespace", namespace) or "")
+            out.setdefault(f"{ns}.{name.rsplit('.', 1)[-1]}" if ns else name, {
+                k: str(schema[k]) for k in ("name", "namespace") if k in schema})
             for f in schema.get("fields", ()) if kind in ("record", "error") else ():
-                _named(f.get("type"), ns, out)
+                if isinstance(f, dict):
+                    _spellings(f.get("type"), ns, out)
         elif kind == "array":
-            _named(schema.get("items"), namespace, out)
+            _spellings(schema.get("items"), namespace, out)
         elif kind == "map":
-            _named(schema.get("values"), namespace, out)
+            _spellings(schema.get("values"), namespace, out)
         elif isinstance(kind, (dict, list)):
-            _named(kind, namespace, out)
+            _spellings(kind, namespace, out)
+    return out
+
+
+def _without_aliases(schema: Any) -> Any:
+    """``schema`` with no ``aliases`` on its fields (they do not change the encoding)."""
+    if isinstance(schema, list):
+        return [_without_aliases(branch) for branch in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _without_aliases(v) if k in ("type", "items", "values") else v for k, v in schema.items()}
+    if isinstance(schema.get("fields"), list):
+        out["fields"] = [{k: _without_aliases(v) if k == "type" else v for k, v in f.items() if k != "aliases"}
+                         if isinstance(f, dict) else f for f in schema["fields"]]
     return out
 
 
 def _deref(walk: _Walk, t: Any) -> Any:
-    if isinstance(t, str) and t not in PRIMITIVES:
-        if t not in walk.named:
-            raise _Problem("", f"the writer schema names type {t!r}, which it does not define (schema references are "
-                               "not supported: register the schema with its types inlined)")
-        return walk.named[t]
+    if isinstance(t, str) and t not in PRIMITIVES:   # expanded: a name here is one fastavro left (a recursive type)
+        raise _Problem("", f"the writer schema refers to type {t!r} inside itself (a recursive type), which cannot "
+                           "become columns")
     if isinstance(t, dict) and isinstance(t.get("type"), (dict, list)) and "logicalType" not in t:
         return _deref(walk, t["type"])
     return t
@@ -213,8 +243,11 @@ def _record(walk: _Walk, writer: Any, columns: list[NestedField], prefix: str) -
             if column.required:
                 walk.problems.append(_Problem(path, f"the writer schema has no field {column.name!r} and column {path} is "
                                                     "required", _relax(walk, column, path)))
-            out_fields.append({"name": column.name, "type": ["null", _avro_of(walk, column.field_type, path)],
-                               "default": None})
+            try:
+                out_fields.append({"name": column.name, "type": ["null", _avro_of(walk, column.field_type, path)],
+                                   "default": None})
+            except _Problem as problem:
+                walk.problems.append(problem)
             continue
         used.add(str(source["name"]))
         try:
@@ -225,9 +258,7 @@ def _record(walk: _Walk, writer: Any, columns: list[NestedField], prefix: str) -
         entry: dict[str, Any] = {"name": column.name, "type": t}
         if alias is not None:
             entry["aliases"] = [alias]
-        if "default" in source:
-            entry["default"] = source["default"]
-        out_fields.append(entry)
+        out_fields.append(entry)   # no default: the writer has the field, a default could only mask a mismatch
     for name, source in by_name.items():
         if name in used:
             continue
@@ -244,15 +275,18 @@ def _record(walk: _Walk, writer: Any, columns: list[NestedField], prefix: str) -
             walk.problems.append(_Problem(path, f"{NO_SUCH_COLUMN}: the writer schema has field {path} "
                                                 f"({_describe(walk, _nullable(walk, source['type'], path)[0])}); add "
                                                 "the column, or set unknown_fields = \"evolve\" or \"ignore\""))
-    record: dict[str, Any] = {"type": "record", "name": writer["name"], "fields": out_fields}
-    if "namespace" in writer:
-        record["namespace"] = writer["namespace"]
-    return record
+    record: dict[str, Any] = {"type": "record", "name": full, "fields": out_fields}
+    return _as_written(walk, record)
+
+
+def _as_written(walk: _Walk, t: dict[str, Any]) -> dict[str, Any]:
+    """A named type for the reader, named as the writer spells it."""
+    spelled = walk.spelled.get(_full_name(t), {"name": _full_name(t)})
+    return {**{k: v for k, v in t.items() if k not in ("name", "namespace")}, **spelled}
 
 
 def _full_name(t: dict[str, Any]) -> str:
-    name = str(t.get("name", ""))
-    return name if "." in name or not t.get("namespace") else f"{t['namespace']}.{name}"
+    return str(t.get("name", ""))   # expanded: names are full
 
 
 def _path(dotted: str) -> tuple[str, ...]:
@@ -359,9 +393,10 @@ def _copy(walk: _Walk, t: Any) -> Any:
     """A writer type as the reader names it: a named type already defined in the reader by name."""
     if isinstance(t, dict) and t.get("type") in ("enum", "fixed"):
         full = _full_name(t)
-        if full in walk.emitted:
+        if full in walk.emitted:   # defined already: referred to by its full name
             return full
         walk.emitted.add(full)
+        return _as_written(walk, t)
     return t
 
 

@@ -54,6 +54,7 @@ DRAIN_CYCLES = 3   # on stop, at most this many cycles to land the batch and the
 # bad records held before a cycle is asked for: a reply names each one (~100-300 bytes on the control topic)
 MAX_DEAD_LETTERS = 2_000
 EVOLVE_ROUNDS = 8   # schema changes one batch may make, one problem per record at a time
+MAX_SCHEMA_CHANGES = 100   # Avro: schema changes one batch may make (each writer schema id may ask for one)
 
 
 class Pipeline:
@@ -182,6 +183,10 @@ class Pipeline:
             log.info("backpressure: %d bytes in use; resuming all partitions", self.bytes_in_use)
 
     async def _append(self, batches: Mapping[TopicPartition, list]) -> None:  # type: ignore[type-arg]
+        async with self.worker.appending:   # no batch is taken, and no partition dropped, halfway through
+            await self._append_locked(batches)
+
+    async def _append_locked(self, batches: Mapping[TopicPartition, list]) -> None:  # type: ignore[type-arg]
         full = False
         # several buffers: their sum against the budget, once per poll (it can pass it by one poll's records)
         room = not self._fan_out or self._targets.bytes < self._flow.budget_bytes
@@ -245,10 +250,11 @@ class Pipeline:
             return sorted({i for g in groups if name in g.tables for i in (everything if g.indices is None else g.indices)})
 
         refused: dict[str, str] = {}   # tables named by the records that cannot be opened (dead-letter mode): why
+        routing_bad: list[DeadLetter] = []   # held by the carrier once the appends below went through
         for group in groups:
             members = everything if group.indices is None else group.indices
             if group.bad is not None:
-                self._bad_for_routing(tp, records, members, *group.bad, meant_for="")
+                routing_bad += self._bad_for_routing(tp, records, members, *group.bad, meant_for="")
             for name in group.tables:
                 if name not in self._targets and name not in refused:
                     try:
@@ -258,9 +264,10 @@ class Pipeline:
                             raise
                         refused[name] = exc.reason
         for name, reason in refused.items():
-            self._bad_for_routing(tp, records, members_of(name), "", reason, meant_for=name)
+            routing_bad += self._bad_for_routing(tp, records, members_of(name), "", reason, meant_for=name)
         if refused:   # a group left with no table is bad records now, not unrouted ones
-            groups = [dataclasses.replace(g, tables=rest, bad=g.bad or (("", refused[g.tables[0]]) if not rest else None))
+            groups = [dataclasses.replace(g, tables=rest, bad=g.bad or (("", refused[g.tables[0]])
+                                                                       if g.tables and not rest else None))
                       for g in groups for rest in [tuple(t for t in g.tables if t not in refused)]]
         taken: dict[str, list[int] | None] = {}   # by table: the indices of the records it takes (None: all)
         mixed: set[str] = set()                    # tables taking records of several groups
@@ -301,6 +308,8 @@ class Pipeline:
         else:
             results = append_routed(tp[0], tp[1], records, values, [
                 (buffer, list(everything) if chosen is None else chosen) for _, buffer, chosen in targets])
+        if routing_bad:   # the appends went through (a full buffer would have this batch fetched again)
+            self._hold_for_routing(tp, routing_bad)
         for (name, _, chosen), errors in zip(targets, results):
             buffer = self._targets[name].buffer   # a schema change may have replaced it
             if buffer.fields_ignored:
@@ -324,18 +333,21 @@ class Pipeline:
                           "topic", tp[0], tp[1], len(errors), name, first.offset, first.field, first.reason)
             self._positions.table_took(name, tp)
 
+    def _carrier(self) -> Target | None:
+        """The table whose commits count the records routing finds bad: the first declared one."""
+        first = self._cfg.tables[0].name if self._cfg.tables else None
+        return self._targets[first] if first is not None and first in self._targets else None
+
     def _bad_for_routing(self, tp: TopicPartition, records: list, members: Sequence[int], field: str,  # type: ignore[type-arg]
-                         reason: str, *, meant_for: str) -> None:
+                         reason: str, *, meant_for: str) -> list[DeadLetter]:
         """``records`` at ``members`` are bad records for routing itself (``meant_for``: the table
         they name, which cannot be opened; "" for none). With ``on_bad_record = "fail"`` the
-        pipeline stops on the first. With ``"dead_letter"`` they go with the commits of the
-        pipeline's first declared table (its *carrier*: always the same one, so across restarts
-        its offsets say which were counted, as for its own bad records), skipping those below its
-        offsets (counted before); without a carrier open, the pipeline stops, saying so."""
+        pipeline stops on the first. With ``"dead_letter"`` they are returned for
+        :meth:`_hold_for_routing`, less those below the carrier's offsets (counted before); without
+        a carrier open, the pipeline stops, saying so."""
         first = records[members[0]]
         more = f" ({len(members) - 1} more such record(s) in the same batch)" if len(members) > 1 else ""
-        carrier = self._targets[self._cfg.tables[0].name] if self._cfg.tables and self._cfg.tables[0].name in self._targets \
-            else None
+        carrier = self._carrier()
         if not self._dead_letter or carrier is None:
             why = "" if not self._dead_letter else (
                 "; on_bad_record = \"dead_letter\" counts records that routing finds bad in the commits of the "
@@ -345,16 +357,23 @@ class Pipeline:
             raise RecordDecodeError(topic=tp[0], partition=tp[1], offset=first.offset, field=field,
                                     reason=reason + more + why)
         floor = carrier.floors.get(tp)
-        letters = [DeadLetter(tp[0], tp[1], records[i].offset, field, reason, meant_for) for i in members
-                   if floor is None or records[i].offset >= floor]
-        if not letters:
-            return
+        return [DeadLetter(tp[0], tp[1], records[i].offset, field, reason, meant_for) for i in members
+                if floor is None or records[i].offset >= floor]
+
+    def _hold_for_routing(self, tp: TopicPartition, letters: list[DeadLetter]) -> None:
+        """Records routing found bad go with the commits of the pipeline's first declared table
+        (its *carrier*: always the same one, so across restarts its offsets say which were
+        counted, as for its own bad records): its range of ``tp`` covers them."""
+        carrier = self._carrier()
+        assert carrier is not None   # _bad_for_routing checked
+        letters.sort(key=lambda d: d.offset)
         carrier.dead.extend(letters)
         self._positions.table_took(carrier.name, tp)   # its commit counts them
         self.metrics.records_bad.inc(len(letters))
         self.stats.records_bad += len(letters)
         log.debug("%s[%d]: %d bad record(s) for routing, first at offset %d (%s: %s); held with %s for the dead-letter "
-                  "topic", tp[0], tp[1], len(letters), first.offset, meant_for or "no table", reason, carrier.name)
+                  "topic", tp[0], tp[1], len(letters), letters[0].offset, letters[0].meant_for or "no table",
+                  letters[0].reason, carrier.name)
 
     async def _evolve(self, name: str, tp: TopicPartition, records: list, errors: list[RecordProblem]  # type: ignore[type-arg]
                       ) -> list[RecordProblem]:
@@ -410,19 +429,28 @@ class Pipeline:
 
     async def _append_avro(self, name: str, tp: TopicPartition, records: list) -> list[RecordProblem]:  # type: ignore[type-arg]
         """Avro ``records`` of ``tp`` into table ``name``'s buffer; writer schemas it has not seen
-        are fetched and decided first (:meth:`_learn`), and the append is made again."""
-        for _ in range(EVOLVE_ROUNDS + 1):
+        are fetched and decided first (:meth:`_learn`), and the append is made again. Each schema
+        change is progress (a batch may hold many writer schemas); a round that changes nothing
+        decides every id, so the append after it cannot name an unknown one."""
+        changes = 0
+        while True:
             try:
                 return self._targets[name].buffer.append(tp[0], tp[1], records)
             except _native.UnknownSchemaError as exc:
-                await self._learn(name, tp, records[0].offset, list(exc.args[1]))
-        raise FrazilError(f"table {name}: the writer schemas of {tp[0]}[{tp[1]}] from offset {records[0].offset} "
-                          f"changed the table's schema {EVOLVE_ROUNDS} times in a row and still do not fit it")
+                ids = list(exc.args[1])
+            if not await self._learn(name, tp, records[0].offset, ids):
+                return self._targets[name].buffer.append(tp[0], tp[1], records)
+            changes += 1
+            if changes >= MAX_SCHEMA_CHANGES:
+                raise FrazilError(f"table {name}: the writer schemas of {tp[0]}[{tp[1]}] from offset {records[0].offset} "
+                                  f"changed the table's schema {changes} times in one batch; stopping rather than "
+                                  "going on changing it (see the log for the changes)")
 
-    async def _learn(self, name: str, tp: TopicPartition, offset: int, ids: list[int]) -> None:
+    async def _learn(self, name: str, tp: TopicPartition, offset: int, ids: list[int]) -> bool:
         """Decide each writer schema in ``ids`` for table ``name`` (``ingest/avro.py``): register it,
         refuse it (its records are bad records), or, with ``unknown_fields = "evolve"``, change the
-        table first (then the buffer is new, and every id is decided again on the next append)."""
+        table first (then the buffer is new, and every id is decided again on the next append:
+        returns True)."""
         assert self._writers is not None
         target = self._targets[name]
         for schema_id in ids:
@@ -438,7 +466,7 @@ class Pipeline:
             decision = self._decide(target, parsed)
             if isinstance(decision, avro.Evolve):
                 if await self._evolve_avro(target, tp, offset, schema_id, parsed, decision):
-                    return
+                    return True
                 decision = self._decide(target, parsed)
                 if isinstance(decision, avro.Evolve):
                     change = decision.changes[0]
@@ -451,12 +479,13 @@ class Pipeline:
                 target.buffer.refuse(schema_id, decision.field, f"{decision.reason} ({where})")   # type: ignore[attr-defined]
                 continue
             try:
-                target.buffer.register(schema_id, writer, decision.reader, len(decision.ignored))   # type: ignore[attr-defined]
+                target.buffer.register(schema_id, decision.writer, decision.reader, len(decision.ignored))   # type: ignore[attr-defined]
             except FrazilError as exc:
                 target.buffer.refuse(schema_id, "", str(exc))   # type: ignore[attr-defined]
                 continue
             log.info("table %s: reading %s from %s[%d]@%d%s", name, where, tp[0], tp[1], offset,
                      f" (ignoring its field(s) {', '.join(decision.ignored)})" if decision.ignored else "")
+        return False
 
     def _decide(self, target: Target, writer: object, schema: Schema | None = None) -> avro.Readable | avro.Refused | avro.Evolve:
         return avro.resolve(writer, target.table.schema() if schema is None else schema,
@@ -563,12 +592,14 @@ class Pipeline:
         # Every partition is re-positioned from the table on the next assignment (aiokafka's
         # assignors are eager: an assignment always follows), so forget them all, not only the
         # revoked ones: a range must never claim records that were dropped here.
-        worker.drop()   # a reply in flight may still land; the next assignment resumes from the table either way
-        self._positions.forget()
+        async with worker.appending:   # not halfway through a poll's appends (only they hold it across an await)
+            worker.drop()   # a reply in flight may still land; the next assignment resumes from the table either way
+            self._positions.forget()
 
     async def _on_assigned(self, tps: set[TopicPartition]) -> Mapping[TopicPartition, int]:
-        self.worker.drop()
-        self._positions.forget()
+        async with self.worker.appending:
+            self.worker.drop()
+            self._positions.forget()
         resume = await self.worker.position(tps)
         self.stats.assignments += 1
         self.metrics.assignments.inc()

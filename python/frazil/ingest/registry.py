@@ -4,7 +4,8 @@
 
 Requests go through ``requests`` (basic auth, TLS with an optional CA bundle, timeouts); a
 connection error, timeout or 5xx answer is retried with backoff, at most ``max_attempts`` times,
-then :class:`SchemaRegistryError`. A 404 for the schema id is an answer, not an outage: the records
+then :class:`SchemaRegistryError`. A 404 saying the schema id is not found (``error_code`` 40403)
+is an answer, not an outage (any other 404 is a wrong URL, and an error): the records
 that name it are bad records (:meth:`WriterSchemas.get` returns :class:`Unusable`), as are records
 of a schema that is not Avro or that uses references.
 """
@@ -25,6 +26,7 @@ from frazil.errors import SchemaRegistryError
 log = logging.getLogger(__name__)
 
 PLAIN_ID = 0          # the id the schema file's schema goes under (the native buffer's PLAIN_ID)
+SCHEMA_NOT_FOUND = 40403   # the registry API's error_code for an unknown schema id (Confluent, Apicurio)
 BACKOFF_S = 0.5       # doubled after each failed attempt, at most MAX_BACKOFF_S
 MAX_BACKOFF_S = 8.0
 
@@ -82,7 +84,7 @@ class WriterSchemas:
             except requests.RequestException as exc:
                 last = f"{type(exc).__name__}: {exc}"
             else:
-                if answer.status_code == 404:
+                if answer.status_code == 404 and _error_code(answer) == SCHEMA_NOT_FOUND:
                     log.warning("schema registry %s has no schema id %d (%s)", registry.url, schema_id,
                                 answer.text[:200])
                     return Unusable(f"unknown schema id {schema_id}: the schema registry at {registry.url} has no "
@@ -93,7 +95,7 @@ class WriterSchemas:
                                               "schema_registry.username and password")
                 if answer.status_code < 500 and answer.ok:
                     return _schema_of(answer, registry.url, schema_id)
-                if answer.status_code < 500:
+                if answer.status_code < 500:   # a 404 without the registry's "schema not found": a wrong url
                     raise SchemaRegistryError(f"the schema registry at {registry.url} answered HTTP "
                                               f"{answer.status_code} for schema id {schema_id}: {answer.text[:300]}")
                 last = f"HTTP {answer.status_code}: {answer.text[:200]}"
@@ -122,3 +124,12 @@ def _schema_of(answer: requests.Response, url: str, schema_id: int) -> str | Unu
         return Unusable(f"schema id {schema_id} uses schema references ({names}), which frazil does not resolve yet; "
                         "register the schema with its types inlined")
     return str(schema)
+
+
+def _error_code(answer: requests.Response) -> int | None:
+    try:
+        body = answer.json()
+    except ValueError:
+        return None
+    code = body.get("error_code") if isinstance(body, dict) else None
+    return code if isinstance(code, int) else None

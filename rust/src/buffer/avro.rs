@@ -19,7 +19,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use arrow::array::{ArrayRef, RecordBatch};
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use arrow::datatypes::Decimal128Type;
 use arrow::compute::{cast_with_options, concat_batches, CastOptions};
 use arrow::datatypes::{DataType, TimeUnit};
 use arrow::error::ArrowError;
@@ -352,7 +353,24 @@ fn flush_cast(decoder: &mut Decoder, target: &arrow::datatypes::SchemaRef) -> Re
             }
         })
         .collect::<Result<Vec<ArrayRef>, ArrowError>>()?;
+    for (column, field) in columns.iter().zip(target.fields()) {
+        fits_precision(column.as_ref()).map_err(|e| ArrowError::CastError(format!("field {}: {e}", field.name())))?;
+    }
     RecordBatch::try_new(target.clone(), columns)
+}
+
+/// Every decimal (nested ones too) has at most its type's precision in digits: arrow-avro does
+/// not check the writer's declared precision, and a Parquet decimal column stores too many
+/// digits wrongly (12345678 at precision 4 reads back as another number).
+fn fits_precision(array: &dyn Array) -> Result<(), ArrowError> {
+    match array.data_type() {
+        DataType::Decimal128(precision, _) => array.as_primitive::<Decimal128Type>().validate_decimal_precision(*precision),
+        DataType::Struct(_) => array.as_struct().columns().iter().try_for_each(|c| fits_precision(c.as_ref())),
+        DataType::List(_) => fits_precision(array.as_list::<i32>().values().as_ref()),
+        DataType::LargeList(_) => fits_precision(array.as_list::<i64>().values().as_ref()),
+        DataType::Map(_, _) => fits_precision(array.as_map().entries()),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -173,3 +173,21 @@ fn a_reader_schema_that_does_not_match_the_table_is_refused_at_registration() {
     let other = r#"{"type":"record","name":"Other","fields":[{"name":"id","type":"int"}]}"#;
     assert!(buf.register(PLAIN_ID, V1, other).is_err());
 }
+
+#[test]
+fn a_decimal_with_more_digits_than_its_precision_is_a_bad_record_not_a_wrong_number() {
+    let writer = r#"{"type":"record","name":"P","fields":[
+        {"name":"price","type":{"type":"bytes","logicalType":"decimal","precision":4,"scale":2}}]}"#;
+    let table = Arc::new(Schema::new(vec![Field::new("price", DataType::Decimal128(4, 2), true)]));
+    let buf = AvroBuffer::new(table, Options::default(), Framing::Plain).unwrap();
+    buf.register(PLAIN_ID, writer, writer).unwrap();
+    // two's-complement big-endian unscaled values: 1234 (12.34) and 12345678 (123456.78)
+    let fits = [long(2), vec![0x04, 0xd2]].concat();
+    let too_many = [long(4), vec![0x00, 0xbc, 0x61, 0x4e]].concat();
+    let done = append(&buf, &[fits.clone(), too_many, fits]).unwrap();
+    assert_eq!(done.errors.iter().map(|e| e.offset).collect::<Vec<_>>(), vec![1], "{:?}", done.errors);
+    assert!(done.errors[0].reason.contains("precision"), "{}", done.errors[0].reason);
+    let batch = buf.core().drain().unwrap().unwrap();
+    let prices = batch.column(0).as_primitive::<arrow::datatypes::Decimal128Type>();
+    assert_eq!(prices.values(), &[1234, 1234]);
+}
