@@ -147,7 +147,6 @@ class AvroBuffer:
         when arrow-avro cannot resolve the pair or a column cannot be cast exactly."""
     def refuse(self, id: int, field: str, reason: str) -> None:
         """Every record of schema ``id`` is a decode error, for ``reason`` at ``field``."""
-    def knows(self, id: int) -> bool: ...
     def append(
         self,
         *,

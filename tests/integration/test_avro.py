@@ -23,7 +23,7 @@ import support
 from frazil.local.kafka_broker import KafkaBroker
 from frazil.local.schema_registry import SchemaRegistry
 from pyiceberg.types import IntegerType, LongType, StructType
-from test_dead_letters import dead_letters, run
+from test_dead_letters import dead_letters, run, source_of
 
 pytestmark = [pytest.mark.integration]
 
@@ -150,8 +150,7 @@ def test_two_writer_schemas_land_as_one_evolved_table_and_bad_values_go_to_the_d
     letters = asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic))
     seen: Counter[tuple[str, int, int]] = Counter()
     for letter in letters:
-        h = {k: v.decode() for k, v in letter.headers if k.startswith("frazil.")}
-        where = (h["frazil.source.topic"], int(h["frazil.source.partition"]), int(h["frazil.source.offset"]))
+        where, h = source_of(letter)
         seen[where] += 1
         i = bad[where]
         assert (letter.key, letter.value) == (f"k{i}".encode(), value_of(i, ids)), where
@@ -198,7 +197,6 @@ def test_plain_avro_values_with_a_schema_file_land_as_sent(kafka: KafkaBroker, t
         assert (r["id"], r["name"], r["amount"], r["at"], r["count"]) == tuple(want[key][k] for k in (
             "id", "name", "amount", "at", "count")), r
     letters = asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic))
-    sources = {(dict(l.headers)["frazil.source.topic"].decode(), int(dict(l.headers)["frazil.source.partition"]),
-                int(dict(l.headers)["frazil.source.offset"])) for l in letters}
+    sources = {source_of(letter)[0] for letter in letters}
     assert sources == bad and len(letters) == len(bad)
-    assert all("configured writer schema" in dict(l.headers)["frazil.error"].decode() for l in letters)
+    assert all("configured writer schema" in source_of(letter)[1]["frazil.error"] for letter in letters)

@@ -90,6 +90,12 @@ async def dead_letters(bootstrap: str, topic: str) -> list:  # type: ignore[type
             await consumer.stop()
 
 
+def source_of(letter) -> tuple[tuple[str, int, int], dict[str, str]]:  # type: ignore[no-untyped-def]
+    """A dead letter's source (topic, partition, offset), and frazil's headers as text."""
+    h = {k: v.decode() for k, v in letter.headers if k.startswith("frazil.")}
+    return (h["frazil.source.topic"], int(h["frazil.source.partition"]), int(h["frazil.source.offset"])), h
+
+
 def run(config: Path, log: Path, faults: str = "") -> subprocess.Popen[bytes]:
     with open(log, "ab") as out:
         return subprocess.Popen([sys.executable, "-m", "frazil.cli", "run", "--config", str(config)],
@@ -149,8 +155,7 @@ def test_every_bad_record_reaches_the_dead_letter_topic_once_across_a_kill(kafka
     letters = asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic))
     seen: Counter[tuple[str, int, int]] = Counter()
     for letter in letters:
-        h = {k: v.decode() for k, v in letter.headers if k.startswith("frazil.")}
-        where = (h["frazil.source.topic"], int(h["frazil.source.partition"]), int(h["frazil.source.offset"]))
+        where, h = source_of(letter)
         seen[where] += 1
         i = bad[where]
         value, field, words = BAD[(i // 7) % len(BAD)]
@@ -271,8 +276,7 @@ def test_records_routing_finds_bad_reach_the_dead_letter_topic_once_across_a_kil
     assert views == want_views, "every view once, nothing else"
     seen: Counter[tuple[str, int, int]] = Counter()
     for letter in asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic)):
-        h = {k: v.decode() for k, v in letter.headers if k.startswith("frazil.")}
-        at = (h["frazil.source.topic"], int(h["frazil.source.partition"]), int(h["frazil.source.offset"]))
+        at, h = source_of(letter)
         seen[at] += 1
         table, words = bad[at]
         assert (h["frazil.table"], h["frazil.carried_by"]) == (table, "db.clicks"), h

@@ -189,16 +189,16 @@ def _deref(walk: _Walk, t: Any) -> Any:
     return t
 
 
-def _nullable(walk: _Walk, t: Any, path: str) -> tuple[Any, bool, int | None]:
-    """(the non-null type, whether null is allowed, the null branch's index) of ``t``."""
+def _nullable(walk: _Walk, t: Any, path: str) -> tuple[Any, bool]:
+    """(the non-null type, whether null is allowed) of ``t``."""
     t = _deref(walk, t)
     if not isinstance(t, list):
-        return t, False, None
+        return t, False
     others = [b for b in t if b != "null"]
     if len(others) != 1 or len(t) > 2:
         raise _Problem(path, f"the writer schema has {path} as a union of {json.dumps(t)}: only a type or a union of "
                              "null and one type can become a column")
-    return others[0], len(t) == 2, t.index("null") if "null" in t else None
+    return others[0], len(t) == 2
 
 
 def _kind(walk: _Walk, t: Any) -> tuple[str, str | None]:
@@ -295,7 +295,7 @@ def _path(dotted: str) -> tuple[str, ...]:
 
 def _field(walk: _Walk, writer_type: Any, column: NestedField, path: str) -> Any:
     """The reader type for a writer field landing in ``column``."""
-    inner, nullable, _ = _nullable(walk, writer_type, path)
+    inner, nullable = _nullable(walk, writer_type, path)
     if nullable and column.required:
         walk.problems.append(_Problem(path, f"the writer schema lets {path} be null and column {path} is required",
                                       _relax(walk, column, path)))
@@ -431,7 +431,7 @@ def _avro_of(walk: _Walk, t: IcebergType, path: str) -> Any:
 
 def _iceberg_of(walk: _Walk, t: Any, path: str) -> IcebergType:
     """The Iceberg type of a new column for writer type ``t`` (field ids are placeholders)."""
-    inner, _, _ = _nullable(walk, t, path)
+    inner, _ = _nullable(walk, t, path)
     kind, logical = _kind(walk, inner)
     inner = _deref(walk, inner)
     by_logical: dict[tuple[str, str | None], IcebergType] = {

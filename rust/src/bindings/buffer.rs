@@ -260,10 +260,6 @@ impl AvroBuffer {
         self.inner.refuse(id, field, reason);
     }
 
-    fn knows(&self, id: u32) -> bool {
-        self.inner.knows(id)
-    }
-
     #[pyo3(signature = (*, topic, partition, offsets, timestamps_ms, keys, values))]
     #[allow(clippy::too_many_arguments)]
     fn append(

@@ -117,10 +117,6 @@ impl AvroBuffer {
         self.writers.write().expect("writers lock poisoned").insert(id, Arc::new(Writer::Refused { field, reason }));
     }
 
-    /// Whether schema `id` is registered or refused.
-    pub fn knows(&self, id: u32) -> bool {
-        self.writers.read().expect("writers lock poisoned").contains_key(&id)
-    }
 
     /// Decode one batch of records of one partition; thread-safe like [`JsonBuffer::append`].
     pub fn append<V: AsRef<[u8]>, K: AsRef<[u8]>>(&self, records: &Records<'_, V, K>) -> Result<Appended, BufferError> {
@@ -137,7 +133,7 @@ impl AvroBuffer {
                 Framing::Plain => framed.push((i, PLAIN_ID, value)),
                 Framing::Confluent => {
                     if value.len() < CONFLUENT_HEADER || value[0] != CONFLUENT_MAGIC {
-                        out.errors.push(self.core.error_at(
+                        out.errors.push(self.core.record_error(
                             records,
                             i,
                             String::new(),
@@ -186,7 +182,7 @@ impl AvroBuffer {
             match writers[&id].as_ref() {
                 Writer::Refused { field, reason } => {
                     for &(i, _, _) in run {
-                        out.errors.push(self.core.error_at(records, i, field.clone(), reason.clone()));
+                        out.errors.push(self.core.record_error(records, i, field.clone(), reason.clone()));
                     }
                 }
                 Writer::Readable { writer, reader } => {
@@ -236,7 +232,7 @@ impl AvroBuffer {
             match decode_one(&mut decoder, datum) {
                 Ok(()) => kept.push((i, datum)),
                 Err(reason) => {
-                    errors.push(self.core.error_at(records, i, String::new(), self.reason(id, reason)));
+                    errors.push(self.core.record_error(records, i, String::new(), self.reason(id, reason)));
                     // the failed datum may have left columns uneven: start again without it
                     decoder = build(id, writer, reader, segment.len())?;
                     for &(_, good) in &kept {
@@ -258,7 +254,7 @@ impl AvroBuffer {
                     });
                     match result {
                         Ok(_) => alone.push((i, datum)),
-                        Err(reason) => errors.push(self.core.error_at(records, i, String::new(), self.reason(id, reason))),
+                        Err(reason) => errors.push(self.core.record_error(records, i, String::new(), self.reason(id, reason))),
                     }
                 }
                 kept = alone;

@@ -309,16 +309,6 @@ impl JsonBuffer {
         &self.value_schema
     }
 
-    pub(crate) fn error_at<V: AsRef<[u8]>, K: AsRef<[u8]>>(
-        &self,
-        records: &Records<'_, V, K>,
-        index: usize,
-        field: String,
-        reason: String,
-    ) -> RecordError {
-        self.record_error(records, index, field, reason)
-    }
-
     /// Everything buffered as one record batch (None when empty); what was drained is no longer
     /// counted. With `dedupe_by_key`, only the last record per key (by partition, offset) is kept.
     pub fn drain(&self) -> Result<Option<RecordBatch>, ArrowError> {
@@ -421,7 +411,7 @@ impl JsonBuffer {
             .map_err(|used| BufferError::Full { needed, used, cap })
     }
 
-    fn record_error<V: AsRef<[u8]>, K: AsRef<[u8]>>(
+    pub(crate) fn record_error<V: AsRef<[u8]>, K: AsRef<[u8]>>(
         &self,
         records: &Records<'_, V, K>,
         index: usize,
