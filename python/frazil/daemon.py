@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
 import logging
 import os
 import dataclasses
 import signal
+import sys
 import time
 from collections.abc import Mapping
 
@@ -46,6 +48,25 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+
+
+# glibc gives each thread that allocates its own malloc arena (up to 8 per core) and seldom returns
+# their free pages; the commit, Parquet and catalog threads each hold one. Two arenas kept the
+# catalog-outage run's steady RSS about 30 MiB lower and its peak about 25 MiB lower (make outage).
+MALLOC_ARENAS = 2
+_M_ARENA_MAX = -8   # glibc's mallopt parameter number
+
+
+def limit_malloc_arenas() -> None:
+    """Cap glibc's malloc arenas before the worker threads start, unless MALLOC_ARENA_MAX says otherwise."""
+    if os.environ.get("MALLOC_ARENA_MAX") or not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None)
+        if libc.mallopt(_M_ARENA_MAX, MALLOC_ARENAS) != 1:
+            log.debug("mallopt(M_ARENA_MAX) refused; malloc arenas are not capped")
+    except (OSError, AttributeError):   # not glibc (musl has no mallopt): nothing to cap
+        pass
 
 
 def check_spark(cfg: Config) -> None:
@@ -180,8 +201,10 @@ def backfill(cfg: Config, *, batch_rows: int, memory_mb: int) -> Stats:
         spark=dataclasses.replace(cfg.spark, bulk_min_rows=1),
         maintenance=dataclasses.replace(cfg.maintenance, enabled=False))
 
+    limit_malloc_arenas()
+
     async def main() -> Stats:
-        ends = await end_offsets(cfg.kafka.bootstrap_servers, cfg.kafka.topics)
+        ends = await end_offsets(cfg.kafka, cfg.kafka.topics)
         catalog = await asyncio.to_thread(iceberg_catalog.load, cfg.catalog)
         try:
             table = await asyncio.to_thread(catalog.load_table, cfg.table.name)
@@ -222,6 +245,7 @@ async def _stop_maintenance(maintainer: Maintainers, task: asyncio.Task[None]) -
 def run(cfg: Config) -> Stats:
     """Run in the foreground. SIGTERM or SIGINT drains and stops; a second one exits at once
     (nothing is lost: uncommitted records are read again from the table's offsets)."""
+    limit_malloc_arenas()
 
     async def main() -> Stats:
         stop = asyncio.Event()
