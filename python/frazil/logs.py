@@ -21,6 +21,26 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
+class StartupNoise(logging.Filter):
+    """aiokafka logs ``GroupCoordinatorNotAvailableError`` at ERROR while a broker is still
+    electing the group's coordinator (every first start against a fresh cluster) and retries by
+    itself. The first ``grace`` of them become one INFO line each; if it goes on, they stay ERROR."""
+
+    def __init__(self, grace: int = 20) -> None:
+        super().__init__()
+        self.grace, self.seen = grace, 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.ERROR and "GroupCoordinatorNotAvailable" in record.getMessage():
+            self.seen += 1
+            if self.seen <= self.grace:
+                record.levelno, record.levelname = logging.INFO, "INFO"
+                record.msg, record.args = ("the group coordinator is not available yet (the broker is still electing "
+                                           "it); aiokafka retries (%d of %d said at INFO)", (self.seen, self.grace))
+                return logging.getLogger().isEnabledFor(logging.INFO)
+        return True
+
+
 def setup(level: str = "INFO", fmt: str = "text") -> None:
     """Send logs to stderr as text (default) or one JSON object per line (``fmt="json"``)."""
     handler = logging.StreamHandler(sys.stderr)
@@ -34,3 +54,6 @@ def setup(level: str = "INFO", fmt: str = "text") -> None:
     # The libraries are chatty at INFO; their warnings still show.
     for noisy in ("aiokafka", "kafka", "pyiceberg", "py4j"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    coordinator_lookup = logging.getLogger("aiokafka.consumer.group_coordinator")
+    coordinator_lookup.filters[:] = [f for f in coordinator_lookup.filters if not isinstance(f, StartupNoise)]
+    coordinator_lookup.addFilter(StartupNoise())

@@ -90,8 +90,23 @@ def test_lost_response_is_resolved_by_commit_id(setup) -> None:
     result = committer.commit(rows(cfg, catalog, 0, 10), {TP: Range(0, 10)}, "lost-1")
     landed = catalog.load_table(cfg.table.name).current_snapshot()
     assert result.snapshot_id == landed.snapshot_id and result.rows == 10 and not result.already_committed
+    assert not result.found   # this call landed it (its response was lost)
     assert data_snapshots(catalog, cfg) == 1
     assert sum(support.count_offsets(catalog, cfg.table.name).values()) == 10
+
+
+def test_a_commit_another_process_landed_is_found_not_landed_again(setup) -> None:
+    """A coordinator woken after a takeover commits a cycle the new coordinator already landed
+    under the same commit id: it finds it, lands nothing, and says so (``found``: the metrics and
+    the log do not count it as its own landing)."""
+    catalog, cfg = setup
+    taker = Committer(catalog, cfg.table.name, cfg.pipeline, sleep=lambda s: None)
+    zombie = Committer(catalog, cfg.table.name, cfg.pipeline, sleep=lambda s: None)
+    landed = taker.commit(rows(cfg, catalog, 0, 10), {TP: Range(0, 10)}, "cycle-7")
+    assert not landed.found
+    again = zombie.commit(rows(cfg, catalog, 0, 10), {TP: Range(0, 10)}, "cycle-7")
+    assert again.found and again.snapshot_id == landed.snapshot_id and again.offsets == {TP: 10}
+    assert data_snapshots(catalog, cfg) == 1
 
 
 def test_failures_are_bounded_and_leave_no_offsets(setup) -> None:

@@ -237,6 +237,28 @@ async def test_the_metrics_count_cycles_by_kind_table_commits_by_result_and_drop
 
 
 @pytest.mark.asyncio
+async def test_a_commit_found_already_landed_is_counted_as_such_not_as_committed() -> None:
+    """A coordinator woken after a takeover finds its cycle landed by the new one (the committer
+    says ``found``): one table commit per snapshot across processes, never two."""
+    import dataclasses
+
+    from frazil.metrics import Metrics
+
+    metrics = Metrics("p", "db.t")
+    channel, tables = FakeChannel({"w1": [0], "w2": [1]}), Tables()
+
+    def found(table: TableCommit, commit_id: str, vtts: int | None) -> CommitResult:
+        return dataclasses.replace(tables(table, commit_id, vtts), found=True)
+
+    coordinator = Coordinator(channel, "p", P, found, timeout_s=5, metrics=metrics)
+    results = await coordinator.cycle()
+    assert len(results) == 1 and results[0].found
+    assert metrics.value("frazil_coordinator_table_commits_total", result="already_landed") == 1
+    assert metrics.value("frazil_coordinator_table_commits_total", result="committed") == 0
+    assert len(channel.payloads(CommitComplete)) == 1   # the cycle still ends for its workers
+
+
+@pytest.mark.asyncio
 async def test_a_commit_request_read_during_a_cycle_starts_the_next_one_at_once() -> None:
     """A worker that fills up while a cycle runs must not wait a whole interval (or, in single
     mode on SIGTERM, forever): its request, read while collecting, triggers the next cycle."""

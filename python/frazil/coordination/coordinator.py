@@ -251,7 +251,7 @@ class Coordinator:
             if lasted is not None:
                 log.warning("commit %s to %s landed; the outage is over after %.0fs", state.commit_id, table.table,
                             lasted)
-            self._count("committed")
+            self._count("already_landed" if result.found else "committed")
             results.append(result)
             # only the ranges the table holds (a coordinator finishing an open cycle may have collected
             # late replies the landed commit did not take); sent once even if another commit landed them

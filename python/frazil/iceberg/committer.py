@@ -46,6 +46,9 @@ class CommitResult:
     already_committed: bool = False
     snapshots: int = 0        # the table's snapshot count after this commit (for maintenance)
     table: str = ""
+    # the commit id was in the table before this call sent anything to the catalog: landed by
+    # another process (a coordinator that took over the cycle) or before a restart. Not landed now.
+    found: bool = False
 
 
 def no_inner_retry(table: Table) -> Table:
@@ -128,6 +131,7 @@ class Committer:
         rows = sum(f.record_count for f in files)
         started = time.monotonic()
         last_error: Exception | None = None
+        sent = False   # a catalog commit was attempted by this call
         for attempt in range(1, self._max_attempts + 1):
             try:
                 table, loaded = (loaded, None) if loaded is not None else (self.load(), None)
@@ -138,8 +142,8 @@ class Committer:
                 self._sleep(self._backoff_s * 2 ** (attempt - 1))
                 continue
             landed = find_commit(table, commit_id)
-            if landed is not None:  # an earlier attempt landed after all
-                return self._result(commit_id, landed, rows, table, attempt, started)
+            if landed is not None:  # an earlier attempt landed after all, or someone else landed it
+                return self._result(commit_id, landed, rows, table, attempt, started, found=not sent)
             found = self.held(table)
             stored = found.offsets
             decision = offsets.plan(stored, ranges)
@@ -172,6 +176,7 @@ class Committer:
                         append.append_data_file(data_file)
                 tx.set_properties(properties)
                 faults.hit("commit.before_catalog", self._table_name)
+                sent = True
                 committed = tx.commit_transaction()
                 faults.hit("commit.after_catalog", self._table_name)
             except CommitFailedException as exc:
@@ -233,12 +238,16 @@ class Committer:
             )
 
     def _result(self, commit_id: str, snapshot_id: int | None, rows: int, table: Table, attempt: int,
-                started: float) -> CommitResult:
+                started: float, *, found: bool = False) -> CommitResult:
         if snapshot_id is None:
             snapshot_id = find_commit(table, commit_id)
         stored = self.held(table).offsets
         result = CommitResult(commit_id, snapshot_id, rows, stored, attempt, time.monotonic() - started,
-                              snapshots=len(table.metadata.snapshots), table=self._table_name)
+                              snapshots=len(table.metadata.snapshots), table=self._table_name, found=found)
+        if found:
+            log.info("commit %s table=%s: already in the table as snapshot %s (landed by another process, or before a "
+                     "restart); nothing committed now", commit_id, self._table_name, snapshot_id)
+            return result
         log.info("commit %s table=%s snapshot=%s rows=%d attempts=%d took=%.0fms offsets=%s",
                  commit_id, self._table_name, snapshot_id, rows, attempt, result.seconds * 1000,
                  offsets.encode(stored))
