@@ -1,5 +1,6 @@
-"""Test session: uvloop for every asyncio test, a real Kafka broker started once, and a real schema
-registry (Apicurio, Confluent-compatible API) started once by the tests that need it."""
+"""Test session: uvloop for every asyncio test, a real Kafka broker started once (with SASL and TLS
+listeners), and, started once by the tests that need them, a real schema registry (Apicurio,
+Confluent-compatible API) and a real PostgreSQL server (the shared SQL catalog)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 import uvloop
 
 from frazil.local.kafka_broker import KafkaBroker
+from frazil.local.postgres import PostgresServer
 from frazil.local.schema_registry import SchemaRegistry
 
 
@@ -22,8 +24,16 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> M
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     """A real single-node KRaft broker for the whole session. Never skipped: if it cannot
     start, every test that needs it fails with the reason."""
-    with KafkaBroker.start(Path(tmp_path_factory.mktemp("kafka"))) as broker:
+    with KafkaBroker.start(Path(tmp_path_factory.mktemp("kafka")), secure=True) as broker:
         yield broker
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server for the session (Debian's package), for the SQL catalog that
+    several hosts share. Never skipped: if it cannot start, the tests that need it fail."""
+    with PostgresServer.start() as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,8 @@ from frazil.status import end_offsets
 
 __all__ = ["create_topic", "end_offsets"]
 
+SQLITE_CATALOG = '{ uri = "sqlite:///warehouse/catalog.db", warehouse = "file://warehouse" }'
+
 CONFIG = """\
 [pipeline]
 name = "{pipeline}"
@@ -37,7 +39,7 @@ session_timeout_ms = 2000
 heartbeat_interval_ms = 500
 
 [catalog]
-properties = {{ uri = "sqlite:///warehouse/catalog.db", warehouse = "file://warehouse" }}
+properties = {catalog}
 
 [metrics]
 port = {metrics_port}
@@ -58,15 +60,17 @@ enabled = {maintenance}
 
 def write_config(workdir: Path, bootstrap: str, topics: list[str], *, pipeline: str = "p", table: str = "db.events",
                  interval: float = 0.5, outage_timeout: float = 300, budget_mb: int = 256,
-                 metrics_port: int = 0, maintenance: bool = False, extra: str = "") -> Path:
+                 metrics_port: int = 0, maintenance: bool = False, extra: str = "", catalog: str = "") -> Path:
     """A pipeline config in ``workdir``. ``extra``: more TOML, appended (after ``[maintenance]``:
-    keys of that section, then further sections)."""
+    keys of that section, then further sections). ``catalog``: the ``[catalog] properties`` as an
+    inline TOML table (default: SQLite in ``workdir``)."""
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "frazil.toml"
     path.write_text(CONFIG.format(pipeline=pipeline, interval=interval, bootstrap=bootstrap,
                                   topics=json.dumps(topics), table=table, outage_timeout=outage_timeout,
                                   budget_mb=budget_mb, metrics_port=metrics_port,
-                                  maintenance=str(maintenance).lower(), extra=extra))
+                                  maintenance=str(maintenance).lower(), extra=extra,
+                                  catalog=catalog or SQLITE_CATALOG))
     return path
 
 
@@ -82,6 +86,14 @@ async def produce(bootstrap: str, topic: str, values: Iterable[bytes], partition
 
 def catalog_of(cfg: Config) -> Catalog:
     return iceberg_catalog.load(cfg.catalog)
+
+
+def close_catalog(catalog: Catalog) -> None:
+    """Close a SQL catalog's pooled connections (a PostgreSQL connection left to the garbage
+    collector is a ResourceWarning, an error in this test suite)."""
+    engine = getattr(catalog, "engine", None)
+    if engine is not None:
+        engine.dispose()
 
 
 def load(path: Path) -> Config:

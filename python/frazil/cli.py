@@ -4,15 +4,34 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import sys
+import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any, TypeVar
+
+from aiokafka.errors import KafkaError
 
 from frazil import config as config_mod
 from frazil import logs
-from frazil.errors import ConfigError, FrazilError
+from frazil.errors import CatalogUnavailable, ConfigError, FrazilError, KafkaUnavailable, NotFound
 
 log = logging.getLogger("frazil")
+T = TypeVar("T")
+CATALOG_WAIT_S = 2.0   # one-shot commands: how long a locked SQLite catalog is waited for per statement
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("frazil")
+    except PackageNotFoundError:   # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def _config_arg(p: argparse.ArgumentParser) -> None:
@@ -34,8 +53,11 @@ def _check(args: argparse.Namespace) -> int:
     print(f"  pipeline   {cfg.pipeline} (commit every {cfg.commit_interval_s:g}s, "
           f"at most {cfg.max_buffer_records} buffered records)")
     topics = f"topic_pattern={cfg.kafka.topic_pattern}" if cfg.kafka.topic_pattern else f"topics={','.join(cfg.kafka.topics)}"
-    print(f"  kafka      {cfg.kafka.bootstrap_servers} {topics} group={cfg.kafka.group_id}")
-    print(f"  catalog    {cfg.catalog.name} {cfg.catalog.properties.get('uri', cfg.catalog.properties.get('type'))}")
+    from frazil.iceberg.catalog import describe
+
+    print(f"  kafka      {cfg.kafka.bootstrap_servers} {topics} group={cfg.kafka.group_id} "
+          f"security={cfg.kafka.security.describe()}")
+    print(f"  catalog    {cfg.catalog.name} {describe(cfg.catalog)}")
     for table in cfg.tables:
         takes = " ".join(filter(None, (f"topics~{table.topics}" if table.topics else "",
                                        f"{'.'.join(table.route_field)}~{table.route}" if table.route_field else "")))
@@ -62,7 +84,47 @@ def _check(args: argparse.Namespace) -> int:
     print("  maintenance " + (f"every {m.interval_s:g}s, expiry above {m.max_snapshots} snapshots, files to "
                              f"{m.target_file_size_mb} MB{', sorted by ' + m.sort_order if m.sort_order else ''}, "
                              f"orphans older than {m.orphan_min_age_s:g}s" if m.enabled else "off"))
+    if args.connect:
+        _connect_check(cfg)
     return 0
+
+
+def _connect_check(cfg: config_mod.Config) -> None:
+    """Reach the brokers and the catalog as ``run`` would; a failure raises with its exit status."""
+    from frazil.iceberg import catalog as iceberg_catalog
+    from frazil.status import partitions, source_topics
+
+    _quiet_kafka_client()
+    topics = asyncio.run(source_topics(cfg.kafka))
+    found = asyncio.run(partitions(cfg.kafka, topics)) if topics else []
+    print(f"  reached    kafka: {len(topics)} source topic(s), {len(found)} partition(s)"
+          + ("" if topics or not cfg.kafka.topic_pattern else " (none matches the pattern yet)"))
+    catalog = iceberg_catalog.load(cfg.catalog, attempts=1, busy_timeout_s=CATALOG_WAIT_S)
+    for table in cfg.tables:
+        exists = _catalog_call(cfg, partial(catalog.table_exists, table.name))
+        print(f"  reached    catalog: {table.name} " + ("exists" if exists else
+                                                       "does not exist yet (created on start)" if table.create else
+                                                       "DOES NOT EXIST and [table] create = false"))
+        if not exists and not table.create:
+            raise NotFound(f"table {table.name} does not exist and create = false; create it or set create = true")
+
+
+def _catalog_call(cfg: config_mod.Config, call: Callable[[], T]) -> T:
+    """A read from the catalog in a command: a catalog that cannot answer is one line, exit 4."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from frazil.iceberg.catalog import describe
+
+    try:
+        return call()
+    except NoSuchTableError as exc:
+        raise NotFound(f"{exc}; `frazil run` creates the configured tables on start") from None
+    except FrazilError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - locked, down, refused: say so in one line
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        raise CatalogUnavailable(f"catalog {cfg.catalog.name} ({describe(cfg.catalog)}) did not answer: "
+                                 f"{type(exc).__name__}: {first}") from None
 
 
 def _offsets(args: argparse.Namespace) -> int:
@@ -73,14 +135,16 @@ def _offsets(args: argparse.Namespace) -> int:
 
     cfg = config_mod.load(args.config)
     logs.setup("WARNING")
-    catalog = iceberg_catalog.load(cfg.catalog)
-    ends = asyncio.run(end_offsets(cfg.kafka.bootstrap_servers, asyncio.run(source_topics(cfg.kafka))))
+    _quiet_kafka_client()
+    catalog = iceberg_catalog.load(cfg.catalog, attempts=1, busy_timeout_s=CATALOG_WAIT_S)
+    ends = asyncio.run(end_offsets(cfg.kafka, asyncio.run(source_topics(cfg.kafka))))
     marks: list[dict[tuple[str, int], int]] = []
     for table_cfg in cfg.tables:
-        if not catalog.table_exists(table_cfg.name):
-            print(f"{table_cfg.name}: not created yet (created on its first records)\n")
+        if not _catalog_call(cfg, partial(catalog.table_exists, table_cfg.name)):
+            print(f"{table_cfg.name}: not created yet (`frazil run` creates it)\n")
             continue
-        found = Committer(catalog, table_cfg.name, cfg.pipeline).held(catalog.load_table(table_cfg.name))
+        table = _catalog_call(cfg, partial(catalog.load_table, table_cfg.name))
+        found = Committer(catalog, table_cfg.name, cfg.pipeline).held(table)
         stored = found.offsets
         marks.append(found.progress)
         if found.rolled_back:
@@ -95,6 +159,140 @@ def _offsets(args: argparse.Namespace) -> int:
         print("pipeline watermark (every record below it is in every table that takes it): "
               + ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(mark.items())))
     return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from frazil.coordination.service import election_partition
+    from frazil.iceberg import catalog as iceberg_catalog
+    from frazil.iceberg.committer import Committer
+    from frazil.status import end_offsets, group_members, source_topics, table_progress
+
+    cfg = config_mod.load(args.config)
+    logs.setup("WARNING")
+    _quiet_kafka_client()
+    topics = asyncio.run(source_topics(cfg.kafka))
+    ends = asyncio.run(end_offsets(cfg.kafka, topics)) if topics else {}
+    members = asyncio.run(group_members(cfg.kafka, cfg.kafka.group_id))
+    catalog = iceberg_catalog.load(cfg.catalog, attempts=1, busy_timeout_s=CATALOG_WAIT_S)
+    names = [t.name for t in cfg.tables]
+    if cfg.dynamic is not None:
+        names += [n for n in _catalog_call(cfg, partial(iceberg_catalog.dynamic_tables, catalog, cfg.dynamic))
+                  if n not in names]
+    tables: list[dict[str, Any]] = []
+    for name in names:
+        if not _catalog_call(cfg, partial(catalog.table_exists, name)):
+            tables.append({"name": name, "exists": False})
+            continue
+        table = _catalog_call(cfg, partial(catalog.load_table, name))
+        p = table_progress(table, cfg.pipeline, Committer(catalog, name, cfg.pipeline).held(table))
+        tables.append({"name": name, "exists": True, "snapshot_id": p.snapshot_id, "commit_id": p.commit_id,
+                       "committed_ms": p.committed_ms, "valid_through_ms": p.valid_through_ms, "rows": p.rows,
+                       "rolled_back": p.rolled_back,
+                       "partitions": [{"topic": t, "partition": n, "table_offset": p.offsets.get((t, n)),
+                                       "log_end": ends.get((t, n)),
+                                       "lag": None if (t, n) not in ends else ends[(t, n)] - p.offsets.get((t, n), 0)}
+                                      for t, n in sorted(set(p.offsets) | set(ends))]})
+    if cfg.coordination.mode == "distributed" and topics:
+        election = election_partition(tuple(topics) if cfg.kafka.topic_pattern else cfg.kafka.topics)
+        coordinator = next((m.client_id + "@" + m.host for m in members if election in m.partitions), None)
+    else:
+        coordinator = "each process, for its own partitions" if members else None
+    metrics = _local_metrics(cfg)
+    report: dict[str, Any] = {"pipeline": cfg.pipeline, "mode": cfg.coordination.mode, "group": cfg.kafka.group_id,
+              "members": [{"client_id": m.client_id, "host": m.host, "partitions": [list(tp) for tp in m.partitions]}
+                          for m in members],
+              "coordinator": coordinator, "tables": tables, "metrics": metrics}
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"pipeline {cfg.pipeline} ({cfg.coordination.mode} mode), group {cfg.kafka.group_id}: "
+          f"{len(members)} process(es) running" + ("" if members else " (none: is `frazil run` up?)"))
+    for m in members:
+        print(f"  {m.client_id}@{m.host} owns {len(m.partitions)} partition(s)")
+    print(f"  coordinator: {coordinator or 'none'}")
+    now_ms = time.time() * 1000
+    for t in tables:
+        if not t["exists"]:
+            print(f"table {t['name']}: not created yet (`frazil run` creates it)")
+            continue
+        if t["committed_ms"]:
+            when = (f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t['committed_ms'] / 1000))} "
+                    f"({(now_ms - t['committed_ms']) / 1000:.0f}s ago)")
+            vtts = (f", valid through {time.strftime('%H:%M:%S', time.localtime(t['valid_through_ms'] / 1000))}"
+                    if t["valid_through_ms"] else "")
+            last = f"last commit {t['commit_id']} at {when}{vtts}"
+        else:
+            last = f"no commit of pipeline {cfg.pipeline} yet"
+        print(f"table {t['name']}: {last}; snapshot {_dash(t['snapshot_id'])}, {_dash(t['rows'])} rows")
+        if t["rolled_back"]:
+            print(f"  {t['rolled_back']}")
+        print(f"  {'topic':<24}{'partition':>10}{'table offset':>14}{'log end':>12}{'lag':>10}")
+        for r in t["partitions"]:
+            print(f"  {r['topic']:<24}{r['partition']:>10}{_dash(r['table_offset']):>14}{_dash(r['log_end']):>12}"
+                  f"{_dash(r['lag']):>10}")
+    if metrics is not None:
+        print("metrics " + ", ".join(f"{k}={v}" for k, v in metrics.items()))
+    return 0
+
+
+def _import_kc(args: argparse.Namespace) -> int:
+    from frazil import kafka_connect
+
+    try:
+        name, connector = kafka_connect.read(args.connector.read_text(), args.connector.name)
+        done = kafka_connect.convert(name, connector, pipeline=args.pipeline, bootstrap_servers=args.bootstrap_servers,
+                                     dynamic_namespace=args.dynamic_namespace)
+    except FileNotFoundError:
+        raise ConfigError(f"{args.connector} does not exist") from None
+    except kafka_connect.ConnectorConfigError as exc:
+        raise ConfigError(f"{args.connector}: {exc}") from None
+    import tomllib
+
+    try:   # what is written must be a config frazil accepts
+        config_mod.parse(tomllib.loads(done.toml), base=(args.output or Path("frazil.toml")).resolve().parent)
+        verdict = "accepted by `frazil config check`"
+    except ConfigError as exc:
+        verdict = f"NOT accepted as it is: {exc}"
+    if args.output:
+        args.output.write_text(done.toml)
+    else:
+        print(done.toml)
+    report = sys.stderr if not args.output else sys.stdout
+    print(f"import-kc: {len(done.carried)} connector setting(s) carried over; the config is {verdict}"
+          + (f"; written to {args.output}" if args.output else ""), file=report)
+    if done.not_carried:
+        print(f"not carried over, or carried over with another behaviour ({len(done.not_carried)}):", file=report)
+        for key, why in done.not_carried:
+            print(f"  {key}: {why}", file=report)
+    return 0 if verdict.startswith("accepted") else 2
+
+
+def _dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _local_metrics(cfg: config_mod.Config) -> dict[str, Any] | None:
+    """What this host's ``frazil run`` says on its metrics endpoint (None when metrics are off)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    if not cfg.metrics.port:
+        return None
+    url = f"http://{cfg.metrics.host}:{cfg.metrics.port}/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=3) as response:
+            text = response.read().decode()
+    except OSError as exc:
+        return {"endpoint": url, "answering": False, "error": str(exc)}
+    wanted = {"frazil_coordinator": "coordinating", "frazil_paused": "paused", "frazil_memory_bytes": "memory_bytes",
+              "frazil_commit_failing_seconds": "commit_failing_seconds"}
+    out: dict[str, Any] = {"endpoint": url, "answering": True}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in wanted:
+                out[wanted[sample.name]] = max(out.get(wanted[sample.name], 0), sample.value)
+    return out
 
 
 def _txlog(args: argparse.Namespace) -> int:
@@ -178,18 +376,45 @@ def _demo(args: argparse.Namespace) -> int:
     return demo.main(records=args.records, workdir=args.workdir)
 
 
+def _quiet_kafka_client() -> None:
+    """For one-shot commands: aiokafka's own connection errors reach the user as one line of ours
+    (``kafka_clients.connect`` keeps the reason), not as log lines before it."""
+    logging.getLogger("aiokafka").propagate = False
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="frazil", description="Kafka into Apache Iceberg, exactly once.")
+    parser.add_argument("--version", action="version", version=f"frazil {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("run", help="run the pipeline in the foreground until SIGTERM")
     _config_arg(p)
     p.set_defaults(func=_run)
-    p = sub.add_parser("check-config", help="validate a config file and print what it says")
+    config_cmd = sub.add_parser("config", help="work with a config file: config check")
+    for p in (config_cmd.add_subparsers(dest="config_command", required=True).add_parser(
+                  "check", help="validate a config file and print what it says (secrets masked)"),
+              sub.add_parser("check-config", help="the same as `config check`")):
+        _config_arg(p)
+        p.add_argument("--connect", action="store_true",
+                       help="also reach the brokers and the catalog, and look for the source topics and tables")
+        p.set_defaults(func=_check)
+    p = sub.add_parser("status", help="per table: last commit, snapshot, rows, offsets and lag; the group's members "
+                                      "and which one coordinates; the local metrics endpoint")
     _config_arg(p)
-    p.set_defaults(func=_check)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    p.set_defaults(func=_status)
     p = sub.add_parser("offsets", help="each table's stored offsets against the topics' end offsets, and the pipeline's watermark")
     _config_arg(p)
     p.set_defaults(func=_offsets)
+    p = sub.add_parser("import-kc", help="turn an Apache Iceberg Kafka Connect sink config (.json or .properties) into a "
+                                         "frazil config, listing every setting it cannot carry over")
+    p.add_argument("connector", type=Path, help="the connector's config: the JSON for Connect's REST API, or .properties")
+    p.add_argument("--bootstrap-servers", default="", help="the Kafka brokers (Connect takes them from its worker "
+                                                          "config; needed unless iceberg.kafka.bootstrap.servers is set)")
+    p.add_argument("--pipeline", default="", help="pipeline name (default: the connector's name)")
+    p.add_argument("--dynamic-namespace", default="", help="dynamic routing: the namespace of the tables the route "
+                                                          "field names (frazil's template fixes it)")
+    p.add_argument("--output", "-o", type=Path, help="write the config here (default: stdout, the report to stderr)")
+    p.set_defaults(func=_import_kc)
     p = sub.add_parser("txlog", help="print a transaction log: checkpoint, state and last records (read-only)")
     p.add_argument("--dir", type=Path, required=True, help="the transaction log directory")
     p.add_argument("--tail", type=int, default=20, help="how many of the last records to print (default 20)")
@@ -218,11 +443,16 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args))
     except ConfigError as exc:
         print(f"frazil: configuration error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     except FrazilError as exc:
-        log.error("%s", exc)
+        if args.command == "run":
+            log.error("%s", exc)   # the daemon's log says why it stopped, too
         print(f"frazil: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code
+    except KafkaError as exc:   # a client call after connecting (the brokers went away): one line, not a traceback
+        error = KafkaUnavailable(f"Kafka: {type(exc).__name__}: {exc}")
+        print(f"frazil: KafkaUnavailable: {error}", file=sys.stderr)
+        return error.exit_code
     except KeyboardInterrupt:
         return 130
 

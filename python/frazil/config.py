@@ -38,6 +38,43 @@ TIME_UNITS = ("s", "ms", "us", "ns")
 UNKNOWN_FIELDS = ("fail", "ignore", "evolve")
 
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+@dataclass(frozen=True)
+class KafkaSecurity:
+    """TLS and SASL for every Kafka client frazil creates. Secrets never appear in ``repr``."""
+
+    protocol: str = "PLAINTEXT"     # PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL
+    sasl_mechanism: str = ""        # PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (SASL_* only)
+    sasl_username: str = ""
+    sasl_password: str = field(default="", repr=False)
+    ssl_cafile: str = ""            # the CA bundle the brokers' certificates are checked against ("": the system's)
+    ssl_certfile: str = ""          # a client certificate (mutual TLS), with ssl_keyfile
+    ssl_keyfile: str = ""
+    ssl_key_password: str = field(default="", repr=False)
+    ssl_check_hostname: bool = True
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+    def describe(self) -> str:
+        """What a person may see (check-config, logs): never a secret."""
+        parts = [self.protocol]
+        if self.sasl:
+            parts.append(f"{self.sasl_mechanism} as {self.sasl_username} (password set)")
+        if self.tls:
+            parts.append(f"CA {self.ssl_cafile or 'system'}" + (f", client cert {self.ssl_certfile}" if self.ssl_certfile else "")
+                         + ("" if self.ssl_check_hostname else ", hostname NOT checked"))
+        return " ".join(parts)
+
+
 @dataclass(frozen=True)
 class KafkaConfig:
     bootstrap_servers: str
@@ -51,6 +88,7 @@ class KafkaConfig:
     topic_pattern: str = ""            # a regex: every topic it fully matches, also ones created later
     metadata_max_age_ms: int = 30_000  # how often topic metadata is refreshed: new matching topics within this
     exclude_topics: tuple[str, ...] = ()   # never consumed, even when the pattern matches (the control topic)
+    security: KafkaSecurity = KafkaSecurity()
 
     def takes(self, topic: str) -> bool:
         """Whether ``topic`` is one of the pipeline's source topics."""
@@ -304,6 +342,90 @@ class _Section:
             raise ConfigError(f"unknown key(s) {', '.join(unknown)} in {where}; see docs/configuration.md for valid keys")
 
 
+def _secret(s: _Section, name: str, base: Path) -> str:
+    """A secret given as ``name`` (in the file), ``name_env`` (an environment variable) or
+    ``name_file`` (a file holding it, trailing newline dropped): at most one of the three."""
+    given = [k for k in (name, f"{name}_env", f"{name}_file") if k in s.data]
+    for k in (name, f"{name}_env", f"{name}_file"):
+        s.get(k, str, "")
+    if len(given) > 1:
+        raise ConfigError(f"give one of {', '.join(s.key(k) for k in given)}, not several")
+    if not given:
+        return ""
+    key = given[0]
+    value: str = s.data[key]
+    if key.endswith("_env"):
+        if value not in os.environ:
+            raise ConfigError(f"{s.key(key)} names the environment variable {value!r}, which is not set")
+        return os.environ[value]
+    if key.endswith("_file"):
+        path = (base / value).resolve()
+        try:
+            return path.read_text().rstrip("\r\n")
+        except OSError as exc:
+            raise ConfigError(f"{s.key(key)}: cannot read {path}: {exc.strerror}") from None
+    return str(value)
+
+
+def _existing_file(s: _Section, name: str, base: Path) -> str:
+    value = s.get(name, str, "")
+    if not value:
+        return ""
+    path = (base / value).resolve()
+    if not path.is_file():
+        raise ConfigError(f"{s.key(name)} {path} does not exist")
+    return str(path)
+
+
+def _catalog_secrets(props: dict[str, str], base: Path) -> dict[str, str]:
+    """``<property>_env`` and ``<property>_file`` give ``<property>`` from an environment variable or
+    a file (``uri_env = "CATALOG_URI"`` keeps a database password out of the config file)."""
+    section = _Section(props, "catalog.properties")
+    out = {}
+    for key in props:
+        name = key.removesuffix("_env").removesuffix("_file")
+        if name != key and name in out:
+            continue
+        if name != key or any(f"{key}{suffix}" in props for suffix in ("_env", "_file")):
+            out[name] = _secret(section, name, base)
+        else:
+            out[key] = props[key]
+    return out
+
+
+def _kafka_security(k: _Section, base: Path) -> KafkaSecurity:
+    protocol = k.get("security_protocol", str, "PLAINTEXT").upper()
+    if protocol not in SECURITY_PROTOCOLS:
+        raise ConfigError(f"kafka.security_protocol {protocol!r} must be one of {', '.join(SECURITY_PROTOCOLS)}")
+    mechanism = k.get("sasl_mechanism", str, "").upper()
+    username = k.get("sasl_username", str, "")
+    password = _secret(k, "sasl_password", base)
+    if protocol.startswith("SASL_"):
+        if mechanism not in SASL_MECHANISMS:
+            raise ConfigError(f"kafka.security_protocol = {protocol!r} needs kafka.sasl_mechanism, one of "
+                              f"{', '.join(SASL_MECHANISMS)} (got {mechanism or 'none'})")
+        if not username or not password:
+            raise ConfigError(f"kafka.security_protocol = {protocol!r} needs kafka.sasl_username and a password "
+                              "(kafka.sasl_password_env or kafka.sasl_password_file; sasl_password in the file works "
+                              "but puts the secret there)")
+    elif mechanism or username or password:
+        given = ", ".join(k.key(n) for n in sorted(k.data) if n.startswith("sasl_"))
+        raise ConfigError(f"{given}: kafka.sasl_* settings need security_protocol = \"SASL_SSL\" or "
+                          f"\"SASL_PLAINTEXT\" (this is {protocol!r}); without it they would be ignored")
+    cafile, certfile = _existing_file(k, "ssl_cafile", base), _existing_file(k, "ssl_certfile", base)
+    keyfile, key_password = _existing_file(k, "ssl_keyfile", base), _secret(k, "ssl_key_password", base)
+    check_hostname = k.get("ssl_check_hostname", bool, True)
+    tls = protocol in ("SSL", "SASL_SSL")
+    if not tls and any(n.startswith("ssl_") for n in k.data):
+        given = ", ".join(k.key(n) for n in sorted(k.data) if n.startswith("ssl_"))
+        raise ConfigError(f"{given}: kafka.ssl_* settings need security_protocol = \"SSL\" or \"SASL_SSL\" (this "
+                          f"is {protocol!r}); without it they would be ignored")
+    if bool(certfile) != bool(keyfile):
+        raise ConfigError("kafka.ssl_certfile and kafka.ssl_keyfile go together (a client certificate and its key)")
+    return KafkaSecurity(protocol, mechanism, username, password, cafile, certfile, keyfile, key_password,
+                         check_hostname)
+
+
 def _column_type(value: str, key: str) -> str:
     t = value.strip().lower()
     if t in _TYPES:
@@ -527,18 +649,11 @@ def _values(s: _Section, r: _Section, base: Path) -> ValuesConfig:
         url = r.get("url", str, hint='e.g. "http://127.0.0.1:8081"').rstrip("/")
         if not re.match(r"^https?://[^/\s]+", url):
             raise ConfigError(f"schema_registry.url {url!r} must be an http:// or https:// URL")
-        password = r.get("password", str, "")
-        password_env = r.get("password_env", str, "")
-        if password and password_env:
-            raise ConfigError("give schema_registry.password or schema_registry.password_env, not both")
-        if password_env:
-            if password_env not in os.environ:
-                raise ConfigError(f"schema_registry.password_env names {password_env!r}, which is not set")
-            password = os.environ[password_env]
+        password = _secret(r, "password", base)
         username = r.get("username", str, "")
         if bool(username) != bool(password):
-            raise ConfigError("schema_registry.username and a password (password or password_env) go together "
-                              "(HTTP basic auth)")
+            raise ConfigError("schema_registry.username and a password (password, password_env or password_file) go "
+                              "together (HTTP basic auth)")
         ca_file = r.get("ca_file", str, "")
         if ca_file:
             ca_file = str((base / ca_file).resolve())
@@ -673,6 +788,7 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
         client_id=k.get("client_id", str, f"frazil-{pipeline}"),
         topic_pattern=topic_pattern,
         metadata_max_age_ms=k.positive("metadata_max_age_ms", int, 30_000),
+        security=_kafka_security(k, base),
     )
     k.finish()
 
@@ -680,7 +796,7 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
     catalog_name = c.get("name", str, "frazil")
     props = c.get("properties", dict, {})
     c.finish()
-    props = {str(key): str(value) for key, value in props.items()}
+    props = _catalog_secrets({str(key): str(value) for key, value in props.items()}, base)
     props.setdefault("type", "sql")
     if props["type"] == "sql":
         props.setdefault("uri", "sqlite:///warehouse/catalog.db")

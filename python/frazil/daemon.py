@@ -18,7 +18,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
-from frazil import faults
+from frazil import faults, systemd
 from frazil.config import Config
 from frazil.errors import CommitOutcomeUnknown, ConfigError
 from frazil.iceberg import catalog as iceberg_catalog
@@ -80,7 +80,8 @@ def check_spark(cfg: Config) -> None:
 
 
 async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartition, int] | None = None,
-                from_offsets: Mapping[TopicPartition, int] | None = None) -> Stats:
+                from_offsets: Mapping[TopicPartition, int] | None = None,
+                notifier: systemd.Notifier | None = None) -> Stats:
     """Run the pipeline (and table maintenance, when on) until ``stop`` is set, or until every
     partition of ``until`` was read up to its offset; in single mode the buffered rows are
     committed before returning.
@@ -111,13 +112,14 @@ async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartiti
         open_and_settle, cfg.txlog_dir, JournalPolicy(fsync=cfg.txlog_fsync),
         lambda name: Committer(catalog, name, cfg.pipeline, max_attempts=cfg.max_commit_attempts))
     try:
-        return await _serve(cfg, catalog, tables, journal, stop, until, from_offsets)
+        return await _serve(cfg, catalog, tables, journal, stop, until, from_offsets, notifier or systemd.Notifier({}))
     finally:
         journal.close()
 
 
 async def _serve(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], journal: Journal, stop: asyncio.Event,
-                 until: Mapping[TopicPartition, int] | None, from_offsets: Mapping[TopicPartition, int] | None) -> Stats:
+                 until: Mapping[TopicPartition, int] | None, from_offsets: Mapping[TopicPartition, int] | None,
+                 notifier: systemd.Notifier) -> Stats:
     bulk = SparkWriter(spark_session.for_config(cfg), cfg.catalog.name) if cfg.spark.bulk_min_rows else None
     distributed = cfg.coordination.mode == "distributed"
     local = None if distributed else LocalTopic()
@@ -144,6 +146,15 @@ async def _serve(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], jou
     maintenance = asyncio.create_task(maintainer.run(stop)) if maintainer is not None else None
     watcher = (asyncio.create_task(_stop_when_read(pipeline, until, from_offsets or {}, stop))
                if until is not None else None)
+    finished = asyncio.Event()
+
+    def service_status() -> str:
+        s = pipeline.stats
+        return (f"{len(pipeline.assignment())} partition(s), {s.rows_committed} rows committed in {s.commits} "
+                f"commit(s)" + (", paused by backpressure" if pipeline.paused else ""))
+
+    notifying = asyncio.create_task(systemd.serve(notifier, stop, finished, ready=lambda: pipeline.joined,
+                                                  status=service_status))
     try:
         await pipeline.run(stop)
     finally:
@@ -162,6 +173,8 @@ async def _serve(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], jou
         if server is not None:
             server.shutdown()
             server.server_close()
+        finished.set()
+        await notifying
     return pipeline.stats
 
 
@@ -260,6 +273,10 @@ def run(cfg: Config) -> Stats:
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal, sig)
+        notifier = systemd.Notifier()
+        if notifier.enabled:
+            log.info("under systemd: READY once partitions are assigned%s", "" if notifier.watchdog_interval_s is None
+                     else f", WATCHDOG every {notifier.watchdog_interval_s:g}s")
         log.info("frazil pipeline %s -> %s, commit every %.1fs (pid %d)", cfg.pipeline,
                  ", ".join([*(t.name for t in cfg.tables), *([cfg.dynamic.table] if cfg.dynamic else [])]),
                  cfg.commit_interval_s, os.getpid())
@@ -267,6 +284,9 @@ def run(cfg: Config) -> Stats:
             log.warning("FRAZIL_FAULTS is set (%s): this process is under a fault-injection test%s", faults.armed(),
                         "; FENCING IS OFF: zombie writes and overlapping offset ranges are committed"
                         if faults.off("fencing") else "")
-        return await serve(cfg, stop)
+        try:
+            return await serve(cfg, stop, notifier=notifier)
+        finally:
+            notifier.close()
 
     return uvloop.run(main())

@@ -4,13 +4,37 @@ from __future__ import annotations
 
 
 class FrazilError(Exception):
-    """Base of every error frazil raises on purpose."""
+    """Base of every error frazil raises on purpose. ``exit_code`` is the CLI's exit status for it
+    (docs/operations.md lists them)."""
 
     retriable: bool = False
+    exit_code: int = 1
 
 
 class ConfigError(FrazilError):
     """The configuration is invalid; the message names the key and the fix."""
+
+    exit_code = 2
+
+
+class KafkaUnavailable(FrazilError):
+    """No broker could be reached, or the brokers refused the connection (TLS, SASL credentials)."""
+
+    retriable = True
+    exit_code = 3
+
+
+class CatalogUnavailable(FrazilError):
+    """The Iceberg catalog could not be reached or answered with an error (down, locked, refused)."""
+
+    retriable = True
+    exit_code = 4
+
+
+class NotFound(FrazilError):
+    """A table or topic the command needs does not exist."""
+
+    exit_code = 5
 
 
 class RecordDecodeError(FrazilError):

@@ -258,3 +258,65 @@ def test_avro_values_take_a_schema_file_or_a_registry(tmp_path: Path, monkeypatc
 def test_avro_config_errors_name_the_key(tmp_path: Path, extra: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):
         config.parse({**MINIMAL, **extra}, base=tmp_path)
+
+
+def test_kafka_security_reads_secrets_from_the_environment_or_a_file_and_never_shows_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAFKA_PW", "s3cret-env")
+    (tmp_path / "ca.pem").write_text("not checked here")
+    cfg = config.parse(with_("kafka", security_protocol="sasl_ssl", sasl_mechanism="scram-sha-512",
+                             sasl_username="svc", sasl_password_env="KAFKA_PW", ssl_cafile="ca.pem"), base=tmp_path)
+    sec = cfg.kafka.security
+    assert (sec.protocol, sec.sasl_mechanism, sec.sasl_username, sec.sasl_password) == \
+        ("SASL_SSL", "SCRAM-SHA-512", "svc", "s3cret-env")
+    assert sec.ssl_cafile == str(tmp_path / "ca.pem") and sec.ssl_check_hostname
+    assert "s3cret" not in repr(cfg) and "s3cret" not in sec.describe()
+    (tmp_path / "pw").write_text("s3cret-file\n")
+    cfg = config.parse(with_("kafka", security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                             sasl_username="svc", sasl_password_file="pw"), base=tmp_path)
+    assert cfg.kafka.security.sasl_password == "s3cret-file"
+    assert config.parse(MINIMAL).kafka.security.protocol == "PLAINTEXT"
+
+
+@pytest.mark.parametrize(
+    ("kafka", "message"),
+    [
+        ({"security_protocol": "TLS"}, "kafka.security_protocol 'TLS' must be one of PLAINTEXT, SSL"),
+        ({"security_protocol": "SASL_SSL"}, "needs kafka.sasl_mechanism"),
+        ({"security_protocol": "SASL_SSL", "sasl_mechanism": "GSSAPI", "sasl_username": "u", "sasl_password": "p"},
+         "needs kafka.sasl_mechanism, one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (got GSSAPI)"),
+        ({"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN", "sasl_username": "u"},
+         "needs kafka.sasl_username and a password"),
+        ({"sasl_username": "u", "sasl_password": "p"}, "kafka.sasl_* settings need security_protocol"),
+        ({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN", "sasl_username": "u",
+          "sasl_password_env": "NOT_SET_ANYWHERE"}, "kafka.sasl_password_env names the environment variable"),
+        ({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN", "sasl_username": "u",
+          "sasl_password": "p", "sasl_password_file": "pw"}, "give one of kafka.sasl_password, kafka.sasl_password_file"),
+        ({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN", "sasl_username": "u",
+          "sasl_password_file": "missing"}, "kafka.sasl_password_file: cannot read"),
+        ({"ssl_cafile": "ca.pem"}, "kafka.ssl_cafile"),
+        ({"security_protocol": "SSL", "ssl_cafile": "missing.pem"}, "kafka.ssl_cafile"),
+        ({"security_protocol": "SSL", "ssl_check_hostname": False, "ssl_certfile": "ca.pem"},
+         "kafka.ssl_certfile and kafka.ssl_keyfile go together"),
+        ({"ssl_check_hostname": False}, "kafka.ssl_* settings need security_protocol"),
+    ],
+)
+def test_kafka_security_errors_name_the_key(tmp_path: Path, kafka: dict, message: str) -> None:
+    (tmp_path / "ca.pem").write_text("x")
+    with pytest.raises(ConfigError) as info:
+        config.parse(with_("kafka", **kafka), base=tmp_path)
+    assert message in str(info.value)
+
+
+def test_catalog_properties_can_come_from_the_environment_or_a_file(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CATALOG_URI", "postgresql+psycopg://u:pw@db:5432/lake")
+    (tmp_path / "s3.key").write_text("k3y\n")
+    data = {**MINIMAL, "catalog": {"properties": {"uri_env": "CATALOG_URI", "warehouse": "s3://b/w",
+                                                  "s3.secret-access-key_file": "s3.key"}}}
+    props = config.parse(data, base=tmp_path).catalog.properties
+    assert props["uri"] == "postgresql+psycopg://u:pw@db:5432/lake" and props["s3.secret-access-key"] == "k3y"
+    assert "uri_env" not in props
+    data["catalog"]["properties"]["uri"] = "sqlite:///x.db"
+    with pytest.raises(ConfigError, match="give one of catalog.properties.uri, catalog.properties.uri_env"):
+        config.parse(data, base=tmp_path)

@@ -13,7 +13,6 @@ exist.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
@@ -26,7 +25,9 @@ from aiokafka.structs import OffsetAndMetadata
 
 from frazil import faults
 from frazil.events import codec
+from frazil.config import KafkaConfig
 from frazil.events.payloads import Event, Payload
+from frazil.kafka_clients import connect, delivered, options
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +35,11 @@ log = logging.getLogger(__name__)
 MAX_REPLICATION = 3   # frazil's own topics, as Kafka Connect's internal topics: 3 copies where there are 3 brokers
 
 
-async def ensure_topic(bootstrap: str, topic: str, kind: str = "control") -> None:
+async def ensure_topic(kafka: KafkaConfig | str, topic: str, kind: str = "control") -> None:
     """Create ``topic`` (one partition; as many replicas as there are brokers, up to 3) unless it
     exists; ``kind`` names it in the log."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
+    admin = AIOKafkaAdminClient(**options(kafka))
+    await connect(admin, kafka)
     try:
         if topic in await admin.list_topics():
             return
@@ -63,26 +64,26 @@ class Received:
 
 
 class ControlChannel:
-    def __init__(self, bootstrap: str, topic: str, *, group: str, member: str, transactional_id: str,
+    def __init__(self, kafka: KafkaConfig | str, topic: str, *, group: str, member: str, transactional_id: str,
                  consumer_group: str | None = None, transaction_timeout_ms: int = 60_000) -> None:
         """``group`` is the pipeline (events of other pipelines on the topic are skipped);
         ``consumer_group`` set: read from that group's committed position (the coordinator),
         else from the end (a worker). A transaction left open longer than
         ``transaction_timeout_ms`` (a paused process) is aborted by the broker; until then it holds
         back every ``read_committed`` reader of the topic."""
-        self._bootstrap, self._topic, self._group, self._member = bootstrap, topic, group, member
+        self._kafka, self._topic, self._group, self._member = kafka, topic, group, member
         self._tp = TopicPartition(topic, 0)
         self._consumer_group = consumer_group
         self._transactional_id, self._transaction_timeout_ms = transactional_id, transaction_timeout_ms
         self._producer = self._new_producer()
-        self._consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=consumer_group,
+        self._consumer = AIOKafkaConsumer(**options(kafka), group_id=consumer_group,
                                           enable_auto_commit=False, isolation_level="read_committed",
                                           auto_offset_reset="earliest")
 
     async def start(self) -> None:
-        await ensure_topic(self._bootstrap, self._topic)
-        await self._producer.start()
-        await self._consumer.start()
+        await ensure_topic(self._kafka, self._topic)
+        await connect(self._producer, self._kafka)
+        await connect(self._consumer, self._kafka)
         self._consumer.assign([self._tp])
         if self._consumer_group is None:
             await self._consumer.seek_to_end(self._tp)
@@ -96,7 +97,7 @@ class ControlChannel:
     def _new_producer(self) -> AIOKafkaProducer:
         # gzip: a reply naming thousands of bad records (similar reasons) shrinks well under the
         # broker's 1 MB message limit; the client-side limit is on the uncompressed size
-        return AIOKafkaProducer(bootstrap_servers=self._bootstrap, transactional_id=self._transactional_id,
+        return AIOKafkaProducer(**options(self._kafka), transactional_id=self._transactional_id,
                                 enable_idempotence=True, transaction_timeout_ms=self._transaction_timeout_ms,
                                 compression_type="gzip", max_request_size=MAX_EVENT_BYTES)
 
@@ -123,8 +124,8 @@ class ControlChannel:
             sent = [await self._producer.send(self._topic, codec.encode(Event(self._group, self._member, now,
                                                                               payload=payload)))
                     for payload in payloads]
-            if fault_point is not None and faults.is_armed(fault_point):
-                await asyncio.gather(*sent)   # on the broker: the transaction is open there now
+            await delivered(sent)   # on the broker, every one of them: the transaction is open there now
+            if fault_point is not None:
                 faults.hit(fault_point)
 
     async def poll(self, timeout_ms: int) -> list[Received]:

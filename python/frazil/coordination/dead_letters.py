@@ -31,9 +31,12 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord
 
 from frazil import faults
+from frazil.config import KafkaConfig
 from frazil.coordination.channel import MAX_EVENT_BYTES, ensure_topic
 from frazil.errors import FrazilError
 from frazil.events.payloads import DeadLetter
+from frazil.kafka_clients import connect, options
+from frazil.kafka_clients import delivered as all_delivered
 from frazil.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -70,22 +73,22 @@ def still_to_send(letters: Sequence[DeadLetter], sent: dict[tuple[str, int], int
 
 
 class DeadLetterSink:
-    def __init__(self, bootstrap: str, topic: str, pipeline: str, metrics: Metrics | None = None) -> None:
-        self._bootstrap, self._topic, self._pipeline, self._metrics = bootstrap, topic, pipeline, metrics
+    def __init__(self, kafka: KafkaConfig | str, topic: str, pipeline: str, metrics: Metrics | None = None) -> None:
+        self._kafka, self._topic, self._pipeline, self._metrics = kafka, topic, pipeline, metrics
         # the records' size was fine for the source topic; the broker has the last word on the copy
-        self._producer = AIOKafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"frazil-{pipeline}-dead-letters",
+        self._producer = AIOKafkaProducer(**options(kafka), transactional_id=f"frazil-{pipeline}-dead-letters",
                                           enable_idempotence=True, max_request_size=MAX_EVENT_BYTES)
-        self._reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+        self._reader = AIOKafkaConsumer(**options(kafka), enable_auto_commit=False,
                                         isolation_level="read_committed", auto_offset_reset="earliest")
-        self._admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        self._admin = AIOKafkaAdminClient(**options(kafka))
 
     async def start(self) -> None:
         """Create the topic if it is missing; the producer's start fences an older coordinator's
         and aborts what it left open."""
-        await ensure_topic(self._bootstrap, self._topic, "dead-letter")
-        await self._admin.start()
-        await self._producer.start()
-        await self._reader.start()
+        await ensure_topic(self._kafka, self._topic, "dead-letter")
+        await connect(self._admin, self._kafka)
+        await connect(self._producer, self._kafka)
+        await connect(self._reader, self._kafka)
 
     async def stop(self) -> None:
         for close in (self._producer.stop, self._reader.stop, self._admin.close):
@@ -126,7 +129,7 @@ class DeadLetterSink:
                 ends[tp] = max(ends.get(tp, 0), letter.offset + 1)
             # every letter acknowledged before the position moves: aiokafka would commit the
             # transaction even if a batch of it failed (too large, no leader), losing those letters
-            await asyncio.gather(*delivered)
+            await all_delivered(delivered)
             await self._producer.send_offsets_to_transaction(ends, group)
             faults.hit("dead_letter.before_commit", table)
         if self._metrics is not None:

@@ -67,7 +67,7 @@ def worker_channel(cfg: Config, local: LocalTopic | None = None) -> ControlChann
     member = f"worker-{uuid.uuid4().hex[:12]}"
     if local is not None:
         return LocalChannel(local, group=cfg.pipeline, member=member)
-    return ControlChannel(cfg.kafka.bootstrap_servers, cfg.coordination.control_topic, group=cfg.pipeline,
+    return ControlChannel(cfg.kafka, cfg.coordination.control_topic, group=cfg.pipeline,
                           member=member, transactional_id=f"frazil-{cfg.pipeline}-{member}",
                           transaction_timeout_ms=reply_transaction_timeout_ms(cfg))
 
@@ -96,7 +96,7 @@ class CoordinatorService:
         while not stop.is_set():
             try:
                 topics = await source_topics(cfg)
-                self._partitions = frozenset(await partitions(cfg.bootstrap_servers, topics))
+                self._partitions = frozenset(await partitions(cfg, topics))
                 if topics != self._topics:
                     log.info("coordinator: source topics now %s", ", ".join(topics) or "none")
                 self._topics = topics
@@ -153,7 +153,7 @@ class CoordinatorService:
         cfg, member = self._cfg, f"coordinator-{uuid.uuid4().hex[:12]}"
         if self._local is not None:
             return LocalChannel(self._local, group=cfg.pipeline, member=member, coordinator=True)
-        return ControlChannel(cfg.kafka.bootstrap_servers, cfg.coordination.control_topic, group=cfg.pipeline,
+        return ControlChannel(cfg.kafka, cfg.coordination.control_topic, group=cfg.pipeline,
                               member=member, transactional_id=f"frazil-{cfg.pipeline}-coordinator",
                               consumer_group=f"{cfg.kafka.group_id}-coordinator")
 
@@ -161,14 +161,14 @@ class CoordinatorService:
         cfg = self._cfg
         channel = self._channel()
         await channel.start()
-        dead_letters = (DeadLetterSink(cfg.kafka.bootstrap_servers, cfg.dead_letter_topic, cfg.pipeline, self._metrics)
+        dead_letters = (DeadLetterSink(cfg.kafka, cfg.dead_letter_topic, cfg.pipeline, self._metrics)
                         if cfg.on_bad_record == "dead_letter" else None)
         try:
             if dead_letters is not None:
                 await dead_letters.start()
             # single mode: the partitions this process owns (a cycle never waits for another process)
             if self._local is None and not cfg.kafka.topic_pattern:   # the listed topics exist: we own one's partition
-                self._partitions = frozenset(await partitions(cfg.kafka.bootstrap_servers, cfg.kafka.topics))
+                self._partitions = frozenset(await partitions(cfg.kafka, cfg.kafka.topics))
             source: Callable[[], frozenset[TopicPartition]] = (
                 (lambda: frozenset(self._assignment())) if self._local is not None else (lambda: self._partitions))
             coordinator = Coordinator(channel, cfg.pipeline, source,
@@ -189,6 +189,11 @@ class CoordinatorService:
                     log.info("coordinator: starting a cycle early, %s", trigger)
                 results = await coordinator.cycle()
                 for r in results:
+                    if r.found:
+                        log.info("coordinator: commit %s was already in %s as snapshot %s (landed by the coordinator "
+                                 "that took this cycle over, or before a restart); not counted again", r.commit_id,
+                                 r.table, r.snapshot_id)
+                        continue
                     log.info("coordinator: commit %s landed in %s as snapshot %s with %d rows", r.commit_id, r.table,
                              r.snapshot_id, r.rows)
                     if self._metrics is not None and not r.already_committed:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog, load_catalog
+from sqlalchemy.exc import ArgumentError as SAArgumentError
 from pyiceberg.exceptions import (
     CommitFailedException,
     NamespaceAlreadyExistsError,
@@ -52,7 +53,7 @@ from pyiceberg.types import (
 )
 
 from frazil.config import CatalogConfig, DynamicConfig, MaintenanceConfig, TableConfig
-from frazil.errors import ConfigError
+from frazil.errors import CatalogUnavailable, ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -77,20 +78,50 @@ _PRIMITIVES: dict[str, IcebergType] = {
 }
 
 
-def load(cfg: CatalogConfig) -> Catalog:
-    """Load the catalog; for the embedded SQLite default, create its folders first."""
+_SECRET_KEYS = re.compile(r"password|secret|token|credential|key", re.IGNORECASE)
+
+
+def describe(cfg: CatalogConfig) -> str:
+    """The catalog's type and address for messages, with any password in the URI masked."""
+    uri = re.sub(r"(://[^:/@]+:)[^@/]*@", r"\1***@", cfg.properties.get("uri", ""))
+    return " ".join(filter(None, (cfg.properties.get("type", "sql"), uri)))
+
+
+def shown_properties(cfg: CatalogConfig) -> dict[str, str]:
+    """The catalog properties as they may be printed: secrets masked (check-config, status)."""
+    return {k: "***" if _SECRET_KEYS.search(k) else (describe(CatalogConfig(cfg.name, {"uri": v})).split(" ", 1)[-1]
+                                                     if k == "uri" else v)
+            for k, v in sorted(cfg.properties.items())}
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+
+
+def load(cfg: CatalogConfig, *, attempts: int = 5, busy_timeout_s: float | None = None) -> Catalog:
+    """Load the catalog; for the embedded SQLite default, create its folders first.
+    ``attempts``: SQLite catalogs are retried (processes starting together race to create its
+    tables). ``busy_timeout_s``: how long a SQLite statement waits for a lock (sqlite3's default is
+    5 s per statement); one-shot commands fail fast instead of waiting out an outage."""
     props = dict(cfg.properties)
+    if busy_timeout_s is not None and props.get("uri", "").startswith("sqlite:") and "?" not in props["uri"]:
+        props["uri"] += f"?timeout={busy_timeout_s:g}"
     for key, prefix in (("uri", "sqlite:///"), ("warehouse", "file://")):
         value = props.get(key, "")
         if value.startswith(prefix):
             target = Path(value[len(prefix):])
             (target.parent if key == "uri" else target).mkdir(parents=True, exist_ok=True)
-    for attempt in range(1, 6):
+    for attempt in range(1, attempts + 1):
         try:
             return load_catalog(cfg.name, **props)
+        except (ImportError, ValueError, TypeError, KeyError, SAArgumentError) as exc:   # a wrong uri, type or key
+            raise ConfigError(f"catalog {cfg.name} ({describe(cfg)}) cannot be loaded: {_first_line(exc)}; check the "
+                              "[catalog] properties (docs/configuration.md)") from None
         except Exception as exc:  # noqa: BLE001 - processes starting together race to create SQLite's tables
-            if attempt == 5 or props.get("type") != "sql":
-                raise
+            if attempt == attempts or props.get("type") != "sql":
+                raise CatalogUnavailable(f"catalog {cfg.name} ({describe(cfg)}) cannot be reached: "
+                                         f"{type(exc).__name__}: {_first_line(exc)}. Check that it is up (or not "
+                                         "locked by another process) and the [catalog] properties") from None
             log.warning("loading catalog %s failed (%s: %s); retrying", cfg.name, type(exc).__name__,
                         str(exc).splitlines()[0][:200])
             time.sleep(0.2 * attempt)

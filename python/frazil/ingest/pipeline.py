@@ -96,6 +96,16 @@ class Pipeline:
         before (a coordinator is not stopped by a rebalance that leaves it the election partition)."""
         return self._source.settled_assignment()
 
+    @property
+    def joined(self) -> bool:
+        """The group assigned this process its partitions (maybe none) and they are positioned."""
+        return self._source.joined
+
+    @property
+    def paused(self) -> bool:
+        """Consumption is paused by backpressure."""
+        return self._source.paused
+
     def positions(self) -> dict[TopicPartition, int]:
         """The next offset this pipeline takes from each positioned partition."""
         return self._positions.next_offsets()

@@ -12,6 +12,7 @@ from aiokafka.structs import OffsetAndMetadata
 
 from frazil.config import KafkaConfig
 from frazil.errors import TopicMismatchError
+from frazil.kafka_clients import connect, options
 from frazil.iceberg.offsets import TopicPartition as TP
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ class KafkaSource:
         self._cfg, self._on_assigned, self._on_revoked = cfg, on_assigned, on_revoked
         self._on_positioned = on_positioned
         self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=cfg.bootstrap_servers,
+            **options(cfg),
             group_id=cfg.group_id,
             client_id=cfg.client_id,
             enable_auto_commit=False,
@@ -58,13 +59,14 @@ class KafkaSource:
         self.rebalancing = False   # between a revocation and the next assignment
         self._before: set[TP] = set()
         self.generation = -1   # the consumer group's generation of the current assignment
+        self.joined = False    # an assignment (maybe empty) was received and positioned: the process is serving
         # aiokafka logs and swallows exceptions raised in a rebalance listener; keep the first
         # one and raise it from poll() so the pipeline stops instead of running unpositioned.
         self._failure: BaseException | None = None
         self.paused = False
 
     async def start(self) -> None:
-        await self._consumer.start()
+        await connect(self._consumer, self._cfg)
         cfg = self._cfg
         if cfg.topic_pattern:
             # aiokafka matches from the start only: anchor the end, and never take an excluded topic
@@ -139,6 +141,7 @@ class KafkaSource:
             # Only now may records of these partitions be taken: anything fetched before the seek
             # came from the group's committed position, which is not where the table needs us.
             self._on_positioned(tps, stored)
+            self.joined = True
         except BaseException as exc:
             self._failure = self._failure or exc
             raise

@@ -89,16 +89,71 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _server_properties(data: Path, port: int, controller_port: int) -> str:
+# The secure listeners' one user (tests only: a throwaway broker on 127.0.0.1).
+SASL_USER = "frazil-test"
+SASL_PASSWORD = "frazil-test-secret"
+_STORE_PASSWORD = "frazil-test-store"
+
+
+@dataclass(frozen=True)
+class SecurePorts:
+    """The extra listeners of a broker started with ``secure=True``: SASL (PLAIN, SCRAM-SHA-256 and
+    SCRAM-SHA-512 for ``SASL_USER``) without and with TLS, the TLS one with a self-signed
+    certificate for 127.0.0.1 and localhost whose PEM is ``ca_file``."""
+
+    sasl_plaintext: int
+    sasl_ssl: int
+    ca_file: Path
+
+
+def _make_certificate(workdir: Path) -> Path:
+    """A self-signed certificate for the TLS listener (keytool comes with the JDK that runs the
+    broker): the PKCS12 keystore for the broker, its certificate as PEM for the clients."""
+    store, pem = workdir / "broker.p12", workdir / "ca.pem"
+    for args in (["-genkeypair", "-alias", "broker", "-keyalg", "RSA", "-keysize", "2048", "-validity", "30",
+                  "-dname", "CN=localhost", "-ext", "SAN=IP:127.0.0.1,DNS:localhost", "-storetype", "PKCS12",
+                  "-keystore", str(store), "-storepass", _STORE_PASSWORD],
+                 ["-exportcert", "-rfc", "-alias", "broker", "-keystore", str(store), "-storepass", _STORE_PASSWORD,
+                  "-file", str(pem)]):
+        done = subprocess.run(["keytool", *args], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise BrokerError(f"keytool {args[0]} failed: {done.stdout}{done.stderr}")
+    return pem
+
+
+def _secure_settings(workdir: Path, ports: SecurePorts) -> dict[str, str]:
+    plain = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+             f'username="{SASL_USER}" password="{SASL_PASSWORD}" user_{SASL_USER}="{SASL_PASSWORD}";')
+    scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+    settings = {
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "ssl.keystore.type": "PKCS12",
+        "ssl.keystore.location": str(workdir / "broker.p12"),
+        "ssl.keystore.password": _STORE_PASSWORD,
+        "ssl.key.password": _STORE_PASSWORD,
+    }
+    for listener in ("sasl_plaintext", "sasl_ssl"):
+        settings[f"listener.name.{listener}.plain.sasl.jaas.config"] = plain
+        for mechanism in ("scram-sha-256", "scram-sha-512"):
+            settings[f"listener.name.{listener}.{mechanism}.sasl.jaas.config"] = scram
+    return settings
+
+
+def _server_properties(data: Path, port: int, controller_port: int, secure: SecurePorts | None = None) -> str:
+    listeners = f"PLAINTEXT://127.0.0.1:{port}"
+    protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+    if secure is not None:
+        listeners += f",SASL_PLAINTEXT://127.0.0.1:{secure.sasl_plaintext},SASL_SSL://127.0.0.1:{secure.sasl_ssl}"
+        protocols += ",SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
     settings = {
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "listeners": f"{listeners},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": listeners,
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map": protocols,
         "log.dirs": str(data / "logs"),
         "num.partitions": "1",
         "auto.create.topics.enable": "false",
@@ -114,6 +169,7 @@ def _server_properties(data: Path, port: int, controller_port: int) -> str:
         # lets tests use short session timeouts, so a SIGKILLed member leaves the group quickly
         "group.min.session.timeout.ms": "500",
         "log.cleaner.dedupe.buffer.size": "33554432",
+        **(_secure_settings(data, secure) if secure is not None else {}),
     }
     return "".join(f"{k}={v}\n" for k, v in settings.items())
 
@@ -141,31 +197,36 @@ class KafkaBroker:
     controller_port: int
     pid: int
     _proc: subprocess.Popen[bytes] | None = None
+    secure: SecurePorts | None = None
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     @classmethod
-    def start(cls, workdir: Path, *, version: str = KAFKA_VERSION, heap: str = "512m") -> KafkaBroker:
+    def start(cls, workdir: Path, *, version: str = KAFKA_VERSION, heap: str = "512m", secure: bool = False) -> KafkaBroker:
+        """``secure``: also listen with SASL and with SASL over TLS (``SecurePorts``)."""
         lib = ensure_jars(version)
         workdir = Path(workdir).resolve()
         shutil.rmtree(workdir, ignore_errors=True)
         workdir.mkdir(parents=True)
         port, controller_port = free_port(), free_port()
+        ports = SecurePorts(free_port(), free_port(), _make_certificate(workdir)) if secure else None
         props = workdir / "server.properties"
-        props.write_text(_server_properties(workdir, port, controller_port))
+        props.write_text(_server_properties(workdir, port, controller_port, ports))
         (workdir / "log4j2.xml").write_text(_LOG4J2.format(path=workdir / "server.log"))
         java = ["java", f"-Dlog4j2.configurationFile={workdir / 'log4j2.xml'}", "-cp", f"{lib}/*"]
         cluster_id = new_cluster_id()
-        fmt = subprocess.run([*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
+        scram = [arg for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512")
+                 for arg in ("--add-scram", f"{mechanism}=[name={SASL_USER},password={SASL_PASSWORD}]")] if secure else []
+        fmt = subprocess.run([*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props), *scram],
                              capture_output=True, text=True)
         if fmt.returncode != 0:
             raise BrokerError(f"formatting Kafka storage failed:\n{fmt.stdout}{fmt.stderr}")
         with open(workdir / "stdout.log", "wb") as out:  # the child keeps its own handle
             proc = subprocess.Popen([*java[:1], f"-Xmx{heap}", "-XX:+UseSerialGC", *java[1:], "kafka.Kafka", str(props)],
                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        broker = cls(workdir, port, controller_port, proc.pid, proc)
+        broker = cls(workdir, port, controller_port, proc.pid, proc, ports)
         try:
             broker._wait_ready()
         except BaseException:

@@ -1,0 +1,101 @@
+"""Connection settings shared by every Kafka client frazil creates (consumer, producers, admin):
+the bootstrap servers, TLS and SASL. Each client is built with ``AIOKafka...(**options(kafka), ...)``
+so no client can be created without the pipeline's security settings."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Iterable
+from functools import lru_cache
+from typing import Any, Protocol
+
+from aiokafka.errors import KafkaConnectionError, SaslAuthenticationFailed
+
+from frazil.config import KafkaConfig, KafkaSecurity
+from frazil.errors import KafkaUnavailable
+
+
+class Startable(Protocol):
+    async def start(self) -> Any: ...
+
+
+def options(kafka: KafkaConfig | str) -> dict[str, Any]:
+    """Keyword arguments for any aiokafka client. A bare bootstrap string (tests, the local
+    broker) means PLAINTEXT with no authentication."""
+    if isinstance(kafka, str):
+        return {"bootstrap_servers": kafka}
+    return {"bootstrap_servers": kafka.bootstrap_servers, **security_options(kafka.security)}
+
+
+def security_options(sec: KafkaSecurity) -> dict[str, Any]:
+    out: dict[str, Any] = {"security_protocol": sec.protocol}
+    if sec.tls:
+        out["ssl_context"] = _ssl_context(sec)
+    if sec.sasl:
+        out.update(sasl_mechanism=sec.sasl_mechanism, sasl_plain_username=sec.sasl_username,
+                   sasl_plain_password=sec.sasl_password)
+    return out
+
+
+@lru_cache(maxsize=8)
+def _ssl_context(sec: KafkaSecurity) -> ssl.SSLContext:
+    """One TLS context per security settings: certificate files are read once per process."""
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=sec.ssl_cafile or None)
+    context.check_hostname = sec.ssl_check_hostname
+    if sec.ssl_certfile:
+        context.load_cert_chain(sec.ssl_certfile, sec.ssl_keyfile, password=sec.ssl_key_password or None)
+    return context
+
+
+class _Reasons(logging.Handler):
+    """Keeps what aiokafka logs about failed connections: its exception says only "Unable to
+    bootstrap", the log line says why (refused, TLS, SASL)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "Unable connect" in message or "Authentication failed" in message:
+            self.seen.append(message.splitlines()[0])
+
+
+async def connect(client: Startable, kafka: KafkaConfig | str) -> None:
+    """``client.start()``; a broker that cannot be reached or refuses us is one clear error
+    (``KafkaUnavailable``, exit status 3) naming the servers, the security settings and why."""
+    reasons = _Reasons()
+    logger = logging.getLogger("aiokafka")
+    logger.addHandler(reasons)
+    try:
+        await client.start()
+    except (KafkaConnectionError, SaslAuthenticationFailed) as exc:
+        raise unavailable(kafka, reasons.seen[-1] if reasons.seen else str(exc)) from None
+    finally:
+        logger.removeHandler(reasons)
+
+
+def unavailable(kafka: KafkaConfig | str, why: str) -> KafkaUnavailable:
+    servers = kafka if isinstance(kafka, str) else kafka.bootstrap_servers
+    how = "PLAINTEXT" if isinstance(kafka, str) else kafka.security.describe()
+    return KafkaUnavailable(f"cannot reach Kafka at {servers} ({how}): {why}. Check kafka.bootstrap_servers, that "
+                            "the brokers are up, and kafka.security_protocol with its sasl_*/ssl_* settings")
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+async def delivered(futures: Iterable[asyncio.Future[Any]]) -> None:
+    """Wait until every send of a transaction is acknowledged; raise the first failure. aiokafka
+    commits a transaction even if one of its batches failed (too large, no leader), so a caller
+    must see each send land before the commit. The other futures' errors are retrieved (the
+    transaction's failure is the one raised), so a fenced producer leaves no "Future exception was
+    never retrieved" behind at shutdown."""
+    futures = list(futures)
+    for future in futures:
+        future.add_done_callback(_retrieved)
+    await asyncio.gather(*futures)

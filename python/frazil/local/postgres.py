@@ -1,0 +1,133 @@
+"""A real PostgreSQL server for tests: the catalog that several hosts share (pyiceberg's SQL
+catalog through psycopg, Spark's Iceberg ``JdbcCatalog`` through the PostgreSQL JDBC driver).
+
+It runs Debian's ``postgresql`` package binaries (``/usr/lib/postgresql/<version>/bin``) on a
+fresh data directory, listening on 127.0.0.1 only, with password authentication for one user.
+PostgreSQL refuses to run as root: started by root, the server runs as the ``postgres`` user on a
+data directory outside root's private temporary folders.
+
+    with PostgresServer.start() as pg:
+        print(pg.uri())   # postgresql+psycopg://frazil:...@127.0.0.1:PORT/frazil
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from frazil.local.kafka_broker import free_port
+
+USER = "frazil"
+PASSWORD = "frazil-test-pg"
+DATABASE = "frazil"
+START_TIMEOUT_S = 60.0
+
+
+class PostgresError(RuntimeError):
+    """The local PostgreSQL server could not be found, initialised or started."""
+
+
+def binaries() -> Path:
+    """The newest installed PostgreSQL server's bin directory."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parent.parent.name)
+                   if p.parent.parent.name.isdigit() else 0)
+    if not found:
+        raise PostgresError("no PostgreSQL server found under /usr/lib/postgresql; install Debian's postgresql package "
+                            "(apt-get install postgresql)")
+    return found[-1].parent
+
+
+@dataclass
+class PostgresServer:
+    datadir: Path
+    port: int
+    _proc: subprocess.Popen[bytes]
+
+    def uri(self, driver: str = "postgresql+psycopg") -> str:
+        """The SQLAlchemy URI of the test database (pyiceberg's SQL catalog ``uri``)."""
+        return f"{driver}://{USER}:{PASSWORD}@127.0.0.1:{self.port}/{DATABASE}"
+
+    @classmethod
+    def start(cls) -> PostgresServer:
+        bin_dir = binaries()
+        as_root = os.geteuid() == 0
+        owner = pwd.getpwnam("postgres") if as_root else None
+        datadir = Path(tempfile.mkdtemp(prefix="frazil-pg-"))
+        pwfile = datadir / "pw"
+        pwfile.write_text(PASSWORD)
+        if owner is not None:
+            os.chown(datadir, owner.pw_uid, owner.pw_gid)
+            os.chown(pwfile, owner.pw_uid, owner.pw_gid)
+        user = {"user": owner.pw_uid, "group": owner.pw_gid} if owner is not None else {}
+        data = datadir / "data"
+        init = subprocess.run([str(bin_dir / "initdb"), "-D", str(data), "-U", USER, "--auth=scram-sha-256",
+                               f"--pwfile={pwfile}", "-E", "UTF8", "--no-sync"],
+                              capture_output=True, text=True, cwd=datadir, **user)  # type: ignore[call-overload]
+        if init.returncode != 0:
+            shutil.rmtree(datadir, ignore_errors=True)
+            raise PostgresError(f"initdb failed: {init.stdout}{init.stderr}")
+        port = free_port()
+        log = open(datadir / "server.log", "wb")   # the child keeps its own handle
+        if owner is not None:
+            os.chown(datadir / "server.log", owner.pw_uid, owner.pw_gid)
+        proc = subprocess.Popen([str(bin_dir / "postgres"), "-D", str(data), "-p", str(port), "-k", str(datadir),
+                                 "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=50",
+                                 "-c", "shared_buffers=32MB"],
+                                stdout=log, stderr=subprocess.STDOUT, cwd=datadir, start_new_session=True,
+                                **user)  # type: ignore[call-overload]
+        log.close()
+        server = cls(datadir, port, proc)
+        try:
+            server._wait_ready(bin_dir, user)
+        except BaseException:
+            server.stop()
+            raise
+        return server
+
+    def _wait_ready(self, bin_dir: Path, user: dict[str, int]) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise PostgresError(f"PostgreSQL exited during start-up:\n{self.log_tail()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            raise PostgresError(f"PostgreSQL did not listen within {START_TIMEOUT_S:.0f}s:\n{self.log_tail()}")
+        env = {**os.environ, "PGPASSWORD": PASSWORD}
+        created = subprocess.run([str(bin_dir / "psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", USER,
+                                  "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-c", f"CREATE DATABASE {DATABASE}"],
+                                 capture_output=True, text=True, env=env, cwd=self.datadir, **user)  # type: ignore[call-overload]
+        if created.returncode != 0:
+            raise PostgresError(f"creating database {DATABASE} failed: {created.stdout}{created.stderr}")
+
+    def log_tail(self, chars: int = 3000) -> str:
+        path = self.datadir / "server.log"
+        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+    def stop(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGINT)   # "fast" shutdown: clients still connected are let go
+            try:
+                self._proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        shutil.rmtree(self.datadir, ignore_errors=True)
+
+    def __enter__(self) -> PostgresServer:
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()

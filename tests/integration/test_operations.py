@@ -1,0 +1,267 @@
+"""Operating frazil: Kafka security (SASL with and without TLS) on every client, the CLI's
+one-line errors and exit codes, ``frazil status`` against what a run committed, and the systemd
+notification protocol (READY, WATCHDOG, STOPPING) of a real ``frazil run`` drained by SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import support
+from frazil.local.kafka_broker import SASL_PASSWORD, SASL_USER, KafkaBroker, free_port
+
+PARTITIONS = 2
+
+
+def frazil(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "frazil.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def one_line_error(done: subprocess.CompletedProcess[str], code: int, *needles: str) -> str:
+    """The command failed with ``code`` and said why in one line naming ``needles`` (no traceback)."""
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == code and len(lines) == 1, (done.returncode, done.stderr[-3000:])
+    assert lines[0].startswith("frazil: ") and "Traceback" not in done.stderr, done.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+async def read_all(bootstrap: str, topic: str) -> list[tuple[str, int, int]]:
+    """The (topic, partition, offset) sources of every committed dead letter."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                                enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        end = (await consumer.end_offsets([tp]))[tp]
+        await consumer.seek_to_beginning(tp)
+        out = []
+        while await consumer.position(tp) < end:
+            for record in (await consumer.getmany(tp, timeout_ms=1000)).get(tp, []):
+                headers = {k: v.decode() for k, v in record.headers}
+                out.append((headers["frazil.source.topic"], int(headers["frazil.source.partition"]),
+                            int(headers["frazil.source.offset"])))
+        return out
+    finally:
+        await consumer.stop()
+
+
+def secure_kafka(kafka: KafkaBroker, *, tls: bool, mechanism: str, password: str = "env") -> str:
+    """The ``[kafka]`` keys for the broker's SASL listener (over TLS when ``tls``); the password
+    from the environment variable FRAZIL_TEST_SASL or from a file."""
+    assert kafka.secure is not None, "the session broker is started with its secure listeners"
+    port = kafka.secure.sasl_ssl if tls else kafka.secure.sasl_plaintext
+    lines = [f'security_protocol = "{"SASL_SSL" if tls else "SASL_PLAINTEXT"}"', f'sasl_mechanism = "{mechanism}"',
+             f'sasl_username = "{SASL_USER}"',
+             'sasl_password_env = "FRAZIL_TEST_SASL"' if password == "env" else f'sasl_password_file = "{password}"']
+    if tls:
+        lines.append(f'ssl_cafile = "{kafka.secure.ca_file}"')
+    return f'bootstrap_servers = "127.0.0.1:{port}"\n' + "\n".join(lines) + "\n"
+
+
+def with_kafka(config: Path, kafka_keys: str) -> None:
+    """Point ``config``'s [kafka] section at other servers/security."""
+    lines = config.read_text().splitlines(keepends=True)
+    out = [kafka_keys if line.startswith("bootstrap_servers") else line for line in lines]
+    config.write_text("".join(out))
+
+
+@pytest.mark.parametrize("mode", ["single", "distributed"])
+def test_a_pipeline_lands_everything_through_sasl_over_tls_and_never_prints_the_password(
+        kafka: KafkaBroker, tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    topic = f"sasl-{mode}"
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
+    values = [support.record(i) if i % 50 != 7 else b'{"id": "not a number"}' for i in range(600)]
+    asyncio.run(support.produce(kafka.bootstrap, topic, values, PARTITIONS))
+    config = support.write_config(tmp_path, kafka.bootstrap, [topic], pipeline=f"sasl-{mode}",
+                                  extra=f'\n[coordination]\nmode = "{mode}"\n')
+    config.write_text(config.read_text().replace("[kafka]", 'on_bad_record = "dead_letter"\n\n[kafka]', 1))
+    with_kafka(config, secure_kafka(kafka, tls=True, mechanism="SCRAM-SHA-512"))
+    monkeypatch.setenv("FRAZIL_TEST_SASL", SASL_PASSWORD)
+    cfg = support.load(config)
+    assert cfg.kafka.security.protocol == "SASL_SSL" and SASL_PASSWORD not in repr(cfg)
+    # the plaintext listener is only for the test's own producer and reader
+    ends = asyncio.run(support.end_offsets(cfg.kafka, [topic]))
+    assert sum(ends.values()) == len(values)
+    with caplog.at_level("DEBUG"):
+        asyncio.run(support.run_until_committed(cfg, ends))
+    bad = {(topic, i % PARTITIONS, i // PARTITIONS) for i in range(len(values)) if i % 50 == 7}
+    counts = support.count_offsets(support.catalog_of(cfg), cfg.table.name)
+    expected = {(topic, i % PARTITIONS, i // PARTITIONS) for i in range(len(values))} - bad
+    assert set(counts) == expected and max(counts.values()) == 1
+    # the dead letters went out through the secure listener (transactional producer and reader)
+    letters = asyncio.run(read_all(kafka.bootstrap, cfg.dead_letter_topic))
+    assert sorted(letters) == sorted(bad), letters
+    assert SASL_PASSWORD not in caplog.text
+    checked = frazil("config", "check", "--config", str(config), "--connect", cwd=tmp_path,
+                     env={"FRAZIL_TEST_SASL": SASL_PASSWORD})
+    assert checked.returncode == 0, checked.stderr
+    assert "SASL_SSL SCRAM-SHA-512" in checked.stdout and "reached    kafka: 1 source topic(s)" in checked.stdout
+    assert SASL_PASSWORD not in checked.stdout + checked.stderr
+
+
+def test_sasl_plain_with_a_password_file_reaches_the_broker_and_a_wrong_password_is_one_line(
+        kafka: KafkaBroker, tmp_path: Path) -> None:
+    topic = "sasl-plain"
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, 1))
+    secret = tmp_path / "kafka.secret"
+    secret.write_text(SASL_PASSWORD + "\n")
+    config = support.write_config(tmp_path, kafka.bootstrap, [topic])
+    with_kafka(config, secure_kafka(kafka, tls=False, mechanism="PLAIN", password=str(secret)))
+    done = frazil("offsets", "--config", str(config), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "not created yet" in done.stdout
+    secret.write_text("not-the-password")
+    for args in (("offsets",), ("status",), ("config", "check", "--connect")):
+        failed = frazil(*args, "--config", str(config), cwd=tmp_path)
+        line = one_line_error(failed, 3, "KafkaUnavailable", f"127.0.0.1:{kafka.secure.sasl_plaintext}",  # type: ignore[union-attr]
+                              "SASL_PLAINTEXT PLAIN", "Authentication failed")
+        assert "not-the-password" not in line
+
+
+def test_each_cli_error_is_one_line_with_its_exit_status(kafka: KafkaBroker, tmp_path: Path) -> None:
+    assert frazil("--version", cwd=tmp_path).stdout.startswith("frazil ")
+    topic = "cli-errors"
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, 1))
+    good = support.write_config(tmp_path / "good", kafka.bootstrap, [topic])
+    # unreachable broker: 3
+    dead = support.write_config(tmp_path / "dead", f"127.0.0.1:{free_port()}", [topic])
+    for args in (("offsets",), ("status",), ("config", "check", "--connect")):
+        one_line_error(frazil(*args, "--config", str(dead), cwd=tmp_path), 3, "cannot reach Kafka", "Connect call failed")
+    # a mistyped catalog URI is a configuration error: 2
+    typo = support.write_config(tmp_path / "typo", kafka.bootstrap, [topic])
+    typo.write_text(typo.read_text().replace('uri = "sqlite:///', 'uri = "sqlit:///'))
+    one_line_error(frazil("offsets", "--config", str(typo), cwd=tmp_path), 2, "configuration error", "sqlit")
+    # a missing source topic: 5
+    missing = support.write_config(tmp_path / "missing", kafka.bootstrap, ["no-such-topic"])
+    one_line_error(frazil("offsets", "--config", str(missing), cwd=tmp_path), 5, "no-such-topic", "does not exist")
+    # a table that must exist and does not: 5
+    fixed = support.write_config(tmp_path / "fixed", kafka.bootstrap, [topic])
+    fixed.write_text(fixed.read_text().replace('name = "db.events"', 'name = "db.events"\ncreate = false'))
+    one_line_error(frazil("config", "check", "--connect", "--config", str(fixed), cwd=tmp_path), 5, "db.events")
+    # a locked catalog fails fast instead of waiting for the lock: 4
+    assert frazil("offsets", "--config", str(good), cwd=tmp_path).returncode == 0   # creates the catalog's tables
+    held, release = threading.Event(), threading.Event()
+
+    def lock() -> None:
+        conn = sqlite3.connect(tmp_path / "good" / "warehouse" / "catalog.db", isolation_level=None)
+        conn.execute("BEGIN EXCLUSIVE")
+        held.set()
+        release.wait(120)
+        conn.execute("COMMIT")
+        conn.close()
+
+    locker = threading.Thread(target=lock)
+    locker.start()
+    try:
+        assert held.wait(30)
+        started = time.monotonic()
+        one_line_error(frazil("offsets", "--config", str(good), cwd=tmp_path, timeout=50), 4, "CatalogUnavailable",
+                       "database is locked")
+        assert time.monotonic() - started < 45, "offsets waited out the lock instead of failing"
+    finally:
+        release.set()
+        locker.join()
+    # the config check itself names the key (2), and the old spelling still works
+    bad = support.write_config(tmp_path / "bad", kafka.bootstrap, [topic])
+    bad.write_text(bad.read_text().replace("[kafka]", '[kafka]\nsecurity_protocol = "SASL_SSL"', 1))
+    one_line_error(frazil("check-config", "--config", str(bad), cwd=tmp_path), 2, "kafka.sasl_mechanism")
+
+
+def _receive(sock: socket.socket, seen: list[tuple[float, str]], done: threading.Event) -> None:
+    sock.settimeout(0.2)
+    while not done.is_set():
+        try:
+            seen.append((time.monotonic(), sock.recv(4096).decode()))
+        except TimeoutError:
+            continue
+
+
+def test_run_under_systemd_notify_reports_status_and_drains_on_sigterm(kafka: KafkaBroker, tmp_path: Path) -> None:
+    topic = "ops-status"
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
+    first = 400
+    asyncio.run(support.produce(kafka.bootstrap, topic, [support.record(i) for i in range(first)], PARTITIONS))
+    metrics_port = free_port()
+    config = support.write_config(tmp_path, kafka.bootstrap, [topic], pipeline="ops", interval=1.0,
+                                  metrics_port=metrics_port)
+    cfg = support.load(config)
+    sock_path = tmp_path / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(sock_path))
+    seen: list[tuple[float, str]] = []
+    done = threading.Event()
+    receiver = threading.Thread(target=_receive, args=(sock, seen, done), daemon=True)
+    receiver.start()
+    log = tmp_path / "frazil.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "frazil.cli", "run", "--config", str(config)], cwd=tmp_path,
+                                stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "NOTIFY_SOCKET": str(sock_path), "WATCHDOG_USEC": "1000000"})
+    try:
+        def ready() -> None:
+            assert any("READY=1" in m for _, m in seen), seen
+
+        support.wait_for(ready, proc, log, timeout=120)
+        ready_message = next(m for _, m in seen if "READY=1" in m)
+        assert f"MAINPID={proc.pid}" in ready_message and "STATUS=2 partition(s)" in ready_message, ready_message
+        ends = asyncio.run(support.end_offsets(kafka.bootstrap, [topic]))
+        catalog = support.catalog_of(cfg)
+        support.wait_until_committed(catalog, cfg, ends, alive=lambda: proc.poll() is None)
+
+        def settled() -> dict:  # type: ignore[type-arg]
+            done_ = frazil("status", "--json", "--config", str(config), cwd=tmp_path)
+            assert done_.returncode == 0, done_.stderr
+            report = json.loads(done_.stdout)
+            assert report["metrics"]["answering"] and report["metrics"]["coordinating"] == 1, report
+            assert report["members"] and report["tables"][0]["rows"] == first, report
+            return report  # type: ignore[no-any-return]
+
+        report = support.wait_for(settled, proc, log, timeout=60)
+        table = report["tables"][0]
+        snapshot = catalog.load_table(cfg.table.name).current_snapshot()
+        assert table["snapshot_id"] == snapshot.snapshot_id and table["commit_id"].startswith("ops-")
+        assert {(r["topic"], r["partition"]): (r["table_offset"], r["log_end"], r["lag"]) for r in table["partitions"]} \
+            == {tp: (end, end, 0) for tp, end in ends.items()}
+        assert len(report["members"]) == 1 and sorted(map(tuple, report["members"][0]["partitions"])) == sorted(ends)
+        assert report["coordinator"] == "each process, for its own partitions"
+        text = frazil("status", "--config", str(config), cwd=tmp_path)
+        assert text.returncode == 0 and f"table {cfg.table.name}: last commit ops-" in text.stdout, text.stdout
+        pings_at_ready = sum("WATCHDOG=1" in m for _, m in seen)
+        time.sleep(2.5)
+        assert sum("WATCHDOG=1" in m for _, m in seen) >= pings_at_ready + 3, seen[-10:]
+        # more records, then SIGTERM: the drain commits what was read, within the stop deadline
+        asyncio.run(support.produce(kafka.bootstrap, topic, [support.record(i) for i in range(first, first + 300)],
+                                    PARTITIONS))
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=90) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        done.set()
+        receiver.join()
+        sock.close()
+    messages = [m for _, m in seen]
+    stopping = next(i for i, m in enumerate(messages) if "STOPPING=1" in m)
+    assert stopping > next(i for i, m in enumerate(messages) if "READY=1" in m)
+    # nothing lost, nothing doubled: the table holds exactly the offsets below its stored ones
+    stored = support.stored(catalog, cfg)
+    support.assert_exactly_once(support.count_offsets(catalog, cfg.table.name), stored)
+    assert sum(stored.values()) >= first
