@@ -10,11 +10,13 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import support
 from frazil.local.kafka_broker import KafkaBroker
+from frazil.spark import session
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -35,15 +37,32 @@ def _produce(bootstrap: str, topic: str, errors: list[BaseException]) -> None:
         errors.append(exc)
 
 
-def test_compaction_and_expiry_run_while_frazil_ingests_and_lose_nothing(kafka: KafkaBroker, tmp_path: Path) -> None:
-    topic = "maintained"
+def catalog_properties(kind: str, request: pytest.FixtureRequest) -> str:
+    """The ``[catalog] properties`` of each catalog the daemon is tested on (warehouse per test)."""
+    if kind == "sqlite":
+        return support.SQLITE_CATALOG
+    if kind == "postgresql":
+        return f'{{ uri = "{request.getfixturevalue("postgres").uri()}", warehouse = "file://warehouse" }}'
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_compaction_and_expiry_run_while_frazil_ingests_and_lose_nothing(kafka: KafkaBroker, tmp_path: Path, kind: str,
+                                                                         request: pytest.FixtureRequest,
+                                                                         spark: Any) -> None:
+    """The same ingest on each catalog Spark shares with pyiceberg, maintenance on; read back by
+    pyiceberg and by Spark SQL."""
+    topic = f"maintained-{kind}"
     asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
     config = support.write_config(
-        tmp_path, kafka.bootstrap, [topic], interval=0.3, maintenance=True,
+        tmp_path, kafka.bootstrap, [topic], interval=0.3, maintenance=True, table=f"db.maintained_{kind}",
+        catalog=catalog_properties(kind, request),
         extra=f"interval_s = 5\nmax_snapshots = {MAX_SNAPSHOTS}\nmin_input_files = 2\n"
               "[spark]\nmaster = \"local[2]\"\nconf = { \"spark.driver.memory\" = \"1g\" }\n")
+    config.write_text(config.read_text().replace("[catalog]\n", f'[catalog]\nname = "frazil_{kind}"\n', 1))
     cfg = support.load(config)
     catalog = support.catalog_of(cfg)
+    request.addfinalizer(lambda: support.close_catalog(catalog))
     log = tmp_path / "frazil.log"
     errors: list[BaseException] = []
     producer = threading.Thread(target=_produce, args=(kafka.bootstrap, topic, errors), daemon=True)
@@ -70,6 +89,13 @@ def test_compaction_and_expiry_run_while_frazil_ingests_and_lose_nothing(kafka: 
     # nothing lost or duplicated, offsets exactly at the end of the topic
     support.assert_exactly_once(support.count_offsets(catalog, cfg.table.name), ends)
     assert support.stored(catalog, cfg) == ends
+    # a second engine: Spark SQL on the same catalog counts every offset once too
+    for key, value in session.catalog_conf(cfg.catalog.name, cfg.catalog.properties).items():
+        spark.conf.set(key, value)
+    by_partition = {(r[0], r[1]): (r[2], r[3], r[4], r[5]) for r in spark.sql(
+        f"SELECT _kafka_topic, _kafka_partition, count(*), count(DISTINCT _kafka_offset), min(_kafka_offset), "
+        f"max(_kafka_offset) FROM {cfg.catalog.name}.{cfg.table.name} GROUP BY 1, 2").collect()}
+    assert by_partition == {tp: (end, end, 0, end - 1) for tp, end in ends.items()}, by_partition
 
     lines = text.splitlines()
     # one line per commit that landed data, logged by the coordinator role (in process in single mode)

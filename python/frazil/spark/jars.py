@@ -1,7 +1,9 @@
 """The jars Spark needs beside PySpark's own, fetched from Maven Central into the cache.
 
-- ``iceberg``: the Iceberg Spark runtime (it bundles the SQL extensions and procedures) and the
-  SQLite JDBC driver, so that Spark reads and writes the same catalog as pyiceberg.
+- ``iceberg``: the Iceberg Spark runtime (it bundles the SQL extensions and procedures and the
+  REST catalog client) and the SQLite JDBC driver, so that Spark reads and writes the same
+  catalog as pyiceberg.
+- ``postgresql``: the PostgreSQL JDBC driver, for a SQL catalog on PostgreSQL.
 - ``kafka``: Spark's Kafka connector, for the Structured Streaming benchmark peer.
 
 Only the listed jars are copied: their other dependencies are already in PySpark.
@@ -20,6 +22,7 @@ from frazil.local import maven
 SPARK_VERSION = "4.1.3"
 ICEBERG_VERSION = "1.11.0"
 SQLITE_JDBC_VERSION = "3.50.3.0"
+POSTGRESQL_JDBC_VERSION = "42.7.8"
 # Spark's Kafka connector brings its own Kafka client, independent of the broker's version.
 SPARK_KAFKA_CLIENT_VERSION = "3.9.1"
 # Maven Central has no spark-token-provider-kafka for 4.1.x (only 4.1.0-preview1); the 4.0.0 one
@@ -30,6 +33,7 @@ ICEBERG = [
     maven.Artifact("org.apache.iceberg", "iceberg-spark-runtime-4.1_2.13", ICEBERG_VERSION),
     maven.Artifact("org.xerial", "sqlite-jdbc", SQLITE_JDBC_VERSION),
 ]
+POSTGRESQL = [maven.Artifact("org.postgresql", "postgresql", POSTGRESQL_JDBC_VERSION)]
 KAFKA = [
     maven.Artifact("org.apache.spark", "spark-sql-kafka-0-10_2.13", SPARK_VERSION),
     maven.Artifact("org.apache.spark", "spark-token-provider-kafka-0-10_2.13", SPARK_TOKEN_PROVIDER_VERSION),
@@ -39,8 +43,9 @@ KAFKA = [
 
 
 def jars(*, kafka: bool = False) -> list[Path]:
-    """Paths of the Iceberg jars, plus the Kafka connector's with ``kafka=True``."""
-    bundles = [maven.fetch(f"spark-iceberg-{ICEBERG_VERSION}", ICEBERG, transitive=False)]
+    """Paths of the Iceberg and JDBC driver jars, plus the Kafka connector's with ``kafka=True``."""
+    bundles = [maven.fetch(f"spark-iceberg-{ICEBERG_VERSION}", ICEBERG, transitive=False),
+               maven.fetch(f"jdbc-postgresql-{POSTGRESQL_JDBC_VERSION}", POSTGRESQL, transitive=False)]
     if kafka:
         bundles.append(maven.fetch(f"spark-kafka-{SPARK_VERSION}", KAFKA, transitive=False))
     return sorted(p for lib in bundles for p in lib.glob("*.jar"))

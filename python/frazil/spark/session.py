@@ -1,6 +1,8 @@
 """One Spark session that sees the same Iceberg catalog as pyiceberg.
 
-pyiceberg's ``SqlCatalog`` on SQLite and Iceberg's ``JdbcCatalog`` share one file when:
+A REST catalog is one server both engines talk to. A SQL catalog is shared through Iceberg's
+``JdbcCatalog`` on the same database (SQLite file or PostgreSQL), pyiceberg's ``SqlCatalog``
+tables, when:
 - the Spark catalog has the SqlCatalog's name (it is the ``catalog_name`` column of both);
 - ``jdbc.init-catalog-tables=false``: pyiceberg creates the tables; the Java start-up check
   otherwise leaves a lock that fails pyiceberg's next commit with "database is locked";
@@ -29,34 +31,83 @@ _lock = threading.Lock()
 _session: Any = None
 
 
+# Catalog properties Spark's Iceberg catalog takes as they are: the REST client's settings and the
+# FileIO's (object storage). pyiceberg and Iceberg's Java catalogs spell these the same.
+_PASSED_ON = ("credential", "token", "oauth2-server-uri", "scope", "audience", "resource", "prefix", "io-impl")
+_PASSED_ON_PREFIXES = ("header.", "s3.", "client.", "rest.")
+
+
 def jdbc_uri(uri: str) -> str:
-    """pyiceberg's SQLAlchemy SQLite URI as a JDBC URI (``sqlite:////abs/c.db`` -> ``jdbc:sqlite:/abs/c.db``)."""
-    prefix = "sqlite:///"
-    if not uri.startswith(prefix):
-        raise ConfigError(f"catalog uri {uri!r}: Spark shares only the SQLite catalog (sqlite:///<path>) for now")
-    path = uri[len(prefix):]
-    if not path.startswith("/"):
-        raise ConfigError(f"catalog uri {uri!r} must be an absolute path by the time Spark sees it")
-    return f"jdbc:sqlite:{path}"
+    """pyiceberg's SQLAlchemy URI as a JDBC URI, without credentials (``jdbc_credentials``):
+    ``sqlite:////abs/c.db`` -> ``jdbc:sqlite:/abs/c.db``,
+    ``postgresql+psycopg://u:p@host:5432/db?sslmode=require`` -> ``jdbc:postgresql://host:5432/db?sslmode=require``."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(uri)
+    except ArgumentError:
+        raise ConfigError(f"catalog uri {uri!r} is not a SQLAlchemy URL") from None
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        path = url.database or ""
+        if not path.startswith("/"):
+            raise ConfigError(f"catalog uri {uri!r} must be an absolute path by the time Spark sees it")
+        return f"jdbc:sqlite:{path}"
+    if backend == "postgresql":
+        query = "&".join(f"{k}={v}" for k, v in sorted(url.query.items()) if isinstance(v, str))
+        return (f"jdbc:postgresql://{url.host or '127.0.0.1'}:{url.port or 5432}/{url.database or ''}"
+                + (f"?{query}" if query else ""))
+    raise ConfigError(f"catalog uri {url.render_as_string(hide_password=True)!r}: Spark shares SQL catalogs on SQLite "
+                      "and PostgreSQL; use one of those, or a REST catalog")
+
+
+def jdbc_credentials(uri: str) -> dict[str, str]:
+    """The user and password in a SQLAlchemy URI, as Iceberg's ``JdbcCatalog`` takes them."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(uri)
+    out = {}
+    if url.username:
+        out["jdbc.user"] = url.username
+    if url.password:
+        out["jdbc.password"] = str(url.password)
+    return out
+
+
+def catalog_conf(catalog_name: str, properties: Mapping[str, str]) -> dict[str, str]:
+    """Spark's settings for the Iceberg catalog pyiceberg loads from ``properties``: a SQL catalog
+    (SQLite, PostgreSQL) through Iceberg's ``JdbcCatalog`` on the same tables, or a REST catalog."""
+    prefix = f"spark.sql.catalog.{catalog_name}"
+    kind = properties.get("type", "sql")
+    out = {prefix: "org.apache.iceberg.spark.SparkCatalog", f"{prefix}.cache-enabled": "false"}
+    if kind == "sql":
+        out.update({f"{prefix}.catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
+                    f"{prefix}.uri": jdbc_uri(properties["uri"]),
+                    f"{prefix}.jdbc.init-catalog-tables": "false"})
+        out.update({f"{prefix}.{k}": v for k, v in jdbc_credentials(properties["uri"]).items()})
+    elif kind == "rest":
+        out.update({f"{prefix}.type": "rest", f"{prefix}.uri": properties["uri"]})
+    else:
+        raise ConfigError(f"catalog type {kind!r}: Spark (maintenance, bulk writes) shares \"sql\" (SQLite, PostgreSQL) "
+                          "and \"rest\" catalogs; turn maintenance off ([maintenance] enabled = false) to ingest "
+                          "into another catalog")
+    if "warehouse" in properties:
+        out[f"{prefix}.warehouse"] = properties["warehouse"]
+    out.update({f"{prefix}.{k}": v for k, v in properties.items()
+                if k in _PASSED_ON or k.startswith(_PASSED_ON_PREFIXES)})
+    return out
 
 
 def conf(catalog_name: str, properties: Mapping[str, str], *, jars: list[Path], master: str = "local[*]",
          app_name: str = "frazil", extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The Spark settings for a session on the frazil catalog ``catalog_name``."""
-    if properties.get("type", "sql") != "sql":
-        raise ConfigError(f"catalog type {properties.get('type')!r}: Spark shares only the sql catalog for now")
-    prefix = f"spark.sql.catalog.{catalog_name}"
     out = {
         "spark.master": master,
         "spark.app.name": app_name,
         "spark.jars": ",".join(str(p) for p in jars),
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
-        prefix: "org.apache.iceberg.spark.SparkCatalog",
-        f"{prefix}.catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
-        f"{prefix}.uri": jdbc_uri(properties["uri"]),
-        f"{prefix}.warehouse": properties["warehouse"],
-        f"{prefix}.jdbc.init-catalog-tables": "false",
-        f"{prefix}.cache-enabled": "false",
+        **catalog_conf(catalog_name, properties),
         "spark.sql.defaultCatalog": catalog_name,
         "spark.ui.enabled": "false",
         "spark.sql.shuffle.partitions": "4",
