@@ -77,6 +77,27 @@ class Metrics:
         self.dropped_replies = Counter("frazil_coordinator_dropped_replies", "Worker replies that did not count "
                                        "(late, repeated, or a zombie's)", names, registry=r).labels(**labels)
 
+        # per table (label: the table's real name) and per source partition
+        self._pipeline = pipeline
+        per_table = ["pipeline", "table"]
+        self._table_records_in = Counter("frazil_table_records_in", "Records taken into a table's buffer (bad ones "
+                                         "not counted)", per_table, registry=r)
+        self._table_bytes_in = Counter("frazil_table_value_bytes_in", "Bytes of the record values taken into a "
+                                       "table's buffer", per_table, registry=r)
+        self._table_rows_landed = Counter("frazil_table_rows_landed", "Rows landed in a table (counted when this "
+                                          "process's commit settles)", per_table, registry=r)
+        self._table_bytes_landed = Counter("frazil_table_file_bytes_landed", "Bytes of the data files landed in a "
+                                           "table", per_table, registry=r)
+        self._file_bytes = Histogram("frazil_data_file_bytes", "Size of each data file this process wrote", per_table,
+                                     buckets=tuple(float(2 ** n) for n in range(16, 31, 2)), registry=r)
+        self._flush_seconds = Histogram("frazil_flush_seconds", "Time to write one table's data files for a reply",
+                                        per_table, buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120),
+                                        registry=r)
+        self._lag = Gauge("frazil_partition_lag_records", "Records in a source partition past the next one this "
+                          "process takes (the partition's high watermark as last fetched, minus that offset)",
+                          ["pipeline", "topic", "partition"], registry=r)
+        self._lag_partitions: set[tuple[str, int]] = set()
+
     def cycle(self, kind: str) -> None:
         self._cycles.labels(**self._labels, kind=kind).inc()
 
@@ -87,6 +108,27 @@ class Metrics:
         self._maintenance_runs.labels(**self._labels, job=job, result=result).inc()
         if seconds is not None:
             self._maintenance_seconds.labels(**self._labels, job=job).set(seconds)
+
+    def taken(self, table: str, records: int, value_bytes: int) -> None:
+        self._table_records_in.labels(self._pipeline, table).inc(records)
+        self._table_bytes_in.labels(self._pipeline, table).inc(value_bytes)
+
+    def landed(self, table: str, rows: int, file_bytes: int) -> None:
+        self._table_rows_landed.labels(self._pipeline, table).inc(rows)
+        self._table_bytes_landed.labels(self._pipeline, table).inc(file_bytes)
+
+    def flushed(self, table: str, seconds: float, file_sizes: list[int]) -> None:
+        self._flush_seconds.labels(self._pipeline, table).observe(seconds)
+        for size in file_sizes:
+            self._file_bytes.labels(self._pipeline, table).observe(size)
+
+    def lag(self, lags: dict[tuple[str, int], int]) -> None:
+        """Set each owned partition's lag; partitions no longer owned stop being reported."""
+        for topic, partition in self._lag_partitions - set(lags):
+            self._lag.remove(self._pipeline, topic, str(partition))
+        for (topic, partition), value in lags.items():
+            self._lag.labels(self._pipeline, topic, str(partition)).set(value)
+        self._lag_partitions = set(lags)
 
     def commit(self, result: str) -> None:
         self._commits.labels(**self._labels, result=result).inc()

@@ -130,6 +130,19 @@ async def test_metrics_count_what_happened(kafka: KafkaBroker, tmp_path: Path) -
     assert {k: got.get(k) for k in want} == want
     assert got["frazil_commits_total{result=committed}"] >= 1 and got["frazil_commit_seconds_count"] >= 1
     assert got["frazil_memory_budget_bytes"] == cfg.memory_budget_bytes
+    # per table (scrape drops the pipeline and table labels): records and bytes in, rows and file
+    # bytes landed; file sizes and flush times; lag per partition
+    table = cfg.table.name
+    value_bytes = sum(len(support.record(i)) for i in range(1500))
+    assert got["frazil_table_records_in_total"] == 1500
+    assert got["frazil_table_value_bytes_in_total"] == value_bytes
+    assert got["frazil_table_rows_landed_total"] == 1500
+    files = support.catalog_of(cfg).load_table(table).inspect.files()
+    assert got["frazil_table_file_bytes_landed_total"] == sum(files.column("file_size_in_bytes").to_pylist())
+    assert got["frazil_data_file_bytes_count"] == files.num_rows
+    assert got["frazil_flush_seconds_count"] >= 1
+    lags = {k: v for k, v in got.items() if k.startswith("frazil_partition_lag_records")}
+    assert len(lags) == 3 and all(v == 0 for v in lags.values()), lags
 
 
 async def test_bad_json_stops_the_pipeline_and_names_the_record(kafka: KafkaBroker, tmp_path: Path) -> None:

@@ -342,7 +342,9 @@ class Worker:
                     assert part.data is not None
                     began = time.monotonic()
                     files = self._write_files(target, table, part.data, commit_id)
-                    wrote_s += time.monotonic() - began
+                    took = time.monotonic() - began
+                    wrote_s += took
+                    self._metrics.flushed(name, took, [f.file_size_in_bytes for f in files])
                     part = dataclasses.replace(part, data=None, files=tuple(files), nbytes=0)
                     written.append(txrecords.files(name, part.paths, part.ranges))
                     batch = dataclasses.replace(batch, parts={**batch.parts, name: part})
@@ -401,6 +403,7 @@ class Worker:
                 done.add(name)
                 self._stats.rows_committed += part.rows
                 self._metrics.rows_committed.inc(part.rows)
+                self._metrics.landed(name, part.rows, sum(f.file_size_in_bytes for f in part.files))
                 if part.later is not None:
                     kept[name] = part.later   # the rows taken while these files waited: written next cycle
                 continue

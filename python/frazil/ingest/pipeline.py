@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 
 POLL_TIMEOUT_MS = 200
 BUSY_POLL_TIMEOUT_MS = 10   # while a control event waits or the worker's task runs: hand over quickly
+LAG_EVERY_S = 2.0   # how often the per-partition lag gauges are set
 DRAIN_CYCLES = 3   # on stop, at most this many cycles to land the batch and the buffer
 # bad records held before a cycle is asked for: a reply names each one (~100-300 bytes on the control topic)
 MAX_DEAD_LETTERS = 2_000
@@ -81,6 +82,7 @@ class Pipeline:
         self.metrics = Metrics(cfg.pipeline, cfg.tables[0].name if len(cfg.tables) == 1 and cfg.dynamic is None
                                else "several")
         self.metrics.budget_bytes.set(cfg.memory_budget_bytes)
+        self._lag_due = 0.0   # when the lag gauges are set next (monotonic)
         self.stats = Stats()
         self.worker = Worker(cfg, targets=self._targets, channel=channel, journal=journal, positions=self._positions,
                              source=self._source, metrics=self.metrics, stats=self.stats, bulk=bulk)
@@ -128,7 +130,11 @@ class Pipeline:
                         f"{self._targets.rows} rows buffered" if self._targets.rows >= self._cfg.max_buffer_records
                         else "memory budget reached"))
                 self._flow_control()
-                self.metrics.failing_seconds.set(self.worker.outage.seconds(time.monotonic()))
+                now = time.monotonic()
+                self.metrics.failing_seconds.set(self.worker.outage.seconds(now))
+                if now >= self._lag_due:
+                    self._lag_due = now + LAG_EVERY_S
+                    self._report_lag()
             await self._drain()
         finally:
             if self._task is not None and not self._task.done():
@@ -139,6 +145,13 @@ class Pipeline:
                  "in %d commits (%d failed), %d pause(s)", elapsed, self.stats.records_in, self.stats.records_unrouted,
                  self.stats.records_tombstones, self.stats.records_bad, self.stats.rows_committed, self.stats.commits,
                  self.stats.failed_commits, self.stats.pauses)
+
+    def _report_lag(self) -> None:
+        """Per owned partition: the high watermark of its last fetch minus the next offset this
+        process takes (the table's offset until it takes one)."""
+        marks = self._source.highwaters()
+        nexts = self._positions.next_offsets()
+        self.metrics.lag({tp: max(0, mark - nexts[tp]) for tp, mark in marks.items() if tp in nexts})
 
     def _next_control(self) -> asyncio.Task[None] | None:
         """The worker's task for the next control event; a StartCommit whose CommitComplete is
@@ -321,13 +334,15 @@ class Pipeline:
         if routing_bad:   # the appends went through (a full buffer would have this batch fetched again)
             self._hold_for_routing(tp, routing_bad)
         for (name, _, chosen), errors in zip(targets, results):
+            chosen_records = records if chosen is None else [records[i] for i in chosen]
             buffer = self._targets[name].buffer   # a schema change may have replaced it
             if buffer.fields_ignored:
                 self.metrics.fields_ignored.inc(buffer.fields_ignored)
                 buffer.fields_ignored = 0
             if errors and self._targets[name].cfg.unknown_fields == "evolve" and self._writers is None:
-                errors = await self._evolve(name, tp, records if chosen is None else [records[i] for i in chosen],
-                                            errors)
+                errors = await self._evolve(name, tp, chosen_records, errors)
+            self.metrics.taken(name, len(chosen_records) - len(errors),
+                               sum(r.serialized_value_size for r in chosen_records if r.value is not None))
             if errors:
                 first = errors[0]
                 self.metrics.records_bad.inc(len(errors))

@@ -87,6 +87,15 @@ class KafkaSource:
         batches = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=self._cfg.max_poll_records)
         return {(tp.topic, tp.partition): records for tp, records in batches.items() if records}
 
+    def highwaters(self) -> dict[TP, int]:
+        """Each assigned partition's high watermark as of its last fetch (partitions not fetched yet are left out)."""
+        out = {}
+        for tp in self.assignment:
+            mark = self._consumer.highwater(TopicPartition(*tp))
+            if mark is not None:
+                out[tp] = mark
+        return out
+
     def pause(self) -> None:
         """Stop fetching every assigned partition; polling and heartbeats go on."""
         self.paused = True
