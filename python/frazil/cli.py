@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import logging
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -136,6 +137,8 @@ def _offsets(args: argparse.Namespace) -> int:
     cfg = config_mod.load(args.config)
     logs.setup("WARNING")
     _quiet_kafka_client()
+    if args.reset or args.skip:
+        return _reset(cfg, args)
     catalog = iceberg_catalog.load(cfg.catalog, attempts=1, busy_timeout_s=CATALOG_WAIT_S)
     ends = asyncio.run(end_offsets(cfg.kafka, asyncio.run(source_topics(cfg.kafka))))
     marks: list[dict[tuple[str, int], int]] = []
@@ -232,6 +235,66 @@ def _status(args: argparse.Namespace) -> int:
                   f"{_dash(r['lag']):>10}")
     if metrics is not None:
         print("metrics " + ", ".join(f"{k}={v}" for k, v in metrics.items()))
+    return 0
+
+
+def _reset(cfg: config_mod.Config, args: argparse.Namespace) -> int:
+    """``offsets --skip TOPIC:PARTITION@OFFSET``: the table never takes that one record (a bad record
+    when dead letters are off); ``offsets --reset TOPIC:PARTITION=OFFSET``: move one table's offset
+    forward, skipping every record before it. Both after a confirmation, kept in the table with who
+    and why, and logged."""
+    import getpass
+    import socket
+
+    from frazil.iceberg import catalog as iceberg_catalog
+    from frazil.iceberg.committer import Committer
+    from frazil.status import end_offsets
+
+    if args.reset and args.skip:
+        raise ConfigError("give --skip TOPIC:PARTITION@OFFSET or --reset TOPIC:PARTITION=OFFSET, not both")
+    option, spec = ("--skip", args.skip) if args.skip else ("--reset", args.reset)
+    m = re.fullmatch(r"(.+):(\d+)" + ("@" if args.skip else "=") + r"(\d+)", spec)
+    if not m:
+        raise ConfigError(f"{option} {spec!r}: write TOPIC:PARTITION" + ("@OFFSET, e.g. orders:3@1041" if args.skip
+                                                                         else "=OFFSET, e.g. orders:3=1042"))
+    tp, offset = (m.group(1), int(m.group(2))), int(m.group(3))
+    names = [t.name for t in cfg.tables]
+    table_name = args.table or (names[0] if len(names) == 1 else "")
+    if not table_name:
+        raise ConfigError(f"--reset: the pipeline has several tables ({', '.join(names)}); say which with --table")
+    if not args.reason:
+        raise ConfigError(f"{option} needs --reason \"...\": it is kept in the table with who asked")
+    ends = asyncio.run(end_offsets(cfg.kafka, [tp[0]]))
+    if tp not in ends:
+        raise NotFound(f"{tp[0]} has no partition {tp[1]}")
+    if offset > ends[tp] or (args.skip and offset == ends[tp]):
+        raise ConfigError(f"{option} {spec}: the partition ends at {ends[tp]}; there is no such record yet")
+    catalog = iceberg_catalog.load(cfg.catalog, attempts=1, busy_timeout_s=CATALOG_WAIT_S)
+    committer = Committer(catalog, table_name, cfg.pipeline)
+    table = _catalog_call(cfg, partial(catalog.load_table, table_name))
+    before = committer.held(table).offsets.get(tp)
+    if args.skip:
+        print(f"{table_name}: the record {tp[0]}[{tp[1]}]@{offset} will never land in this table (reason: "
+              f"{args.reason}); the table holds that partition up to {before if before is not None else 'nothing yet'}. "
+              f"Restart `frazil run` for pipeline {cfg.pipeline} afterwards.")
+    else:
+        print(f"{table_name}: {tp[0]}[{tp[1]}] from {before if before is not None else 'nothing stored'} to {offset}: "
+              f"{offset - (before or 0)} record(s) will never land in this table (reason: {args.reason}). Stop "
+              f"`frazil run` for pipeline {cfg.pipeline} first.")
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise ConfigError("--reset asks for confirmation on a terminal; pass --yes to confirm without one")
+        if input(f"type the table name ({table_name}) to confirm: ").strip() != table_name:
+            print("not confirmed; nothing changed")
+            return 1
+    by = f"{getpass.getuser()}@{socket.gethostname()}"
+    if args.skip:
+        committer.skip(tp, offset, reason=args.reason, by=by, at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        print(f"skip noted in {table_name} (property frazil.skip.{cfg.pipeline})")
+        return 0
+    result = committer.skip_to(tp, offset, reason=args.reason, by=by)
+    print(f"reset: commit {result.commit_id}, snapshot {result.snapshot_id}; {table_name} now holds "
+          f"{tp[0]}[{tp[1]}] up to {offset}")
     return 0
 
 
@@ -402,8 +465,18 @@ def main(argv: list[str] | None = None) -> int:
     _config_arg(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.set_defaults(func=_status)
-    p = sub.add_parser("offsets", help="each table's stored offsets against the topics' end offsets, and the pipeline's watermark")
+    p = sub.add_parser("offsets", help="each table's stored offsets against the topics' end offsets, and the pipeline's "
+                                       "watermark; --reset moves one forward past records skipped on purpose")
     _config_arg(p)
+    p.add_argument("--reset", default="", metavar="TOPIC:PARTITION=OFFSET",
+                   help="move the table's offset of one partition forward to OFFSET (the records before it are never "
+                        "landed in that table), after a confirmation; stop `frazil run` first")
+    p.add_argument("--skip", default="", metavar="TOPIC:PARTITION@OFFSET",
+                   help="the table never takes the record at OFFSET (a bad record when dead letters are off), after a "
+                        "confirmation; the pipeline leaves it out when it reads it again")
+    p.add_argument("--table", default="", help="with --skip/--reset: which table (needed when the pipeline has several)")
+    p.add_argument("--reason", default="", help="with --skip/--reset: why (kept in the table)")
+    p.add_argument("--yes", action="store_true", help="with --skip/--reset: confirm without a prompt")
     p.set_defaults(func=_offsets)
     p = sub.add_parser("import-kc", help="turn an Apache Iceberg Kafka Connect sink config (.json or .properties) into a "
                                          "frazil config, listing every setting it cannot carry over")

@@ -265,3 +265,65 @@ def test_run_under_systemd_notify_reports_status_and_drains_on_sigterm(kafka: Ka
     stored = support.stored(catalog, cfg)
     support.assert_exactly_once(support.count_offsets(catalog, cfg.table.name), stored)
     assert sum(stored.values()) >= first
+
+
+def test_offsets_skip_moves_past_a_bad_record_on_purpose_once_confirmed(kafka: KafkaBroker, tmp_path: Path) -> None:
+    from frazil.errors import RecordDecodeError
+
+    topic = "ops-skip"
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, 1))
+    values = [support.record(i) for i in range(40)] + [b'{"id": "forty"}'] + [support.record(i) for i in range(41, 60)]
+    asyncio.run(support.produce(kafka.bootstrap, topic, values, 1))
+    config = support.write_config(tmp_path, kafka.bootstrap, [topic], pipeline="skip")
+    cfg = support.load(config)
+    with pytest.raises(RecordDecodeError, match="offset=40"):
+        asyncio.run(support.run_until_committed(cfg, {(topic, 0): 60}))
+    catalog = support.catalog_of(cfg)
+    # confirmation and a reason are required; nothing changes without them
+    one_line_error(frazil("offsets", "--config", str(config), "--skip", f"{topic}:0@40", "--reason", "bad id",
+                          cwd=tmp_path), 2, "pass --yes")
+    one_line_error(frazil("offsets", "--config", str(config), "--skip", f"{topic}:0@40", "--yes", cwd=tmp_path), 2,
+                   "--reason")
+    with pytest.raises(RecordDecodeError, match="offset=40"):   # still stops there
+        asyncio.run(support.run_until_committed(cfg, {(topic, 0): 60}))
+    done = frazil("offsets", "--config", str(config), "--skip", f"{topic}:0@40", "--reason", "order 40 has a text id",
+                  "--yes", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert f"the record {topic}[0]@40 will never land" in done.stdout, done.stdout
+    # the pipeline goes on; the table has every record but the skipped one, once, and its offset moved past it
+    asyncio.run(support.run_until_committed(cfg, {(topic, 0): 60}))
+    counts = support.count_offsets(catalog, cfg.table.name)
+    assert set(counts) == {(topic, 0, o) for o in range(60) if o != 40} and max(counts.values()) == 1
+    table = catalog.load_table(cfg.table.name)
+    skips = json.loads(table.properties["frazil.skip.skip"])
+    assert skips[topic]["0"]["40"]["reason"] == "order 40 has a text id" and "@" in skips[topic]["0"]["40"]["by"]
+    # a record the table passed cannot be skipped
+    late = frazil("offsets", "--config", str(config), "--skip", f"{topic}:0@10", "--reason", "x", "--yes", cwd=tmp_path)
+    assert late.returncode == 1 and "already holds" in late.stderr, late.stderr
+
+
+def test_offsets_reset_moves_a_table_forward_once_confirmed_and_never_back(kafka: KafkaBroker, tmp_path: Path) -> None:
+    from frazil.iceberg.offsets import COMMIT_ID_KEY
+
+    topic = "ops-reset"
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, 1))
+    asyncio.run(support.produce(kafka.bootstrap, topic, [support.record(i) for i in range(20)], 1))
+    config = support.write_config(tmp_path, kafka.bootstrap, [topic], pipeline="reset")
+    cfg = support.load(config)
+    asyncio.run(support.run_until_committed(cfg, {(topic, 0): 20}))
+    asyncio.run(support.produce(kafka.bootstrap, topic, [support.record(i) for i in range(20, 60)], 1))
+    done = frazil("offsets", "--config", str(config), "--reset", f"{topic}:0=50", "--reason", "drop the backlog",
+                  "--yes", cwd=tmp_path)
+    assert done.returncode == 0 and "30 record(s) will never land" in done.stdout, done.stdout + done.stderr
+    back = frazil("offsets", "--config", str(config), "--reset", f"{topic}:0=30", "--reason", "oops", "--yes",
+                  cwd=tmp_path)
+    assert back.returncode == 1 and "would move it back" in back.stderr, back.stderr
+    asyncio.run(support.run_until_committed(cfg, {(topic, 0): 60}))
+    catalog = support.catalog_of(cfg)
+    counts = support.count_offsets(catalog, cfg.table.name)
+    assert set(counts) == {(topic, 0, o) for o in [*range(20), *range(50, 60)]} and max(counts.values()) == 1
+    resets = [s.summary.additional_properties for s in catalog.load_table(cfg.table.name).snapshots()
+              if s.summary is not None and "frazil.reset" in s.summary.additional_properties]
+    assert len(resets) == 1 and resets[0][COMMIT_ID_KEY].startswith("reset-")
+    reset = json.loads(resets[0]["frazil.reset"])
+    assert (reset["from"], reset["to"], reset["reason"]) == (20, 50, "drop the backlog") and "@" in reset["by"]

@@ -81,6 +81,7 @@ class Stats:
     records_skipped: int = 0
     records_unrouted: int = 0     # read, and taken by no table (routing)
     records_tombstones: int = 0   # read with a null value (append mode: landed nowhere)
+    records_skipped_on_request: int = 0   # left out of a table because an operator said so (frazil offsets --skip)
     records_bad: int = 0          # could not become a row; held for the dead-letter topic
     rows_committed: int = 0
     commits: int = 0

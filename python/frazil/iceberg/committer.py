@@ -13,6 +13,7 @@ Blocking (pyiceberg holds the GIL while it copies metadata): call it with ``asyn
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
@@ -200,6 +201,62 @@ class Committer:
             f"commit {commit_id} to {self._table_name} failed {self._max_attempts} times; last error: "
             f"{type(last_error).__name__}: {last_error}. Nothing was committed; check the catalog and restart."
         ) from last_error
+
+    def skip_to(self, tp: TopicPartition, offset: int, *, reason: str, by: str) -> CommitResult:
+        """An operator's reset: the table's offset of ``tp`` moves forward to ``offset`` with no data
+        (the records in between are skipped on purpose, e.g. a bad record when dead letters are off).
+        One commit: an empty snapshot whose summary carries the new offsets and why (``frazil.reset``),
+        and the offsets property, so the two agree. Never backwards (that would land records twice);
+        a table that changed meanwhile loses the compare-and-swap and nothing moves."""
+        table = self.load()
+        found = self.held(table)
+        stored = dict(found.offsets)
+        before = stored.get(tp)
+        if before is not None and offset <= before:
+            raise OffsetOverlapError(f"{self._table_name} holds {tp[0]}[{tp[1]}] up to {before}; a reset to {offset} "
+                                     "would move it back and land those records twice. Offsets only move forward")
+        stored[tp] = offset
+        commit_id = f"reset-{uuid.uuid4().hex}"
+        encoded = offsets.encode(stored)
+        summary = {offsets.COMMIT_ID_KEY: commit_id, offsets.PIPELINE_KEY: self._pipeline,
+                   offsets.property_key(self._pipeline): encoded,
+                   "frazil.reset": json.dumps({"topic": tp[0], "partition": tp[1], "from": before, "to": offset,
+                                               "reason": reason, "by": by}, sort_keys=True)}
+        started = time.monotonic()
+        tx = no_inner_retry(table).transaction()
+        with tx.update_snapshot(snapshot_properties=summary).fast_append():
+            pass   # no data: the snapshot carries the offsets the property gets
+        tx.set_properties({offsets.property_key(self._pipeline): encoded})
+        try:
+            committed = tx.commit_transaction()
+        except CommitFailedException as exc:
+            raise CommitOutcomeUnknown(f"{self._table_name} changed while resetting its offsets ({exc}); nothing moved. "
+                                       "Stop `frazil run` for the pipeline and try again") from exc
+        log.warning("commit %s table=%s: offsets of %s[%d] reset by %s from %s to %d (%s); records in between are "
+                    "skipped", commit_id, self._table_name, tp[0], tp[1], by, before, offset, reason)
+        return self._result(commit_id, None, 0, committed, 1, started)
+
+    def skip(self, tp: TopicPartition, offset: int, *, reason: str, by: str, at: str) -> None:
+        """An operator's decision that the record at ``offset`` of ``tp`` never lands in this table
+        (a bad record, when dead letters are off). Kept in the table property ``frazil.skip.<pipeline>``
+        with who and why; the pipeline leaves that record out when it reads it (and counts it), while
+        the table's offsets still move with the data around it. Only records the table has not passed."""
+        table = self.load()
+        stored = self.held(table).offsets
+        if tp in stored and offset < stored[tp]:
+            raise OffsetOverlapError(f"{self._table_name} already holds {tp[0]}[{tp[1]}] up to {stored[tp]}; the record "
+                                     f"at {offset} was landed or passed, skipping it now changes nothing")
+        skips = offsets.stored_skips(table.properties, self._pipeline)
+        skips.setdefault(tp, {})[offset] = {"reason": reason, "by": by, "at": at}
+        tx = no_inner_retry(table).transaction()
+        tx.set_properties({offsets.skip_key(self._pipeline): offsets.encode_skips(skips)})
+        try:
+            tx.commit_transaction()
+        except CommitFailedException as exc:
+            raise CommitOutcomeUnknown(f"{self._table_name} changed while noting the skip ({exc}); nothing changed. "
+                                       "Stop `frazil run` for the pipeline and try again") from exc
+        log.warning("table %s: %s[%d]@%d will be skipped by pipeline %s, as %s said (%s)", self._table_name, tp[0], tp[1],
+                    offset, self._pipeline, by, reason)
 
     def _resolve(self, commit_id: str) -> int | None:
         """Rule 5: reload and look for the commit id, retrying the reload a few times."""

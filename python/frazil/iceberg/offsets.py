@@ -22,6 +22,7 @@ VTTS_KEY = "frazil.vtts"   # valid-through timestamp (ms) of a full distributed 
 
 
 PROGRESS_PREFIX = "frazil.progress."
+SKIP_PREFIX = "frazil.skip."   # records an operator told the pipeline to skip (``frazil offsets --skip``)
 
 
 def property_key(pipeline: str) -> str:
@@ -48,6 +49,27 @@ def decode(text: str) -> dict[TopicPartition, int]:
 def stored_offsets(properties: Mapping[str, str], pipeline: str) -> dict[TopicPartition, int]:
     text = properties.get(property_key(pipeline))
     return decode(text) if text else {}
+
+
+def skip_key(pipeline: str) -> str:
+    return SKIP_PREFIX + pipeline
+
+
+def stored_skips(properties: Mapping[str, str], pipeline: str) -> dict[TopicPartition, dict[int, dict[str, str]]]:
+    """The records of each partition the table's pipeline must skip, each with who said so and why:
+    ``{"topic": {"0": {"40": {"reason": ..., "by": ..., "at": ...}}}}`` in the property."""
+    text = properties.get(skip_key(pipeline))
+    if not text:
+        return {}
+    return {(topic, int(p)): {int(o): dict(why) for o, why in offs.items()}
+            for topic, parts in json.loads(text).items() for p, offs in parts.items()}
+
+
+def encode_skips(skips: Mapping[TopicPartition, Mapping[int, Mapping[str, str]]]) -> str:
+    by_topic: dict[str, dict[str, dict[str, Mapping[str, str]]]] = {}
+    for (topic, partition), offs in sorted(skips.items()):
+        by_topic.setdefault(topic, {})[str(partition)] = {str(o): why for o, why in sorted(offs.items())}
+    return json.dumps(by_topic, separators=(",", ":"), sort_keys=True)
 
 
 def stored_progress(properties: Mapping[str, str], pipeline: str) -> dict[TopicPartition, int]:

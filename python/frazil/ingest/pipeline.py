@@ -320,6 +320,15 @@ class Pipeline:
                 chosen.sort()   # in offset order
             if floor is not None and records[0 if chosen is None else chosen[0]].offset < floor:   # rule 2, per table
                 chosen = [i for i in (everything if chosen is None else chosen) if records[i].offset >= floor]
+            skip = target.skips(self._cfg.pipeline).get(tp)
+            if skip and min(skip) <= records[-1].offset and max(skip) >= records[0].offset:   # `frazil offsets --skip`
+                kept = [i for i in (everything if chosen is None else chosen) if records[i].offset not in skip]
+                for i in sorted(set(everything if chosen is None else chosen) - set(kept)):
+                    log.warning("%s[%d]@%d: skipped for %s, as an operator said (frazil offsets --skip)", tp[0], tp[1],
+                                records[i].offset, name)
+                    self.metrics.records_skipped.inc()
+                    self.stats.records_skipped_on_request += 1
+                chosen = kept
             if chosen is None or chosen:
                 targets.append((name, target.buffer, chosen))
         if self._writers is not None:   # Avro: each table's writer schemas are decided before its records go in

@@ -15,6 +15,7 @@ from pyiceberg.table import Table
 from frazil.config import Config, TableConfig
 from frazil.events.payloads import DeadLetter
 from frazil.iceberg import catalog as iceberg_catalog
+from frazil.iceberg import offsets
 from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import TopicPartition, merge_progress
 from frazil.ingest.buffer import AvroRecordBuffer, RecordBuffer
@@ -35,6 +36,17 @@ class Target:
     dead: list[DeadLetter] = field(default_factory=list)
     # rows buffered under an older schema of the table (it evolved since): they go with the buffer's
     carried: list[pa.Table] = field(default_factory=list)
+
+    _skips: tuple[str, dict[TopicPartition, frozenset[int]]] | None = None
+
+    def skips(self, pipeline: str) -> dict[TopicPartition, frozenset[int]]:
+        """The records an operator told this table's pipeline to skip (``frazil offsets --skip``), as
+        the table was last loaded (read again whenever its metadata changes)."""
+        location = self.table.metadata_location
+        if self._skips is None or self._skips[0] != location:
+            found = offsets.stored_skips(self.table.properties, pipeline)
+            self._skips = (location, {tp: frozenset(offs) for tp, offs in found.items()})
+        return self._skips[1]
 
     @property
     def rows(self) -> int:
