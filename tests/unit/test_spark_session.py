@@ -23,7 +23,31 @@ def test_conf_points_spark_at_the_same_sqlite_file_under_the_same_catalog_name()
     assert conf["spark.master"] == "local[2]"
 
 
-@pytest.mark.parametrize("uri", ["postgresql://db/cat", "sqlite:///relative/catalog.db"])
+@pytest.mark.parametrize("uri", ["mysql+pymysql://u:pw@db/cat", "sqlite:///relative/catalog.db"])
 def test_conf_refuses_catalogs_spark_cannot_share(uri: str) -> None:
-    with pytest.raises(ConfigError, match="catalog uri"):
+    with pytest.raises(ConfigError, match="catalog uri") as info:
         session.conf("frazil", {"type": "sql", "uri": uri, "warehouse": "file:///w"}, jars=[])
+    assert "pw" not in str(info.value)   # a password in the URI is never shown
+
+
+def test_conf_for_postgresql_passes_the_credentials_apart_from_the_jdbc_uri() -> None:
+    conf = session.conf("lake", {"type": "sql", "uri": "postgresql+psycopg://bob:s3cret@db.internal:6432/ice?sslmode=require",
+                                 "warehouse": "s3://b/w", "s3.endpoint": "http://minio:9000"}, jars=[])
+    assert conf["spark.sql.catalog.lake.uri"] == "jdbc:postgresql://db.internal:6432/ice?sslmode=require"
+    assert conf["spark.sql.catalog.lake.jdbc.user"] == "bob" and conf["spark.sql.catalog.lake.jdbc.password"] == "s3cret"
+    assert conf["spark.sql.catalog.lake.s3.endpoint"] == "http://minio:9000"
+    assert conf["spark.sql.catalog.lake.catalog-impl"] == "org.apache.iceberg.jdbc.JdbcCatalog"
+
+
+def test_conf_for_a_rest_catalog() -> None:
+    conf = session.conf("lake", {"type": "rest", "uri": "https://cat:8181", "credential": "id:secret",
+                                 "warehouse": "wh", "header.X-Iceberg-Access-Delegation": "vended-credentials"}, jars=[])
+    assert conf["spark.sql.catalog.lake.type"] == "rest" and conf["spark.sql.catalog.lake.uri"] == "https://cat:8181"
+    assert conf["spark.sql.catalog.lake.credential"] == "id:secret"
+    assert conf["spark.sql.catalog.lake.header.X-Iceberg-Access-Delegation"] == "vended-credentials"
+    assert "spark.sql.catalog.lake.catalog-impl" not in conf
+
+
+def test_conf_refuses_a_catalog_type_spark_cannot_share() -> None:
+    with pytest.raises(ConfigError, match="turn maintenance off"):
+        session.conf("lake", {"type": "glue", "warehouse": "s3://b/w"}, jars=[])
