@@ -89,11 +89,13 @@ class KafkaSource:
 
     def highwaters(self) -> dict[TP, int]:
         """Each assigned partition's high watermark as of its last fetch (partitions not fetched yet are left out)."""
-        out = {}
-        for tp in self.assignment:
-            mark = self._consumer.highwater(TopicPartition(*tp))
-            if mark is not None:
-                out[tp] = mark
+        out: dict[TP, int] = {}
+        if self.rebalancing:
+            return out
+        for tp in self._consumer.assignment():   # aiokafka's own view: asking about any other partition asserts
+            mark = self._consumer.highwater(tp)
+            if mark is not None and (tp.topic, tp.partition) in self.assignment:
+                out[(tp.topic, tp.partition)] = mark
         return out
 
     def pause(self) -> None:
