@@ -1,6 +1,7 @@
 """Test session: uvloop for every asyncio test, a real Kafka broker started once (with SASL and TLS
 listeners), and, started once by the tests that need them, a real schema registry (Apicurio,
-Confluent-compatible API) and a real PostgreSQL server (the shared SQL catalog)."""
+Confluent-compatible API), a real PostgreSQL server (the shared SQL catalog) and a real Iceberg REST
+catalog server (Apache Iceberg's REST fixture)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import uvloop
 
 from frazil.local.kafka_broker import KafkaBroker
 from frazil.local.postgres import PostgresServer
+from frazil.local.rest_catalog import RestCatalogServer
 from frazil.local.schema_registry import SchemaRegistry
 
 
@@ -42,3 +44,11 @@ def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Schema
     need it fail with the reason."""
     with SchemaRegistry.start(Path(tmp_path_factory.mktemp("registry"))) as registry:
         yield registry
+
+
+@pytest.fixture(scope="session")
+def rest_catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestCatalogServer]:
+    """A real Iceberg REST catalog server for the session (Apache Iceberg's REST fixture from Maven
+    Central). Never skipped: if it cannot start, the tests that need it fail with the reason."""
+    with RestCatalogServer.start(Path(tmp_path_factory.mktemp("rest-catalog"))) as server:
+        yield server

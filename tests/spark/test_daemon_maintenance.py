@@ -43,10 +43,12 @@ def catalog_properties(kind: str, request: pytest.FixtureRequest) -> str:
         return support.SQLITE_CATALOG
     if kind == "postgresql":
         return f'{{ uri = "{request.getfixturevalue("postgres").uri()}", warehouse = "file://warehouse" }}'
+    if kind == "rest":   # the server places the tables in its own warehouse
+        return f'{{ type = "rest", uri = "{request.getfixturevalue("rest_catalog").uri}" }}'
     raise AssertionError(kind)
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql", "rest"])
 def test_compaction_and_expiry_run_while_frazil_ingests_and_lose_nothing(kafka: KafkaBroker, tmp_path: Path, kind: str,
                                                                          request: pytest.FixtureRequest,
                                                                          spark: Any) -> None:

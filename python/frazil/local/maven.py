@@ -27,12 +27,15 @@ class Artifact:
     version: str
     # (group, name) pairs left out of this artifact's dependencies
     exclude: tuple[tuple[str, str], ...] = field(default=())
+    # a secondary jar of the artifact, e.g. "tests" or "test-fixtures"
+    classifier: str = ""
 
     def xml(self) -> str:
         exclusions = "".join(f"<exclusion><groupId>{g}</groupId><artifactId>{a}</artifactId></exclusion>"
                              for g, a in self.exclude)
         return (f"    <dependency><groupId>{self.group}</groupId><artifactId>{self.name}</artifactId>"
                 f"<version>{self.version}</version>"
+                + (f"<classifier>{self.classifier}</classifier>" if self.classifier else "")
                 + (f"<exclusions>{exclusions}</exclusions>" if exclusions else "") + "</dependency>\n")
 
 

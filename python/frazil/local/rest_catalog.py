@@ -1,0 +1,156 @@
+"""A real Iceberg REST catalog server for tests: Apache Iceberg's own REST fixture
+(``org.apache.iceberg.rest.RESTCatalogServer``), the server Iceberg runs its REST compatibility
+kit against and publishes as its ``iceberg-rest-fixture`` image.
+
+Maven Central has it as ``iceberg-open-api``'s ``test-fixtures`` jar (four classes, no pom
+dependencies); the classpath it needs is the one Iceberg's build gives it: iceberg-core and its
+test jar (the servlet and the catalog adapter), Hadoop's client API (a ``Configuration``), Jetty 12,
+the SQLite JDBC driver and an SLF4J binding. Fetched once by Maven into the cache outside git.
+
+The server keeps its tables in a ``JdbcCatalog`` on a SQLite file of its own and its warehouse in a
+folder (or, with ``properties``, anywhere its FileIO reaches). pyiceberg and Spark both talk to it
+over HTTP, as two hosts sharing one catalog would. It listens on every interface (the fixture has
+no host setting); tests use 127.0.0.1.
+
+    with RestCatalogServer.start(workdir) as rest:
+        print(rest.uri)    # http://127.0.0.1:PORT, a frazil [catalog] uri with type = "rest"
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import requests
+
+from frazil.local import maven
+from frazil.local.kafka_broker import free_port
+
+ICEBERG_VERSION = "1.11.0"   # the Iceberg Spark runtime's version (spark/jars.py)
+# Iceberg 1.11.0's own choices for the fixture (its gradle/libs.versions.toml)
+JETTY_VERSION = "12.1.8"
+HADOOP_VERSION = "3.4.3"
+SQLITE_JDBC_VERSION = "3.50.3.0"
+SLF4J_VERSION = "2.0.17"
+START_TIMEOUT_S = 90.0
+
+ARTIFACTS = [
+    maven.Artifact("org.apache.iceberg", "iceberg-open-api", ICEBERG_VERSION, classifier="test-fixtures"),
+    maven.Artifact("org.apache.iceberg", "iceberg-core", ICEBERG_VERSION),
+    maven.Artifact("org.apache.iceberg", "iceberg-core", ICEBERG_VERSION, classifier="tests"),
+    maven.Artifact("org.apache.hadoop", "hadoop-client-api", HADOOP_VERSION),
+    maven.Artifact("org.apache.hadoop", "hadoop-client-runtime", HADOOP_VERSION),
+    maven.Artifact("org.eclipse.jetty.ee10", "jetty-ee10-servlet", JETTY_VERSION),
+    maven.Artifact("org.eclipse.jetty.compression", "jetty-compression-server", JETTY_VERSION),
+    maven.Artifact("org.eclipse.jetty.compression", "jetty-compression-gzip", JETTY_VERSION),
+    maven.Artifact("org.xerial", "sqlite-jdbc", SQLITE_JDBC_VERSION),
+    maven.Artifact("org.slf4j", "slf4j-simple", SLF4J_VERSION),
+]
+
+
+class RestCatalogError(RuntimeError):
+    """The REST catalog server could not be fetched or started."""
+
+
+def classpath(extra: list[Path] | None = None) -> str:
+    """The server's classpath (fetched first when not cached), plus ``extra`` jars (a FileIO's)."""
+    try:
+        lib = maven.fetch(f"iceberg-rest-fixture-{ICEBERG_VERSION}", ARTIFACTS)
+    except maven.FetchError as exc:
+        raise RestCatalogError(str(exc)) from exc
+    return os.pathsep.join([str(lib / "*"), *(str(p) for p in extra or [])])
+
+
+def environment(port: int, workdir: Path, properties: Mapping[str, str]) -> dict[str, str]:
+    """The fixture's settings: it reads catalog properties from ``CATALOG_*`` variables (``__`` for
+    ``-``, ``_`` for ``.``, lower-cased), e.g. ``CATALOG_IO__IMPL`` is ``io-impl``."""
+    props = {"rest.port": str(port), "uri": f"jdbc:sqlite:{workdir / 'rest-catalog.db'}",
+             "warehouse": (workdir / "warehouse").as_uri(), **properties}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CATALOG_")}
+    for key, value in props.items():
+        env["CATALOG_" + key.replace("-", "__").replace(".", "_").upper()] = value
+    return env
+
+
+@dataclass
+class RestCatalogServer:
+    """A running fixture process; ``stop`` is idempotent."""
+
+    workdir: Path
+    port: int
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def uri(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @classmethod
+    def start(cls, workdir: Path, *, properties: Mapping[str, str] | None = None, jars: list[Path] | None = None,
+              heap: str = "384m") -> RestCatalogServer:
+        """Start a server whose tables live under ``workdir``; ``properties``: more catalog
+        properties for its backend catalog (``io-impl``, ``s3.*``, ...), with ``jars`` for them."""
+        cp = classpath(jars)
+        workdir = Path(workdir).resolve()
+        (workdir / "warehouse").mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        with open(workdir / "rest-catalog.log", "wb") as out:
+            proc = subprocess.Popen(["java", f"-Xmx{heap}", "-XX:+UseSerialGC", "-cp", cp,
+                                     "org.apache.iceberg.rest.RESTCatalogServer"],
+                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=workdir,
+                                    env=environment(port, workdir, properties or {}))
+        server = cls(workdir, port, proc)
+        try:
+            server._wait_ready()
+        except BaseException:
+            server.stop()
+            raise
+        return server
+
+    def log_tail(self, chars: int = 3000) -> str:
+        path = self.workdir / "rest-catalog.log"
+        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RestCatalogError(f"the REST catalog server exited during start-up:\n{self.log_tail()}")
+            try:
+                if requests.get(f"{self.uri}/v1/config", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.3)
+        raise RestCatalogError(f"the REST catalog server did not answer within {START_TIMEOUT_S:.0f}s:\n"
+                               f"{self.log_tail()}")
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def __enter__(self) -> RestCatalogServer:
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+
+if __name__ == "__main__":   # fetch ahead of the tests; prints the classpath
+    try:
+        print(classpath())
+    except RestCatalogError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
