@@ -36,6 +36,7 @@ from aiokafka.errors import KafkaError, ProducerFenced
 
 from frazil import faults
 from frazil.config import Config
+from frazil.errors import KafkaUnavailable, NotFound
 from frazil.coordination.channel import ControlChannel
 from frazil.coordination.commit_state import TopicPartition
 from frazil.coordination.coordinator import Coordinator, table_committer
@@ -100,7 +101,8 @@ class CoordinatorService:
                 if topics != self._topics:
                     log.info("coordinator: source topics now %s", ", ".join(topics) or "none")
                 self._topics = topics
-            except (KafkaError, OSError, LookupError) as exc:
+            except (KafkaError, KafkaUnavailable, NotFound, OSError, LookupError) as exc:
+                # a broker outage, or a topic deleted between the list and the describe
                 if not self._partitions:
                     raise
                 log.warning("coordinator: cannot list the source topics (%s: %s); keeping the last list",
