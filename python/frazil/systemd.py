@@ -90,7 +90,12 @@ async def serve(notifier: Notifier, stop: asyncio.Event, finished: asyncio.Event
         if notifier.watchdog_interval_s is not None and loop.time() >= next_ping:
             notifier.send("WATCHDOG=1")
             next_ping = loop.time() + notifier.watchdog_interval_s
+        # woken by the stop too: STOPPING goes out when the drain starts, even a drain shorter than a tick
+        events = [asyncio.ensure_future(e.wait()) for e in ((finished,) if said_stopping else (finished, stop))]
         try:
-            await asyncio.wait_for(finished.wait(), interval)
-        except TimeoutError:
-            pass
+            await asyncio.wait(events, timeout=interval, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for event in events:
+                event.cancel()
+    if stop.is_set() and not said_stopping:
+        notifier.stopping()
