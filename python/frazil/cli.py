@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import re
 import sys
 import time
@@ -18,7 +19,7 @@ from aiokafka.errors import KafkaError
 
 from frazil import config as config_mod
 from frazil import logs
-from frazil.errors import CatalogUnavailable, ConfigError, FrazilError, KafkaUnavailable, NotFound
+from frazil.errors import CatalogUnavailable, ConfigError, FrazilError, KafkaUnavailable, NotFound, OffsetOverlapError
 
 log = logging.getLogger("frazil")
 T = TypeVar("T")
@@ -137,7 +138,7 @@ def _offsets(args: argparse.Namespace) -> int:
     cfg = config_mod.load(args.config)
     logs.setup("WARNING")
     _quiet_kafka_client()
-    if args.reset or args.skip:
+    if args.reset or args.skip or args.from_group:
         return _reset(cfg, args)
     catalog = iceberg_catalog.load(cfg.catalog, attempts=1, busy_timeout_s=CATALOG_WAIT_S)
     ends = asyncio.run(end_offsets(cfg.kafka, asyncio.run(source_topics(cfg.kafka))))
@@ -242,28 +243,31 @@ def _reset(cfg: config_mod.Config, args: argparse.Namespace) -> int:
     """``offsets --skip TOPIC:PARTITION@OFFSET``: the table never takes that one record (a bad record
     when dead letters are off); ``offsets --reset TOPIC:PARTITION=OFFSET``: move one table's offset
     forward, skipping every record before it. Both after a confirmation, kept in the table with who
-    and why, and logged."""
-    import getpass
-    import socket
-
+    and why, and logged. ``--from-group GROUP``: every partition at once, to a group's offsets."""
     from frazil.iceberg import catalog as iceberg_catalog
     from frazil.iceberg.committer import Committer
     from frazil.status import end_offsets
 
-    if args.reset and args.skip:
-        raise ConfigError("give --skip TOPIC:PARTITION@OFFSET or --reset TOPIC:PARTITION=OFFSET, not both")
-    option, spec = ("--skip", args.skip) if args.skip else ("--reset", args.reset)
+    if sum(map(bool, (args.reset, args.skip, args.from_group))) > 1:
+        raise ConfigError("give one of --skip TOPIC:PARTITION@OFFSET, --reset TOPIC:PARTITION=OFFSET or "
+                          "--from-group GROUP")
+    option = "--skip" if args.skip else "--reset" if args.reset else "--from-group"
+    names = [t.name for t in cfg.tables]
+    table_name = args.table or (names[0] if len(names) == 1 else "")
+    if not table_name:
+        raise ConfigError(f"{option}: the pipeline has several tables ({', '.join(names)}); say which with --table")
+    if table_name not in names and cfg.dynamic is None:
+        raise ConfigError(f"--table {table_name}: pipeline {cfg.pipeline} lands {', '.join(names)}, not that table")
+    if not args.reason:
+        raise ConfigError(f"{option} needs --reason \"...\": it is kept in the table with who asked")
+    if args.from_group:
+        return _reset_from_group(cfg, args, table_name)
+    spec = args.skip or args.reset
     m = re.fullmatch(r"(.+):(\d+)" + ("@" if args.skip else "=") + r"(\d+)", spec)
     if not m:
         raise ConfigError(f"{option} {spec!r}: write TOPIC:PARTITION" + ("@OFFSET, e.g. orders:3@1041" if args.skip
                                                                          else "=OFFSET, e.g. orders:3=1042"))
     tp, offset = (m.group(1), int(m.group(2))), int(m.group(3))
-    names = [t.name for t in cfg.tables]
-    table_name = args.table or (names[0] if len(names) == 1 else "")
-    if not table_name:
-        raise ConfigError(f"--reset: the pipeline has several tables ({', '.join(names)}); say which with --table")
-    if not args.reason:
-        raise ConfigError(f"{option} needs --reason \"...\": it is kept in the table with who asked")
     ends = asyncio.run(end_offsets(cfg.kafka, [tp[0]]))
     if tp not in ends:
         raise NotFound(f"{tp[0]} has no partition {tp[1]}")
@@ -273,6 +277,13 @@ def _reset(cfg: config_mod.Config, args: argparse.Namespace) -> int:
     committer = Committer(catalog, table_name, cfg.pipeline)
     table = _catalog_call(cfg, partial(catalog.load_table, table_name))
     before = committer.held(table).offsets.get(tp)
+    # refused before asking: the committer checks again inside its compare-and-swap
+    if args.skip and before is not None and offset < before:
+        raise OffsetOverlapError(f"{table_name} already holds {tp[0]}[{tp[1]}] up to {before}; the record at {offset} "
+                                 "was landed or passed, skipping it now changes nothing")
+    if args.reset and before is not None and offset <= before:
+        raise OffsetOverlapError(f"{table_name} holds {tp[0]}[{tp[1]}] up to {before}; a reset to {offset} would move "
+                                 "it back and land those records twice. Offsets only move forward")
     if args.skip:
         print(f"{table_name}: the record {tp[0]}[{tp[1]}]@{offset} will never land in this table (reason: "
               f"{args.reason}); the table holds that partition up to {before if before is not None else 'nothing yet'}. "
@@ -281,20 +292,81 @@ def _reset(cfg: config_mod.Config, args: argparse.Namespace) -> int:
         print(f"{table_name}: {tp[0]}[{tp[1]}] from {before if before is not None else 'nothing stored'} to {offset}: "
               f"{offset - (before or 0)} record(s) will never land in this table (reason: {args.reason}). Stop "
               f"`frazil run` for pipeline {cfg.pipeline} first.")
-    if not args.yes:
-        if not sys.stdin.isatty():
-            raise ConfigError("--reset asks for confirmation on a terminal; pass --yes to confirm without one")
-        if input(f"type the table name ({table_name}) to confirm: ").strip() != table_name:
-            print("not confirmed; nothing changed")
-            return 1
-    by = f"{getpass.getuser()}@{socket.gethostname()}"
+    if not _confirmed(args, table_name):
+        return 1
+    by = _operator()
     if args.skip:
-        committer.skip(tp, offset, reason=args.reason, by=by, at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        _catalog_call(cfg, partial(committer.skip, tp, offset, reason=args.reason, by=by,
+                                   at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
         print(f"skip noted in {table_name} (property frazil.skip.{cfg.pipeline})")
         return 0
-    result = committer.skip_to(tp, offset, reason=args.reason, by=by)
+    result = _catalog_call(cfg, partial(committer.skip_to, {tp: offset}, reason=args.reason, by=by))
     print(f"reset: commit {result.commit_id}, snapshot {result.snapshot_id}; {table_name} now holds "
           f"{tp[0]}[{tp[1]}] up to {offset}")
+    return 0
+
+
+def _confirmed(args: argparse.Namespace, table_name: str) -> bool:
+    """``--yes``, or the table's name typed on a terminal."""
+    if args.yes:
+        return True
+    if not sys.stdin.isatty():
+        raise ConfigError("moving offsets asks for confirmation on a terminal; pass --yes to confirm without one")
+    if input(f"type the table name ({table_name}) to confirm: ").strip() != table_name:
+        print("not confirmed; nothing changed")
+        return False
+    return True
+
+
+def _operator() -> str:
+    """Who moves offsets, as the table keeps it: user@host (the uid when it has no passwd entry)."""
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):   # a container's uid with no passwd entry and no $USER
+        user = f"uid{os.getuid()}"
+    return f"{user}@{socket.gethostname()}"
+
+
+def _reset_from_group(cfg: config_mod.Config, args: argparse.Namespace, table_name: str) -> int:
+    """``offsets --from-group GROUP``: the table's offsets move forward to what another consumer
+    group committed (a Kafka Connect sink's ``connect-<name>`` when moving to frazil), so frazil
+    does not land again what the group's consumer already landed. Partitions where the table is
+    already at or past the group stay; the group must have no members."""
+    from frazil.iceberg import catalog as iceberg_catalog
+    from frazil.iceberg.committer import Committer
+    from frazil.status import group_offsets, source_topics
+
+    topics = asyncio.run(source_topics(cfg.kafka))
+    group = asyncio.run(group_offsets(cfg.kafka, args.from_group, topics))
+    if not group:
+        raise NotFound(f"consumer group {args.from_group!r} has no committed offsets for {', '.join(topics)}; check "
+                       "the group's name (a Kafka Connect sink's is connect-<connector name>)")
+    catalog = iceberg_catalog.load(cfg.catalog, attempts=1, busy_timeout_s=CATALOG_WAIT_S)
+    committer = Committer(catalog, table_name, cfg.pipeline)
+    if not _catalog_call(cfg, partial(catalog.table_exists, table_name)):
+        raise NotFound(f"table {table_name} does not exist yet: create it (`frazil run` with no records to read, or the "
+                       "connector's table) before moving its offsets")
+    stored = committer.held(_catalog_call(cfg, partial(catalog.load_table, table_name))).offsets
+    moves = {tp: off for tp, off in sorted(group.items()) if stored.get(tp, 0) < off}
+    print(f"{table_name}: offsets from consumer group {args.from_group} (reason: {args.reason})")
+    print(f"  {'topic':<24}{'partition':>10}{'table offset':>14}{'group offset':>14}  action")
+    for tp, off in sorted(group.items()):
+        have = stored.get(tp)
+        action = f"move, {off - (have or 0)} record(s) never land here" if tp in moves else "keep (table at or past it)"
+        print(f"  {tp[0]:<24}{tp[1]:>10}{_dash(have):>14}{off:>14}  {action}")
+    if not moves:
+        print("nothing to move")
+        return 0
+    print(f"Stop `frazil run` for pipeline {cfg.pipeline} first; the consumer of group {args.from_group} must have "
+          "committed everything it read (for a Kafka Connect sink: its last commit landed).")
+    if not _confirmed(args, table_name):
+        return 1
+    result = _catalog_call(cfg, partial(committer.skip_to, moves, reason=args.reason, by=_operator()))
+    print(f"reset: commit {result.commit_id}, snapshot {result.snapshot_id}; {len(moves)} partition(s) of {table_name} "
+          f"moved to the offsets of {args.from_group}")
     return 0
 
 
@@ -307,12 +379,12 @@ def _import_kc(args: argparse.Namespace) -> int:
                                      dynamic_namespace=args.dynamic_namespace)
     except FileNotFoundError:
         raise ConfigError(f"{args.connector} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:   # a folder, no permission, not text
+        raise ConfigError(f"{args.connector} cannot be read: {exc}") from None
     except kafka_connect.ConnectorConfigError as exc:
         raise ConfigError(f"{args.connector}: {exc}") from None
-    import tomllib
-
-    try:   # what is written must be a config frazil accepts
-        config_mod.parse(tomllib.loads(done.toml), base=(args.output or Path("frazil.toml")).resolve().parent)
+    try:   # what is written must be a config frazil accepts (a placeholder in each secret's variable)
+        kafka_connect.check(done, (args.output or Path("frazil.toml")).resolve().parent)
         verdict = "accepted by `frazil config check`"
     except ConfigError as exc:
         verdict = f"NOT accepted as it is: {exc}"
@@ -474,6 +546,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip", default="", metavar="TOPIC:PARTITION@OFFSET",
                    help="the table never takes the record at OFFSET (a bad record when dead letters are off), after a "
                         "confirmation; the pipeline leaves it out when it reads it again")
+    p.add_argument("--from-group", default="", metavar="GROUP",
+                   help="move the table's offsets forward to what consumer group GROUP committed (e.g. connect-NAME, "
+                        "when moving from Kafka Connect)")
     p.add_argument("--table", default="", help="with --skip/--reset: which table (needed when the pipeline has several)")
     p.add_argument("--reason", default="", help="with --skip/--reset: why (kept in the table)")
     p.add_argument("--yes", action="store_true", help="with --skip/--reset: confirm without a prompt")

@@ -191,6 +191,12 @@ def main(*, records: int, workdir: Path) -> int:
                     done = sum(stored.get(tp, 0) for tp in ends)
                     _progress("committed", done, records, started)
                 elapsed = time.monotonic() - started
+                print("4. frazil status, while it runs (last commit, offsets, lag, the group, the coordinator)")
+                status = subprocess.run([sys.executable, "-m", "frazil.cli", "status", "--config", str(config_path)],
+                                        capture_output=True, text=True)
+                for line in (status.stdout + status.stderr).splitlines():
+                    print(f"   {line}")
+                ok_status = status.returncode == 0
             finally:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout=60)
@@ -200,7 +206,7 @@ def main(*, records: int, workdir: Path) -> int:
         files = list(table.inspect.files().column("file_path"))
         rows = data.num_rows
         distinct = len(set(zip(data.column("_kafka_partition").to_pylist(), data.column("_kafka_offset").to_pylist())))
-        print("4. result")
+        print("5. result")
         print(f"   events produced     {records:,}")
         print(f"   rows in {TABLE}  {rows:,}  ({distinct:,} distinct (partition, offset))")
         print(f"   snapshots           {len(table.snapshots())}")
@@ -209,7 +215,7 @@ def main(*, records: int, workdir: Path) -> int:
               f"({elapsed:.1f}s from start to all committed, including start-up)")
         stored_after_run = table.properties.get(offsets.property_key(cfg.pipeline))
         print(f"   stored offsets      {stored_after_run}")
-        print("5. frazil compact: Spark rewrites the small files while the offsets stay (starting Spark, ~10 s)")
+        print("6. frazil compact: Spark rewrites the small files while the offsets stay (starting Spark, ~10 s)")
         compact = subprocess.run([sys.executable, "-m", "frazil.cli", "compact", "--config", str(config_path)],
                                  capture_output=True, text=True)
         with open(workdir / "frazil.log", "a") as log_file:
@@ -222,7 +228,7 @@ def main(*, records: int, workdir: Path) -> int:
               + ("" if compact.returncode == 0 else f"  (compaction FAILED, see {workdir / 'frazil.log'})"))
         print(f"   rows and offsets    {'unchanged' if same else 'CHANGED'}")
         ok_compact = compact.returncode == 0 and same
-        print("6. sample query: purchases and revenue by country, from the Iceberg table")
+        print("7. sample query: purchases and revenue by country, from the Iceberg table")
         purchases = table.scan(row_filter="event_type == 'purchase'", selected_fields=("country", "price")).to_arrow()
         by_country = purchases.group_by("country").aggregate([("price", "count"), ("price", "sum")]).sort_by(
             [("price_sum", "descending")])
@@ -230,8 +236,8 @@ def main(*, records: int, workdir: Path) -> int:
             print(f"   {row['country']}  {row['price_count']:>6,} purchases  {row['price_sum']:>12,.2f}")
         by_day = pc.value_counts(pc.strftime(data.column("event_time"), format="%Y-%m-%d")).to_pylist()
         print("   events per day: " + ", ".join(f"{d['values']} {d['counts']:,}" for d in sorted(by_day, key=lambda d: d["values"])))
-        ok = rows == records == distinct and ok_compact
-        print("7. stopping the broker")
+        ok = rows == records == distinct and ok_compact and ok_status
+        print("8. stopping the broker")
     print(f"demo {'OK' if ok else 'FAILED'}: {rows:,} rows for {records:,} events")
     return 0 if ok else 1
 

@@ -3,14 +3,22 @@
 Pure: ``read`` parses the connector's JSON (``{"name", "config"}`` as the Connect REST API takes
 it, or the bare config) or ``.properties`` text; ``convert`` maps it and lists every setting it
 could not carry over, or carried over with a different behaviour, so nothing is dropped without
-saying so. Settings are the ones the Iceberg docs list (docs/docs/kafka-connect.md).
+saying so. Settings are the ones the Iceberg docs list (docs/docs/kafka-connect.md). Secrets are
+never written: the config names an environment variable for each (``Conversion.env``), and
+``check`` parses the config as ``frazil config check`` does with a placeholder in each.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import tomllib
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from frazil import config as config_mod
+from frazil.errors import ConfigError
 
 CONNECTOR_CLASSES = ("org.apache.iceberg.connect.IcebergSinkConnector", "io.tabular.iceberg.connect.IcebergSinkConnector")
 _NAME = re.compile(r"[^A-Za-z0-9_.-]")
@@ -20,10 +28,18 @@ _TRANSFORMS = {"year": "year", "years": "year", "month": "month", "months": "mon
 _CATALOG_IMPLS = {"org.apache.iceberg.aws.glue.GlueCatalog": "glue", "org.apache.iceberg.rest.RESTCatalog": "rest",
                   "org.apache.iceberg.hive.HiveCatalog": "hive"}
 _JAAS = re.compile(r'(?P<key>username|password)\s*=\s*"(?P<value>[^"]*)"')
+# catalog properties that hold a secret: the rule frazil.iceberg.catalog._SECRET_KEYS masks by
+# (repeated so this module does not import pyiceberg; a unit test keeps the two the same)
+_SECRET_KEYS = re.compile(r"password|secret|token|credential|key", re.IGNORECASE)
+# a URI with a password in it: user:password@ or a password-like query parameter
+_URI_SECRET = re.compile(r"://[^/@\s]*:[^/@\s]*@|[?&;][^=&;]*(?:password|secret|token|credential|key)[^=&;]*=",
+                         re.IGNORECASE)
+PLACEHOLDER = "placeholder-set-by-import-kc"
 
 
-class ConnectorConfigError(ValueError):
-    """The file is not an Iceberg sink connector's configuration (the message says why)."""
+class ConnectorConfigError(ConfigError, ValueError):
+    """The file is not an Iceberg sink connector's configuration, or a setting in it is malformed
+    (the message says why)."""
 
 
 @dataclass
@@ -31,6 +47,30 @@ class Conversion:
     toml: str
     carried: list[str] = field(default_factory=list)             # connector keys that became frazil settings
     not_carried: list[tuple[str, str]] = field(default_factory=list)   # (key, why), also behaviour that changes
+    env: dict[str, str] = field(default_factory=dict)   # environment variable -> where in the connector its value is
+
+
+def check(done: Conversion, base: Path) -> config_mod.Config:
+    """Parse ``done.toml`` as ``frazil config check`` does (ConfigError when it is not accepted),
+    with a placeholder value in each environment variable of ``done.env`` (set or not here) and
+    every other variable left as it is; the environment is restored afterwards."""
+    saved = {var: os.environ.get(var) for var in done.env}
+    try:
+        os.environ.update({var: PLACEHOLDER for var in done.env})
+        return config_mod.parse(tomllib.loads(done.toml), base=base)
+    finally:
+        for var, value in saved.items():
+            if value is None:
+                os.environ.pop(var, None)
+            else:
+                os.environ[var] = value
+
+
+def _whole(key: str, value: str, unit: str) -> int:
+    """Connector setting ``key``'s ``value`` as a whole number of ``unit``, 1 or more."""
+    if not re.fullmatch(r"\s*\d+\s*", value) or int(value) < 1:
+        raise ConnectorConfigError(f"{key} = {value!r} is not a whole number of {unit} (1 or more)")
+    return int(value)
 
 
 def read(text: str, filename: str) -> tuple[str, dict[str, str]]:
@@ -149,12 +189,29 @@ def convert(name: str, config: dict[str, str], *, pipeline: str = "", bootstrap_
     def flag(key: str, default: bool) -> bool:
         return take(key, str(default).lower()).strip().lower() == "true"
 
+    def leave(key: str, why: str) -> None:
+        """A setting that is not carried over: accounted for, and listed with why."""
+        if key in config:
+            used.add(key)
+            skip((key, why))
+
+    def secret(var: str, source: str) -> str:
+        """An environment variable, named after ``var``, for the secret at ``source``."""
+        var = re.sub(r"[^A-Za-z0-9]", "_", var).upper()
+        name, n = var, 1
+        while name in out.env:
+            n += 1
+            name = f"{var}_{n}"
+        out.env[name] = source
+        return name
+
     pipeline = pipeline or _NAME.sub("_", name) or "imported"
     sections: dict[str, dict[str, object]] = {"pipeline": {"name": pipeline}}
     p = sections["pipeline"]
     # --- commits
     if "iceberg.control.commit.interval-ms" in config:
-        p["commit_interval_s"] = int(take("iceberg.control.commit.interval-ms")) / 1000
+        key = "iceberg.control.commit.interval-ms"
+        p["commit_interval_s"] = _whole(key, take(key), "milliseconds") / 1000
     else:
         skip(("iceberg.control.commit.interval-ms", "not set: Kafka Connect committed every 300 s by default; frazil "
               "commits every pipeline.commit_interval_s = 10 s unless told otherwise"))
@@ -169,10 +226,8 @@ def convert(name: str, config: dict[str, str], *, pipeline: str = "", bootstrap_
                   "drops a record: it stops (on_bad_record = \"fail\"); set on_bad_record = \"dead_letter\" to go on"))
     for key in ("errors.deadletterqueue.context.headers.enable", "errors.deadletterqueue.topic.replication.factor",
                 "errors.log.enable", "errors.log.include.messages", "errors.retry.timeout", "errors.retry.delay.max.ms"):
-        if key in config:
-            used.add(key)
-            skip((key, "Kafka Connect's error handling; frazil's dead letters always carry the error in headers "
-                  "(frazil.error, frazil.error.field, frazil.source.*) and the topic is created with up to 3 replicas"))
+        leave(key, "Kafka Connect's error handling; frazil's dead letters always carry the error in headers "
+              "(frazil.error, frazil.error.field, frazil.source.*) and the topic is created with up to 3 replicas")
 
     # --- Kafka
     kafka: dict[str, object] = {}
@@ -200,21 +255,20 @@ def convert(name: str, config: dict[str, str], *, pipeline: str = "", bootstrap_
         if "username" in found:
             kafka["sasl_username"] = found["username"]
         if "password" in found:
-            kafka["sasl_password"] = found["password"]
-            skip((client["sasl.jaas.config"], "its password is copied into kafka.sasl_password in the file; move it to "
-                  "an environment variable (kafka.sasl_password_env) or a file (kafka.sasl_password_file)"))
+            jaas = client["sasl.jaas.config"]
+            var = kafka["sasl_password_env"] = secret("FRAZIL_KAFKA_SASL_PASSWORD", f"the password in {jaas}")
+            skip((jaas, f"its password is not written to the file: kafka.sasl_password_env = \"{var}\" reads it from "
+                  "that environment variable"))
     for key in ("ssl.truststore.location", "ssl.keystore.location", "ssl.truststore.password", "ssl.keystore.password"):
         if key in client:
-            used.add(client[key])
-            skip((client[key], "Java key stores are not read: convert the CA to PEM for kafka.ssl_cafile (and a "
-                  "client certificate to kafka.ssl_certfile/ssl_keyfile)"))
+            leave(client[key], "Java key stores are not read: convert the CA to PEM for kafka.ssl_cafile (and a "
+                  "client certificate to kafka.ssl_certfile/ssl_keyfile)")
     for short, key in sorted(client.items()):
         if key not in used:
-            used.add(key)
-            skip((key, "a Kafka client setting frazil does not take (docs/configuration.md lists the [kafka] keys)"))
+            leave(key, "a Kafka client setting frazil does not take (docs/configuration.md lists the [kafka] keys)")
     sections["kafka"] = kafka
-    tasks = take("tasks.max", "1")
-    if tasks.isdigit() and int(tasks) > 1:
+    tasks = _whole("tasks.max", take("tasks.max", "1"), "tasks")
+    if tasks > 1:
         sections["coordination"] = {"mode": "distributed"}
         skip(("tasks.max", f"{tasks} tasks: coordination.mode = \"distributed\"; run that many `frazil run` processes "
               "(any number works: the consumer group spreads the partitions)"))
@@ -222,16 +276,15 @@ def convert(name: str, config: dict[str, str], *, pipeline: str = "", bootstrap_
     if "iceberg.control.topic" in config:
         coordination["control_topic"] = take("iceberg.control.topic")
     if "iceberg.control.commit.timeout-ms" in config:
-        coordination["commit_timeout_s"] = int(take("iceberg.control.commit.timeout-ms")) / 1000
+        key = "iceberg.control.commit.timeout-ms"
+        coordination["commit_timeout_s"] = _whole(key, take(key), "milliseconds") / 1000
     for key, why in (("iceberg.control.group-id-prefix", "frazil's coordinator group is <kafka.group_id>-coordinator"),
                      ("iceberg.control.commit.threads", "frazil commits each table once per cycle"),
                      ("iceberg.control.commit.max-consecutive-failures",
                       "frazil keeps retrying for pipeline.outage_timeout_s (300 s) while holding the records, then stops"),
                      ("iceberg.coordinator.transactional.prefix",
                       "frazil's transactional ids are frazil-<pipeline>-coordinator and frazil-<pipeline>-<member>")):
-        if key in config:
-            used.add(key)
-            skip((key, why))
+        leave(key, why)
     if not coordination:
         del sections["coordination"]
 
@@ -251,11 +304,9 @@ def convert(name: str, config: dict[str, str], *, pipeline: str = "", bootstrap_
         skip(("value.converter", f"{converter}: frazil reads JSON objects or Avro"))
     for key in sorted(k for k in config if k.startswith(("key.converter", "value.converter.", "header.converter"))):
         if key not in used:
-            used.add(key)
-            skip((key, "converter settings: frazil keeps the key's bytes in _kafka_key"))
+            leave(key, "converter settings: frazil keeps the key's bytes in _kafka_key")
     for key in sorted(k for k in config if k == "transforms" or k.startswith("transforms.")):
-        used.add(key)
-        skip((key, "single message transforms are not run"))
+        leave(key, "single message transforms are not run")
 
     # --- catalog
     catalog: dict[str, str] = {}
@@ -272,17 +323,17 @@ def convert(name: str, config: dict[str, str], *, pipeline: str = "", bootstrap_
             skip((key, "a Java FileIO class: pyiceberg picks its FileIO from the warehouse scheme (s3://, gs://, ...)"))
         elif prop.startswith("jdbc."):
             skip((key, "JDBC settings: put the user and password in a SQLAlchemy uri (uri_env = ...) for a SQL catalog"))
+        elif value and (_SECRET_KEYS.search(prop) or (prop == "uri" and _URI_SECRET.search(value))):
+            var = catalog[f"{prop}_env"] = secret(f"FRAZIL_CATALOG_{prop}", key)
+            skip((key, f"a secret: not written to the file; [catalog] properties {prop}_env = \"{var}\" reads it "
+                  "from that environment variable"))
         else:
             catalog[prop] = value
-            if prop in ("credential", "token") or "secret" in prop or "password" in prop:
-                skip((key, f"copied into [catalog] properties {prop!r} in the file; move it to {prop}_env or "
-                      f"{prop}_file"))
-    if catalog.get("type") == "jdbc" or catalog.get("uri", "").startswith("jdbc:"):
+    if catalog.get("type") == "jdbc" or config.get("iceberg.catalog.uri", "").startswith("jdbc:"):
         skip(("iceberg.catalog.uri", "a JDBC catalog: write it as pyiceberg's SQL catalog, e.g. uri = "
               "\"postgresql+psycopg://user:password@host:5432/db\" (type = \"sql\")"))
     for key in sorted(k for k in config if k.startswith("iceberg.hadoop") and k not in used):
-        used.add(key)
-        skip((key, "Hadoop configuration is not used (pyiceberg reads object storage directly)"))
+        leave(key, "Hadoop configuration is not used (pyiceberg reads object storage directly)")
     sections["catalog"] = {"name": catalog_name, "properties": catalog} if catalog else {"name": catalog_name}
     if catalog.get("type", "sql") not in ("sql", "rest"):
         sections["maintenance"] = {"enabled": False}
@@ -304,21 +355,18 @@ def convert(name: str, config: dict[str, str], *, pipeline: str = "", bootstrap_
     for key in ("iceberg.tables.schema-force-optional", "iceberg.tables.replace-null-with-default",
                 "iceberg.tables.default-commit-branch", "iceberg.tables.cdc-field", "iceberg.tables.upsert-mode-enabled",
                 "iceberg.tables.default-id-columns"):
-        if key in config:
-            used.add(key)
-            skip((key, {"iceberg.tables.schema-force-optional": "inferred columns are optional already; declared ones "
-                                                                "keep their `required`",
-                        "iceberg.tables.replace-null-with-default": "frazil stores a null as null",
-                        "iceberg.tables.default-commit-branch": "frazil commits to the main branch",
-                        "iceberg.tables.cdc-field": "row mutations (CDC) are not supported yet",
-                        "iceberg.tables.upsert-mode-enabled": "upserts are not supported yet",
-                        "iceberg.tables.default-id-columns": "identifier columns need declared columns "
-                                                             "(table.identifier_columns)"}[key]))
+        leave(key, {"iceberg.tables.schema-force-optional": "inferred columns are optional already; declared ones "
+                                                            "keep their `required`",
+                    "iceberg.tables.replace-null-with-default": "frazil stores a null as null",
+                    "iceberg.tables.default-commit-branch": "frazil commits to the main branch",
+                    "iceberg.tables.cdc-field": "row mutations (CDC) are not supported yet",
+                    "iceberg.tables.upsert-mode-enabled": "upserts are not supported yet",
+                    "iceberg.tables.default-id-columns": "identifier columns need declared columns "
+                                                         "(table.identifier_columns)"}[key])
     for key in sorted(k for k in config if k.startswith(("iceberg.tables.auto-create-props.",
                                                           "iceberg.tables.write-props."))):
-        used.add(key)
-        skip((key, "table and writer properties are not passed on (frazil sets its own; set others with Spark or "
-              "pyiceberg)"))
+        leave(key, "table and writer properties are not passed on (frazil sets its own; set others with Spark or "
+              "pyiceberg)")
 
     def table_entry(table: str) -> dict[str, object]:
         entry: dict[str, object] = {"name": table, "create": create, "unknown_fields": unknown}
@@ -336,11 +384,8 @@ def convert(name: str, config: dict[str, str], *, pipeline: str = "", bootstrap_
         regex = take(prefix + "route-regex")
         if regex and route_field:
             entry["route_field"], entry["route"] = route_field, regex
-        for key in (prefix + "commit-branch", prefix + "id-columns"):
-            if key in config:
-                used.add(key)
-                skip((key, "frazil commits to the main branch" if key.endswith("branch")
-                      else "identifier columns need declared columns (table.identifier_columns)"))
+        leave(prefix + "commit-branch", "frazil commits to the main branch")
+        leave(prefix + "id-columns", "identifier columns need declared columns (table.identifier_columns)")
         return entry
 
     tables = [table_entry(t) for t in _list(take("iceberg.tables"))]
@@ -372,6 +417,11 @@ def convert(name: str, config: dict[str, str], *, pipeline: str = "", bootstrap_
             skip((key, "names a table that iceberg.tables does not list"))
         else:
             skip((key, "not a setting of the Iceberg sink that frazil knows"))
+    if out.env:
+        skip(("(environment)", "before `frazil run` or `frazil config check`, set " + "; ".join(
+            f"{var} to {'the value of ' if source in config else ''}{source}" for var, source in out.env.items())
+            + " (the file names these variables, not the secrets; import-kc checks the config with a placeholder "
+            "value in each)"))
     skip(("(offsets)", "frazil keeps its offsets in the table; partitions it has never seen start at "
           "kafka.auto_offset_reset (earliest): stop the connector first, and expect records it already landed to be "
           "read again unless the topics' retention has dropped them. Seeding frazil's offsets from the connector's "

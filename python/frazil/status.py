@@ -14,7 +14,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import ancestors_of
 
 from frazil.config import KafkaConfig
-from frazil.errors import KafkaUnavailable, NotFound
+from frazil.errors import FrazilError, KafkaUnavailable, NotFound
 from frazil.iceberg.offsets import COMMIT_ID_KEY, PIPELINE_KEY, VTTS_KEY, Held
 from frazil.kafka_clients import connect, options
 
@@ -122,3 +122,21 @@ def table_progress(table: Table, pipeline: str, held: Held) -> TableProgress:
     return TableProgress(".".join(table.name()), True, held.offsets,
                          current.snapshot_id if current else None, commit_id, committed_ms, vtts, rows,
                          held.rolled_back)
+
+
+async def group_offsets(kafka: KafkaConfig, group: str, topics: Iterable[str]) -> dict[tuple[str, int], int]:
+    """The offsets consumer group ``group`` committed for ``topics`` (e.g. a Kafka Connect sink's
+    ``connect-<name>``), as the next offset it would read per partition. A group that still has
+    members is refused: its offsets are still moving."""
+    if await group_members(kafka, group):
+        raise FrazilError(f"consumer group {group!r} still has members; stop what consumes with it (the connector) "
+                       "before taking its offsets")
+    wanted = set(topics)
+    admin = AIOKafkaAdminClient(**options(kafka))
+    await connect(admin, kafka)
+    try:
+        committed = await admin.list_consumer_group_offsets(group)
+    finally:
+        await admin.close()
+    return {(tp.topic, tp.partition): meta.offset for tp, meta in committed.items()
+            if tp.topic in wanted and meta.offset >= 0}

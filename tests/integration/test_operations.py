@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ PARTITIONS = 2
 
 def frazil(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "frazil.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL,
                           timeout=timeout, env={**os.environ, **(env or {})})
 
 
@@ -192,6 +194,12 @@ def _receive(sock: socket.socket, seen: list[tuple[float, str]], done: threading
             seen.append((time.monotonic(), sock.recv(4096).decode()))
         except TimeoutError:
             continue
+    sock.setblocking(False)   # what the process sent before it exited (STOPPING) may still be queued
+    while True:
+        try:
+            seen.append((time.monotonic(), sock.recv(4096).decode()))
+        except BlockingIOError:
+            return
 
 
 def test_run_under_systemd_notify_reports_status_and_drains_on_sigterm(kafka: KafkaBroker, tmp_path: Path) -> None:
@@ -250,6 +258,14 @@ def test_run_under_systemd_notify_reports_status_and_drains_on_sigterm(kafka: Ka
         # more records, then SIGTERM: the drain commits what was read, within the stop deadline
         asyncio.run(support.produce(kafka.bootstrap, topic, [support.record(i) for i in range(first, first + 300)],
                                     PARTITIONS))
+
+        def consumed() -> None:   # read into the buffer, maybe not committed yet: the drain must land them
+            text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=3).read().decode()
+            total = sum(float(line.split()[-1]) for line in text.splitlines()
+                        if line.startswith("frazil_records_consumed_total"))
+            assert total >= first + 300, total
+
+        support.wait_for(consumed, proc, log, timeout=60)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=90) == 0, log.read_text()[-3000:]
     finally:
@@ -259,12 +275,13 @@ def test_run_under_systemd_notify_reports_status_and_drains_on_sigterm(kafka: Ka
         receiver.join()
         sock.close()
     messages = [m for _, m in seen]
+    assert any("STOPPING=1" in m for m in messages), messages[-8:]
     stopping = next(i for i, m in enumerate(messages) if "STOPPING=1" in m)
     assert stopping > next(i for i, m in enumerate(messages) if "READY=1" in m)
     # nothing lost, nothing doubled: the table holds exactly the offsets below its stored ones
     stored = support.stored(catalog, cfg)
     support.assert_exactly_once(support.count_offsets(catalog, cfg.table.name), stored)
-    assert sum(stored.values()) >= first
+    assert sum(stored.values()) == first + 300, stored
 
 
 def test_offsets_skip_moves_past_a_bad_record_on_purpose_once_confirmed(kafka: KafkaBroker, tmp_path: Path) -> None:
@@ -327,3 +344,52 @@ def test_offsets_reset_moves_a_table_forward_once_confirmed_and_never_back(kafka
     assert len(resets) == 1 and resets[0][COMMIT_ID_KEY].startswith("reset-")
     reset = json.loads(resets[0]["frazil.reset"])
     assert (reset["from"], reset["to"], reset["reason"]) == (20, 50, "drop the backlog") and "@" in reset["by"]
+
+
+def test_offsets_from_group_takes_over_where_a_kafka_connect_sink_stopped(kafka: KafkaBroker, tmp_path: Path) -> None:
+    """Moving from Kafka Connect: the connector's consumer group (``connect-<name>``) committed the
+    offsets of what it landed; ``--from-group`` moves the table there, so frazil lands only the rest."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.structs import OffsetAndMetadata
+
+    from frazil.iceberg import catalog as iceberg_catalog
+
+    topic, group = "ops-from-group", "connect-kc-sink"
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
+    asyncio.run(support.produce(kafka.bootstrap, topic, [support.record(i) for i in range(40)], PARTITIONS))
+    config = support.write_config(tmp_path, kafka.bootstrap, [topic], pipeline="migrated")
+    cfg = support.load(config)
+    catalog = support.catalog_of(cfg)
+    iceberg_catalog.ensure_table(catalog, cfg.table)   # the connector's table exists already
+    connector_at = {(topic, 0): 12, (topic, 1): 15}
+    args = ("offsets", "--config", str(config), "--from-group", group, "--reason", "moved from Kafka Connect")
+
+    async def connector(check: object) -> None:
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=kafka.bootstrap, group_id=group,
+                                    enable_auto_commit=False, auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            while not consumer.assignment():
+                await consumer.getmany(timeout_ms=200)
+            await consumer.commit({TopicPartition(t, p): OffsetAndMetadata(o, "") for (t, p), o in connector_at.items()})
+            await asyncio.to_thread(check)   # type: ignore[arg-type]
+        finally:
+            await consumer.stop()
+
+    # a group with a live member is still moving: refused, nothing changes
+    asyncio.run(connector(lambda: one_line_error(frazil(*args, "--yes", cwd=tmp_path), 1, group, "still has members")))
+    assert support.stored(catalog, cfg) == {}
+    one_line_error(frazil("offsets", "--config", str(config), "--from-group", "connect-nobody", "--reason", "x",
+                          "--yes", cwd=tmp_path), 5, "connect-nobody")
+    done = frazil(*args, "--yes", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2 partition(s)" in done.stdout and "12 record(s) never land" in done.stdout, done.stdout
+    assert support.stored(catalog, cfg) == connector_at
+    asyncio.run(support.run_until_committed(cfg, {(topic, 0): 20, (topic, 1): 20}))
+    counts = support.count_offsets(catalog, cfg.table.name)
+    assert set(counts) == {(topic, p, o) for (_, p), start in connector_at.items() for o in range(start, 20)}
+    assert max(counts.values()) == 1
+    # again, once frazil is past the group: nothing moves
+    again = frazil(*args, "--yes", cwd=tmp_path)
+    assert again.returncode == 0 and "nothing to move" in again.stdout, again.stdout + again.stderr
+    assert support.stored(catalog, cfg) == {(topic, 0): 20, (topic, 1): 20}

@@ -202,26 +202,32 @@ class Committer:
             f"{type(last_error).__name__}: {last_error}. Nothing was committed; check the catalog and restart."
         ) from last_error
 
-    def skip_to(self, tp: TopicPartition, offset: int, *, reason: str, by: str) -> CommitResult:
-        """An operator's reset: the table's offset of ``tp`` moves forward to ``offset`` with no data
-        (the records in between are skipped on purpose, e.g. a bad record when dead letters are off).
-        One commit: an empty snapshot whose summary carries the new offsets and why (``frazil.reset``),
-        and the offsets property, so the two agree. Never backwards (that would land records twice);
-        a table that changed meanwhile loses the compare-and-swap and nothing moves."""
+    def skip_to(self, targets: Mapping[TopicPartition, int], *, reason: str, by: str) -> CommitResult:
+        """An operator's reset: the table's offsets of ``targets`` move forward to the offsets given
+        with no data (the records in between are skipped on purpose: a bad record when dead letters
+        are off, a backlog, or what a Kafka Connect sink already landed). One commit: an empty
+        snapshot whose summary carries the new offsets and why (``frazil.reset``), and the offsets
+        property, so the two agree. Never backwards (that would land records twice); a table that
+        changed meanwhile loses the compare-and-swap and nothing moves."""
+        if not targets:
+            raise ValueError("skip_to needs at least one partition")
         table = self.load()
         found = self.held(table)
         stored = dict(found.offsets)
-        before = stored.get(tp)
-        if before is not None and offset <= before:
-            raise OffsetOverlapError(f"{self._table_name} holds {tp[0]}[{tp[1]}] up to {before}; a reset to {offset} "
-                                     "would move it back and land those records twice. Offsets only move forward")
-        stored[tp] = offset
+        back = [f"{t}[{p}] up to {stored[(t, p)]} (asked: {o})" for (t, p), o in sorted(targets.items())
+                if (t, p) in stored and o <= stored[(t, p)]]
+        if back:
+            raise OffsetOverlapError(f"{self._table_name} holds {', '.join(back)}; a reset there would move it back "
+                                     "and land those records twice. Offsets only move forward")
+        moves = [{"topic": t, "partition": p, "from": stored.get((t, p)), "to": o} for (t, p), o in sorted(targets.items())]
+        stored.update(targets)
         commit_id = f"reset-{uuid.uuid4().hex}"
         encoded = offsets.encode(stored)
+        record: dict[str, object] = (dict(moves[0]) if len(moves) == 1 else {"moves": moves})
+        record.update(reason=reason, by=by)
         summary = {offsets.COMMIT_ID_KEY: commit_id, offsets.PIPELINE_KEY: self._pipeline,
                    offsets.property_key(self._pipeline): encoded,
-                   "frazil.reset": json.dumps({"topic": tp[0], "partition": tp[1], "from": before, "to": offset,
-                                               "reason": reason, "by": by}, sort_keys=True)}
+                   "frazil.reset": json.dumps(record, sort_keys=True)}
         started = time.monotonic()
         tx = no_inner_retry(table).transaction()
         with tx.update_snapshot(snapshot_properties=summary).fast_append():
@@ -232,8 +238,10 @@ class Committer:
         except CommitFailedException as exc:
             raise CommitOutcomeUnknown(f"{self._table_name} changed while resetting its offsets ({exc}); nothing moved. "
                                        "Stop `frazil run` for the pipeline and try again") from exc
-        log.warning("commit %s table=%s: offsets of %s[%d] reset by %s from %s to %d (%s); records in between are "
-                    "skipped", commit_id, self._table_name, tp[0], tp[1], by, before, offset, reason)
+        for move in moves:
+            log.warning("commit %s table=%s: offsets of %s[%d] reset by %s from %s to %d (%s); records in between are "
+                        "skipped", commit_id, self._table_name, move["topic"], move["partition"], by, move["from"],
+                        move["to"], reason)
         return self._result(commit_id, None, 0, committed, 1, started)
 
     def skip(self, tp: TopicPartition, offset: int, *, reason: str, by: str, at: str) -> None:
