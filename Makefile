@@ -54,7 +54,7 @@ typecheck: build ## mypy --strict on python/frazil
 	$(PY) -m mypy
 
 test-python: build ## Python tests: unit, native, integration (real Kafka + catalog), Spark, chaos
-	$(PY) -m frazil.spark.jars fetch >/dev/null
+	$(PY) -m frazil.spark.jars fetch --aws >/dev/null
 	$(PY) -m frazil.local.rest_catalog >/dev/null
 	$(PY) -m pytest $${PYTEST_ARGS:-}
 

@@ -1,7 +1,7 @@
 """Test session: uvloop for every asyncio test, a real Kafka broker started once (with SASL and TLS
 listeners), and, started once by the tests that need them, a real schema registry (Apicurio,
 Confluent-compatible API), a real PostgreSQL server (the shared SQL catalog) and a real Iceberg REST
-catalog server (Apache Iceberg's REST fixture)."""
+catalog server (Apache Iceberg's REST fixture) and a local S3-compatible object store (moto's server)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import uvloop
 from frazil.local.kafka_broker import KafkaBroker
 from frazil.local.postgres import PostgresServer
 from frazil.local.rest_catalog import RestCatalogServer
+from frazil.local.s3 import S3Server
 from frazil.local.schema_registry import SchemaRegistry
 
 
@@ -51,4 +52,12 @@ def rest_catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestCatal
     """A real Iceberg REST catalog server for the session (Apache Iceberg's REST fixture from Maven
     Central). Never skipped: if it cannot start, the tests that need it fail with the reason."""
     with RestCatalogServer.start(Path(tmp_path_factory.mktemp("rest-catalog"))) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A local S3-compatible server for the session (moto's, from PyPI), for warehouses in object
+    storage. Never skipped: if it cannot start, the tests that need it fail with the reason."""
+    with S3Server.start(Path(tmp_path_factory.mktemp("s3"))) as server:
         yield server

@@ -32,7 +32,7 @@ def catalog(warehouse: CatalogConfig) -> Catalog:
 def spark(warehouse: CatalogConfig, catalog: Catalog) -> Iterator[Any]:
     missing = session.available()
     assert missing is None, f"the Spark tests need Spark: {missing}"
-    settings = session.conf(CATALOG, warehouse.properties, jars=jars.jars(), master="local[2]",
+    settings = session.conf(CATALOG, warehouse.properties, jars=jars.jars(aws=True), master="local[2]",
                             extra={"spark.driver.memory": "1g"})
     yield session.get(settings)
     session.stop()

@@ -43,12 +43,16 @@ def catalog_properties(kind: str, request: pytest.FixtureRequest) -> str:
         return support.SQLITE_CATALOG
     if kind == "postgresql":
         return f'{{ uri = "{request.getfixturevalue("postgres").uri()}", warehouse = "file://warehouse" }}'
+    if kind == "s3":   # the SQLite catalog, its warehouse in an S3-compatible store
+        props = request.getfixturevalue("s3").catalog_properties("frazil-maintained")
+        props["uri"] = "sqlite:///warehouse/catalog.db"
+        return "{ " + ", ".join(f'"{k}" = "{v}"' for k, v in props.items()) + " }"
     if kind == "rest":   # the server places the tables in its own warehouse
         return f'{{ type = "rest", uri = "{request.getfixturevalue("rest_catalog").uri}" }}'
     raise AssertionError(kind)
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgresql", "rest"])
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql", "rest", "s3"])
 def test_compaction_and_expiry_run_while_frazil_ingests_and_lose_nothing(kafka: KafkaBroker, tmp_path: Path, kind: str,
                                                                          request: pytest.FixtureRequest,
                                                                          spark: Any) -> None:
@@ -125,3 +129,5 @@ def test_compaction_and_expiry_run_while_frazil_ingests_and_lose_nothing(kafka: 
     assert len(table.snapshots()) <= MAX_SNAPSHOTS + 2 < 2 * MAX_SNAPSHOTS < len(commits), (len(table.snapshots()),
                                                                                              len(commits))
     assert "maintenance expire_snapshots" in text and "Traceback" not in text
+    # orphan removal lists the table's files through its FileIO (prefix listing on object storage)
+    assert re.search(r"maintenance remove_orphan_files on \S+ took \S+: orphan_files_count=\d+", text), text[-3000:]

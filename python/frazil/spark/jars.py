@@ -4,6 +4,8 @@
   REST catalog client) and the SQLite JDBC driver, so that Spark reads and writes the same
   catalog as pyiceberg.
 - ``postgresql``: the PostgreSQL JDBC driver, for a SQL catalog on PostgreSQL.
+- ``aws``: Iceberg's AWS bundle (``S3FileIO`` with the AWS SDK, 61 MiB), for a warehouse on S3 or
+  an S3-compatible store; fetched only when a catalog's FileIO needs it.
 - ``kafka``: Spark's Kafka connector, for the Structured Streaming benchmark peer.
 
 Only the listed jars are copied: their other dependencies are already in PySpark.
@@ -34,6 +36,7 @@ ICEBERG = [
     maven.Artifact("org.xerial", "sqlite-jdbc", SQLITE_JDBC_VERSION),
 ]
 POSTGRESQL = [maven.Artifact("org.postgresql", "postgresql", POSTGRESQL_JDBC_VERSION)]
+AWS = [maven.Artifact("org.apache.iceberg", "iceberg-aws-bundle", ICEBERG_VERSION)]
 KAFKA = [
     maven.Artifact("org.apache.spark", "spark-sql-kafka-0-10_2.13", SPARK_VERSION),
     maven.Artifact("org.apache.spark", "spark-token-provider-kafka-0-10_2.13", SPARK_TOKEN_PROVIDER_VERSION),
@@ -42,10 +45,13 @@ KAFKA = [
 ]
 
 
-def jars(*, kafka: bool = False) -> list[Path]:
-    """Paths of the Iceberg and JDBC driver jars, plus the Kafka connector's with ``kafka=True``."""
+def jars(*, kafka: bool = False, aws: bool = False) -> list[Path]:
+    """Paths of the Iceberg and JDBC driver jars, plus the Kafka connector's with ``kafka=True``
+    and Iceberg's AWS bundle (S3FileIO) with ``aws=True``."""
     bundles = [maven.fetch(f"spark-iceberg-{ICEBERG_VERSION}", ICEBERG, transitive=False),
                maven.fetch(f"jdbc-postgresql-{POSTGRESQL_JDBC_VERSION}", POSTGRESQL, transitive=False)]
+    if aws:
+        bundles.append(maven.fetch(f"iceberg-aws-{ICEBERG_VERSION}", AWS, transitive=False))
     if kafka:
         bundles.append(maven.fetch(f"spark-kafka-{SPARK_VERSION}", KAFKA, transitive=False))
     return sorted(p for lib in bundles for p in lib.glob("*.jar"))
@@ -54,10 +60,12 @@ def jars(*, kafka: bool = False) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m frazil.spark.jars", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("fetch").add_argument("--kafka", action="store_true", help="also the Kafka connector")
+    fetch = sub.add_parser("fetch")
+    fetch.add_argument("--kafka", action="store_true", help="also the Kafka connector")
+    fetch.add_argument("--aws", action="store_true", help="also Iceberg's AWS bundle (S3FileIO)")
     args = parser.parse_args(argv)
     try:
-        for path in jars(kafka=args.kafka):
+        for path in jars(kafka=args.kafka, aws=args.aws):
             print(path)
     except maven.FetchError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -156,8 +156,12 @@ class TableJobs:
         jvm, jsession = self._spark._jvm, self._spark._jsparkSession
         table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(jsession, f"{self._catalog}.{self._table}")
         older_than = self._clock_ms() - int(self._cfg.orphan_min_age_s * 1000)
-        result = (jvm.org.apache.iceberg.spark.actions.SparkActions.get(jsession)
-                  .deleteOrphanFiles(table).olderThan(older_than).execute())
+        action = jvm.org.apache.iceberg.spark.actions.SparkActions.get(jsession).deleteOrphanFiles(table)
+        if not str(table.location()).startswith(("file:", "/", "hdfs:")):
+            # object storage: list through the table's FileIO (S3FileIO), not a Hadoop FileSystem the
+            # classpath lacks ("No FileSystem for scheme s3")
+            action = action.usePrefixListing(True)
+        result = action.olderThan(older_than).execute()
         removed = [str(path) for path in result.orphanFileLocations()]
         for path in removed[:20]:
             log.info("removed orphan file %s", path)

@@ -125,9 +125,16 @@ def conf(catalog_name: str, properties: Mapping[str, str], *, jars: list[Path], 
     return out
 
 
+def needs_aws(properties: Mapping[str, str]) -> bool:
+    """Whether Spark needs Iceberg's AWS bundle for this catalog: its FileIO is ``S3FileIO``, or
+    its warehouse is on S3."""
+    return ("aws.s3" in properties.get("io-impl", "")
+            or properties.get("warehouse", "").startswith(("s3://", "s3a://")))
+
+
 def for_config(cfg: Config) -> dict[str, str]:
     """The settings of the session a frazil pipeline uses (``[catalog]`` and ``[spark]``)."""
-    paths = [Path(j) for j in cfg.spark.jars] or jars.jars()
+    paths = [Path(j) for j in cfg.spark.jars] or jars.jars(aws=needs_aws(cfg.catalog.properties))
     return conf(cfg.catalog.name, cfg.catalog.properties, jars=paths, master=cfg.spark.master,
                 app_name=f"frazil-{cfg.pipeline}", extra=cfg.spark.conf)
 
