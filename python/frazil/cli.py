@@ -50,7 +50,10 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from frazil import kafka_clients
+
     cfg = config_mod.load(args.config)
+    kafka_clients.options(cfg.kafka)   # the TLS files load (a CA that is not PEM is a config error)
     print(f"{args.config}: ok")
     print(f"  pipeline   {cfg.pipeline} (commit every {cfg.commit_interval_s:g}s, "
           f"at most {cfg.max_buffer_records} buffered records)")
@@ -423,10 +426,13 @@ def _local_metrics(cfg: config_mod.Config) -> dict[str, Any] | None:
     wanted = {"frazil_coordinator": "coordinating", "frazil_paused": "paused", "frazil_memory_bytes": "memory_bytes",
               "frazil_commit_failing_seconds": "commit_failing_seconds"}
     out: dict[str, Any] = {"endpoint": url, "answering": True}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name in wanted:
-                out[wanted[sample.name]] = max(out.get(wanted[sample.name], 0), sample.value)
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name in wanted:
+                    out[wanted[sample.name]] = max(out.get(wanted[sample.name], 0), sample.value)
+    except ValueError:
+        return {"endpoint": url, "answering": False, "error": "not Prometheus metrics: is another program on that port?"}
     return out
 
 
@@ -514,7 +520,10 @@ def _demo(args: argparse.Namespace) -> int:
 def _quiet_kafka_client() -> None:
     """For one-shot commands: aiokafka's own connection errors reach the user as one line of ours
     (``kafka_clients.connect`` keeps the reason), not as log lines before it."""
-    logging.getLogger("aiokafka").propagate = False
+    quiet = logging.getLogger("aiokafka")
+    quiet.propagate = False
+    if not any(isinstance(h, logging.NullHandler) for h in quiet.handlers):
+        quiet.addHandler(logging.NullHandler())   # else Python's last-resort handler prints them raw
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -100,7 +100,7 @@ class KafkaConfig:
 @dataclass(frozen=True)
 class CatalogConfig:
     name: str
-    properties: dict[str, str]
+    properties: dict[str, str] = field(repr=False)   # may hold secrets: print shown_properties()
 
 
 @dataclass(frozen=True)
@@ -853,6 +853,8 @@ def load(path: Path | str) -> Config:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:   # no permission (0640 root:frazil), a folder, not text
+        raise ConfigError(f"config file {path} cannot be read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
     return parse(data, base=path.resolve().parent, source=path)

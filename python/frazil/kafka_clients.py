@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from aiokafka.errors import KafkaConnectionError, SaslAuthenticationFailed
 
 from frazil.config import KafkaConfig, KafkaSecurity
-from frazil.errors import KafkaUnavailable
+from frazil.errors import ConfigError, KafkaUnavailable
 
 
 class Startable(Protocol):
@@ -42,10 +42,19 @@ def security_options(sec: KafkaSecurity) -> dict[str, Any]:
 @lru_cache(maxsize=8)
 def _ssl_context(sec: KafkaSecurity) -> ssl.SSLContext:
     """One TLS context per security settings: certificate files are read once per process."""
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=sec.ssl_cafile or None)
+    try:
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=sec.ssl_cafile or None)
+    except (ssl.SSLError, OSError) as exc:
+        raise ConfigError(f"kafka.ssl_cafile {sec.ssl_cafile}: not a PEM certificate file frazil can read "
+                          f"({exc})") from None
     context.check_hostname = sec.ssl_check_hostname
     if sec.ssl_certfile:
-        context.load_cert_chain(sec.ssl_certfile, sec.ssl_keyfile, password=sec.ssl_key_password or None)
+        try:
+            context.load_cert_chain(sec.ssl_certfile, sec.ssl_keyfile, password=sec.ssl_key_password or None)
+        except (ssl.SSLError, OSError) as exc:
+            keyfile = sec.ssl_keyfile or "(in the certificate file)"
+            raise ConfigError(f"kafka.ssl_certfile {sec.ssl_certfile} / ssl_keyfile {keyfile}: the client certificate "
+                              f"and key do not load ({exc}); check the files and ssl_key_password") from None
     return context
 
 

@@ -36,8 +36,16 @@ async def partitions(kafka: KafkaConfig | str, topics: Iterable[str]) -> list[tu
     admin = AIOKafkaAdminClient(**options(kafka))
     await connect(admin, kafka)
     try:
+        # names first: describing a topic that does not exist creates it on a broker with
+        # auto.create.topics.enable (Kafka's default), and a mistyped topic must stay an error
+        topics = list(topics)
+        existing = set(await admin.list_topics())
+        for topic in topics:
+            if topic not in existing:
+                raise NotFound(f"topic {topic!r} does not exist on {options(kafka)['bootstrap_servers']}; "
+                               "check kafka.topics (frazil does not create source topics)")
         out = []
-        for desc in await admin.describe_topics(list(topics)):
+        for desc in await admin.describe_topics(topics):
             if desc["error_code"]:
                 if desc["error_code"] == UnknownTopicOrPartitionError.errno:
                     raise NotFound(f"topic {desc['topic']!r} does not exist on {options(kafka)['bootstrap_servers']}; "

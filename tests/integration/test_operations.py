@@ -185,6 +185,21 @@ def test_each_cli_error_is_one_line_with_its_exit_status(kafka: KafkaBroker, tmp
     bad = support.write_config(tmp_path / "bad", kafka.bootstrap, [topic])
     bad.write_text(bad.read_text().replace("[kafka]", '[kafka]\nsecurity_protocol = "SASL_SSL"', 1))
     one_line_error(frazil("check-config", "--config", str(bad), cwd=tmp_path), 2, "kafka.sasl_mechanism")
+    # a CA file that is not a certificate: the config check names the key (2), no traceback
+    not_pem = tmp_path / "ca.pem"
+    not_pem.write_text("not a certificate\n")
+    tls = support.write_config(tmp_path / "tls", kafka.bootstrap, [topic])
+    tls.write_text(tls.read_text().replace("[kafka]", f'[kafka]\nsecurity_protocol = "SSL"\nssl_cafile = "{not_pem}"', 1))
+    for args in (("config", "check"), ("config", "check", "--connect"), ("status",)):
+        one_line_error(frazil(*args, "--config", str(tls), cwd=tmp_path), 2, "kafka.ssl_cafile")
+    # a config file frazil may not read (0640 root:frazil, read by another operator): 2
+    unreadable = tmp_path / "unreadable.toml"
+    unreadable.write_text(good.read_text())
+    unreadable.chmod(0)
+    if os.geteuid() == 0:   # root reads it anyway: a folder stands in for what cannot be read
+        unreadable.unlink()
+        unreadable.mkdir()
+    one_line_error(frazil("status", "--config", str(unreadable), cwd=tmp_path), 2, "cannot be read")
 
 
 def _receive(sock: socket.socket, seen: list[tuple[float, str]], done: threading.Event) -> None:

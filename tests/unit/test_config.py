@@ -320,3 +320,19 @@ def test_catalog_properties_can_come_from_the_environment_or_a_file(tmp_path: Pa
     data["catalog"]["properties"]["uri"] = "sqlite:///x.db"
     with pytest.raises(ConfigError, match="give one of catalog.properties.uri, catalog.properties.uri_env"):
         config.parse(data, base=tmp_path)
+
+
+@pytest.mark.parametrize("uri, shown", [
+    ("postgresql+psycopg://u:s3cr/et@db:5432/x", "postgresql+psycopg://u:***@db:5432/x"),
+    ("postgresql://:s3cret@host/db", "postgresql://:***@host/db"),
+    ("postgresql://u:p@s3cret@h/db", "postgresql://u:***@h/db"),
+    ("postgresql://u@h/db?password=s3cret&sslmode=require", "postgresql://u@h/db?password=***&sslmode=require"),
+    ("sqlite:////var/lib/frazil/catalog.db", "sqlite:////var/lib/frazil/catalog.db"),
+])
+def test_a_catalog_password_is_never_printed(uri: str, shown: str) -> None:
+    from frazil.iceberg import catalog
+
+    cfg = config.CatalogConfig("c", {"type": "sql", "uri": uri, "s3.secret-access-key": "s3cret"})
+    assert catalog.describe(cfg) == f"sql {shown}"
+    assert catalog.shown_properties(cfg) == {"type": "sql", "uri": shown, "s3.secret-access-key": "***"}
+    assert "s3cret" not in repr(cfg)

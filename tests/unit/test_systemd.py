@@ -98,6 +98,14 @@ def test_stopping_goes_out_when_the_drain_starts_even_a_drain_shorter_than_a_tic
     assert [m.split("\n")[0] for m in draining] == ["READY=1", "STOPPING=1"] and not after, (draining, after)
 
 
+def test_the_unit_gives_the_service_a_writable_home_for_the_jar_cache() -> None:
+    """ProtectSystem=strict leaves only the state directory writable: HOME (Maven's ~/.m2 and
+    frazil's ~/.cache/frazil, where Spark's jars are fetched) must be there."""
+    lines = UNIT.read_text().splitlines()
+    state = next(line.split("=", 1)[1] for line in lines if line.startswith("StateDirectory="))
+    assert "ProtectSystem=strict" in lines and f"Environment=HOME=/var/lib/{state}" in lines
+
+
 def test_an_abstract_socket_name_is_supported() -> None:
     name = f"frazil-test-{os.getpid()}"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

@@ -81,16 +81,26 @@ _PRIMITIVES: dict[str, IcebergType] = {
 _SECRET_KEYS = re.compile(r"password|secret|token|credential|key", re.IGNORECASE)
 
 
+def masked_uri(uri: str) -> str:
+    """``uri`` as it may be printed: the password of ``user:password@`` (whatever characters it
+    holds, as SQLAlchemy parses it) and any secret-named query parameter shown as ``***``."""
+    at = uri.rfind("@", 0, uri.find("?") if "?" in uri else len(uri))
+    scheme = uri.find("://")
+    if scheme >= 0 and at > scheme:
+        user = uri[scheme + 3:at].split(":", 1)[0]
+        uri = f"{uri[:scheme + 3]}{user}:***{uri[at:]}" if ":" in uri[scheme + 3:at] else uri
+    return re.sub(r"([?&][^=&]*(?:password|secret|token|credential|key)[^=&]*=)[^&]*", r"\1***", uri,
+                  flags=re.IGNORECASE)
+
+
 def describe(cfg: CatalogConfig) -> str:
     """The catalog's type and address for messages, with any password in the URI masked."""
-    uri = re.sub(r"(://[^:/@]+:)[^@/]*@", r"\1***@", cfg.properties.get("uri", ""))
-    return " ".join(filter(None, (cfg.properties.get("type", "sql"), uri)))
+    return " ".join(filter(None, (cfg.properties.get("type", "sql"), masked_uri(cfg.properties.get("uri", "")))))
 
 
 def shown_properties(cfg: CatalogConfig) -> dict[str, str]:
     """The catalog properties as they may be printed: secrets masked (check-config, status)."""
-    return {k: "***" if _SECRET_KEYS.search(k) else (describe(CatalogConfig(cfg.name, {"uri": v})).split(" ", 1)[-1]
-                                                     if k == "uri" else v)
+    return {k: "***" if _SECRET_KEYS.search(k) else (masked_uri(v) if k == "uri" else v)
             for k, v in sorted(cfg.properties.items())}
 
 
