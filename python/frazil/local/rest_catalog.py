@@ -19,19 +19,13 @@ no host setting); tests use 127.0.0.1.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-
-import requests
 
 from frazil.local import maven
 from frazil.local.kafka_broker import free_port
+from frazil.local.server import ServerProcess
 
 ICEBERG_VERSION = "1.11.0"   # the Iceberg Spark runtime's version (spark/jars.py)
 # Iceberg 1.11.0's own choices for the fixture (its gradle/libs.versions.toml)
@@ -79,13 +73,12 @@ def environment(port: int, workdir: Path, properties: Mapping[str, str]) -> dict
     return env
 
 
-@dataclass
-class RestCatalogServer:
-    """A running fixture process; ``stop`` is idempotent."""
+class RestCatalogServer(ServerProcess):
+    """A running fixture process."""
 
-    workdir: Path
-    port: int
-    proc: subprocess.Popen[bytes]
+    LOG = "rest-catalog.log"
+    WHAT = "the REST catalog server"
+    Error = RestCatalogError
 
     @property
     def uri(self) -> str:
@@ -100,52 +93,15 @@ class RestCatalogServer:
         workdir = Path(workdir).resolve()
         (workdir / "warehouse").mkdir(parents=True, exist_ok=True)
         port = free_port()
-        with open(workdir / "rest-catalog.log", "wb") as out:
-            proc = subprocess.Popen(["java", f"-Xmx{heap}", "-XX:+UseSerialGC", "-cp", cp,
-                                     "org.apache.iceberg.rest.RESTCatalogServer"],
-                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=workdir,
-                                    env=environment(port, workdir, properties or {}))
-        server = cls(workdir, port, proc)
+        server = cls.spawn(["java", f"-Xmx{heap}", "-XX:+UseSerialGC", "-cp", cp,
+                            "org.apache.iceberg.rest.RESTCatalogServer"],
+                           workdir, port, env=environment(port, workdir, properties or {}))
         try:
-            server._wait_ready()
+            server.wait_http(f"{server.uri}/v1/config", START_TIMEOUT_S)
         except BaseException:
             server.stop()
             raise
         return server
-
-    def log_tail(self, chars: int = 3000) -> str:
-        path = self.workdir / "rest-catalog.log"
-        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RestCatalogError(f"the REST catalog server exited during start-up:\n{self.log_tail()}")
-            try:
-                if requests.get(f"{self.uri}/v1/config", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.3)
-        raise RestCatalogError(f"the REST catalog server did not answer within {START_TIMEOUT_S:.0f}s:\n"
-                               f"{self.log_tail()}")
-
-    def stop(self, timeout: float = 20.0) -> None:
-        if self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-
-    def __enter__(self) -> RestCatalogServer:
-        return self
-
-    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
-        self.stop()
 
 
 if __name__ == "__main__":   # fetch ahead of the tests; prints the classpath

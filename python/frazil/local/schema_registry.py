@@ -18,21 +18,16 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
-import signal
-import subprocess
 import sys
-import time
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 import requests
 
 from frazil.local import maven
 from frazil.local.kafka_broker import free_port
+from frazil.local.server import ServerProcess
 
 log = logging.getLogger(__name__)
 
@@ -79,13 +74,12 @@ def ensure_app(version: str = APICURIO_VERSION) -> Path:
     return runner
 
 
-@dataclass
-class SchemaRegistry:
+class SchemaRegistry(ServerProcess):
     """A running registry process; ``stop`` is idempotent."""
 
-    workdir: Path
-    port: int
-    proc: subprocess.Popen[bytes]
+    LOG = "registry.log"
+    WHAT = "the schema registry"
+    Error = RegistryError
 
     @property
     def url(self) -> str:
@@ -98,33 +92,16 @@ class SchemaRegistry:
         workdir = Path(workdir).resolve()
         workdir.mkdir(parents=True, exist_ok=True)
         port = free_port()
-        with open(workdir / "registry.log", "wb") as out:
-            proc = subprocess.Popen(
-                ["java", f"-Xmx{heap}", "-XX:+UseSerialGC", f"-Dquarkus.http.port={port}",
-                 "-Dquarkus.http.host=127.0.0.1", "-Dapicurio.ccompat.use-canonical-hash=true", "-jar", str(runner)],
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=workdir)
-        registry = cls(workdir, port, proc)
+        registry = cls.spawn(["java", f"-Xmx{heap}", "-XX:+UseSerialGC", f"-Dquarkus.http.port={port}",
+                              "-Dquarkus.http.host=127.0.0.1", "-Dapicurio.ccompat.use-canonical-hash=true", "-jar",
+                              str(runner)], workdir, port)
         try:
-            registry._wait_ready()
+            registry.wait_http(f"{registry.url}/subjects", START_TIMEOUT_S, every_s=0.5)
             registry._put("/config", {"compatibility": "BACKWARD"})
         except BaseException:
             registry.stop()
             raise
         return registry
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                tail = (self.workdir / "registry.log").read_text(errors="replace")[-3000:]
-                raise RegistryError(f"the schema registry exited during start-up:\n{tail}")
-            try:
-                if requests.get(f"{self.url}/subjects", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.5)
-        raise RegistryError(f"the schema registry did not answer within {START_TIMEOUT_S:.0f}s; see {self.workdir}")
 
     def _put(self, path: str, body: dict[str, str]) -> object:
         answer = requests.put(self.url + path, json=body, timeout=10)
@@ -139,22 +116,6 @@ class SchemaRegistry:
         if answer.status_code != 200:
             raise RegistryError(f"registering under {subject} failed: HTTP {answer.status_code} {answer.text[:300]}")
         return int(answer.json()["id"])
-
-    def stop(self, timeout: float = 20.0) -> None:
-        if self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-
-    def __enter__(self) -> SchemaRegistry:
-        return self
-
-    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
-        self.stop()
 
 
 if __name__ == "__main__":   # make fetch: download ahead of the tests

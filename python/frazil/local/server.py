@@ -1,0 +1,69 @@
+"""What the local test servers (schema registry, REST catalog, S3) share: a process in its own
+process group, logging to a file in its work folder, ready once an HTTP URL answers 200, and
+stopped (idempotently) with its whole group."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+import requests
+
+
+@dataclass
+class ServerProcess:
+    workdir: Path
+    port: int
+    proc: subprocess.Popen[bytes]
+
+    LOG = "server.log"           # the process's output, in ``workdir``
+    WHAT = "the server"          # for messages
+    Error: type[Exception] = RuntimeError
+
+    @classmethod
+    def spawn(cls, argv: list[str], workdir: Path, port: int, env: dict[str, str] | None = None) -> Self:
+        with open(workdir / cls.LOG, "wb") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=workdir,
+                                    env=env)
+        return cls(workdir, port, proc)
+
+    def log_tail(self, chars: int = 3000) -> str:
+        path = self.workdir / self.LOG
+        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+    def wait_http(self, url: str, timeout_s: float, every_s: float = 0.3) -> None:
+        """Until ``url`` answers 200; the process exiting first, or the time running out, is an
+        ``Error`` with the end of its log."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise self.Error(f"{self.WHAT} exited during start-up:\n{self.log_tail()}")
+            try:
+                if requests.get(url, timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(every_s)
+        raise self.Error(f"{self.WHAT} did not answer within {timeout_s:.0f}s:\n{self.log_tail()}")
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
