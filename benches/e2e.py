@@ -11,8 +11,10 @@ table, started as its own process, while this harness polls the catalog:
   offsets in the snapshot summary (benches/e2e_systems/plain_python.py);
 - ``kafka-connect``: the Apache Iceberg Kafka Connect sink in a standalone Connect worker, from
   Maven Central jars (benches/e2e_systems/kafka_connect.py);
-- ``ceiling-consume`` / ``ceiling-parquet``: what this machine does at best for the two halves of
-  the job: consume the topic with the same client, and write the same Arrow data to Parquet.
+- ``ceiling-fetch`` / ``ceiling-consume`` / ``ceiling-parquet``: what this machine does at best
+  for the two halves of the job: fetch the topic with Kafka's own consumer performance tool (the
+  broker's fetch ceiling), consume it with the same client as frazil, and write the same Arrow
+  data to Parquet.
 
 Throughput is counted from process launch until the catalog shows every record (start-up
 included, as a user waiting for a backfill sees it), then the table is read back and every
@@ -58,7 +60,7 @@ HERE = Path(__file__).resolve().parent
 PARTITIONS = 12
 CATALOG = "frazil"
 SYSTEMS = ("frazil", "spark-ss", "plain-python", "kafka-connect")
-CEILINGS = ("ceiling-consume", "ceiling-parquet")
+CEILINGS = ("ceiling-fetch", "ceiling-consume", "ceiling-parquet")
 FRAZIL_CONFIG = """\
 [pipeline]
 name = "{name}"

@@ -2,6 +2,10 @@
 
 - ``consume``: aiokafka reads every record of the topic and does nothing with it (the bytes are
   counted). frazil consumes with the same client, so this bounds it.
+- ``fetch``: Kafka's own consumer performance tool (``org.apache.kafka.tools.ConsumerPerformance``
+  from Maven Central's ``kafka-tools`` jar, on the broker's classpath) reads the topic: the fetch
+  ceiling of a Java client on this machine and broker. Its own fetch time is reported (start-up
+  and group join left out); bytes are keys plus values.
 - ``parquet``: the dataset's Arrow data (built before timing by frazil's native buffer, with the
   Kafka columns) written to Parquet with zstd, the codec pyiceberg and Spark use by default;
   median of three writes.
@@ -9,6 +13,7 @@
 Each prints one JSON line: ``{"seconds": ..., "records": ..., "bytes": ...}``.
 
     python benches/e2e_systems/ceilings.py consume --job job.json
+    python benches/e2e_systems/ceilings.py fetch --job job.json
     python benches/e2e_systems/ceilings.py parquet --job job.json
 """
 
@@ -54,6 +59,26 @@ async def consume(job: dict[str, Any]) -> dict[str, Any]:
         await consumer.stop()
 
 
+def fetch(job: dict[str, Any]) -> dict[str, Any]:
+    import subprocess
+
+    from frazil.local import maven
+    from frazil.local.kafka_broker import KAFKA_VERSION, ensure_jars
+
+    tools = maven.fetch(f"kafka-tools-{KAFKA_VERSION}",
+                        [maven.Artifact("org.apache.kafka", "kafka-tools", KAFKA_VERSION)], transitive=False)
+    done = subprocess.run(["java", "-Xmx1g", "-cp", f"{ensure_jars()}/*:{tools}/*",
+                           "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", job["bootstrap"],
+                           "--topic", job["topic"], "--messages", str(job["records"]), "--timeout", "120000"],
+                          capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise SystemExit(f"ConsumerPerformance failed ({done.returncode}): {done.stderr[-2000:]}")
+    header, values = (line.split(", ") for line in done.stdout.strip().splitlines()[-2:])
+    row = dict(zip(header, values))
+    return {"seconds": float(row["fetch.time.ms"]) / 1000, "records": int(row["data.consumed.in.nMsg"]),
+            "bytes": int(float(row["data.consumed.in.MB"]) * (1 << 20))}
+
+
 def parquet(job: dict[str, Any]) -> dict[str, Any]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import _datasets
@@ -79,11 +104,12 @@ def parquet(job: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("kind", choices=["consume", "parquet"])
+    parser.add_argument("kind", choices=["consume", "fetch", "parquet"])
     parser.add_argument("--job", type=Path, required=True)
     args = parser.parse_args()
     job = json.loads(args.job.read_text())
-    result = asyncio.run(consume(job)) if args.kind == "consume" else parquet(job)
+    result = (asyncio.run(consume(job)) if args.kind == "consume" else fetch(job) if args.kind == "fetch"
+              else parquet(job))
     print(json.dumps(result), flush=True)
 
 
