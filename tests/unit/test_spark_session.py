@@ -51,3 +51,23 @@ def test_conf_for_a_rest_catalog() -> None:
 def test_conf_refuses_a_catalog_type_spark_cannot_share() -> None:
     with pytest.raises(ConfigError, match="turn maintenance off"):
         session.conf("lake", {"type": "glue", "warehouse": "s3://b/w"}, jars=[])
+
+
+def test_a_bulk_write_to_object_storage_is_refused_before_spark_starts() -> None:
+    """Spark writes bulk files through a Hadoop FileSystem, which has no s3 scheme here: a table on
+    object storage is a configuration error naming the way out, never a retried Spark failure."""
+    import pyarrow as pa
+
+    from frazil.errors import ConfigError
+    from frazil.spark.bulk import SparkWriter
+
+    class OnS3:
+        def location(self) -> str:
+            return "s3://lake/wh/db/events"
+
+        def name(self) -> tuple[str, str]:
+            return ("db", "events")
+
+    writer = SparkWriter({"spark.master": "local[1]"}, "lake")
+    with pytest.raises(ConfigError, match=r"s3://lake/wh/db/events.*spark.bulk_min_rows = 0"):
+        writer.write(OnS3(), pa.table({"id": [1]}), "w1")  # type: ignore[arg-type]

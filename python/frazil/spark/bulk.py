@@ -43,7 +43,7 @@ from pyiceberg.transforms import (
 from pyiceberg.typedef import Record
 from pyiceberg.types import FixedType, TimeType, UUIDType
 
-from frazil.errors import FrazilError
+from frazil.errors import ConfigError, FrazilError
 from frazil.spark import session
 from frazil.spark.jobs import describe
 
@@ -137,6 +137,13 @@ class SparkWriter:
     def write(self, table: Table, data: pa.Table, write_id: str) -> list[DataFile]:
         """Write ``data`` (in the table's Arrow schema, field ids included) as data files of
         ``table`` under ``data/frazil-bulk-<write_id>/``; commit nothing."""
+        scheme = urlparse(table.location()).scheme
+        if scheme not in ("", "file", "hdfs"):
+            # Spark writes these files through a Hadoop FileSystem; S3FileIO serves Iceberg's own
+            # reads and writes only, and this Spark has no s3a filesystem (hadoop-aws)
+            raise ConfigError(f"table {table.name()} lives at {table.location()}: Spark bulk writes (backfill, "
+                                 "spark.bulk_min_rows) need a file:// or hdfs:// warehouse here; on object storage "
+                                 "land with `frazil run` (in-process writes), or set spark.bulk_min_rows = 0")
         bad = unsupported_columns(table.schema())
         if bad:
             raise BulkWriteError(f"table {table.name()}: Spark bulk writes cannot write column(s) {', '.join(bad)} "
