@@ -19,7 +19,7 @@ from aiokafka.errors import KafkaError
 
 from frazil import config as config_mod
 from frazil import logs
-from frazil.errors import CatalogUnavailable, ConfigError, FrazilError, KafkaUnavailable, NotFound, OffsetOverlapError
+from frazil.errors import CatalogUnavailable, ConfigError, FrazilError, KafkaUnavailable, NotFound
 
 log = logging.getLogger("frazil")
 T = TypeVar("T")
@@ -248,7 +248,7 @@ def _reset(cfg: config_mod.Config, args: argparse.Namespace) -> int:
     forward, skipping every record before it. Both after a confirmation, kept in the table with who
     and why, and logged. ``--from-group GROUP``: every partition at once, to a group's offsets."""
     from frazil.iceberg import catalog as iceberg_catalog
-    from frazil.iceberg.committer import Committer
+    from frazil.iceberg.committer import Committer, refuse_backward_reset, refuse_passed_skip
     from frazil.status import end_offsets
 
     if sum(map(bool, (args.reset, args.skip, args.from_group))) > 1:
@@ -279,14 +279,13 @@ def _reset(cfg: config_mod.Config, args: argparse.Namespace) -> int:
     catalog = iceberg_catalog.load(cfg.catalog, attempts=1, busy_timeout_s=CATALOG_WAIT_S)
     committer = Committer(catalog, table_name, cfg.pipeline)
     table = _catalog_call(cfg, partial(catalog.load_table, table_name))
-    before = committer.held(table).offsets.get(tp)
-    # refused before asking: the committer checks again inside its compare-and-swap
-    if args.skip and before is not None and offset < before:
-        raise OffsetOverlapError(f"{table_name} already holds {tp[0]}[{tp[1]}] up to {before}; the record at {offset} "
-                                 "was landed or passed, skipping it now changes nothing")
-    if args.reset and before is not None and offset <= before:
-        raise OffsetOverlapError(f"{table_name} holds {tp[0]}[{tp[1]}] up to {before}; a reset to {offset} would move "
-                                 "it back and land those records twice. Offsets only move forward")
+    stored = committer.held(table).offsets
+    before = stored.get(tp)
+    # refused before asking, by the committer's own checks (it checks again when it commits)
+    if args.skip:
+        refuse_passed_skip(table_name, stored, tp, offset)
+    else:
+        refuse_backward_reset(table_name, stored, {tp: offset})
     if args.skip:
         print(f"{table_name}: the record {tp[0]}[{tp[1]}]@{offset} will never land in this table (reason: "
               f"{args.reason}); the table holds that partition up to {before if before is not None else 'nothing yet'}. "

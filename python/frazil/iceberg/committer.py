@@ -63,6 +63,23 @@ def no_inner_retry(table: Table) -> Table:
                  table.io, table.catalog)
 
 
+def refuse_backward_reset(table_name: str, stored: Mapping[TopicPartition, int],
+                          targets: Mapping[TopicPartition, int]) -> None:
+    """Offsets only move forward: a reset at or below a stored offset would land records twice."""
+    back = [f"{t}[{p}] up to {stored[(t, p)]} (asked: {o})" for (t, p), o in sorted(targets.items())
+            if (t, p) in stored and o <= stored[(t, p)]]
+    if back:
+        raise OffsetOverlapError(f"{table_name} holds {', '.join(back)}; a reset there would move it back and land "
+                                 "those records twice. Offsets only move forward")
+
+
+def refuse_passed_skip(table_name: str, stored: Mapping[TopicPartition, int], tp: TopicPartition, offset: int) -> None:
+    """A record below the stored offset was landed or passed: skipping it changes nothing."""
+    if tp in stored and offset < stored[tp]:
+        raise OffsetOverlapError(f"{table_name} already holds {tp[0]}[{tp[1]}] up to {stored[tp]}; the record at "
+                                 f"{offset} was landed or passed, skipping it now changes nothing")
+
+
 def find_commit(table: Table, commit_id: str) -> int | None:
     """The snapshot id that carries ``commit_id`` in its summary, if the table has one."""
     for snapshot in table.snapshots():
@@ -214,11 +231,7 @@ class Committer:
         table = self.load()
         found = self.held(table)
         stored = dict(found.offsets)
-        back = [f"{t}[{p}] up to {stored[(t, p)]} (asked: {o})" for (t, p), o in sorted(targets.items())
-                if (t, p) in stored and o <= stored[(t, p)]]
-        if back:
-            raise OffsetOverlapError(f"{self._table_name} holds {', '.join(back)}; a reset there would move it back "
-                                     "and land those records twice. Offsets only move forward")
+        refuse_backward_reset(self._table_name, stored, targets)
         moves = [{"topic": t, "partition": p, "from": stored.get((t, p)), "to": o} for (t, p), o in sorted(targets.items())]
         stored.update(targets)
         commit_id = f"reset-{uuid.uuid4().hex}"
@@ -251,9 +264,7 @@ class Committer:
         the table's offsets still move with the data around it. Only records the table has not passed."""
         table = self.load()
         stored = self.held(table).offsets
-        if tp in stored and offset < stored[tp]:
-            raise OffsetOverlapError(f"{self._table_name} already holds {tp[0]}[{tp[1]}] up to {stored[tp]}; the record "
-                                     f"at {offset} was landed or passed, skipping it now changes nothing")
+        refuse_passed_skip(self._table_name, stored, tp, offset)
         skips = offsets.stored_skips(table.properties, self._pipeline)
         skips.setdefault(tp, {})[offset] = {"reason": reason, "by": by, "at": at}
         tx = no_inner_retry(table).transaction()
