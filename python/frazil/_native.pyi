@@ -5,7 +5,7 @@ from typing import final
 import pyarrow as pa
 
 __all__ = ["ALIGNMENT", "AppendResult", "AvroBuffer", "BufferFullError", "DecodeError", "JsonBuffer", "NativeError",
-           "UnknownField", "UnknownSchemaError", "__version__", "append_routed", "route_groups"]
+           "UnknownField", "UnknownSchemaError", "__version__", "append_routed", "route_groups", "split_changes"]
 
 __version__: str
 ALIGNMENT: int
@@ -176,6 +176,16 @@ def route_groups(values: list[bytes], paths: list[list[str]]
     appearance, a key being the value as text (a string as it is, a number or boolean as its JSON
     text), or None when missing, null, an object or an array; then the values that are not one
     JSON object (in no group), with why. Runs without the GIL."""
+
+def split_changes(values: list[bytes], *, op: list[str], after: list[str], before: list[str],
+                  upsert_ops: list[str], delete_ops: list[str], unwrap_envelope: bool
+                  ) -> tuple[bytes, list[bytes | None], list[tuple[int, str, str]]]:
+    """Change records: per value its kind (``1`` upsert, ``2`` delete, ``0`` bad) in one bytes
+    object, its row as a copy of the slice of the value holding it (``after`` for an upsert,
+    ``before`` for a delete, ``[]``: the whole value; None when bad), and the bad ones as
+    ``(index, field, reason)``. ``op``: the operation field's path (``[]``: every value is an
+    upsert of itself). ``unwrap_envelope``: read through a ``{"schema", "payload"}`` value. Runs
+    without the GIL."""
 
 def append_routed(
     *,

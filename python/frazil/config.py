@@ -36,6 +36,9 @@ class Column:
 
 TIME_UNITS = ("s", "ms", "us", "ns")
 UNKNOWN_FIELDS = ("fail", "ignore", "evolve")
+MODES = ("append", "upsert", "cdc")
+TOMBSTONES = ("skip", "delete")
+CDC_FORMATS = ("debezium", "field")
 
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -104,6 +107,29 @@ class CatalogConfig:
 
 
 @dataclass(frozen=True)
+class ChangesConfig:
+    """How a keyed table (``mode = "upsert"`` or ``"cdc"``) reads its records: each record
+    replaces or deletes the row of its key (the table's identifier columns), the latest by
+    (partition, offset) winning. ``upsert``: every value is the new row. ``cdc``: the value at
+    ``op`` names the operation; an upsert's row is at ``after``, a delete's key at ``before``
+    (``()``: the value itself). ``tombstones``: what a record with a null value does: ``"delete"``
+    deletes the row of its Kafka key, ``"skip"`` counts it and lands nothing."""
+
+    mode: str
+    tombstones: str = "skip"
+    op: tuple[str, ...] = ()
+    after: tuple[str, ...] = ()
+    before: tuple[str, ...] = ()
+    upsert_ops: tuple[str, ...] = ()
+    delete_ops: tuple[str, ...] = ()
+    unwrap_envelope: bool = True     # read through the JSON converter's {"schema", "payload"}
+
+
+DEBEZIUM: dict[str, tuple[str, ...]] = {"op": ("op",), "after": ("after",), "before": ("before",), "upsert_ops": ("c", "r", "u"),
+            "delete_ops": ("d",)}
+
+
+@dataclass(frozen=True)
 class TableConfig:
     name: str
     columns: tuple[Column, ...]
@@ -123,6 +149,11 @@ class TableConfig:
     # or "evolve" (the table gets the column)
     unknown_fields: str = "fail"
     case_insensitive: bool = False    # a field differing from a column only in case lands in it
+    changes: ChangesConfig | None = None   # None: append mode, every record a new row
+
+    @property
+    def mode(self) -> str:
+        return "append" if self.changes is None else self.changes.mode
 
     @property
     def routed(self) -> bool:
@@ -151,6 +182,7 @@ class DynamicConfig:
     properties: dict[str, str] = field(default_factory=dict)
     unknown_fields: str = "fail"
     case_insensitive: bool = False
+    changes: ChangesConfig | None = None
 
     @property
     def placeholders(self) -> tuple[str, ...]:
@@ -183,7 +215,7 @@ class DynamicConfig:
         return TableConfig(name, self.columns, self.create, self.metadata_columns, self.partition_by,
                            identifier_columns=self.identifier_columns, sort_order=self.sort_order,
                            properties=dict(self.properties), maps=self.maps, unknown_fields=self.unknown_fields,
-                           case_insensitive=self.case_insensitive)
+                           case_insensitive=self.case_insensitive, changes=self.changes)
 
 
 def normalise(value: str) -> str:
@@ -560,10 +592,79 @@ def _shape(s: _Section, columns_name: str) -> dict[str, Any]:
                           "\"fail\" makes a record with a field the table has no column for a bad record, \"ignore\" "
                           "drops such fields and counts them (frazil_fields_ignored_total), \"evolve\" adds them to "
                           "the table as optional columns (and widens int, float and decimal columns that values outgrow)")
+    metadata_columns = s.get("metadata_columns", bool, True)
     return {"columns": columns, "create": s.get("create", bool, True),
-            "metadata_columns": s.get("metadata_columns", bool, True), "partition_by": partition_by,
+            "metadata_columns": metadata_columns, "partition_by": partition_by,
             "maps": tuple(maps), "identifier_columns": identifiers, "sort_order": sort_order, "properties": properties,
-            "unknown_fields": unknown_fields, "case_insensitive": s.get("case_insensitive", bool, False)}
+            "unknown_fields": unknown_fields, "case_insensitive": s.get("case_insensitive", bool, False),
+            "changes": _changes(s, columns, identifiers, metadata_columns, unknown_fields)}
+
+
+def _changes(s: _Section, columns: tuple[Column, ...], identifiers: tuple[str, ...], metadata_columns: bool,
+             unknown_fields: str) -> ChangesConfig | None:
+    """``mode`` and, for ``cdc``, the ``[...cdc]`` section: how the table's records change rows."""
+    mode = s.get("mode", str, "append")
+    if mode not in MODES:
+        raise ConfigError(f"{s.key('mode')} {mode!r} must be \"append\" (every record a new row), \"upsert\" (every "
+                          "record replaces the row of its key) or \"cdc\" (an operation field says insert, update or "
+                          "delete; Debezium's envelope by default)")
+    tombstones = s.get("tombstones", str, "skip")
+    if tombstones not in TOMBSTONES:
+        raise ConfigError(f"{s.key('tombstones')} {tombstones!r} must be \"skip\" (a record with a null value lands "
+                          "nothing, counted) or \"delete\" (it deletes the row of its Kafka key; mode upsert or cdc)")
+    if mode == "append":
+        if "cdc" in s.data:
+            raise ConfigError(f"[{s.key('cdc')}] needs {s.key('mode')} = \"cdc\"")
+        if tombstones != "skip":
+            raise ConfigError(f"{s.key('tombstones')} = \"delete\" needs {s.key('mode')} = \"upsert\" or \"cdc\": an "
+                              "append table has no key to delete")
+        return None
+    why = f"{s.key('mode')} = \"{mode}\""
+    if not identifiers:
+        raise ConfigError(f"{why} needs {s.key('identifier_columns')}: the columns that identify a row (each "
+                          "record replaces or deletes the row with its values)")
+    if not metadata_columns:
+        raise ConfigError(f"{why} needs metadata_columns = true: the latest change of a key is the one with the "
+                          "highest (_kafka_partition, _kafka_offset), also across processes")
+    if unknown_fields == "evolve":
+        raise ConfigError(f"{why} does not evolve the schema yet: set {s.key('unknown_fields')} to \"fail\" or "
+                          "\"ignore\"")
+    if mode == "upsert":
+        if "cdc" in s.data:
+            raise ConfigError(f"[{s.key('cdc')}] needs {s.key('mode')} = \"cdc\"; in upsert mode every value is the row")
+        return ChangesConfig("upsert", tombstones)
+    c = s.section("cdc", required=False)
+    fmt = c.get("format", str, "debezium")
+    if fmt not in CDC_FORMATS:
+        raise ConfigError(f"{c.key('format')} {fmt!r} must be \"debezium\" (op c/r/u with the row in after, d with "
+                          "the key in before) or \"field\" (the value is the row; cdc.field names the operation)")
+    unwrap = c.get("unwrap_envelope", bool, True)
+    if fmt == "debezium":
+        for key in ("field", "upsert", "delete"):
+            if key in c.data:
+                raise ConfigError(f"{c.key(key)} is for cdc.format = \"field\"; Debezium's envelope is read as it is")
+        c.finish()
+        return ChangesConfig("cdc", tombstones, unwrap_envelope=unwrap, **DEBEZIUM)
+    field_path = c.get("field", str, hint='the dotted path of the operation field, e.g. "op"').strip()
+    if not field_path or not all(field_path.split(".")):
+        raise ConfigError(f"{c.key('field')} {field_path!r} must be a dotted path into the value, e.g. \"op\"")
+    ops = {}
+    for key in ("upsert", "delete"):
+        values = c.get(key, list, hint=f'the operation values that {key} a row, e.g. {["I", "U"] if key == "upsert" else ["D"]}')
+        if not values or not all(isinstance(v, (str, int, bool)) for v in values):
+            raise ConfigError(f"{c.key(key)} must list the operation values (strings or numbers) that {key} a row")
+        ops[key] = tuple(str(v).lower() if isinstance(v, bool) else str(v) for v in values)
+    both = set(ops["upsert"]) & set(ops["delete"])
+    if both:
+        raise ConfigError(f"{c.key('upsert')} and {c.key('delete')} both list {', '.join(sorted(both))}")
+    top = field_path.split(".")[0]
+    if columns and top not in {col.name for col in columns} and unknown_fields == "fail":
+        raise ConfigError(f"{c.key('field')} {field_path!r}: the value is the row, so the operation field lands in "
+                          f"a column: declare column {top!r} (it keeps each row's last operation), or set "
+                          f"{s.key('unknown_fields')} = \"ignore\"")
+    c.finish()
+    return ChangesConfig("cdc", tombstones, op=tuple(field_path.split(".")), upsert_ops=ops["upsert"],
+                         delete_ops=ops["delete"], unwrap_envelope=unwrap)
 
 
 def _table(s: _Section) -> TableConfig:
@@ -670,7 +771,13 @@ def _values(s: _Section, r: _Section, base: Path) -> ValuesConfig:
 
 
 def _check_avro(values: ValuesConfig, tables: tuple[TableConfig, ...], dynamic: DynamicConfig | None) -> None:
-    """Avro values: routing by value and inferred schemas need JSON values (for now)."""
+    """Avro values: routing by value, inferred schemas and keyed tables need JSON values (for now)."""
+    keyed: list[TableConfig | DynamicConfig] = [*tables, *([dynamic] if dynamic is not None else [])]
+    for t in keyed:
+        if t.changes is not None:
+            name = f"table {t.name}" if isinstance(t, TableConfig) else "[dynamic]"
+            raise ConfigError(f"{name}: mode = {t.changes.mode!r} reads JSON values for now; with values.format = "
+                              f"{values.format!r} use mode = \"append\"")
     for t in tables:
         if t.route_field:
             raise ConfigError(f"table {t.name}: route_field reads JSON values; with values.format = {values.format!r} "

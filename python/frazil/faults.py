@@ -24,6 +24,7 @@ import signal
 
 POINTS = (
     "commit.before_catalog",     # data files about to be committed
+    "commit.after_deletes_written",  # a keyed table's position deletes written, not committed
     "commit.after_catalog",      # catalog commit landed, before we learn it did
     "commit.after_kafka_offsets",  # consumer-group low watermark committed
     "txlog.before_fsync",        # journal records written, not yet synced

@@ -24,8 +24,9 @@ class Metrics:
                                         names, registry=r).labels(**labels)
         self.records_unrouted = Counter("frazil_records_unrouted", "Records read that no table takes (routing); "
                                         "accounted as read, landed nowhere", names, registry=r).labels(**labels)
-        self.tombstones = Counter("frazil_records_tombstones", "Records with a null value (tombstones) read in "
-                                  "append mode: accounted as read, landed nowhere", names, registry=r).labels(**labels)
+        self.tombstones = Counter("frazil_records_tombstones", "Records with a null value (tombstones) read: "
+                                  "deletes in a keyed table with tombstones = \"delete\", else accounted as read and "
+                                  "landed nowhere", names, registry=r).labels(**labels)
         self.records_skipped = Counter("frazil_records_skipped", "Records left out of a table because an operator "
                                        "said so (frazil offsets --skip)", names, registry=r).labels(**labels)
         self.fields_ignored = Counter("frazil_fields_ignored", "Record fields dropped because the table has no column for "
@@ -95,6 +96,14 @@ class Metrics:
         self._flush_seconds = Histogram("frazil_flush_seconds", "Time to write one table's data files for a reply",
                                         per_table, buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120),
                                         registry=r)
+        self._changes_superseded = Counter("frazil_table_changes_superseded", "Changes to a keyed table's rows that "
+                                           "a later change of the same key in the same batch replaced before "
+                                           "landing", per_table, registry=r)
+        self._split_keys = Counter("frazil_table_split_keys", "Keys of a keyed table changed from more than one "
+                                   "source partition in one batch (the highest partition, offset wins; keep a key "
+                                   "in one partition)", per_table, registry=r)
+        self._rows_replaced = Counter("frazil_table_rows_replaced", "Committed rows of a keyed table that this "
+                                      "process's commits replaced or deleted (position deletes)", per_table, registry=r)
         self._lag = Gauge("frazil_partition_lag_records", "Records in a source partition past the next one this "
                           "process takes (the partition's high watermark as last fetched, minus that offset)",
                           ["pipeline", "topic", "partition"], registry=r)
@@ -118,6 +127,13 @@ class Metrics:
     def landed(self, table: str, rows: int, file_bytes: int) -> None:
         self._table_rows_landed.labels(self._pipeline, table).inc(rows)
         self._table_bytes_landed.labels(self._pipeline, table).inc(file_bytes)
+
+    def changes_replaced(self, table: str, superseded: int, split_keys: int) -> None:
+        self._changes_superseded.labels(self._pipeline, table).inc(superseded)
+        self._split_keys.labels(self._pipeline, table).inc(split_keys)
+
+    def rows_replaced(self, table: str, rows: int) -> None:
+        self._rows_replaced.labels(self._pipeline, table).inc(rows)
 
     def flushed(self, table: str, seconds: float, file_sizes: list[int]) -> None:
         self._flush_seconds.labels(self._pipeline, table).observe(seconds)

@@ -1,6 +1,7 @@
 //! frazil's native core. `buffer` is pure Rust; `bindings` adapts it to Python.
 
 pub mod buffer;
+pub mod changes;
 pub mod route;
 
 #[cfg(feature = "python")]
@@ -14,6 +15,7 @@ fn _native(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     m.add_class::<bindings::AvroBuffer>()?;
     m.add_function(pyo3::wrap_pyfunction!(bindings::route_groups, m)?)?;
     m.add_function(pyo3::wrap_pyfunction!(bindings::append_routed, m)?)?;
+    m.add_function(pyo3::wrap_pyfunction!(bindings::split_changes, m)?)?;
     m.add_class::<bindings::AppendResult>()?;
     m.add_class::<bindings::DecodeError>()?;
     m.add_class::<bindings::UnknownField>()?;

@@ -336,3 +336,57 @@ def test_a_catalog_password_is_never_printed(uri: str, shown: str) -> None:
     assert catalog.describe(cfg) == f"sql {shown}"
     assert catalog.shown_properties(cfg) == {"type": "sql", "uri": shown, "s3.secret-access-key": "***"}
     assert "s3cret" not in repr(cfg)
+
+
+KEYED = {"name": "ns.t", "identifier_columns": ["id"],
+         "columns": [{"name": "id", "type": "long", "required": True}, {"name": "v", "type": "string"},
+                     {"name": "op", "type": "string"}]}
+
+
+def test_keyed_tables_read_debezium_by_default_and_flat_change_records_by_their_field(tmp_path: Path) -> None:
+    cdc = config.parse({**MINIMAL, "table": {**KEYED, "mode": "cdc"}}, base=tmp_path).table
+    assert cdc.mode == "cdc" and cdc.changes is not None
+    assert (cdc.changes.op, cdc.changes.after, cdc.changes.before) == (("op",), ("after",), ("before",))
+    assert cdc.changes.upsert_ops == ("c", "r", "u") and cdc.changes.delete_ops == ("d",)
+    assert cdc.changes.tombstones == "skip" and cdc.changes.unwrap_envelope
+    flat = config.parse({**MINIMAL, "table": {**KEYED, "mode": "cdc", "tombstones": "delete",
+                                              "cdc": {"format": "field", "field": "op", "upsert": ["I", "U"],
+                                                      "delete": ["D"]}}}, base=tmp_path).table
+    assert flat.changes is not None
+    assert (flat.changes.op, flat.changes.after, flat.changes.before) == (("op",), (), ())
+    assert flat.changes.upsert_ops == ("I", "U") and flat.changes.tombstones == "delete"
+    upsert = config.parse({**MINIMAL, "table": {**KEYED, "mode": "upsert"}}, base=tmp_path).table
+    assert upsert.changes is not None and upsert.changes.op == ()
+    assert config.parse(MINIMAL, base=tmp_path).table.mode == "append"
+
+
+@pytest.mark.parametrize(
+    ("table", "extra", "message"),
+    [
+        ({"mode": "merge"}, {}, "table.mode 'merge' must be \"append\""),
+        ({"mode": "upsert", "identifier_columns": []}, {}, "table.mode = \"upsert\" needs table.identifier_columns"),
+        ({"mode": "upsert", "metadata_columns": False}, {}, "needs metadata_columns = true"),
+        ({"mode": "upsert", "unknown_fields": "evolve"}, {}, "does not evolve the schema yet"),
+        ({"mode": "upsert", "cdc": {"format": "debezium"}}, {}, "[table.cdc] needs table.mode = \"cdc\""),
+        ({"tombstones": "delete"}, {}, "an append table has no key to delete"),
+        ({"mode": "upsert", "tombstones": "drop"}, {}, "table.tombstones 'drop' must be \"skip\""),
+        ({"mode": "cdc", "cdc": {"format": "maxwell"}}, {}, "table.cdc.format 'maxwell' must be \"debezium\""),
+        ({"mode": "cdc", "cdc": {"field": "op"}}, {}, "table.cdc.field is for cdc.format = \"field\""),
+        ({"mode": "cdc", "cdc": {"format": "field", "upsert": ["I"], "delete": ["D"]}}, {}, "missing required key "
+         "'table.cdc.field'"),
+        ({"mode": "cdc", "cdc": {"format": "field", "field": "op", "upsert": [], "delete": ["D"]}}, {},
+         "table.cdc.upsert must list the operation values"),
+        ({"mode": "cdc", "cdc": {"format": "field", "field": "op", "upsert": ["D"], "delete": ["D"]}}, {},
+         "both list D"),
+        ({"mode": "cdc", "cdc": {"format": "field", "field": "kind", "upsert": ["I"], "delete": ["D"]}}, {},
+         "declare column 'kind'"),
+        ({"mode": "cdc", "cdc": {"colour": "red"}}, {}, "unknown key(s) colour in [table.cdc]"),
+        ({"mode": "upsert"}, {"values": {"format": "avro", "schema_file": "x.avsc"}}, "reads JSON values for now"),
+    ],
+)
+def test_keyed_table_errors_name_the_key_and_the_fix(tmp_path: Path, table: dict, extra: dict, message: str) -> None:
+    (tmp_path / "x.avsc").write_text('{"type": "record", "name": "r", "fields": [{"name": "id", "type": "long"}, '
+                                     '{"name": "v", "type": ["null", "string"]}, {"name": "op", "type": ["null", "string"]}]}')
+    with pytest.raises(ConfigError) as info:
+        config.parse({**MINIMAL, "table": {**KEYED, **table}, **extra}, base=tmp_path)
+    assert message in str(info.value), str(info.value)

@@ -52,6 +52,7 @@ from frazil.events.payloads import (
 from frazil.flow.outage import Outage
 from frazil.iceberg.committer import CommitResult, Committer
 from frazil.iceberg.datafiles import from_ref
+from frazil.iceberg.mutations import KeyIndex
 from frazil.iceberg.offsets import Range
 from frazil.metrics import Metrics
 from frazil.txlog import Journal
@@ -252,6 +253,8 @@ class Coordinator:
                 log.warning("commit %s to %s landed; the outage is over after %.0fs", state.commit_id, table.table,
                             lasted)
             self._count("already_landed" if result.found else "committed")
+            if result.replaced and self._metrics is not None:
+                self._metrics.rows_replaced(table.table, result.replaced)
             results.append(result)
             # only the ranges the table holds (a coordinator finishing an open cycle may have collected
             # late replies the landed commit did not take); sent once even if another commit landed them
@@ -313,8 +316,10 @@ def table_committer(catalog: Catalog, pipeline: str, *, max_attempts: int, journ
     ``log_dead_letters`` (single mode) the intent carries the commit's bad records, sent at the
     next start if the process dies before sending them."""
 
+    indexes: dict[str, KeyIndex] = {}   # keyed tables' key indexes, kept from commit to commit
+
     def commit(table: TableCommit, commit_id: str, valid_through_ms: int | None) -> CommitResult:
-        committer = Committer(catalog, table.table, pipeline, max_attempts=max_attempts)
+        committer = Committer(catalog, table.table, pipeline, max_attempts=max_attempts, indexes=indexes)
         try:
             loaded = committer.load()
         except Exception as exc:  # noqa: BLE001 - catalog unreachable: nothing was attempted

@@ -55,6 +55,7 @@ from frazil.events.payloads import (
     StartCommit,
 )
 from frazil.flow.outage import Outage
+from frazil.iceberg import mutations
 from frazil.iceberg.datafiles import to_ref
 from frazil.iceberg.offsets import Range, TopicPartition
 from frazil.ingest.conform import conform
@@ -112,6 +113,8 @@ class Part:
     # the bad records of ``ranges`` (on_bad_record = "dead_letter"): reported with the files, sent to
     # the dead-letter topic by the coordinator once they land. A part may hold only bad records.
     dead: tuple[DeadLetter, ...] = ()
+    # a keyed table's deletes (their keys), beside the upserts in ``data``; written as a key file
+    deletes: pa.Table | None = None
 
     @property
     def paths(self) -> list[str]:
@@ -147,8 +150,10 @@ class Part:
                                      for tp, r in self.ranges.items()}}
         since = {**newer.since, **{tp: min(s, newer.since.get(tp, s)) for tp, s in self.since.items()}}
         # the table may have evolved between the two: the rows go under the newer schema
+        deletes = [d for d in (self.deletes, newer.deletes) if d is not None]
         return Part(self.table, conform([self.data, newer.data], newer.data.schema), ranges, self.rows + newer.rows,
-                    nbytes=self.nbytes + newer.nbytes, since=since, dead=self.dead + newer.dead)
+                    nbytes=self.nbytes + newer.nbytes, since=since, dead=self.dead + newer.dead,
+                    deletes=pa.concat_tables(deletes) if deletes else None)
 
 
 @dataclass(frozen=True)
@@ -342,11 +347,11 @@ class Worker:
                 if not part.files and part.rows:   # held files are reported as they are; rows taken since wait in ``later``
                     assert part.data is not None
                     began = time.monotonic()
-                    files = self._write_files(target, table, part.data, commit_id)
+                    files = self._write_files(target, table, part, commit_id)
                     took = time.monotonic() - began
                     wrote_s += took
                     self._metrics.flushed(name, took, [f.file_size_in_bytes for f in files])
-                    part = dataclasses.replace(part, data=None, files=tuple(files), nbytes=0)
+                    part = dataclasses.replace(part, data=None, files=tuple(files), nbytes=0, deletes=None)
                     written.append(txrecords.files(name, part.paths, part.ranges))
                     batch = dataclasses.replace(batch, parts={**batch.parts, name: part})
             except (FrazilError, OSError) as exc:
@@ -493,21 +498,44 @@ class Worker:
         for name, tps in self._positions.taken_by.items():
             target = self._targets[name]
             data = target.drain()
+            deletes = target.drain_deletes()
             dead, target.dead = tuple(target.dead), []
-            if data is None:   # every record it took was bad
-                assert dead, f"{name}: ranges without rows"
+            if data is None:   # every record it took was bad, or a delete
+                assert dead or deletes is not None, f"{name}: ranges without rows"
                 data = target.buffer.schema.empty_table()
             part_ranges = {tp: Range(target.floors.get(tp, ranges[tp].start), ranges[tp].end) for tp in tps}
-            parts[name] = Part(name, data, part_ranges, data.num_rows, nbytes=int(data.nbytes),
-                               since={tp: ranges[tp].start for tp in tps}, dead=dead)
+            held = 0 if deletes is None else deletes.num_rows
+            parts[name] = Part(name, data, part_ranges, data.num_rows + held,
+                               nbytes=int(data.nbytes) + (0 if deletes is None else int(deletes.nbytes)),
+                               since={tp: ranges[tp].start for tp in tps}, dead=dead, deletes=deletes)
         return Batch(ranges, parts)
 
-    def _write_files(self, target: Target, table: Table, data: pa.Table, commit_id: str) -> list[DataFile]:
-        """Data files for a part: through Spark when it is a bulk flush, else in process."""
-        if self._bulk is not None and data.num_rows >= self._cfg.spark.bulk_min_rows:
-            # a fresh folder per attempt: a failed attempt's files are left for orphan removal
-            return self._bulk.write(table, data, f"{commit_id}-{uuid.uuid4().hex[:8]}")
-        return target.committer.write_files(data, table)
+    def _write_files(self, target: Target, table: Table, part: Part, commit_id: str) -> list[DataFile]:
+        """Data files for a part: through Spark when it is a bulk flush, else in process. A keyed
+        table's part is its latest change per key: the upserts as data files, the deletes as a
+        key file (the coordinator turns both into position deletes of the rows they replace)."""
+        data = part.data
+        assert data is not None
+        keys = None
+        if target.cfg.changes is not None:
+            latest = mutations.latest(data, part.deletes, target.cfg.identifier_columns)
+            if latest.replaced:
+                self._metrics.changes_replaced(target.name, latest.replaced, latest.split_keys)
+            if latest.split_keys:
+                log.warning("table %s: %d key(s) changed from more than one partition in one batch; the change with "
+                            "the highest (partition, offset) won. Keep each key in one partition", target.name,
+                            latest.split_keys)
+            data, keys = latest.rows if latest.rows is not None else data.slice(0, 0), latest.deletes
+        files: list[DataFile] = []
+        if data.num_rows:
+            if self._bulk is not None and data.num_rows >= self._cfg.spark.bulk_min_rows:
+                # a fresh folder per attempt: a failed attempt's files are left for orphan removal
+                files = self._bulk.write(table, data, f"{commit_id}-{uuid.uuid4().hex[:8]}")
+            else:
+                files = target.committer.write_files(data, table)
+        if keys is not None and keys.num_rows:
+            files.append(target.committer.write_keys(keys, table))
+        return files
 
     async def position(self, tps: set[TopicPartition]) -> dict[TopicPartition, int]:
         """Where ``tps`` are read from: every table's offsets and watermark (rule 2)."""

@@ -54,6 +54,7 @@ from pyiceberg.types import (
 
 from frazil.config import CatalogConfig, DynamicConfig, MaintenanceConfig, TableConfig
 from frazil.errors import CatalogUnavailable, ConfigError
+from frazil.iceberg import mutations
 
 log = logging.getLogger(__name__)
 
@@ -301,7 +302,7 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
     if cfg.identifier_columns and have != sorted(cfg.identifier_columns):
         raise ConfigError(f"table {cfg.name}: identifier columns are {have or 'none'} in the table but "
                           f"{sorted(cfg.identifier_columns)} in the config; make the config say what the table holds")
-    wanted = {**cfg.properties, **REQUIRED_PROPERTIES, **(properties or {})}
+    wanted = {**cfg.properties, **REQUIRED_PROPERTIES, **(properties or {}), **_keyed_properties(table, cfg)}
     if created and NAME_MAPPING not in table.properties:
         # files written without field ids by other tools stay readable: columns are found by name
         wanted[NAME_MAPPING] = create_mapping_from_schema(table.schema()).model_dump_json()
@@ -318,6 +319,24 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
                 raise
         table = catalog.load_table(cfg.name)
     return table
+
+
+def _keyed_properties(table: Table, cfg: TableConfig) -> dict[str, str]:
+    """A keyed table (mode upsert or cdc) says so in ``frazil.mode`` (every committer, in any
+    process, then plans position deletes for it), and Spark's DML on it writes position deletes
+    too. A table some run made keyed is never appended to as if it were not."""
+    was = table.properties.get(mutations.MODE_PROPERTY)
+    if cfg.changes is None:
+        if was in mutations.KEYED_MODES:
+            raise ConfigError(f"table {cfg.name} is keyed ({mutations.MODE_PROPERTY} = {was}: each record replaces the "
+                              f"row of its key) but the config says mode = \"append\", which would land every change as "
+                              f"another row; set mode = \"{was}\"")
+        return {}
+    if table.format_version < 2:
+        raise ConfigError(f"table {cfg.name} is format version {table.format_version}; mode = {cfg.mode!r} writes "
+                          "position deletes, which need version 2 (upgrade it: ALTER TABLE ... SET TBLPROPERTIES "
+                          "('format-version' = '2'))")
+    return {mutations.MODE_PROPERTY: cfg.mode, **mutations.MERGE_ON_READ}
 
 
 def dynamic_tables(catalog: Catalog, dynamic: DynamicConfig) -> list[str]:

@@ -27,10 +27,11 @@ from pyiceberg.io.pyarrow import _dataframe_to_data_files, parquet_file_to_data_
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, TableProperties
 from pyiceberg.table.snapshots import ancestors_of
+from pyiceberg.typedef import Record
 
 from frazil import faults
-from frazil.errors import CommitOutcomeUnknown, OffsetGapError, OffsetOverlapError
-from frazil.iceberg import offsets
+from frazil.errors import CommitOutcomeUnknown, FrazilError, OffsetGapError, OffsetOverlapError
+from frazil.iceberg import mutations, offsets
 from frazil.iceberg.offsets import Range, TopicPartition, Verdict
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,33 @@ class CommitResult:
     # the commit id was in the table before this call sent anything to the catalog: landed by
     # another process (a coordinator that took over the cycle) or before a restart. Not landed now.
     found: bool = False
+    replaced: int = 0         # keyed tables: committed rows this commit replaced or deleted
+
+
+@dataclass(frozen=True)
+class _Changes:
+    """A keyed table's commit: the keys of its new data files (with their Kafka metadata, in row
+    order) and of its key files, read once for all attempts."""
+
+    rows: list[tuple[str, pa.Table]]
+    deletes: list[pa.Table]
+    files: dict[str, tuple[int, Record]]   # each new data file's spec id and partition
+
+    @staticmethod
+    def read(table: Table, files: Sequence[DataFile], keys: Sequence[DataFile], identifiers: Sequence[str]) -> _Changes:
+        columns = [*identifiers, mutations.PARTITION, mutations.OFFSET]
+        return _Changes([(f.file_path, mutations.read_columns(table.io, f.file_path, columns)) for f in files],
+                        [mutations.read_columns(table.io, f.file_path, columns) for f in keys],
+                        {f.file_path: (_spec_id(f, table), f.partition) for f in files})
+
+
+def _spec_id(data_file: DataFile, table: Table) -> int:
+    """A new data file's partition spec; one read back from its footer (recovery) was written for
+    the table's current spec, and pyiceberg leaves it unset."""
+    try:
+        return data_file.spec_id or 0
+    except AttributeError:
+        return table.spec().spec_id
 
 
 def no_inner_retry(table: Table) -> Table:
@@ -90,10 +118,14 @@ def find_commit(table: Table, commit_id: str) -> int | None:
 
 class Committer:
     def __init__(self, catalog: Catalog, table_name: str, pipeline: str, *, max_attempts: int = 5,
-                 backoff_s: float = 0.2, sleep: Callable[[float], None] = time.sleep) -> None:
+                 backoff_s: float = 0.2, sleep: Callable[[float], None] = time.sleep,
+                 indexes: dict[str, mutations.KeyIndex] | None = None) -> None:
+        """``indexes``: key indexes of keyed tables by table name, shared by the committers of one
+        coordinator role (an index is rebuilt whenever its table has a snapshot it has not seen)."""
         self._catalog, self._table_name, self._pipeline = catalog, table_name, pipeline
         self._said: str | None = None   # the rollback last warned about
         self._max_attempts, self._backoff_s, self._sleep = max_attempts, backoff_s, sleep
+        self._indexes = indexes if indexes is not None else {}
 
     def load(self) -> Table:
         return self._catalog.load_table(self._table_name)
@@ -129,10 +161,19 @@ class Committer:
             raise CommitOutcomeUnknown(f"could not write data files for {self._table_name}: "
                                        f"{type(exc).__name__}: {exc}; nothing was committed") from exc
 
+    def write_keys(self, keys: pa.Table, table: Table) -> DataFile:
+        """A keyed table's deletes as a key file (travels like a data file, never committed)."""
+        try:
+            return mutations.key_file(table, keys)
+        except Exception as exc:  # noqa: BLE001
+            raise CommitOutcomeUnknown(f"could not write the key file of deletes for {self._table_name}: "
+                                       f"{type(exc).__name__}: {exc}; nothing was committed") from exc
+
     def files_at(self, paths: Sequence[str]) -> list[DataFile]:
-        """Data files written earlier (listed in the transaction log), read back from their footers."""
+        """Data files (and key files) written earlier (listed in the transaction log), read back from their footers."""
         table = self.load()
-        return [parquet_file_to_data_file(table.io, table.metadata, path) for path in paths]
+        return [mutations.key_file_ref(table, path) if mutations.is_key_file(path)
+                else parquet_file_to_data_file(table.io, table.metadata, path) for path in paths]
 
     def commit(self, data: pa.Table, ranges: Mapping[TopicPartition, Range], commit_id: str) -> CommitResult:
         """Write ``data`` (the rows of exactly ``ranges``) and commit it with the advanced offsets."""
@@ -145,8 +186,13 @@ class Committer:
         ``valid_through_ms`` (VTTS) goes into the snapshot summary when given. ``loaded``: the
         table as just loaded, used by the first attempt (a stale one only loses the compare-and-swap).
         ``progress``: the pipeline's watermark as the cycle's workers reported it, kept with the
-        offsets (the higher of it and the one stored, per partition)."""
+        offsets (the higher of it and the one stored, per partition). A keyed table's commit also
+        deletes the rows its changes replace (position deletes, planned anew on every attempt
+        against the table as loaded); key files in ``files`` carry its deletes."""
+        keys = [f for f in files if mutations.is_key_file(f.file_path)]
+        files = [f for f in files if not mutations.is_key_file(f.file_path)]
         rows = sum(f.record_count for f in files)
+        changes: _Changes | None = None   # a keyed table's new keys, read once
         started = time.monotonic()
         last_error: Exception | None = None
         sent = False   # a catalog commit was attempted by this call
@@ -187,16 +233,36 @@ class Committer:
                 properties[offsets.progress_key(self._pipeline)] = summary[offsets.progress_key(self._pipeline)] = mark
             if valid_through_ms is not None:
                 summary[offsets.VTTS_KEY] = str(valid_through_ms)
+            delta: mutations.Plan | None = None
             try:
+                identifiers = mutations.keyed(table)
+                if identifiers or keys:
+                    if not identifiers:
+                        raise FrazilError(f"commit {commit_id}: {self._table_name} is not keyed ({mutations.MODE_PROPERTY}"
+                                          " is not upsert or cdc) but the commit carries deletes; nothing was committed")
+                    changes = changes or _Changes.read(table, files, keys, identifiers)
+                    delta, deletes = self._plan(table, identifiers, changes)
+                else:
+                    deletes = []
                 tx = no_inner_retry(table).transaction()
-                with tx.update_snapshot(snapshot_properties=summary).fast_append() as append:
-                    for data_file in files:
-                        append.append_data_file(data_file)
+                if deletes:
+                    row_delta = mutations.RowDelta(tx, summary)
+                    with row_delta:
+                        for data_file in files:
+                            row_delta.append_data_file(data_file)
+                        for delete_file in deletes:
+                            row_delta.add_delete_file(delete_file)
+                else:
+                    with tx.update_snapshot(snapshot_properties=summary).fast_append() as append:
+                        for data_file in files:
+                            append.append_data_file(data_file)
                 tx.set_properties(properties)
                 faults.hit("commit.before_catalog", self._table_name)
                 sent = True
                 committed = tx.commit_transaction()
                 faults.hit("commit.after_catalog", self._table_name)
+            except FrazilError:
+                raise
             except CommitFailedException as exc:
                 # A clean conflict: the catalog refused the compare-and-swap, nothing landed.
                 last_error = exc
@@ -212,7 +278,10 @@ class Committer:
                 log.warning("commit %s table=%s: attempt %d/%d failed and did not land (%s: %s)",
                             commit_id, self._table_name, attempt, self._max_attempts, type(exc).__name__, exc)
             else:
-                return self._result(commit_id, None, rows, committed, attempt, started)
+                if delta is not None:
+                    self._landed(delta, committed)
+                return self._result(commit_id, None, rows, committed, attempt, started,
+                                    replaced=delta.replaced if delta else 0)
             self._sleep(self._backoff_s * 2 ** (attempt - 1))
         raise CommitOutcomeUnknown(
             f"commit {commit_id} to {self._table_name} failed {self._max_attempts} times; last error: "
@@ -277,6 +346,40 @@ class Committer:
         log.warning("table %s: %s[%d]@%d will be skipped by pipeline %s, as %s said (%s)", self._table_name, tp[0], tp[1],
                     offset, self._pipeline, by, reason)
 
+    def _plan(self, table: Table, identifiers: tuple[str, ...], changes: _Changes
+              ) -> tuple[mutations.Plan, list[DataFile]]:
+        """The position deletes of a keyed table's commit, planned against ``table`` as loaded."""
+        index = self._indexes.get(self._table_name)
+        current = table.current_snapshot()
+        if index is None or index.identifiers != identifiers or index.snapshot_id != (current.snapshot_id if current else None):
+            began = time.monotonic()
+            index = self._indexes[self._table_name] = mutations.build_index(table, identifiers)
+            log.info("table %s: key index built from snapshot %s: %d keys in %d data file(s), %.0f ms",
+                     self._table_name, index.snapshot_id, len(index), len(index.files), 1000 * (time.monotonic() - began))
+        for path, spec_partition in changes.files.items():
+            index.files[path] = spec_partition
+        delta = mutations.plan(index, changes.rows, changes.deletes)
+        if delta.split_keys:
+            log.warning("table %s: %d key(s) changed from more than one partition in one cycle; the change with the "
+                        "highest (partition, offset) won. Keep each key in one partition (produce with the key as "
+                        "the Kafka key)", self._table_name, delta.split_keys)
+        deletes = mutations.write_position_deletes(table, delta.deletes, index.files) if delta.deletes else []
+        faults.hit("commit.after_deletes_written", self._table_name)
+        return delta, deletes
+
+    def _landed(self, delta: mutations.Plan, committed: Table) -> None:
+        """The index after a commit this process made: in step with ``committed``'s snapshot."""
+        index = self._indexes.get(self._table_name)
+        current = committed.current_snapshot()
+        if index is None or current is None:
+            return
+        for key in delta.removed:
+            index.forget(key)
+        for key, where in delta.added.items():
+            index.forget(key)
+            index.add(key, where)
+        index.snapshot_id = current.snapshot_id
+
     def _resolve(self, commit_id: str) -> int | None:
         """Rule 5: reload and look for the commit id, retrying the reload a few times."""
         for attempt in range(1, self._max_attempts + 1):
@@ -314,17 +417,18 @@ class Committer:
             )
 
     def _result(self, commit_id: str, snapshot_id: int | None, rows: int, table: Table, attempt: int,
-                started: float, *, found: bool = False) -> CommitResult:
+                started: float, *, found: bool = False, replaced: int = 0) -> CommitResult:
         if snapshot_id is None:
             snapshot_id = find_commit(table, commit_id)
         stored = self.held(table).offsets
         result = CommitResult(commit_id, snapshot_id, rows, stored, attempt, time.monotonic() - started,
-                              snapshots=len(table.metadata.snapshots), table=self._table_name, found=found)
+                              snapshots=len(table.metadata.snapshots), table=self._table_name, found=found,
+                              replaced=replaced)
         if found:
             log.info("commit %s table=%s: already in the table as snapshot %s (landed by another process, or before a "
                      "restart); nothing committed now", commit_id, self._table_name, snapshot_id)
             return result
-        log.info("commit %s table=%s snapshot=%s rows=%d attempts=%d took=%.0fms offsets=%s",
-                 commit_id, self._table_name, snapshot_id, rows, attempt, result.seconds * 1000,
-                 offsets.encode(stored))
+        log.info("commit %s table=%s snapshot=%s rows=%d%s attempts=%d took=%.0fms offsets=%s",
+                 commit_id, self._table_name, snapshot_id, rows, f" replaced={replaced}" if replaced else "", attempt,
+                 result.seconds * 1000, offsets.encode(stored))
         return result

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import re
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +34,7 @@ from frazil.events.payloads import CommitComplete, DeadLetter, Event, StartCommi
 from frazil.flow.backpressure import Action, Backpressure
 from frazil.iceberg.offsets import TopicPartition
 from frazil.ingest.buffer import RecordBuffer, RecordProblem, append_routed, values_of
+from frazil.ingest.changes import ChangeBuffer
 from frazil.ingest.positions import Positions
 from frazil.ingest.routing import Router
 from frazil.ingest.source import KafkaSource
@@ -237,18 +239,21 @@ class Pipeline:
                 # (the full trigger has asked for a cycle)
                 self._source.seek_back(tp, records[0].offset)
                 continue
-            # A null value (a tombstone, e.g. on a compacted topic) deletes a key; in append mode there
-            # is nothing to land: accounted as read and counted, like a record no table takes.
+            # A null value (a tombstone, e.g. on a compacted topic) deletes a key: in a keyed table with
+            # tombstones = "delete" it deletes the row of its Kafka key; elsewhere there is nothing to
+            # land: accounted as read and counted, like a record no table takes.
             values = [r for r in records if r.value is not None]
             if len(values) < len(records):
                 tombstones = len(records) - len(values)
                 self.stats.records_tombstones += tombstones
                 self.metrics.tombstones.inc(tombstones)
-                log.debug("%s[%d]: %d tombstone(s) (null values) among offsets %d..%d, landed nowhere", tp[0], tp[1],
+                log.debug("%s[%d]: %d tombstone(s) (null values) among offsets %d..%d", tp[0], tp[1],
                           tombstones, records[0].offset, records[-1].offset)
             try:
                 if values:
                     await self._route(tp, values)
+                if len(values) < len(records):
+                    self._tombstones(tp, [r for r in records if r.value is None])
             except _native.BufferFullError:
                 # Nothing of this batch was taken (one table: the buffer's hard cap refused it whole).
                 full = True
@@ -338,8 +343,12 @@ class Pipeline:
             results = [buffer.append(tp[0], tp[1], records if chosen is None else [records[i] for i in chosen])
                        for _, buffer, chosen in targets]
         else:
-            results = append_routed(tp[0], tp[1], records, values, [
-                (buffer, list(everything) if chosen is None else chosen) for _, buffer, chosen in targets])
+            # keyed tables split each record into a row or a key first: appended one by one
+            plain = [(buffer, list(everything) if chosen is None else chosen) for _, buffer, chosen in targets
+                     if not isinstance(buffer, ChangeBuffer)]
+            routed = iter(append_routed(tp[0], tp[1], records, values, plain) if plain else [])
+            results = [buffer.append(tp[0], tp[1], records if chosen is None else [records[i] for i in chosen])
+                       if isinstance(buffer, ChangeBuffer) else next(routed) for _, buffer, chosen in targets]
         if routing_bad:   # the appends went through (a full buffer would have this batch fetched again)
             self._hold_for_routing(tp, routing_bad)
         for (name, _, chosen), errors in zip(targets, results):
@@ -366,6 +375,34 @@ class Pipeline:
                 log.debug("%s[%d]: %d bad record(s) for %s, first at offset %d (field %r: %s); held for the dead-letter "
                           "topic", tp[0], tp[1], len(errors), name, first.offset, first.field, first.reason)
             self._positions.table_took(name, tp)
+
+    def _tombstones(self, tp: TopicPartition, records: list) -> None:  # type: ignore[type-arg]
+        """Tombstones of ``tp`` to every open keyed table that takes the topic and deletes on
+        them (routing by value cannot apply: there is no value), less what each table holds."""
+        for target in self._targets:
+            buffer = target.buffer
+            if not isinstance(buffer, ChangeBuffer) or buffer.changes.tombstones != "delete":
+                continue
+            if target.cfg.topics and re.fullmatch(target.cfg.topics, tp[0]) is None:
+                continue
+            floor = target.floors.get(tp)
+            skip = target.skips(self._cfg.pipeline).get(tp, frozenset())
+            taken = [r for r in records if (floor is None or r.offset >= floor) and r.offset not in skip]
+            if not taken:
+                continue
+            errors = buffer.append_tombstones(tp[0], tp[1], taken)
+            self.metrics.taken(target.name, len(taken) - len(errors), 0)
+            if errors:
+                self.metrics.records_bad.inc(len(errors))
+                first = errors[0]
+                if not self._dead_letter:
+                    raise RecordDecodeError(topic=tp[0], partition=tp[1], offset=first.offset, field=first.field,
+                                            reason=first.reason + (f" ({len(errors) - 1} more bad record(s) in the "
+                                                                   "same batch)" if len(errors) > 1 else "")
+                                            + f" (tombstone for table {target.name})")
+                target.dead.extend(DeadLetter(tp[0], tp[1], e.offset, e.field, e.reason) for e in errors)
+                self.stats.records_bad += len(errors)
+            self._positions.table_took(target.name, tp)
 
     def _carrier(self) -> Target | None:
         """The table whose commits count the records routing finds bad: the first declared one."""

@@ -19,6 +19,7 @@ from frazil.iceberg import offsets
 from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import TopicPartition, merge_progress
 from frazil.ingest.buffer import AvroRecordBuffer, RecordBuffer
+from frazil.ingest.changes import ChangeBuffer
 from frazil.ingest.conform import conform
 from frazil.ingest.positions import resume_at
 
@@ -63,6 +64,10 @@ class Target:
             return data
         tables, self.carried = [*self.carried, *([data] if data is not None else [])], []
         return conform(tables, self.buffer.schema)
+
+    def drain_deletes(self) -> pa.Table | None:
+        """A keyed table's deletes taken since the last drain (None for an append table)."""
+        return self.buffer.drain_deletes() if isinstance(self.buffer, ChangeBuffer) else None
 
     def clear(self) -> None:
         self.buffer.clear()
@@ -140,6 +145,11 @@ class Targets:
         if self._values.avro:
             return AvroRecordBuffer(iceberg_catalog.arrow_schema(table), confluent=self._values.format == "avro-confluent",
                                     metadata_columns=cfg.metadata_columns, max_bytes=self._budget if self.single else None)
+        if cfg.changes is not None:
+            return ChangeBuffer(iceberg_catalog.arrow_schema(table, value_options(cfg)), cfg.changes,
+                                cfg.identifier_columns, max_bytes=self._budget if self.single else None,
+                                strict_fields=_strict(cfg.name) if inferred else None,
+                                unknown_fields=cfg.unknown_fields, case_insensitive=cfg.case_insensitive)
         return RecordBuffer(iceberg_catalog.arrow_schema(table, value_options(cfg)), metadata_columns=cfg.metadata_columns,
                             max_bytes=self._budget if self.single else None,
                             strict_fields=_strict(cfg.name) if inferred else None,

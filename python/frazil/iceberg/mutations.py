@@ -1,0 +1,354 @@
+"""Keyed tables (``mode = "upsert"`` or ``"cdc"``): every change replaces or deletes the row of its
+key, and frazil commits the new rows together with position deletes of the rows they replace, in
+one snapshot (docs/position-deletes.md). No equality deletes: pyiceberg cannot read them.
+
+- :func:`latest` (pure): of a batch's upserts and deletes, the latest change per key by
+  (partition, offset); a worker applies it before writing.
+- A worker writes the winning upserts as data files and the winning deletes as a *key file*
+  (``frazil-keys-*.parquet``: identifier columns and Kafka metadata), which travels like a data
+  file but is never committed to the table.
+- :class:`KeyIndex`: per committed key, the data file and row position holding it, as of one
+  snapshot of the table. Rebuilt from the table whenever the table has a snapshot the index has
+  not seen (a compaction, another writer, a restart): then positions are never stale.
+- :func:`plan` decides, for one commit attempt, which positions to delete: the committed row of
+  every key the new files touch, and the older of two changes to one key in new files of
+  different workers. :func:`write_position_deletes` writes them; :class:`RowDelta` commits data
+  and deletes in one snapshot.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import uuid
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import (
+    DataFile,
+    DataFileContent,
+    FileFormat,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    ManifestWriterV2,
+)
+from pyiceberg.table import Table, Transaction
+from pyiceberg.table.snapshots import Operation
+from pyiceberg.table.update.snapshot import _FastAppendFiles
+from pyiceberg.typedef import Record
+
+log = logging.getLogger(__name__)
+
+PARTITION, OFFSET = "_kafka_partition", "_kafka_offset"
+MODE_PROPERTY = "frazil.mode"          # "upsert" or "cdc" on a keyed table; absent: append
+KEYED_MODES = ("upsert", "cdc")
+KEY_FILE_PREFIX = "frazil-keys-"
+# Spark's DML and maintenance on a keyed table write position deletes too, never rewrite files
+MERGE_ON_READ = {"write.delete.mode": "merge-on-read", "write.update.mode": "merge-on-read",
+                 "write.merge.mode": "merge-on-read"}
+PATH_ID, POS_ID = 2147483546, 2147483545   # the position-delete columns' reserved field ids
+POSITION_DELETE_SCHEMA = pa.schema([
+    pa.field("file_path", pa.string(), nullable=False, metadata={"PARQUET:field_id": str(PATH_ID)}),
+    pa.field("pos", pa.int64(), nullable=False, metadata={"PARQUET:field_id": str(POS_ID)}),
+])
+
+Key = Hashable
+
+
+def keyed(table: Table) -> tuple[str, ...]:
+    """The identifier columns of a keyed table; () for an append table."""
+    if table.properties.get(MODE_PROPERTY) not in KEYED_MODES:
+        return ()
+    schema = table.schema()
+    return tuple(schema.find_column_name(i) or "" for i in schema.identifier_field_ids)
+
+
+def is_key_file(path: str) -> bool:
+    return os.path.basename(path).startswith(KEY_FILE_PREFIX)
+
+
+@dataclass(frozen=True)
+class Latest:
+    rows: pa.Table | None       # the upserts that won, in their order
+    deletes: pa.Table | None    # the deletes that won, in their order
+    replaced: int               # changes that lost to a later change of their key
+    split_keys: int             # keys changed from more than one partition (expected: one partition per key)
+
+
+def latest(rows: pa.Table | None, deletes: pa.Table | None, identifiers: Sequence[str]) -> Latest:
+    """Of ``rows`` (upserts) and ``deletes`` (keys), each with ``_kafka_partition`` and
+    ``_kafka_offset``, the latest change per key by (partition, offset): never by arrival."""
+    parts = []
+    for kind, table in ((0, rows), (1, deletes)):
+        if table is not None and table.num_rows:
+            parts.append(pa.table({**{f"k{i}": table.column(name) for i, name in enumerate(identifiers)},
+                                   "p": table.column(PARTITION), "o": table.column(OFFSET),
+                                   "kind": pa.array([kind] * table.num_rows, pa.int8()),
+                                   "i": pa.array(range(table.num_rows), pa.int64())}))
+    if not parts:
+        return Latest(rows, deletes, 0, 0)
+    both = pa.concat_tables(parts)
+    keys = [f"k{i}" for i in range(len(identifiers))]
+    both = both.take(pc.sort_indices(both, sort_keys=[*((k, "ascending") for k in keys), ("p", "ascending"),
+                                                      ("o", "ascending")]))
+    n = both.num_rows
+    # the last change of each run of equal keys wins
+    last = pa.array([True]) if n == 1 else pa.concat_arrays([_differs_next(both, keys), pa.array([True])])
+    won = both.filter(last)
+    if won.num_rows == n:   # every key changed once: nothing to drop, nothing copied
+        return Latest(rows, deletes, 0, 0)
+    per_key = both.group_by(keys).aggregate([("p", "count_distinct")])
+    split = int(pc.sum(pc.greater(per_key.column("p_count_distinct"), 1)).as_py() or 0)
+
+    def kept(table: pa.Table | None, kind: int) -> pa.Table | None:
+        if table is None:
+            return None
+        chosen = won.filter(pc.equal(won.column("kind"), kind)).column("i")
+        return table.take(chosen.take(pc.sort_indices(chosen)))
+
+    return Latest(kept(rows, 0), kept(deletes, 1), n - won.num_rows, split)
+
+
+def _differs_next(table: pa.Table, keys: Sequence[str]) -> pa.Array:
+    """Per row but the last: whether the next row has another key."""
+    out = None
+    for k in keys:
+        col = table.column(k).combine_chunks()
+        differs = pc.not_equal(col.slice(0, len(col) - 1), col.slice(1))
+        out = differs if out is None else pc.or_(out, differs)
+    assert out is not None
+    return out
+
+
+def key_values(table: pa.Table, identifiers: Sequence[str]) -> list[Key]:
+    """The keys of ``table``'s rows as Python values (a tuple with several identifier columns)."""
+    cols = [table.column(name).to_pylist() for name in identifiers]
+    return cols[0] if len(cols) == 1 else list(zip(*cols))
+
+
+@dataclass
+class KeyIndex:
+    """Per committed key: (data file, row position), as of ``snapshot_id`` of the table. A key found
+    more than once (a table written before it was keyed) keeps every position in ``more``."""
+
+    identifiers: tuple[str, ...]
+    snapshot_id: int | None = None
+    rows: dict[Key, tuple[str, int]] = field(default_factory=dict)
+    more: dict[Key, list[tuple[str, int]]] = field(default_factory=dict)
+    files: dict[str, tuple[int, Record]] = field(default_factory=dict)   # path: (spec id, partition)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def add(self, key: Key, where: tuple[str, int]) -> None:
+        old = self.rows.get(key)
+        if old is not None:
+            self.more.setdefault(key, []).append(old)
+        self.rows[key] = where
+
+    def positions(self, key: Key) -> list[tuple[str, int]]:
+        found = self.rows.get(key)
+        return ([] if found is None else [found]) + self.more.get(key, [])
+
+    def forget(self, key: Key) -> None:
+        self.rows.pop(key, None)
+        self.more.pop(key, None)
+
+
+def build_index(table: Table, identifiers: Sequence[str]) -> KeyIndex:
+    """Blocking. Every live row's key and position in ``table`` as it is (its position deletes applied)."""
+    current = table.current_snapshot()
+    index = KeyIndex(tuple(identifiers), current.snapshot_id if current else None)
+    if current is None:
+        return index
+    for task in table.scan(snapshot_id=current.snapshot_id).plan_files():
+        data = task.file
+        index.files[data.file_path] = (data.spec_id or 0, data.partition)
+        keys = read_columns(table.io, data.file_path, identifiers)
+        gone: set[int] = set()
+        for delete in task.delete_files:
+            gone.update(_deleted_positions(table.io, delete.file_path, data.file_path))
+        for pos, key in enumerate(key_values(keys, identifiers)):
+            if pos not in gone:
+                index.add(key, (data.file_path, pos))
+    if index.more:
+        log.warning("table %s: %d key(s) have more than one live row (written before the table was keyed, or by "
+                    "another writer); the next change of each deletes all of them", table.name(), len(index.more))
+    return index
+
+
+def read_columns(io: FileIO, path: str, columns: Sequence[str]) -> pa.Table:
+    with io.new_input(path).open() as f:
+        return pq.read_table(f, columns=list(columns))
+
+
+def _deleted_positions(io: FileIO, delete_path: str, data_path: str) -> Iterable[int]:
+    deletes = read_columns(io, delete_path, ["file_path", "pos"])
+    positions: list[int] = deletes.filter(pc.equal(deletes.column("file_path"), data_path)).column("pos").to_pylist()
+    return positions
+
+
+@dataclass
+class Plan:
+    """One commit attempt of a keyed table: the positions to delete per data file, and how the
+    index changes once the commit lands."""
+
+    deletes: dict[str, list[int]]
+    added: dict[Key, tuple[str, int]]      # keys whose latest change is a row in a new file
+    removed: set[Key]                       # keys whose latest change is a delete
+    replaced: int = 0                       # committed rows replaced or deleted
+    split_keys: int = 0
+
+    @property
+    def positions(self) -> int:
+        return sum(len(v) for v in self.deletes.values())
+
+
+def plan(index: KeyIndex, new_rows: Sequence[tuple[str, pa.Table]], new_deletes: Sequence[pa.Table]) -> Plan:
+    """Pure. ``new_rows``: per new data file, its identifier columns, ``_kafka_partition`` and
+    ``_kafka_offset`` in row order; ``new_deletes``: the keys of key files, with the same
+    metadata. The latest change per key wins by (partition, offset); every committed row of a key
+    changed now is deleted, and so is every new row that lost."""
+    ids = index.identifiers
+    best: dict[Key, tuple[int, int, str | None, int]] = {}   # key: (partition, offset, file or None, position)
+    deletes: dict[str, list[int]] = {}
+    partitions: dict[Key, set[int]] = {}
+    changes: list[tuple[Key, tuple[int, int, str | None, int]]] = []
+    for path, table in new_rows:
+        for pos, (key, p, o) in enumerate(zip(key_values(table, ids), table.column(PARTITION).to_pylist(),
+                                              table.column(OFFSET).to_pylist())):
+            changes.append((key, (p, o, path, pos)))
+    for table in new_deletes:
+        for key, p, o in zip(key_values(table, ids), table.column(PARTITION).to_pylist(),
+                             table.column(OFFSET).to_pylist()):
+            changes.append((key, (p, o, None, -1)))
+    for key, change in changes:
+        partitions.setdefault(key, set()).add(change[0])
+        old = best.get(key)
+        if old is None:
+            best[key] = change
+            continue
+        winner, loser = (change, old) if change[:2] > old[:2] else (old, change)
+        best[key] = winner
+        if loser[2] is not None:
+            deletes.setdefault(loser[2], []).append(loser[3])
+    replaced = 0
+    for key in best:
+        for path, pos in index.positions(key):
+            deletes.setdefault(path, []).append(pos)
+            replaced += 1
+    added = {key: (c[2], c[3]) for key, c in best.items() if c[2] is not None}
+    removed = {key for key, c in best.items() if c[2] is None}
+    return Plan(deletes, added, removed, replaced, sum(1 for ps in partitions.values() if len(ps) > 1))
+
+
+def write_position_deletes(table: Table, deletes: dict[str, list[int]], files: dict[str, tuple[int, Record]]
+                           ) -> list[DataFile]:
+    """Blocking. One position-delete file per partition of the data files in ``deletes``
+    (``files``: each one's spec id and partition), rows sorted by path then position."""
+    groups: dict[tuple[int, Record], list[str]] = {}
+    for path in sorted(deletes):
+        groups.setdefault(files[path], []).append(path)
+    out = []
+    for (spec_id, partition), paths in groups.items():
+        rows = [(path, pos) for path in paths for pos in sorted(set(deletes[path]))]
+        data = pa.table({"file_path": [p for p, _ in rows], "pos": [i for _, i in rows]}, schema=POSITION_DELETE_SCHEMA)
+        location = table.location_provider().new_data_location(f"frazil-deletes-{uuid.uuid4()}.parquet")
+        with table.io.new_output(location).create(overwrite=True) as f:
+            pq.write_table(data, f)
+        positions = [i for _, i in rows]
+        delete_file = DataFile.from_args(
+            content=DataFileContent.POSITION_DELETES, file_path=location, file_format=FileFormat.PARQUET,
+            partition=partition, record_count=len(rows), file_size_in_bytes=len(table.io.new_input(location)),
+            column_sizes={}, value_counts={PATH_ID: len(rows), POS_ID: len(rows)},
+            null_value_counts={PATH_ID: 0, POS_ID: 0}, nan_value_counts={},
+            lower_bounds={PATH_ID: paths[0].encode(), POS_ID: struct.pack("<q", min(positions))},
+            upper_bounds={PATH_ID: paths[-1].encode(), POS_ID: struct.pack("<q", max(positions))},
+            key_metadata=None, split_offsets=None, equality_ids=None, sort_order_id=None)
+        delete_file.spec_id = spec_id   # DataFile.from_args leaves it out
+        out.append(delete_file)
+    return out
+
+
+def key_file(table: Table, keys: pa.Table) -> DataFile:
+    """Blocking. A worker's winning deletes written as a key file beside the data files (never
+    committed to the table: the coordinator reads it to plan position deletes)."""
+    location = table.location_provider().new_data_location(f"{KEY_FILE_PREFIX}{uuid.uuid4()}.parquet")
+    with table.io.new_output(location).create(overwrite=True) as f:
+        pq.write_table(keys, f)
+    return key_file_ref(table, location, keys.num_rows, len(table.io.new_input(location)))
+
+
+def key_file_ref(table: Table, path: str, rows: int | None = None, size: int | None = None) -> DataFile:
+    """A key file as a ``DataFile`` (so it travels like one), under the table's current spec."""
+    if rows is None or size is None:
+        with table.io.new_input(path).open() as f:
+            rows = pq.ParquetFile(f).metadata.num_rows
+        size = len(table.io.new_input(path))
+    spec = table.spec()
+    ref = DataFile.from_args(
+        content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET,
+        partition=Record(*[None] * len(spec.fields)), record_count=rows, file_size_in_bytes=size,
+        column_sizes={}, value_counts={}, null_value_counts={}, nan_value_counts={}, lower_bounds={},
+        upper_bounds={}, key_metadata=None, split_offsets=None, equality_ids=None, sort_order_id=None)
+    ref.spec_id = spec.spec_id
+    return ref
+
+
+class _DeleteManifestWriter(ManifestWriterV2):
+    """pyiceberg's v2 manifest writer, as a DELETES manifest (in the manifest list and its metadata)."""
+
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "content": "deletes"}
+
+
+class RowDelta(_FastAppendFiles):
+    """A fast append of data files plus position-delete files, in one snapshot (operation
+    ``overwrite``, as Java's RowDelta). Relies on pyiceberg 0.12's snapshot producer internals
+    (``_manifests``, ``_summary``, ``_added_data_files``): pyiceberg is pinned, and
+    tests/integration/test_mutations.py reads the result with pyiceberg and Spark."""
+
+    def __init__(self, transaction: Transaction, snapshot_properties: dict[str, str]) -> None:
+        super().__init__(Operation.OVERWRITE, transaction, transaction._table.io, snapshot_properties=snapshot_properties)
+        self._added_delete_files: list[DataFile] = []
+
+    def add_delete_file(self, delete_file: DataFile) -> RowDelta:
+        if delete_file.content != DataFileContent.POSITION_DELETES:
+            raise ValueError(f"{delete_file.file_path} is not a position-delete file")
+        self._added_delete_files.append(delete_file)
+        return self
+
+    def _manifests(self) -> list[ManifestFile]:
+        manifests = super()._manifests()
+        by_spec: dict[int, list[DataFile]] = {}
+        for f in self._added_delete_files:
+            by_spec.setdefault(f.spec_id or 0, []).append(f)
+        for spec_id, files in sorted(by_spec.items()):
+            writer = _DeleteManifestWriter(self.spec(spec_id), self.schema(), self.new_manifest_output(),
+                                           self._snapshot_id, self._compression)
+            with writer:
+                for f in files:
+                    writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id,
+                                                       sequence_number=None, file_sequence_number=None, data_file=f))
+            manifests.append(writer.to_manifest_file())
+        return manifests
+
+    def _summary(self, snapshot_properties: dict[str, str] = {}) -> Any:   # noqa: B006 - pyiceberg's signature
+        saved = self._added_data_files   # the summary collector counts delete files by their content
+        self._added_data_files = saved + self._added_delete_files
+        try:
+            return super()._summary(snapshot_properties)
+        finally:
+            self._added_data_files = saved

@@ -1,0 +1,130 @@
+"""The record buffer of a keyed table (``mode = "upsert"`` or ``"cdc"``): each record is a change
+to the row of its key. Upserts are decoded into rows of the table (one native buffer), deletes
+into keys (another: the identifier columns and the Kafka metadata, every other field ignored).
+Which change a record is, and where its row is, is read natively (``_native.split_changes``).
+Nothing here decides which change wins: that is :mod:`frazil.iceberg.mutations`, at write time."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from frazil import _native
+from frazil.config import ChangesConfig
+from frazil.iceberg.catalog import META_COLUMNS
+from frazil.ingest.buffer import KafkaRecord, RecordBuffer, RecordProblem, values_of
+
+UPSERT, DELETE = 1, 2
+
+
+@dataclass
+class _Change:
+    """A record with its value replaced by the row (or key) it carries."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+
+
+def key_schema(schema: pa.Schema, identifiers: Sequence[str]) -> pa.Schema:
+    """The identifier columns and the Kafka metadata columns of ``schema``, as a delete key is kept."""
+    names = [*identifiers, *(name for name, _, _ in META_COLUMNS)]
+    return pa.schema([schema.field(name) for name in names])
+
+
+class ChangeBuffer(RecordBuffer):
+    """A :class:`RecordBuffer` whose records are changes: :meth:`drain` gives the rows of upserts,
+    :meth:`drain_deletes` the keys of deletes, both with their partition and offset."""
+
+    def __init__(self, schema: pa.Schema, changes: ChangesConfig, identifiers: Sequence[str], *,
+                 max_bytes: int | None = None, strict_fields: str | None = None, unknown_fields: str = "fail",
+                 case_insensitive: bool = False) -> None:
+        super().__init__(schema, metadata_columns=True, max_bytes=max_bytes, strict_fields=strict_fields,
+                         unknown_fields=unknown_fields, case_insensitive=case_insensitive)
+        self.changes = changes
+        self.identifiers = tuple(identifiers)
+        # a delete's value may be the whole old row: only its key is kept, the other fields are not
+        # the table's business (a key field differing from a column only in case is still refused)
+        self._keys = RecordBuffer(key_schema(schema, identifiers), metadata_columns=True, unknown_fields="ignore",
+                                  case_insensitive=case_insensitive)
+        self.tombstones_skipped = 0   # counted here, read and reset by the pipeline
+
+    @property
+    def rows(self) -> int:
+        return self._native.rows + self._keys.rows
+
+    @property
+    def bytes(self) -> int:
+        return self._native.bytes + self._keys.bytes
+
+    def append(self, topic: str, partition: int, records: Sequence[KafkaRecord]) -> list[RecordProblem]:
+        """Records with a value: each an upsert or a delete (or a bad record, not appended). Raises
+        ``_native.BufferFullError`` (taking nothing) when the upserts do not fit the byte cap."""
+        spec = self.changes
+        if not spec.op:   # upsert mode: every value is the row
+            return super().append(topic, partition, records)
+        kinds, rows, bad = _native.split_changes(
+            values_of(records), op=list(spec.op), after=list(spec.after), before=list(spec.before),
+            upsert_ops=list(spec.upsert_ops), delete_ops=list(spec.delete_ops), unwrap_envelope=spec.unwrap_envelope)
+        upserts: list[_Change] = []
+        deletes: list[_Change] = []
+        for record, kind, row in zip(records, kinds, rows):
+            if row is not None:
+                (upserts if kind == UPSERT else deletes).append(_Change(record.offset, record.timestamp, record.key, row))
+        problems = super().append(topic, partition, upserts) if upserts else []   # the capped buffer first
+        self._keys.fields_ignored = 0
+        if deletes:
+            problems += self._keys.append(topic, partition, deletes)
+            self._keys.fields_ignored = 0   # the old row's other fields: not ignored data, just not kept
+        problems += [RecordProblem(records[i].offset, field, reason) for i, field, reason in bad]
+        return sorted(problems, key=lambda p: p.offset)
+
+    def append_tombstones(self, topic: str, partition: int, records: Sequence[KafkaRecord]) -> list[RecordProblem]:
+        """Records with a null value. ``tombstones = "delete"``: each deletes the row of its Kafka
+        key (a JSON object holding the identifier columns, or with one identifier column its value);
+        a tombstone without a key is a bad record. ``"skip"``: counted, nothing taken."""
+        if self.changes.tombstones != "delete":
+            self.tombstones_skipped += len(records)
+            return []
+        deletes: list[_Change] = []
+        problems: list[RecordProblem] = []
+        for record in records:
+            if record.key is None:
+                problems.append(RecordProblem(record.offset, "", "a tombstone (null value) without a Kafka key "
+                                              "names no row to delete; give tombstones the key of their row"))
+                continue
+            deletes.append(_Change(record.offset, record.timestamp, record.key,
+                                   key_row(record.key, self.identifiers, self.changes.unwrap_envelope)))
+        problems += self._keys.append(topic, partition, deletes) if deletes else []
+        self._keys.fields_ignored = 0
+        return sorted(problems, key=lambda p: p.offset)
+
+    def drain_deletes(self) -> pa.Table | None:
+        """The keys of every delete taken since the last drain, with their Kafka metadata."""
+        return self._keys.drain()
+
+    def clear(self) -> None:
+        super().clear()
+        self._keys.clear()
+
+
+def key_row(key: bytes, identifiers: Sequence[str], unwrap_envelope: bool) -> bytes:
+    """A tombstone's Kafka key as a JSON object of the identifier columns: an object as it is
+    (read through a ``{"schema", "payload"}`` envelope), else, with one identifier column, the
+    key as its value: JSON text as JSON, other bytes as text (the decoder then checks the
+    column's type and refuses what does not fit)."""
+    try:
+        found = json.loads(key)
+    except (ValueError, UnicodeDecodeError):
+        found = key.decode("utf-8", "replace")
+    if isinstance(found, dict):
+        if unwrap_envelope and set(found) == {"schema", "payload"} and isinstance(found["payload"], dict):
+            return json.dumps(found["payload"]).encode()
+        return key
+    if len(identifiers) != 1:
+        return b"null"   # a bad record: the decoder says the value is not an object
+    return json.dumps({identifiers[0]: found}).encode()

@@ -1,0 +1,46 @@
+use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
+use pyo3::types::PyBytes;
+
+use crate::changes::{self, Change, Spec};
+
+/// Per record: its kind (``b"\x01"`` upsert, ``b"\x02"`` delete, ``b"\x00"`` bad) in one bytes
+/// object, its row as a slice of the value (None when bad), and the bad ones as
+/// ``(index, field, reason)``. Runs without the GIL; only the rows are copied out.
+#[pyfunction]
+#[pyo3(signature = (values, *, op, after, before, upsert_ops, delete_ops, unwrap_envelope))]
+#[allow(clippy::type_complexity, clippy::too_many_arguments)]
+pub fn split_changes<'py>(
+    py: Python<'py>,
+    values: Vec<PyBackedBytes>,
+    op: Vec<String>,
+    after: Vec<String>,
+    before: Vec<String>,
+    upsert_ops: Vec<String>,
+    delete_ops: Vec<String>,
+    unwrap_envelope: bool,
+) -> (Bound<'py, PyBytes>, Vec<Option<Bound<'py, PyBytes>>>, Vec<(usize, String, String)>) {
+    let spec = Spec { op, after, before, upsert_ops, delete_ops, unwrap_envelope };
+    let found: Vec<Change> = py.detach(|| values.iter().map(|v| changes::split(v, &spec)).collect());
+    let mut kinds = Vec::with_capacity(found.len());
+    let mut rows = Vec::with_capacity(found.len());
+    let mut bad = Vec::new();
+    for (i, change) in found.into_iter().enumerate() {
+        match change {
+            Change::Upsert(row) => {
+                kinds.push(1u8);
+                rows.push(Some(PyBytes::new(py, row)));
+            }
+            Change::Delete(row) => {
+                kinds.push(2u8);
+                rows.push(Some(PyBytes::new(py, row)));
+            }
+            Change::Bad { field, reason } => {
+                kinds.push(0u8);
+                rows.push(None);
+                bad.push((i, field, reason));
+            }
+        }
+    }
+    (PyBytes::new(py, &kinds), rows, bad)
+}

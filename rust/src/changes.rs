@@ -1,0 +1,262 @@
+//! Change records (CDC and upsert tables): per JSON record value, which operation it is and where
+//! its row is, as a slice of the value (nothing is built or copied). A Debezium envelope is
+//! `{"before": {..}, "after": {..}, "op": "c", ..}`, possibly inside the JSON converter's
+//! `{"schema": {..}, "payload": {..}}`; a flat change record is the row itself with an operation
+//! field. Pure Rust, no pyo3.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+
+/// How change records are read.
+#[derive(Debug, Clone, Default)]
+pub struct Spec {
+    /// The operation field's path; empty: every record is an upsert of the whole value.
+    pub op: Vec<String>,
+    /// Where the row of an upsert is; empty: the whole value.
+    pub after: Vec<String>,
+    /// Where the row (or at least the key) of a delete is; empty: the whole value.
+    pub before: Vec<String>,
+    /// Operation values that insert or replace the row of their key.
+    pub upsert_ops: Vec<String>,
+    /// Operation values that delete their key.
+    pub delete_ops: Vec<String>,
+    /// Read through the JSON converter's `{"schema", "payload"}` envelope when a value is one.
+    pub unwrap_envelope: bool,
+}
+
+/// What one record asks for.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Change<'a> {
+    Upsert(&'a [u8]),
+    Delete(&'a [u8]),
+    /// Not a change this table can take: the field at fault (dotted path, "" for the value) and why.
+    Bad { field: String, reason: String },
+}
+
+pub fn split<'a>(value: &'a [u8], spec: &Spec) -> Change<'a> {
+    let Ok(text) = std::str::from_utf8(value) else {
+        return bad("", "the value is not UTF-8 text, so not JSON");
+    };
+    let entries = match entries(text) {
+        Ok(e) => e,
+        Err(reason) => return bad("", &reason),
+    };
+    let (text, entries) = match unwrapped(&entries, spec) {
+        Some(payload) => match self::entries(payload) {
+            Ok(e) => (payload, e),
+            Err(reason) => return bad("payload", &reason),
+        },
+        None => (text, entries),
+    };
+    if spec.op.is_empty() {
+        return Change::Upsert(text.as_bytes());
+    }
+    let op_field = spec.op.join(".");
+    let op = match find(&entries, &spec.op).and_then(scalar) {
+        Ok(Some(op)) => op,
+        Ok(None) => {
+            return bad(&op_field, &format!("the change record has no operation field {op_field:?} (or it is null); {}", expected(spec)))
+        }
+        Err(reason) => return bad(&op_field, &reason),
+    };
+    let (path, upsert) = if spec.upsert_ops.contains(&op) {
+        (&spec.after, true)
+    } else if spec.delete_ops.contains(&op) {
+        (&spec.before, false)
+    } else {
+        return bad(&op_field, &format!("operation {op:?} is not one this table takes; {}", expected(spec)));
+    };
+    let row = if path.is_empty() {
+        Ok(Some(text))
+    } else {
+        find(&entries, path).map(|raw| raw.map(RawValue::get).filter(|t| t.trim() != "null"))
+    };
+    let field = path.join(".");
+    match row {
+        Ok(Some(row)) if row.trim_start().starts_with('{') => {
+            if upsert {
+                Change::Upsert(row.as_bytes())
+            } else {
+                Change::Delete(row.as_bytes())
+            }
+        }
+        Ok(Some(_)) => bad(&field, &format!("the row of operation {op:?} must be a JSON object")),
+        Ok(None) => bad(&field, &format!("operation {op:?} needs its row in {field:?}, which is missing or null")),
+        Err(reason) => bad(&field, &reason),
+    }
+}
+
+fn bad<'a>(field: &str, reason: &str) -> Change<'a> {
+    Change::Bad { field: field.to_owned(), reason: reason.to_owned() }
+}
+
+fn expected(spec: &Spec) -> String {
+    format!("expected one of {} (upsert) or {} (delete)", spec.upsert_ops.join(", "), spec.delete_ops.join(", "))
+}
+
+type Entries<'a> = Vec<(Cow<'a, str>, &'a RawValue)>;
+
+/// The top-level fields of one JSON object, each value as its raw text.
+fn entries(text: &str) -> Result<Entries<'_>, String> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let found = (&mut de).deserialize_map(Fields).map_err(|e| format!("not one JSON object: {e}"))?;
+    de.end().map_err(|e| format!("not one JSON object: {e}"))?;
+    Ok(found)
+}
+
+/// The payload of a `{"schema": .., "payload": {..}}` value (exactly those two fields).
+fn unwrapped<'a>(entries: &Entries<'a>, spec: &Spec) -> Option<&'a str> {
+    if !spec.unwrap_envelope || entries.len() != 2 {
+        return None;
+    }
+    let schema = entries.iter().any(|(k, _)| k == "schema");
+    let payload = entries.iter().find(|(k, _)| k == "payload").map(|(_, v)| v.get());
+    payload.filter(|p| schema && p.trim_start().starts_with('{'))
+}
+
+fn find<'a>(entries: &Entries<'a>, path: &[String]) -> Result<Option<&'a RawValue>, String> {
+    let Some((first, rest)) = path.split_first() else {
+        return Ok(None);
+    };
+    let Some((_, raw)) = entries.iter().find(|(k, _)| k == first) else {
+        return Ok(None);
+    };
+    if rest.is_empty() {
+        return Ok(Some(*raw));
+    }
+    if !raw.get().trim_start().starts_with('{') {
+        return Ok(None);
+    }
+    find(&self::entries(raw.get())?, rest)
+}
+
+/// A scalar as text (a string as it is, a number or boolean as its JSON text); None for null.
+fn scalar(raw: Option<&RawValue>) -> Result<Option<String>, String> {
+    let Some(raw) = raw else { return Ok(None) };
+    match serde_json::from_str::<serde_json::Value>(raw.get()) {
+        Ok(serde_json::Value::Null) => Ok(None),
+        Ok(serde_json::Value::String(s)) => Ok(Some(s)),
+        Ok(v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_))) => Ok(Some(v.to_string())),
+        Ok(_) => Err("the operation field must be a string, number or boolean, not an object or array".into()),
+        Err(e) => Err(format!("not JSON: {e}")),
+    }
+}
+
+struct Fields;
+
+impl<'de> Visitor<'de> for Fields {
+    type Value = Entries<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            out.push((key, map.next_value::<&'de RawValue>()?));
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path(p: &str) -> Vec<String> {
+        if p.is_empty() {
+            vec![]
+        } else {
+            p.split('.').map(str::to_owned).collect()
+        }
+    }
+
+    fn debezium() -> Spec {
+        Spec {
+            op: path("op"),
+            after: path("after"),
+            before: path("before"),
+            upsert_ops: ["c", "r", "u"].map(String::from).to_vec(),
+            delete_ops: vec!["d".into()],
+            unwrap_envelope: true,
+        }
+    }
+
+    fn text(c: Change) -> String {
+        match c {
+            Change::Upsert(r) => format!("U {}", std::str::from_utf8(r).unwrap()),
+            Change::Delete(r) => format!("D {}", std::str::from_utf8(r).unwrap()),
+            Change::Bad { field, reason } => format!("BAD {field}: {reason}"),
+        }
+    }
+
+    #[test]
+    fn debezium_rows_come_from_after_and_deletes_from_before() {
+        let s = debezium();
+        let c = br#"{"before": null, "after": {"id": 1, "n": "a"}, "source": {"db": "x"}, "op": "c", "ts_ms": 5}"#;
+        assert_eq!(text(split(c, &s)), r#"U {"id": 1, "n": "a"}"#);
+        let u = br#"{"op": "u", "before": {"id": 1, "n": "a"}, "after": {"id": 1,"n":"b"}}"#;
+        assert_eq!(text(split(u, &s)), r#"U {"id": 1,"n":"b"}"#);
+        let d = br#"{"before": {"id": 1, "n": "b"}, "after": null, "op": "d"}"#;
+        assert_eq!(text(split(d, &s)), r#"D {"id": 1, "n": "b"}"#);
+        let r = br#"{"after": {"id": 2}, "op": "r"}"#;
+        assert_eq!(text(split(r, &s)), r#"U {"id": 2}"#);
+    }
+
+    #[test]
+    fn the_json_converters_schema_envelope_is_read_through() {
+        let s = debezium();
+        let v = br#"{"schema": {"type": "struct"}, "payload": {"before": null, "after": {"id": 3}, "op": "c"}}"#;
+        assert_eq!(text(split(v, &s)), r#"U {"id": 3}"#);
+        // a row that happens to have fields named schema and payload, and more, is not an envelope
+        let flat = Spec { unwrap_envelope: true, ..Spec::default() };
+        let v = br#"{"schema": 1, "payload": {"a": 1}, "id": 4}"#;
+        assert_eq!(text(split(v, &flat)), format!("U {}", std::str::from_utf8(v).unwrap()));
+    }
+
+    #[test]
+    fn a_flat_change_record_is_its_own_row() {
+        let s = Spec {
+            op: path("meta.kind"),
+            upsert_ops: vec!["I".into(), "U".into()],
+            delete_ops: vec!["D".into()],
+            ..Spec::default()
+        };
+        let v = br#"{"id": 7, "meta": {"kind": "D"}}"#;
+        assert_eq!(text(split(v, &s)), format!("D {}", std::str::from_utf8(v).unwrap()));
+        let n = Spec { op: path("k"), upsert_ops: vec!["1".into()], delete_ops: vec!["0".into()], ..Spec::default() };
+        assert!(text(split(br#"{"id": 1, "k": 1}"#, &n)).starts_with("U "));
+        assert!(text(split(br#"{"id": 1, "k": 0}"#, &n)).starts_with("D "));
+    }
+
+    #[test]
+    fn every_bad_change_names_its_field_and_what_was_expected() {
+        let s = debezium();
+        let t = text(split(br#"{"op": "t", "before": null, "after": null}"#, &s));
+        assert!(t.starts_with("BAD op: operation \"t\" is not one"), "{t}");
+        assert!(t.contains("c, r, u (upsert) or d (delete)"), "{t}");
+        let t = text(split(br#"{"after": {"id": 1}}"#, &s));
+        assert!(t.starts_with("BAD op: the change record has no operation field"), "{t}");
+        let t = text(split(br#"{"op": "d", "before": null}"#, &s));
+        assert!(t.starts_with("BAD before: operation \"d\" needs its row in \"before\""), "{t}");
+        let t = text(split(br#"{"op": "c", "after": [1]}"#, &s));
+        assert!(t.starts_with("BAD after: the row of operation \"c\" must be a JSON object"), "{t}");
+        let t = text(split(br#"{"op": {"x": 1}, "after": {}}"#, &s));
+        assert!(t.starts_with("BAD op: the operation field must be a string"), "{t}");
+        assert!(text(split(br#"{"op": "c", "after": {"id": 1}"#, &s)).starts_with("BAD : not one JSON object"));
+        assert!(text(split(br#"{"op": "c"} {"op": "c"}"#, &s)).starts_with("BAD : not one JSON object"));
+        assert!(text(split(b"[1]", &s)).starts_with("BAD : not one JSON object"));
+        assert!(text(split(b"\xff", &s)).starts_with("BAD : the value is not UTF-8"));
+    }
+
+    #[test]
+    fn escaped_keys_are_matched_by_their_text() {
+        let s = debezium();
+        let v = br#"{"\u006fp": "c", "after": {"id": 1}}"#;
+        assert_eq!(text(split(v, &s)), r#"U {"id": 1}"#);
+    }
+}

@@ -1,0 +1,96 @@
+"""The record buffer of a keyed table: each record read natively as an upsert (its row) or a
+delete (its key), Debezium's envelope and the JSON converter's schema envelope read through,
+tombstones deleting their Kafka key's row, and every bad change named, never appended."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from frazil.config import DEBEZIUM, ChangesConfig
+from frazil.ingest.changes import ChangeBuffer, key_row
+
+SCHEMA = pa.schema([
+    pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string()),
+    pa.field("_kafka_topic", pa.string(), False), pa.field("_kafka_partition", pa.int32(), False),
+    pa.field("_kafka_offset", pa.int64(), False), pa.field("_kafka_timestamp", pa.timestamp("us", tz="UTC"), False),
+    pa.field("_kafka_key", pa.binary()),
+])
+
+
+@dataclass
+class Rec:
+    offset: int
+    value: bytes | None
+    key: bytes | None = None
+    timestamp: int = 0
+
+
+def debezium(op: str, before: dict | None, after: dict | None, envelope: bool = False) -> bytes:
+    value: dict = {"before": before, "after": after, "op": op, "source": {"lsn": 1}, "ts_ms": 5}
+    return json.dumps({"schema": {"type": "struct"}, "payload": value} if envelope else value).encode()
+
+
+def test_debezium_upserts_become_rows_and_deletes_become_keys() -> None:
+    buf = ChangeBuffer(SCHEMA, ChangesConfig("cdc", **DEBEZIUM), ["id"])
+    records = [
+        Rec(0, debezium("c", None, {"id": 1, "name": "a"})),
+        Rec(1, debezium("u", {"id": 1, "name": "a"}, {"id": 1, "name": "b"}, envelope=True)),
+        Rec(2, debezium("d", {"id": 2, "name": "gone", "extra": [1, 2]}, None)),
+        Rec(3, debezium("r", None, {"id": 3, "name": "snap"})),
+        Rec(4, debezium("t", None, None)),                                 # truncate: not a keyed change
+        Rec(5, debezium("c", None, {"id": 4, "name": "x", "colour": "red"})),  # a field the table lacks
+        Rec(6, b'{"op": "c", "after": {"id": 5}'),                          # not JSON
+    ]
+    problems = buf.append("t", 0, records)
+    assert [(p.offset, p.field) for p in problems] == [(4, "op"), (5, "colour"), (6, "")]
+    assert "operation \"t\" is not one this table takes" in problems[0].reason
+    rows, keys = buf.drain(), buf.drain_deletes()
+    assert rows is not None and keys is not None
+    assert rows.select(["id", "name", "_kafka_offset"]).to_pylist() == [
+        {"id": 1, "name": "a", "_kafka_offset": 0}, {"id": 1, "name": "b", "_kafka_offset": 1},
+        {"id": 3, "name": "snap", "_kafka_offset": 3}]
+    assert keys.column_names == ["id", "_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_timestamp",
+                                 "_kafka_key"]
+    assert keys.select(["id", "_kafka_offset"]).to_pylist() == [{"id": 2, "_kafka_offset": 2}]
+    assert buf.rows == 0 and buf.drain() is None
+
+
+def test_tombstones_delete_their_kafka_keys_row_or_are_skipped_and_counted() -> None:
+    deleting = ChangeBuffer(SCHEMA, ChangesConfig("upsert", "delete"), ["id"])
+    problems = deleting.append_tombstones("t", 1, [
+        Rec(10, None, b"7"), Rec(11, None, b'{"id": 8}'), Rec(12, None, b'{"schema": {}, "payload": {"id": 9}}'),
+        Rec(13, None, None), Rec(14, None, b"seven")])
+    assert [(p.offset, p.field) for p in problems] == [(13, ""), (14, "id")]
+    assert "without a Kafka key" in problems[0].reason
+    keys = deleting.drain_deletes()
+    assert keys is not None and keys.column("id").to_pylist() == [7, 8, 9]
+    assert keys.column("_kafka_partition").to_pylist() == [1, 1, 1]
+    skipping = ChangeBuffer(SCHEMA, ChangesConfig("cdc", **DEBEZIUM), ["id"])
+    assert skipping.append_tombstones("t", 0, [Rec(1, None, b"7")]) == []
+    assert skipping.tombstones_skipped == 1 and skipping.drain_deletes() is None
+
+
+def test_upsert_mode_takes_every_value_as_the_row() -> None:
+    buf = ChangeBuffer(SCHEMA, ChangesConfig("upsert"), ["id"])
+    assert buf.append("t", 0, [Rec(0, b'{"id": 1, "name": "a"}'), Rec(1, b'{"name": "no id"}')])[0].offset == 1
+    rows = buf.drain()
+    assert rows is not None and rows.column("id").to_pylist() == [1]
+
+
+def test_a_flat_change_record_keeps_its_operation_column() -> None:
+    schema = SCHEMA.insert(2, pa.field("op", pa.string()))
+    buf = ChangeBuffer(schema, ChangesConfig("cdc", op=("op",), upsert_ops=("I", "U"), delete_ops=("D",)), ["id"])
+    assert buf.append("t", 0, [Rec(0, b'{"id": 1, "name": "a", "op": "I"}'), Rec(1, b'{"id": 1, "op": "D"}')]) == []
+    rows, keys = buf.drain(), buf.drain_deletes()
+    assert rows is not None and rows.column("op").to_pylist() == ["I"]
+    assert keys is not None and keys.column("id").to_pylist() == [1]
+
+
+def test_a_tombstones_key_becomes_the_identifier_columns() -> None:
+    assert json.loads(key_row(b"42", ["id"], True)) == {"id": 42}
+    assert json.loads(key_row(b"user-1", ["name"], True)) == {"name": "user-1"}
+    assert json.loads(key_row(b'{"a": 1, "b": "x"}', ["a", "b"], True)) == {"a": 1, "b": "x"}
+    assert key_row(b"42", ["a", "b"], True) == b"null"   # a bad record: which column would 42 be?

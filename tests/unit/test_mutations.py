@@ -1,0 +1,82 @@
+"""Keyed tables, the pure decisions: the latest change per key by (partition, offset), never by
+arrival; which committed and new rows a commit deletes; how the index follows a commit."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from frazil.iceberg import mutations
+from frazil.iceberg.mutations import KeyIndex, latest, plan
+
+
+def changes(ids: list[int], partitions: list[int], offsets: list[int], **more: list[object]) -> pa.Table:
+    return pa.table({"id": pa.array(ids, pa.int64()), **{k: pa.array(v) for k, v in more.items()},
+                     "_kafka_partition": pa.array(partitions, pa.int32()), "_kafka_offset": pa.array(offsets, pa.int64())})
+
+
+def test_the_latest_change_of_each_key_wins_by_partition_and_offset_not_by_arrival() -> None:
+    # rows arrived in this order; key 1's update at offset 5 arrived before its create at offset 2
+    rows = changes([1, 2, 1, 3], [0, 0, 0, 1], [5, 3, 2, 7], v=["a5", "b3", "a2", "c7"])
+    deletes = changes([2, 3], [0, 1], [4, 6])
+    got = latest(rows, deletes, ["id"])
+    assert got.rows is not None and got.deletes is not None
+    # key 1: update at 5 beats create at 2; key 2: delete at 4 beats row at 3; key 3: row at 7 beats delete at 6
+    assert sorted(got.rows.column("v").to_pylist()) == ["a5", "c7"]
+    assert got.deletes.column("id").to_pylist() == [2]
+    assert (got.replaced, got.split_keys) == (3, 0)
+
+
+def test_a_key_changed_from_two_partitions_is_counted_and_the_higher_partition_wins() -> None:
+    rows = changes([9, 9], [2, 1], [0, 50], v=["p2", "p1"])
+    got = latest(rows, None, ["id"])
+    assert got.rows is not None and got.rows.column("v").to_pylist() == ["p2"]
+    assert got.split_keys == 1 and got.deletes is None
+
+
+def test_composite_keys_are_compared_column_by_column() -> None:
+    rows = pa.table({"a": [1, 1, 2], "b": ["x", "y", "x"], "_kafka_partition": pa.array([0, 0, 0], pa.int32()),
+                     "_kafka_offset": pa.array([1, 2, 3], pa.int64())})
+    deletes = pa.table({"a": [1], "b": ["x"], "_kafka_partition": pa.array([0], pa.int32()),
+                        "_kafka_offset": pa.array([4], pa.int64())})
+    got = latest(rows, deletes, ["a", "b"])
+    assert got.rows is not None and got.deletes is not None
+    assert list(zip(got.rows.column("a").to_pylist(), got.rows.column("b").to_pylist())) == [(1, "y"), (2, "x")]
+    assert got.deletes.num_rows == 1 and got.replaced == 1
+
+
+def test_nothing_to_decide_is_returned_as_it_is() -> None:
+    rows = changes([1], [0], [0])
+    got = latest(rows, None, ["id"])
+    assert got.rows is rows and got.replaced == 0
+    assert latest(None, None, ["id"]).rows is None
+
+
+def test_a_commit_deletes_the_committed_row_of_every_changed_key_and_every_new_row_that_lost() -> None:
+    index = KeyIndex(("id",), snapshot_id=1)
+    for key, pos in ((1, 0), (2, 1), (3, 2)):
+        index.add(key, ("old.parquet", pos))
+    # worker A wrote keys 1 and 4; worker B wrote key 4 from a higher partition (it wins), and deleted key 2
+    a = changes([1, 4], [0, 0], [10, 11])
+    b = changes([4], [1], [3])
+    gone = changes([2, 5], [1, 1], [4, 5])
+    p = plan(index, [("a.parquet", a), ("b.parquet", b)], [gone])
+    assert {k: sorted(v) for k, v in p.deletes.items()} == {"old.parquet": [0, 1], "a.parquet": [1]}
+    assert p.added == {1: ("a.parquet", 0), 4: ("b.parquet", 0)}
+    assert p.removed == {2, 5}
+    assert (p.replaced, p.split_keys, p.positions) == (2, 1, 3)
+
+
+def test_a_key_found_twice_in_the_table_loses_every_copy_on_its_next_change() -> None:
+    index = KeyIndex(("id",))
+    index.add(7, ("f1", 0))
+    index.add(7, ("f2", 3))
+    p = plan(index, [("new", changes([7], [0], [0]))], [])
+    assert {k: v for k, v in p.deletes.items()} == {"f2": [3], "f1": [0]}
+    index.forget(7)
+    assert index.positions(7) == []
+
+
+def test_key_files_are_known_by_name() -> None:
+    assert mutations.is_key_file("s3://b/t/data/frazil-keys-1234.parquet")
+    assert not mutations.is_key_file("s3://b/t/data/frazil-keys-x/00000-0.parquet")
+    assert not mutations.is_key_file("/w/t/data/00000-0-frazil-keys.parquet")
