@@ -5,7 +5,7 @@ from typing import final
 import pyarrow as pa
 
 __all__ = ["ALIGNMENT", "AppendResult", "AvroBuffer", "BufferFullError", "DecodeError", "JsonBuffer", "NativeError",
-           "UnknownField", "UnknownSchemaError", "__version__", "append_routed", "route_groups", "split_changes"]
+           "UnknownField", "UnknownSchemaError", "__version__", "KeyIndex", "append_routed", "route_groups", "split_changes"]
 
 __version__: str
 ALIGNMENT: int
@@ -176,6 +176,27 @@ def route_groups(values: list[bytes], paths: list[list[str]]
     appearance, a key being the value as text (a string as it is, a number or boolean as its JSON
     text), or None when missing, null, an object or an array; then the values that are not one
     JSON object (in no group), with why. Runs without the GIL."""
+
+@final
+class KeyIndex:
+    """Per committed key of a keyed table (its identifier columns), the data file and row
+    position holding it. Keys cross as record batches of the key columns, in the schema given at
+    creation (another schema is a NativeError); the work runs without the GIL."""
+
+    def __new__(cls, schema: pa.Schema) -> KeyIndex: ...
+    def add(self, keys: pa.RecordBatch, path: str, positions: list[int]) -> None:
+        """The rows of ``keys`` are at ``positions`` of data file ``path``."""
+    def positions(self, keys: pa.RecordBatch) -> list[tuple[str, list[int]]]:
+        """Every committed position of ``keys`` as ``[(path, positions), ...]``, sorted."""
+    def forget(self, keys: pa.RecordBatch) -> None:
+        """``keys`` are no longer in the table."""
+    def __len__(self) -> int: ...
+    @property
+    def duplicated(self) -> int:
+        """Keys found more than once."""
+    @property
+    def memory_bytes(self) -> int:
+        """An estimate of the heap the index holds."""
 
 def split_changes(values: list[bytes], *, op: list[str], after: list[str], before: list[str],
                   upsert_ops: list[str], delete_ops: list[str], unwrap_envelope: bool

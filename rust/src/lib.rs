@@ -2,6 +2,7 @@
 
 pub mod buffer;
 pub mod changes;
+pub mod keyindex;
 pub mod route;
 
 #[cfg(feature = "python")]
@@ -13,6 +14,7 @@ fn _native(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     use pyo3::prelude::*;
     m.add_class::<bindings::JsonBuffer>()?;
     m.add_class::<bindings::AvroBuffer>()?;
+    m.add_class::<bindings::KeyIndex>()?;
     m.add_function(pyo3::wrap_pyfunction!(bindings::route_groups, m)?)?;
     m.add_function(pyo3::wrap_pyfunction!(bindings::append_routed, m)?)?;
     m.add_function(pyo3::wrap_pyfunction!(bindings::split_changes, m)?)?;

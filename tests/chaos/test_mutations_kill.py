@@ -53,13 +53,18 @@ def _start(config: Path, log: Path, fault: str | None) -> subprocess.Popen[bytes
                                 stdout=out, stderr=subprocess.STDOUT, env=env)
 
 
-def test_a_cdc_stream_killed_at_every_commit_point_ends_equal_to_the_reference(kafka: KafkaBroker, tmp_path: Path) -> None:
+MODES = {"single": "", "distributed": '[coordination]\nmode = "distributed"\ncommit_timeout_s = 5\n'}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_cdc_stream_killed_at_every_commit_point_ends_equal_to_the_reference(kafka: KafkaBroker, tmp_path: Path,
+                                                                               mode: str) -> None:
     seed = int(os.environ.get("FRAZIL_CHAOS_SEED", str(random.randrange(1 << 30))))
     rng = random.Random(seed)
     print(f"chaos seed {seed} (FRAZIL_CHAOS_SEED={seed} repeats the stream and the kill plan)")
-    topic = "cdc-kill"
+    topic = f"cdc-kill-{mode}"
     asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
-    config = changes.config(tmp_path, kafka.bootstrap, topic, "cdc-kill", mode="cdc", interval=0.3)
+    config = changes.config(tmp_path, kafka.bootstrap, topic, topic, mode="cdc", interval=0.3, extra=MODES[mode])
     cfg = support.load(config)
     catalog = support.catalog_of(cfg)
     log = tmp_path / "frazil.log"

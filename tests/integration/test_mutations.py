@@ -15,6 +15,8 @@ import changes
 import support
 from frazil.local.kafka_broker import KafkaBroker
 
+pytestmark = [pytest.mark.integration]
+
 PARTITIONS = 3
 
 

@@ -51,29 +51,58 @@ def test_nothing_to_decide_is_returned_as_it_is() -> None:
     assert latest(None, None, ["id"]).rows is None
 
 
+KEY = pa.schema([pa.field("id", pa.int64(), nullable=False)])
+
+
+def ids(*values: int) -> pa.Table:
+    return pa.table({"id": pa.array(values, pa.int64())})
+
+
 def test_a_commit_deletes_the_committed_row_of_every_changed_key_and_every_new_row_that_lost() -> None:
-    index = KeyIndex(("id",), snapshot_id=1)
-    for key, pos in ((1, 0), (2, 1), (3, 2)):
-        index.add(key, ("old.parquet", pos))
+    index = KeyIndex(("id",), KEY, snapshot_id=1)
+    index.add(ids(1, 2, 3), "old.parquet", [0, 1, 2])
     # worker A wrote keys 1 and 4; worker B wrote key 4 from a higher partition (it wins), and deleted key 2
     a = changes([1, 4], [0, 0], [10, 11])
     b = changes([4], [1], [3])
     gone = changes([2, 5], [1, 1], [4, 5])
     p = plan(index, [("a.parquet", a), ("b.parquet", b)], [gone])
     assert {k: sorted(v) for k, v in p.deletes.items()} == {"old.parquet": [0, 1], "a.parquet": [1]}
-    assert p.added == {1: ("a.parquet", 0), 4: ("b.parquet", 0)}
-    assert p.removed == {2, 5}
+    assert [(path, keys.column("id").to_pylist(), pos) for path, keys, pos in p.added] == [
+        ("a.parquet", [1], [0]), ("b.parquet", [4], [0])]
+    assert sorted(p.changed.column("id").to_pylist()) == [1, 2, 4, 5]
     assert (p.replaced, p.split_keys, p.positions) == (2, 1, 3)
+    # the commit landed: the index follows it
+    index.forget(p.changed)
+    for path, keys, pos in p.added:
+        index.add(keys, path, pos)
+    assert index.positions(ids(1, 2, 3, 4, 5)) == [("a.parquet", [0]), ("b.parquet", [0]), ("old.parquet", [2])]
+    assert len(index) == 3
 
 
 def test_a_key_found_twice_in_the_table_loses_every_copy_on_its_next_change() -> None:
-    index = KeyIndex(("id",))
-    index.add(7, ("f1", 0))
-    index.add(7, ("f2", 3))
+    index = KeyIndex(("id",), KEY)
+    index.add(ids(7), "f1", [0])
+    index.add(ids(7), "f2", [3])
+    assert index.native.duplicated == 1
     p = plan(index, [("new", changes([7], [0], [0]))], [])
-    assert {k: v for k, v in p.deletes.items()} == {"f2": [3], "f1": [0]}
-    index.forget(7)
-    assert index.positions(7) == []
+    assert p.deletes == {"f1": [0], "f2": [3]}
+    index.forget(ids(7))
+    assert index.positions(ids(7)) == [] and index.native.duplicated == 0
+
+
+def test_the_index_takes_keys_as_read_from_parquet_whatever_their_arrow_width() -> None:
+    strings = pa.schema([pa.field("k", pa.large_string(), nullable=False)])
+    index = KeyIndex(("k",), strings)
+    index.add(pa.table({"k": pa.array(["a", "b"], pa.string())}), "f", [0, 1])
+    assert index.positions(pa.table({"k": pa.array(["b"], pa.large_string())})) == [("f", [1])]
+
+
+def test_index_memory_stays_near_fifty_bytes_a_long_key() -> None:
+    index = KeyIndex(("id",), KEY)
+    n = 200_000
+    index.add(pa.table({"id": pa.array(range(n), pa.int64())}), "f", range(n))
+    per_key = index.native.memory_bytes / n
+    assert 20 < per_key < 120, per_key
 
 
 def test_key_files_are_known_by_name() -> None:

@@ -354,8 +354,9 @@ class Committer:
         if index is None or index.identifiers != identifiers or index.snapshot_id != (current.snapshot_id if current else None):
             began = time.monotonic()
             index = self._indexes[self._table_name] = mutations.build_index(table, identifiers)
-            log.info("table %s: key index built from snapshot %s: %d keys in %d data file(s), %.0f ms",
-                     self._table_name, index.snapshot_id, len(index), len(index.files), 1000 * (time.monotonic() - began))
+            log.info("table %s: key index built from snapshot %s: %d keys in %d data file(s), %.1f MiB, %.0f ms",
+                     self._table_name, index.snapshot_id, len(index), len(index.files),
+                     index.native.memory_bytes / 2**20, 1000 * (time.monotonic() - began))
         for path, spec_partition in changes.files.items():
             index.files[path] = spec_partition
         delta = mutations.plan(index, changes.rows, changes.deletes)
@@ -373,11 +374,9 @@ class Committer:
         current = committed.current_snapshot()
         if index is None or current is None:
             return
-        for key in delta.removed:
-            index.forget(key)
-        for key, where in delta.added.items():
-            index.forget(key)
-            index.add(key, where)
+        index.forget(delta.changed)
+        for path, keys, positions in delta.added:
+            index.add(keys, path, positions)
         index.snapshot_id = current.snapshot_id
 
     def _resolve(self, commit_id: str) -> int | None:

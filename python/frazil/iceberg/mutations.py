@@ -22,14 +22,15 @@ import logging
 import os
 import struct
 import uuid
-from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
+from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.manifest import (
     DataFile,
     DataFileContent,
@@ -45,6 +46,8 @@ from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _FastAppendFiles
 from pyiceberg.typedef import Record
 
+from frazil import _native
+
 log = logging.getLogger(__name__)
 
 PARTITION, OFFSET = "_kafka_partition", "_kafka_offset"
@@ -59,9 +62,6 @@ POSITION_DELETE_SCHEMA = pa.schema([
     pa.field("file_path", pa.string(), nullable=False, metadata={"PARQUET:field_id": str(PATH_ID)}),
     pa.field("pos", pa.int64(), nullable=False, metadata={"PARQUET:field_id": str(POS_ID)}),
 ])
-
-Key = Hashable
-
 
 def keyed(table: Table) -> tuple[str, ...]:
     """The identifier columns of a keyed table; () for an append table."""
@@ -83,90 +83,103 @@ class Latest:
     split_keys: int             # keys changed from more than one partition (expected: one partition per key)
 
 
+def _changes(tables: Sequence[tuple[pa.Table, int]], identifiers: Sequence[str]) -> pa.Table:
+    """Key columns ``k0..``, partition ``p``, offset ``o``, the table each row came from ``t`` and
+    its row number there ``i``, of every table; sorted by key, then (partition, offset)."""
+    parts = [pa.table({**{f"k{n}": table.column(name) for n, name in enumerate(identifiers)},
+                       "p": table.column(PARTITION), "o": table.column(OFFSET),
+                       "t": pa.array([tag] * table.num_rows, pa.int32()),
+                       "i": pa.array(range(table.num_rows), pa.int64())}) for table, tag in tables if table.num_rows]
+    both = pa.concat_tables(parts, promote_options="permissive") if len(parts) > 1 else parts[0]
+    keys = [f"k{n}" for n in range(len(identifiers))]
+    return both.take(pc.sort_indices(both, sort_keys=[*((k, "ascending") for k in keys), ("p", "ascending"),
+                                                      ("o", "ascending")]))
+
+
+def _last_of_each_key(changes: pa.Table, width: int) -> pa.Array:
+    """Per row of sorted ``changes``: whether it is the last change of its key (the one that wins)."""
+    n = changes.num_rows
+    if n == 1:
+        return pa.array([True])
+    out = None
+    for k in range(width):
+        col = changes.column(f"k{k}").combine_chunks()
+        differs = pc.not_equal(col.slice(0, n - 1), col.slice(1))
+        out = differs if out is None else pc.or_(out, differs)
+    assert out is not None
+    return pa.concat_arrays([out, pa.array([True])])
+
+
+def _split_keys(changes: pa.Table, width: int) -> int:
+    """Keys changed from more than one partition."""
+    per_key = changes.group_by([f"k{k}" for k in range(width)]).aggregate([("p", "count_distinct")])
+    return int(pc.sum(pc.greater(per_key.column("p_count_distinct"), 1)).as_py() or 0)
+
+
 def latest(rows: pa.Table | None, deletes: pa.Table | None, identifiers: Sequence[str]) -> Latest:
     """Of ``rows`` (upserts) and ``deletes`` (keys), each with ``_kafka_partition`` and
     ``_kafka_offset``, the latest change per key by (partition, offset): never by arrival."""
-    parts = []
-    for kind, table in ((0, rows), (1, deletes)):
-        if table is not None and table.num_rows:
-            parts.append(pa.table({**{f"k{i}": table.column(name) for i, name in enumerate(identifiers)},
-                                   "p": table.column(PARTITION), "o": table.column(OFFSET),
-                                   "kind": pa.array([kind] * table.num_rows, pa.int8()),
-                                   "i": pa.array(range(table.num_rows), pa.int64())}))
-    if not parts:
+    tagged = [(t, tag) for tag, t in ((0, rows), (1, deletes)) if t is not None and t.num_rows]
+    if not tagged:
         return Latest(rows, deletes, 0, 0)
-    both = pa.concat_tables(parts)
-    keys = [f"k{i}" for i in range(len(identifiers))]
-    both = both.take(pc.sort_indices(both, sort_keys=[*((k, "ascending") for k in keys), ("p", "ascending"),
-                                                      ("o", "ascending")]))
-    n = both.num_rows
-    # the last change of each run of equal keys wins
-    last = pa.array([True]) if n == 1 else pa.concat_arrays([_differs_next(both, keys), pa.array([True])])
-    won = both.filter(last)
-    if won.num_rows == n:   # every key changed once: nothing to drop, nothing copied
+    changes = _changes(tagged, identifiers)
+    won = changes.filter(_last_of_each_key(changes, len(identifiers)))
+    if won.num_rows == changes.num_rows:   # every key changed once: nothing to drop, nothing copied
         return Latest(rows, deletes, 0, 0)
-    per_key = both.group_by(keys).aggregate([("p", "count_distinct")])
-    split = int(pc.sum(pc.greater(per_key.column("p_count_distinct"), 1)).as_py() or 0)
 
-    def kept(table: pa.Table | None, kind: int) -> pa.Table | None:
+    def kept(table: pa.Table | None, tag: int) -> pa.Table | None:
         if table is None:
             return None
-        chosen = won.filter(pc.equal(won.column("kind"), kind)).column("i")
+        chosen = won.filter(pc.equal(won.column("t"), tag)).column("i")
         return table.take(chosen.take(pc.sort_indices(chosen)))
 
-    return Latest(kept(rows, 0), kept(deletes, 1), n - won.num_rows, split)
+    return Latest(kept(rows, 0), kept(deletes, 1), changes.num_rows - won.num_rows,
+                  _split_keys(changes, len(identifiers)))
 
 
-def _differs_next(table: pa.Table, keys: Sequence[str]) -> pa.Array:
-    """Per row but the last: whether the next row has another key."""
-    out = None
-    for k in keys:
-        col = table.column(k).combine_chunks()
-        differs = pc.not_equal(col.slice(0, len(col) - 1), col.slice(1))
-        out = differs if out is None else pc.or_(out, differs)
-    assert out is not None
-    return out
+def key_batch(table: pa.Table, identifiers: Sequence[str], schema: pa.Schema) -> pa.RecordBatch:
+    """The identifier columns of ``table`` as one batch of the index's key ``schema``."""
+    columns = [table.column(name).cast(schema.field(n).type).combine_chunks() for n, name in enumerate(identifiers)]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def key_values(table: pa.Table, identifiers: Sequence[str]) -> list[Key]:
-    """The keys of ``table``'s rows as Python values (a tuple with several identifier columns)."""
-    cols = [table.column(name).to_pylist() for name in identifiers]
-    return cols[0] if len(cols) == 1 else list(zip(*cols))
-
-
-@dataclass
 class KeyIndex:
-    """Per committed key: (data file, row position), as of ``snapshot_id`` of the table. A key found
-    more than once (a table written before it was keyed) keeps every position in ``more``."""
+    """Per committed key: (data file, row position), as of ``snapshot_id`` of the table, held
+    natively (``_native.KeyIndex``: the key columns row-encoded, about 40 bytes a key plus the
+    key's bytes). A key found more than once (a table written before it was keyed) keeps every
+    position, and its next change deletes them all."""
 
-    identifiers: tuple[str, ...]
-    snapshot_id: int | None = None
-    rows: dict[Key, tuple[str, int]] = field(default_factory=dict)
-    more: dict[Key, list[tuple[str, int]]] = field(default_factory=dict)
-    files: dict[str, tuple[int, Record]] = field(default_factory=dict)   # path: (spec id, partition)
+    def __init__(self, identifiers: Sequence[str], key_schema: pa.Schema, snapshot_id: int | None = None) -> None:
+        self.identifiers = tuple(identifiers)
+        self.schema = key_schema
+        self.snapshot_id = snapshot_id
+        self.native = _native.KeyIndex(key_schema)
+        self.files: dict[str, tuple[int, Record]] = {}   # path: (spec id, partition)
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.native)
 
-    def add(self, key: Key, where: tuple[str, int]) -> None:
-        old = self.rows.get(key)
-        if old is not None:
-            self.more.setdefault(key, []).append(old)
-        self.rows[key] = where
+    def add(self, keys: pa.Table, path: str, positions: Sequence[int]) -> None:
+        if keys.num_rows:
+            self.native.add(key_batch(keys, self.identifiers, self.schema), path, list(positions))
 
-    def positions(self, key: Key) -> list[tuple[str, int]]:
-        found = self.rows.get(key)
-        return ([] if found is None else [found]) + self.more.get(key, [])
+    def positions(self, keys: pa.Table) -> list[tuple[str, list[int]]]:
+        return self.native.positions(key_batch(keys, self.identifiers, self.schema)) if keys.num_rows else []
 
-    def forget(self, key: Key) -> None:
-        self.rows.pop(key, None)
-        self.more.pop(key, None)
+    def forget(self, keys: pa.Table) -> None:
+        if keys.num_rows:
+            self.native.forget(key_batch(keys, self.identifiers, self.schema))
+
+
+def key_schema_of(table: Table, identifiers: Sequence[str]) -> pa.Schema:
+    arrow = schema_to_pyarrow(table.schema())
+    return pa.schema([pa.field(name, arrow.field(name).type, nullable=False) for name in identifiers])
 
 
 def build_index(table: Table, identifiers: Sequence[str]) -> KeyIndex:
     """Blocking. Every live row's key and position in ``table`` as it is (its position deletes applied)."""
     current = table.current_snapshot()
-    index = KeyIndex(tuple(identifiers), current.snapshot_id if current else None)
+    index = KeyIndex(identifiers, key_schema_of(table, identifiers), current.snapshot_id if current else None)
     if current is None:
         return index
     for task in table.scan(snapshot_id=current.snapshot_id).plan_files():
@@ -176,12 +189,16 @@ def build_index(table: Table, identifiers: Sequence[str]) -> KeyIndex:
         gone: set[int] = set()
         for delete in task.delete_files:
             gone.update(_deleted_positions(table.io, delete.file_path, data.file_path))
-        for pos, key in enumerate(key_values(keys, identifiers)):
-            if pos not in gone:
-                index.add(key, (data.file_path, pos))
-    if index.more:
+        if gone:
+            live = [pos for pos in range(keys.num_rows) if pos not in gone]
+            if live:
+                index.add(keys.take(pa.array(live, pa.int64())), data.file_path, live)
+        else:
+            index.add(keys, data.file_path, range(keys.num_rows))
+    if index.native.duplicated:
         log.warning("table %s: %d key(s) have more than one live row (written before the table was keyed, or by "
-                    "another writer); the next change of each deletes all of them", table.name(), len(index.more))
+                    "another writer); the next change of each deletes all of them", table.name(),
+                    index.native.duplicated)
     return index
 
 
@@ -202,9 +219,9 @@ class Plan:
     index changes once the commit lands."""
 
     deletes: dict[str, list[int]]
-    added: dict[Key, tuple[str, int]]      # keys whose latest change is a row in a new file
-    removed: set[Key]                       # keys whose latest change is a delete
-    replaced: int = 0                       # committed rows replaced or deleted
+    changed: pa.Table                                   # the key of every change: forgotten, then
+    added: list[tuple[str, pa.Table, list[int]]]        # per new file, its winning keys and positions
+    replaced: int = 0                                   # committed rows replaced or deleted
     split_keys: int = 0
 
     @property
@@ -213,41 +230,36 @@ class Plan:
 
 
 def plan(index: KeyIndex, new_rows: Sequence[tuple[str, pa.Table]], new_deletes: Sequence[pa.Table]) -> Plan:
-    """Pure. ``new_rows``: per new data file, its identifier columns, ``_kafka_partition`` and
+    """``new_rows``: per new data file, its identifier columns, ``_kafka_partition`` and
     ``_kafka_offset`` in row order; ``new_deletes``: the keys of key files, with the same
     metadata. The latest change per key wins by (partition, offset); every committed row of a key
     changed now is deleted, and so is every new row that lost."""
     ids = index.identifiers
-    best: dict[Key, tuple[int, int, str | None, int]] = {}   # key: (partition, offset, file or None, position)
+    width = len(ids)
+    tagged = [(t, n) for n, (_, t) in enumerate(new_rows)] + [(t, -1) for t in new_deletes]
+    tagged = [(t, n) for t, n in tagged if t.num_rows]
     deletes: dict[str, list[int]] = {}
-    partitions: dict[Key, set[int]] = {}
-    changes: list[tuple[Key, tuple[int, int, str | None, int]]] = []
-    for path, table in new_rows:
-        for pos, (key, p, o) in enumerate(zip(key_values(table, ids), table.column(PARTITION).to_pylist(),
-                                              table.column(OFFSET).to_pylist())):
-            changes.append((key, (p, o, path, pos)))
-    for table in new_deletes:
-        for key, p, o in zip(key_values(table, ids), table.column(PARTITION).to_pylist(),
-                             table.column(OFFSET).to_pylist()):
-            changes.append((key, (p, o, None, -1)))
-    for key, change in changes:
-        partitions.setdefault(key, set()).add(change[0])
-        old = best.get(key)
-        if old is None:
-            best[key] = change
-            continue
-        winner, loser = (change, old) if change[:2] > old[:2] else (old, change)
-        best[key] = winner
-        if loser[2] is not None:
-            deletes.setdefault(loser[2], []).append(loser[3])
+    if not tagged:
+        return Plan(deletes, pa.table({name: pa.array([], index.schema.field(name).type) for name in ids}), [])
+    changes = _changes(tagged, ids)
+    last = _last_of_each_key(changes, width)
+    won, lost = changes.filter(last), changes.filter(pc.invert(last))
+    for n, (path, _) in enumerate(new_rows):   # new rows that lost to a later change of their key
+        positions = lost.filter(pc.equal(lost.column("t"), n)).column("i").to_pylist()
+        if positions:
+            deletes.setdefault(path, []).extend(positions)
+    changed = pa.table({name: won.column(f"k{k}") for k, name in enumerate(ids)})
     replaced = 0
-    for key in best:
-        for path, pos in index.positions(key):
-            deletes.setdefault(path, []).append(pos)
-            replaced += 1
-    added = {key: (c[2], c[3]) for key, c in best.items() if c[2] is not None}
-    removed = {key for key, c in best.items() if c[2] is None}
-    return Plan(deletes, added, removed, replaced, sum(1 for ps in partitions.values() if len(ps) > 1))
+    for path, positions in index.positions(changed):
+        deletes.setdefault(path, []).extend(positions)
+        replaced += len(positions)
+    added = []
+    for n, (path, _) in enumerate(new_rows):
+        mine = won.filter(pc.equal(won.column("t"), n))
+        if mine.num_rows:
+            added.append((path, pa.table({name: mine.column(f"k{k}") for k, name in enumerate(ids)}),
+                          mine.column("i").to_pylist()))
+    return Plan(deletes, changed, added, replaced, _split_keys(changes, width) if lost.num_rows else 0)
 
 
 def write_position_deletes(table: Table, deletes: dict[str, list[int]], files: dict[str, tuple[int, Record]]

@@ -2,10 +2,12 @@
 
 mod buffer;
 mod changes;
+mod keyindex;
 mod route;
 
 pub use buffer::{
     append_routed, AppendResult, AvroBuffer, BufferFullError, DecodeError, JsonBuffer, NativeError, UnknownField, UnknownSchemaError,
 };
 pub use changes::split_changes;
+pub use keyindex::KeyIndex;
 pub use route::route_groups;

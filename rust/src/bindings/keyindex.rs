@@ -1,0 +1,82 @@
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use arrow::array::ArrayRef;
+use arrow::datatypes::Schema;
+use arrow::pyarrow::PyArrowType;
+use arrow::record_batch::RecordBatch;
+use pyo3::prelude::*;
+
+use super::buffer::NativeError;
+use crate::keyindex;
+
+/// Per committed key of a keyed table (its identifier columns), the data file and row position
+/// holding it. Keys cross as record batches of the key columns, in the schema given at creation;
+/// the work runs without the GIL.
+#[pyclass(module = "frazil._native", frozen)]
+pub struct KeyIndex {
+    inner: Mutex<keyindex::KeyIndex>,
+    schema: Arc<Schema>,
+}
+
+impl KeyIndex {
+    fn lock(&self) -> MutexGuard<'_, keyindex::KeyIndex> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn columns(&self, keys: &RecordBatch) -> PyResult<Vec<ArrayRef>> {
+        if keys.schema().fields().len() != self.schema.fields().len()
+            || keys.schema().fields().iter().zip(self.schema.fields()).any(|(a, b)| a.data_type() != b.data_type())
+        {
+            return Err(NativeError::new_err(format!(
+                "keys must have the index's key columns {:?}, got {:?}",
+                self.schema.fields().iter().map(|f| (f.name(), f.data_type())).collect::<Vec<_>>(),
+                keys.schema().fields().iter().map(|f| (f.name(), f.data_type())).collect::<Vec<_>>()
+            )));
+        }
+        Ok(keys.columns().to_vec())
+    }
+}
+
+#[pymethods]
+impl KeyIndex {
+    #[new]
+    fn new(schema: PyArrowType<Schema>) -> PyResult<Self> {
+        let schema = Arc::new(schema.0);
+        let inner = keyindex::KeyIndex::new(&schema).map_err(|e| NativeError::new_err(e.to_string()))?;
+        Ok(Self { inner: Mutex::new(inner), schema })
+    }
+
+    /// The rows of ``keys`` are at ``positions`` of data file ``path``.
+    fn add(&self, py: Python<'_>, keys: PyArrowType<RecordBatch>, path: &str, positions: Vec<u32>) -> PyResult<()> {
+        let columns = self.columns(&keys.0)?;
+        py.detach(|| self.lock().add(&columns, path, &positions)).map_err(|e| NativeError::new_err(e.to_string()))
+    }
+
+    /// Every committed position of ``keys`` as ``[(path, positions), ...]``, sorted.
+    fn positions(&self, py: Python<'_>, keys: PyArrowType<RecordBatch>) -> PyResult<Vec<(String, Vec<u32>)>> {
+        let columns = self.columns(&keys.0)?;
+        py.detach(|| self.lock().positions(&columns)).map_err(|e| NativeError::new_err(e.to_string()))
+    }
+
+    /// ``keys`` are no longer in the table.
+    fn forget(&self, py: Python<'_>, keys: PyArrowType<RecordBatch>) -> PyResult<()> {
+        let columns = self.columns(&keys.0)?;
+        py.detach(|| self.lock().forget(&columns)).map_err(|e| NativeError::new_err(e.to_string()))
+    }
+
+    fn __len__(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Keys found more than once.
+    #[getter]
+    fn duplicated(&self) -> usize {
+        self.lock().duplicated()
+    }
+
+    /// An estimate of the heap the index holds.
+    #[getter]
+    fn memory_bytes(&self) -> usize {
+        self.lock().memory_bytes()
+    }
+}

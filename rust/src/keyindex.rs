@@ -1,0 +1,186 @@
+//! The key index of a keyed table: per committed key (the identifier columns' values, row-encoded
+//! by arrow-row so any key types compare as bytes), the data file and row position holding it.
+//! One entry costs the key's encoded bytes plus about 40 bytes of table; a key found more than
+//! once (a table written before it was keyed) keeps its other positions on the side. Pure Rust,
+//! no pyo3.
+
+use std::collections::HashMap;
+
+use arrow::array::ArrayRef;
+use arrow::datatypes::SchemaRef;
+use arrow::error::ArrowError;
+use arrow::row::{RowConverter, SortField};
+
+/// Where a committed row is: an index into the index's file list, and the row's position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Loc {
+    file: u32,
+    pos: u32,
+}
+
+pub struct KeyIndex {
+    converter: RowConverter,
+    rows: HashMap<Box<[u8]>, Loc>,
+    more: HashMap<Box<[u8]>, Vec<Loc>>,
+    files: Vec<String>,
+    file_ids: HashMap<String, u32>,
+    key_bytes: usize,
+}
+
+impl KeyIndex {
+    pub fn new(schema: &SchemaRef) -> Result<Self, ArrowError> {
+        let fields = schema.fields().iter().map(|f| SortField::new(f.data_type().clone())).collect();
+        Ok(Self {
+            converter: RowConverter::new(fields)?,
+            rows: HashMap::new(),
+            more: HashMap::new(),
+            files: Vec::new(),
+            file_ids: HashMap::new(),
+            key_bytes: 0,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Keys found more than once.
+    pub fn duplicated(&self) -> usize {
+        self.more.len()
+    }
+
+    /// An estimate of the heap the index holds: keys, table slots, side entries and file paths.
+    pub fn memory_bytes(&self) -> usize {
+        let slot = std::mem::size_of::<(Box<[u8]>, Loc)>() + 1;
+        self.key_bytes
+            + self.rows.capacity() * slot
+            + self.more.values().map(|v| v.capacity() * std::mem::size_of::<Loc>() + slot).sum::<usize>()
+            + self.files.iter().map(|f| 2 * f.len() + 48).sum::<usize>()
+    }
+
+    fn encode(&self, columns: &[ArrayRef]) -> Result<arrow::row::Rows, ArrowError> {
+        self.converter.convert_columns(columns)
+    }
+
+    fn file_id(&mut self, path: &str) -> Result<u32, ArrowError> {
+        if let Some(&id) = self.file_ids.get(path) {
+            return Ok(id);
+        }
+        let id = u32::try_from(self.files.len()).map_err(|_| ArrowError::ComputeError("more than 2^32 data files".into()))?;
+        self.files.push(path.to_owned());
+        self.file_ids.insert(path.to_owned(), id);
+        Ok(id)
+    }
+
+    /// The rows of `columns` (the key columns of some rows of `path`) are at `positions`.
+    pub fn add(&mut self, columns: &[ArrayRef], path: &str, positions: &[u32]) -> Result<(), ArrowError> {
+        let rows = self.encode(columns)?;
+        if rows.num_rows() != positions.len() {
+            return Err(ArrowError::InvalidArgumentError(format!(
+                "{} keys but {} positions",
+                rows.num_rows(),
+                positions.len()
+            )));
+        }
+        let file = self.file_id(path)?;
+        for (row, &pos) in rows.iter().zip(positions) {
+            let loc = Loc { file, pos };
+            let key = row.as_ref();
+            match self.rows.get_mut(key) {
+                Some(old) => {
+                    let previous = std::mem::replace(old, loc);
+                    self.more.entry(key.into()).or_default().push(previous);
+                }
+                None => {
+                    self.key_bytes += key.len();
+                    self.rows.insert(key.into(), loc);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every committed position of the keys in `columns`, grouped by data file, positions in
+    /// ascending order; keys not in the index are left out.
+    pub fn positions(&self, columns: &[ArrayRef]) -> Result<Vec<(String, Vec<u32>)>, ArrowError> {
+        let rows = self.encode(columns)?;
+        let mut by_file: HashMap<u32, Vec<u32>> = HashMap::new();
+        for row in rows.iter() {
+            let key = row.as_ref();
+            let Some(loc) = self.rows.get(key) else { continue };
+            by_file.entry(loc.file).or_default().push(loc.pos);
+            for more in self.more.get(key).into_iter().flatten() {
+                by_file.entry(more.file).or_default().push(more.pos);
+            }
+        }
+        let mut out: Vec<(String, Vec<u32>)> = by_file
+            .into_iter()
+            .map(|(file, mut positions)| {
+                positions.sort_unstable();
+                positions.dedup();
+                (self.files[file as usize].clone(), positions)
+            })
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    /// The keys in `columns` are no longer in the table.
+    pub fn forget(&mut self, columns: &[ArrayRef]) -> Result<(), ArrowError> {
+        let rows = self.encode(columns)?;
+        for row in rows.iter() {
+            if let Some((key, _)) = self.rows.remove_entry(row.as_ref()) {
+                self.key_bytes -= key.len();
+            }
+            self.more.remove(row.as_ref());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+
+    fn ids(values: &[i64]) -> Vec<ArrayRef> {
+        vec![Arc::new(Int64Array::from(values.to_vec()))]
+    }
+
+    #[test]
+    fn finds_every_position_of_a_key_and_forgets_it() {
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let mut index = KeyIndex::new(&schema).unwrap();
+        index.add(&ids(&[1, 2, 3]), "a", &[0, 1, 2]).unwrap();
+        index.add(&ids(&[3, 4]), "b", &[5, 9]).unwrap();
+        assert_eq!((index.len(), index.duplicated()), (4, 1));
+        let found = index.positions(&ids(&[3, 1, 7])).unwrap();
+        assert_eq!(found, vec![("a".into(), vec![0, 2]), ("b".into(), vec![5])]);
+        index.forget(&ids(&[3, 7])).unwrap();
+        assert_eq!(index.positions(&ids(&[3])).unwrap(), vec![]);
+        assert_eq!((index.len(), index.duplicated()), (3, 0));
+        assert!(index.add(&ids(&[5]), "c", &[]).is_err());
+    }
+
+    #[test]
+    fn composite_keys_compare_by_every_column() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int64, false),
+            Field::new("b", DataType::Utf8, false),
+        ]));
+        let mut index = KeyIndex::new(&schema).unwrap();
+        let cols: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(vec![1, 1])), Arc::new(StringArray::from(vec!["x", "y"]))];
+        index.add(&cols, "f", &[0, 1]).unwrap();
+        let probe: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(vec![1])), Arc::new(StringArray::from(vec!["y"]))];
+        assert_eq!(index.positions(&probe).unwrap(), vec![("f".into(), vec![1])]);
+        assert!(index.memory_bytes() > 0);
+    }
+}
