@@ -123,9 +123,19 @@ class ChangesConfig:
     upsert_ops: tuple[str, ...] = ()
     delete_ops: tuple[str, ...] = ()
     unwrap_envelope: bool = True     # read through the JSON converter's {"schema", "payload"}
+    # "native": frazil commits position deletes itself; "spark": changes land in a staging table
+    # (this table's name plus STAGING_SUFFIX, with the offsets) and Spark MERGEs them into the table
+    merge: str = "native"
+    merge_interval_s: float = 60.0
+    merge_min_changes: int = 100_000
+    target: str = ""                 # set on a staging table: the table its changes are merged into
 
 
-DEBEZIUM: dict[str, tuple[str, ...]] = {"op": ("op",), "after": ("after",), "before": ("before",), "upsert_ops": ("c", "r", "u"),
+STAGING_SUFFIX = "__changes"
+OP_COLUMN = "_frazil_op"             # a staging table's change: "u" (upsert) or "d" (delete)
+
+
+DEBEZIUM: dict[str, Any] = {"op": ("op",), "after": ("after",), "before": ("before",), "upsert_ops": ("c", "r", "u"),
             "delete_ops": ("d",)}
 
 
@@ -475,8 +485,8 @@ def _columns(raw: Any, key: str) -> tuple[Column, ...]:
     for i, item in enumerate(raw):
         s = _Section(item, f"{key}[{i}]")
         name = s.get("name", str)
-        if not name or name.startswith("_kafka_"):
-            raise ConfigError(f"{s.key('name')} {name!r} is empty or uses the reserved prefix _kafka_")
+        if not name or name.startswith(("_kafka_", "_frazil_")):
+            raise ConfigError(f"{s.key('name')} {name!r} is empty or uses a reserved prefix (_kafka_, _frazil_)")
         if name in seen:
             raise ConfigError(f"{s.key('name')}: column {name!r} is declared twice")
         seen.add(name)
@@ -629,10 +639,11 @@ def _changes(s: _Section, columns: tuple[Column, ...], identifiers: tuple[str, .
     if unknown_fields == "evolve":
         raise ConfigError(f"{why} does not evolve the schema yet: set {s.key('unknown_fields')} to \"fail\" or "
                           "\"ignore\"")
+    merging = _merging(s, why)
     if mode == "upsert":
         if "cdc" in s.data:
             raise ConfigError(f"[{s.key('cdc')}] needs {s.key('mode')} = \"cdc\"; in upsert mode every value is the row")
-        return ChangesConfig("upsert", tombstones)
+        return ChangesConfig("upsert", tombstones, **merging)
     c = s.section("cdc", required=False)
     fmt = c.get("format", str, "debezium")
     if fmt not in CDC_FORMATS:
@@ -644,7 +655,7 @@ def _changes(s: _Section, columns: tuple[Column, ...], identifiers: tuple[str, .
             if key in c.data:
                 raise ConfigError(f"{c.key(key)} is for cdc.format = \"field\"; Debezium's envelope is read as it is")
         c.finish()
-        return ChangesConfig("cdc", tombstones, unwrap_envelope=unwrap, **DEBEZIUM)
+        return ChangesConfig("cdc", tombstones, unwrap_envelope=unwrap, **DEBEZIUM, **merging)
     field_path = c.get("field", str, hint='the dotted path of the operation field, e.g. "op"').strip()
     if not field_path or not all(field_path.split(".")):
         raise ConfigError(f"{c.key('field')} {field_path!r} must be a dotted path into the value, e.g. \"op\"")
@@ -664,7 +675,32 @@ def _changes(s: _Section, columns: tuple[Column, ...], identifiers: tuple[str, .
                           f"{s.key('unknown_fields')} = \"ignore\"")
     c.finish()
     return ChangesConfig("cdc", tombstones, op=tuple(field_path.split(".")), upsert_ops=ops["upsert"],
-                         delete_ops=ops["delete"], unwrap_envelope=unwrap)
+                         delete_ops=ops["delete"], unwrap_envelope=unwrap, **merging)
+
+
+def _merging(s: _Section, why: str) -> dict[str, Any]:
+    """``merge`` and its triggers: how a keyed table's changes reach it."""
+    merge = s.get("merge", str, "native")
+    if merge not in ("native", "spark"):
+        raise ConfigError(f"{s.key('merge')} {merge!r} must be \"native\" (frazil commits the rows with position "
+                          "deletes of the rows they replace) or \"spark\" (changes land in a staging table, and "
+                          "Spark MERGEs them into the table)")
+    interval = s.positive("merge_interval_s", float, 60.0)
+    threshold = s.get("merge_min_changes", int, 100_000)
+    if threshold < 0:
+        raise ConfigError(f"{s.key('merge_min_changes')} must be 0 (the interval alone) or a count, got {threshold}")
+    if merge == "native" and ("merge_interval_s" in s.data or "merge_min_changes" in s.data):
+        raise ConfigError(f"{s.key('merge_interval_s')} and {s.key('merge_min_changes')} are for {s.key('merge')} = "
+                          f"\"spark\"; with {why} and merge = \"native\" every commit lands the changes")
+    return {"merge": merge, "merge_interval_s": interval, "merge_min_changes": threshold}
+
+
+def merge_target(staging: TableConfig) -> TableConfig:
+    """The table a staging table's changes are merged into, as the config declares it."""
+    assert staging.changes is not None and staging.changes.target
+    return dataclasses.replace(staging, name=staging.changes.target,
+                               changes=dataclasses.replace(staging.changes, target=""), topics="", route_field=(),
+                               route="")
 
 
 def _table(s: _Section) -> TableConfig:
@@ -683,6 +719,10 @@ def _table(s: _Section) -> TableConfig:
         raise ConfigError(f"{s.key('route_field')} and {s.key('route')} go together: the table takes records whose "
                           "value at route_field fully matches route")
     s.finish()
+    if table.changes is not None and table.changes.merge == "spark":
+        # the pipeline writes (and keeps its offsets in) the staging table; Spark merges it into this one
+        return dataclasses.replace(table, name=table.name + STAGING_SUFFIX,
+                                   changes=dataclasses.replace(table.changes, target=table.name))
     return table
 
 
@@ -695,6 +735,12 @@ def _dynamic(s: _Section) -> DynamicConfig:
         raise ConfigError(f"{s.key('table')} {template!r} must be a \"namespace.table\" template with at least one "
                           "placeholder: {topic} or a dotted path into the value, e.g. \"raw.{topic}\"")
     dynamic = DynamicConfig(table=template, topics=_regex(s, "topics", '"raw\\..*"'), **_shape(s, "[dynamic] columns"))
+    if dynamic.changes is not None and dynamic.changes.merge == "spark":
+        raise ConfigError(f"{s.key('merge')} = \"spark\" is for declared tables ([table] or [[tables]]) for now; "
+                          "tables named by the records merge natively")
+    if dynamic.changes is not None and dynamic.changes.merge == "spark":
+        raise ConfigError(f"{s.key('merge')} = \"spark\" is for declared tables ([table] or [[tables]]) for now; "
+                          "tables named by the records merge natively")
     s.finish()
     return dynamic
 

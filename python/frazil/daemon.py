@@ -19,6 +19,7 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
 from frazil import faults, systemd
+from frazil import config
 from frazil.config import Config
 from frazil.errors import CommitOutcomeUnknown, ConfigError
 from frazil.iceberg import catalog as iceberg_catalog
@@ -32,6 +33,7 @@ from frazil.metrics import serve as serve_metrics
 from frazil.spark import session as spark_session
 from frazil.spark.bulk import SparkWriter
 from frazil.spark.maintainer import Maintainer, Maintainers
+from frazil.spark.merge import Merger
 from frazil.status import end_offsets
 from frazil.txlog import Journal, JournalPolicy
 
@@ -71,12 +73,14 @@ def limit_malloc_arenas() -> None:
 
 def check_spark(cfg: Config) -> None:
     """Fail at start, not at the first bulk flush or maintenance run, when Spark cannot run here."""
+    merged = [t.changes.target for t in cfg.tables if t.changes is not None and t.changes.target]
     uses = [what for what, on in (("[maintenance] enabled", cfg.maintenance.enabled),
-                                  ("[spark] bulk_min_rows", cfg.spark.bulk_min_rows > 0)) if on]
+                                  ("[spark] bulk_min_rows", cfg.spark.bulk_min_rows > 0),
+                                  (f"merge = \"spark\" ({', '.join(merged)})", bool(merged))) if on]
     missing = spark_session.available() if uses else None
     if missing:
         raise ConfigError(f"{' and '.join(uses)} need Spark, but {missing}; install it or set "
-                          "[maintenance] enabled = false and [spark] bulk_min_rows = 0")
+                          "[maintenance] enabled = false, [spark] bulk_min_rows = 0 and merge = \"native\"")
 
 
 async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartition, int] | None = None,
@@ -98,6 +102,10 @@ async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartiti
             continue   # opened by the pipeline when a record goes there
         tables[t.name] = await asyncio.to_thread(iceberg_catalog.ensure_table, catalog, t,
                                                  iceberg_catalog.maintenance_properties(cfg.maintenance))
+        if t.changes is not None and t.changes.target:   # merge = "spark": the table Spark merges it into
+            target = config.merge_target(t)
+            tables[target.name] = await asyncio.to_thread(iceberg_catalog.ensure_table, catalog, target,
+                                                          iceberg_catalog.maintenance_properties(cfg.maintenance))
     if cfg.dynamic is not None:   # tables earlier runs created from the records: their offsets and watermark count
         found = await asyncio.to_thread(iceberg_catalog.dynamic_tables, catalog, cfg.dynamic)
         for name in found:
@@ -134,9 +142,13 @@ async def _serve(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], jou
     if maintainer is not None:
         pipeline.on_new_table = lambda name: maintainer.add(name, maintainer_for(name))
     coordinator_stop = asyncio.Event()   # set once the worker has drained: single mode drains through it
-    coordination = asyncio.create_task(CoordinatorService(
-        cfg, catalog, pipeline.assignment, pipeline.metrics, journal=journal, local=local,
-        on_committed=maintainer.committed if maintainer is not None else None).run(coordinator_stop))
+    service = CoordinatorService(cfg, catalog, pipeline.assignment, pipeline.metrics, journal=journal, local=local,
+                                 on_committed=maintainer.committed if maintainer is not None else None)
+    coordination = asyncio.create_task(service.run(coordinator_stop))
+    staged = [t for t in cfg.tables if t.changes is not None and t.changes.target]
+    merger = Merger(staged, lambda: spark_session.get(spark_session.for_config(cfg)), catalog, cfg.catalog.name,
+                    cfg.pipeline, pipeline.metrics, leading=lambda: service.leading) if staged else None
+    merging = asyncio.create_task(merger.run(stop)) if merger is not None else None
     coordination.add_done_callback(lambda _: stop.set())  # a failed coordinator stops the process (raised below)
     pipeline.coordinator = coordination
     tune_gc()
@@ -169,6 +181,8 @@ async def _serve(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], jou
         if maintenance is not None and maintainer is not None:
             stop.set()
             await _stop_maintenance(maintainer, maintenance)
+        if merging is not None:
+            await merging   # a merge under way ends first: its MERGE commits whole or not at all
         await asyncio.to_thread(spark_session.stop)  # if bulk writes or maintenance started it
         if server is not None:
             server.shutdown()

@@ -25,6 +25,8 @@ import signal
 POINTS = (
     "commit.before_catalog",     # data files about to be committed
     "commit.after_deletes_written",  # a keyed table's position deletes written, not committed
+    "merge.before_commit",       # a Spark merge read its staged changes, its MERGE about to run
+    "merge.after_commit",        # the MERGE landed; its mark not yet kept as a property, staging not cleaned
     "commit.after_catalog",      # catalog commit landed, before we learn it did
     "commit.after_kafka_offsets",  # consumer-group low watermark committed
     "txlog.before_fsync",        # journal records written, not yet synced

@@ -7,6 +7,10 @@ compacted table, and both engines still agree with the reference."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +20,7 @@ import changes
 import support
 from frazil.config import CatalogConfig, MaintenanceConfig
 from frazil.local.kafka_broker import KafkaBroker
+from frazil.spark import merge
 from frazil.spark.jobs import TableJobs
 from frazil.spark.schedule import Job
 
@@ -63,3 +68,69 @@ def test_spark_and_pyiceberg_read_the_latest_row_of_every_key_before_and_after_c
     expected = asyncio.run(changes.reference(kafka.bootstrap, topic, PARTITIONS, mode="cdc"))
     changes.assert_same(spark_rows(spark, name), expected, "Spark SQL just after compaction")
     land(list(changes.debezium_stream(200, 2000, seed=6)), "after compaction")
+
+
+def _frazil(path: Path, log: Path, fault: str | None = None) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if k != "FRAZIL_FAULTS"}
+    if fault:
+        env["FRAZIL_FAULTS"] = fault
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "frazil.cli", "run", "--config", str(path)], stdout=out,
+                                stderr=subprocess.STDOUT, env=env)
+
+
+def test_the_spark_merge_flush_killed_mid_merge_ends_equal_to_the_reference(
+        kafka: KafkaBroker, tmp_path: Path, spark: Any, warehouse: CatalogConfig) -> None:
+    """merge = "spark": changes land in the staging table with the offsets, and Spark MERGEs them
+    into the table, the merged mark in the MERGE's own commit. frazil is SIGKILLed just before a
+    MERGE, just after one (mark in the summary, not yet a property, staging not cleaned), and
+    mid-commit of the staging table; the table then equals the reference, by both engines."""
+    topic = "cdc-merge"
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
+    path = changes.config(tmp_path, kafka.bootstrap, topic, "cdc-merge", mode="cdc", interval=0.5,
+                          extra_table='merge = "spark"\nmerge_interval_s = 1\nmerge_min_changes = 0',
+                          catalog=(warehouse.name, {k: v for k, v in warehouse.properties.items() if k != "type"}))
+    cfg = support.load(path)
+    assert cfg.table.name == "db.cdc_merge__changes" and cfg.table.changes is not None
+    target = cfg.table.changes.target
+    catalog = support.catalog_of(cfg)
+    log = tmp_path / "frazil.log"
+    stream = list(changes.debezium_stream(150, 4000, seed=9))
+    faults = ["merge.before_commit=kill@1", "merge.after_commit=kill@1", "commit.before_catalog=kill@1",
+              "merge.before_commit=kill@1"]
+    for n, fault in enumerate(faults):
+        asyncio.run(changes.produce(kafka.bootstrap, topic, iter(stream[n * 1000:(n + 1) * 1000]), PARTITIONS))
+        proc = _frazil(path, log, fault)
+        try:
+            proc.wait(timeout=150)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise AssertionError(f"{fault} never fired; log tail:\n{log.read_text()[-3000:]}") from None
+        assert proc.returncode == -signal.SIGKILL, f"{fault}: exit {proc.returncode}\n{log.read_text()[-3000:]}"
+    ends = asyncio.run(support.end_offsets(kafka.bootstrap, [topic]))
+
+    proc = _frazil(path, log)
+    try:
+        support.wait_for(lambda: _merged_through(catalog, target, cfg.pipeline, ends), proc, log, timeout=240)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=90) == 0, log.read_text()[-3000:]
+    expected = asyncio.run(changes.reference(kafka.bootstrap, topic, PARTITIONS, mode="cdc"))
+    changes.assert_same(changes.table_rows(catalog, target), expected, "pyiceberg")
+    spark.sql(f"REFRESH TABLE {warehouse.name}.{target}")
+    changes.assert_same(spark_rows(spark, f"{warehouse.name}.{target}"), expected, "Spark SQL")
+    table = catalog.load_table(target)
+    merges = [s for s in table.snapshots() if s.summary is not None
+              and merge.merged_key(cfg.pipeline) in s.summary.additional_properties]
+    assert len(merges) >= 2, f"one MERGE landed before a kill and one after the restarts, got {len(merges)}"
+    deletes = spark.sql(f"SELECT count(*) AS n FROM {warehouse.name}.{target}.position_deletes").collect()[0].n
+    assert deletes > 0, "the MERGE must be merge-on-read (position deletes), not a rewrite"
+    left = catalog.load_table(cfg.table.name).scan().to_arrow().num_rows
+    assert left == 0, f"{left} merged change(s) still in the staging table"
+
+
+def _merged_through(catalog: Any, target: str, pipeline: str, ends: dict[tuple[str, int], int]) -> bool:
+    mark = merge.merged_mark(catalog.load_table(target), pipeline)
+    if any(mark.get(tp, 0) < end for tp, end in ends.items()):
+        raise AssertionError(f"merged through {mark}, want {ends}")
+    return True

@@ -82,6 +82,7 @@ class CoordinatorService:
         self._journal, self._local, self._on_committed = journal, local, on_committed
         self._topics: list[str] = list(cfg.kafka.topics)          # with a pattern: listed every refresh
         self._partitions: frozenset[TopicPartition] = frozenset()  # of the topics, for distributed cycles
+        self.leading = False   # this process runs the coordinator role now (merges run only here)
 
     @property
     def _election(self) -> TopicPartition:
@@ -182,6 +183,7 @@ class CoordinatorService:
                                       journal=self._journal if self._local is not None else None)
             if self._metrics is not None:
                 self._metrics.coordinator.set(1)
+            self.leading = True
             requested = await coordinator.recover()
             while True:
                 trigger = "requested before this coordinator started" if requested else \
@@ -203,6 +205,7 @@ class CoordinatorService:
                     if self._on_committed is not None:
                         self._on_committed(r)
         finally:
+            self.leading = False
             if self._metrics is not None:
                 self._metrics.coordinator.set(0)
             with contextlib.suppress(KafkaError):   # a fenced producer may refuse to close cleanly

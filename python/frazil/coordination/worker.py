@@ -55,7 +55,9 @@ from frazil.events.payloads import (
     StartCommit,
 )
 from frazil.flow.outage import Outage
+from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import mutations
+from frazil.ingest import changes
 from frazil.iceberg.datafiles import to_ref
 from frazil.iceberg.offsets import Range, TopicPartition
 from frazil.ingest.conform import conform
@@ -525,7 +527,10 @@ class Worker:
                 log.warning("table %s: %d key(s) changed from more than one partition in one batch; the change with "
                             "the highest (partition, offset) won. Keep each key in one partition", target.name,
                             latest.split_keys)
-            data, keys = latest.rows if latest.rows is not None else data.slice(0, 0), latest.deletes
+            if target.cfg.changes.target:   # a staging table: upserts and deletes as rows, merged by Spark
+                data, keys = changes.staged(latest.rows, latest.deletes, iceberg_catalog.arrow_schema(table)), None
+            else:
+                data, keys = latest.rows if latest.rows is not None else data.slice(0, 0), latest.deletes
         files: list[DataFile] = []
         if data.num_rows:
             if self._bulk is not None and data.num_rows >= self._cfg.spark.bulk_min_rows:

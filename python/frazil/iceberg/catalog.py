@@ -52,7 +52,7 @@ from pyiceberg.types import (
     UUIDType,
 )
 
-from frazil.config import CatalogConfig, DynamicConfig, MaintenanceConfig, TableConfig
+from frazil.config import OP_COLUMN, CatalogConfig, DynamicConfig, MaintenanceConfig, TableConfig
 from frazil.errors import CatalogUnavailable, ConfigError
 from frazil.iceberg import mutations
 
@@ -147,12 +147,25 @@ def _iceberg_type(name: str) -> IcebergType:
     return DecimalType(int(m.group(1)), int(m.group(2)))
 
 
+def staging(table: TableConfig) -> bool:
+    """Whether ``table`` is a staging table (``merge = "spark"``: changes, merged into another table)."""
+    return table.changes is not None and bool(table.changes.target)
+
+
 def schema_for(table: TableConfig) -> Schema:
-    fields = [NestedField(i + 1, c.name, _iceberg_type(c.type), required=c.required, doc=c.doc)
+    """A new table's schema. A staging table's columns are optional but for the identifier columns
+    (a delete holds only its key; the values were checked against the declared columns when they
+    were read), and it has the change's operation, ``_frazil_op``."""
+    keyed = staging(table)
+    fields = [NestedField(i + 1, c.name, _iceberg_type(c.type), doc=c.doc,
+                          required=c.required and (not keyed or c.name in table.identifier_columns))
               for i, c in enumerate(table.columns)]
     if table.metadata_columns:
         base = len(fields)
         fields += [NestedField(base + i + 1, name, t, required=req) for i, (name, t, req) in enumerate(META_COLUMNS)]
+    if keyed:
+        fields.append(NestedField(len(fields) + 1, OP_COLUMN, StringType(), required=True,
+                                  doc="the change: u (upsert) or d (delete)"))
     ids = {f.name: f.field_id for f in fields}
     return Schema(*fields, identifier_field_ids=[ids[name] for name in table.identifier_columns])
 
@@ -286,7 +299,7 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
                 raise
             table = catalog.load_table(cfg.name)
     missing = [c for c in ([m[0] for m in META_COLUMNS] if cfg.metadata_columns else []) + [c.name for c in cfg.columns]
-               if c not in {f.name for f in table.schema().fields}]
+               + ([OP_COLUMN] if staging(cfg) else []) if c not in {f.name for f in table.schema().fields}]
     if missing:
         raise ConfigError(f"table {cfg.name} has no column(s) {', '.join(missing)}; add them to the table or drop them from the config")
     fields = {f.name: f for f in table.schema().fields}
@@ -294,7 +307,8 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
               if fields[c.name].field_type != _iceberg_type(c.type)
               and not (cfg.unknown_fields == "evolve" and widened(_iceberg_type(c.type), fields[c.name].field_type))]
     differ += [f"{c.name} is optional in the table but required in the config (nulls would land)" for c in cfg.columns
-               if c.required and not fields[c.name].required and cfg.unknown_fields != "evolve"]   # evolve relaxes it
+               if c.required and not fields[c.name].required and cfg.unknown_fields != "evolve"   # evolve relaxes it
+               and not (staging(cfg) and c.name not in cfg.identifier_columns)]   # checked when read
     if differ:
         raise ConfigError(f"table {cfg.name}: column types disagree: {'; '.join(differ)}. Make the config say what the "
                           "table holds (frazil never changes a value's type silently)")
@@ -326,6 +340,11 @@ def _keyed_properties(table: Table, cfg: TableConfig) -> dict[str, str]:
     process, then plans position deletes for it), and Spark's DML on it writes position deletes
     too. A table some run made keyed is never appended to as if it were not."""
     was = table.properties.get(mutations.MODE_PROPERTY)
+    if cfg.changes is not None and cfg.changes.target:
+        if was in mutations.KEYED_MODES:
+            raise ConfigError(f"table {cfg.name} is keyed itself ({mutations.MODE_PROPERTY} = {was}); it cannot be the "
+                              f"staging table of {cfg.changes.target}")
+        return {mutations.STAGING_PROPERTY: cfg.changes.target}
     if cfg.changes is None:
         if was in mutations.KEYED_MODES:
             raise ConfigError(f"table {cfg.name} is keyed ({mutations.MODE_PROPERTY} = {was}: each record replaces the "

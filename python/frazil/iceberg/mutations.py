@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 
 PARTITION, OFFSET = "_kafka_partition", "_kafka_offset"
 MODE_PROPERTY = "frazil.mode"          # "upsert" or "cdc" on a keyed table; absent: append
+STAGING_PROPERTY = "frazil.staging-for"   # on a staging table (merge = "spark"): the table it is merged into
 KEYED_MODES = ("upsert", "cdc")
 KEY_FILE_PREFIX = "frazil-keys-"
 # Spark's DML and maintenance on a keyed table write position deletes too, never rewrite files

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from frazil import _native
-from frazil.config import ChangesConfig
+from frazil.config import OP_COLUMN, ChangesConfig
 from frazil.iceberg.catalog import META_COLUMNS
 from frazil.ingest.buffer import KafkaRecord, RecordBuffer, RecordProblem, values_of
+from frazil.ingest.conform import conform
 
 UPSERT, DELETE = 1, 2
 
@@ -128,3 +129,22 @@ def key_row(key: bytes, identifiers: Sequence[str], unwrap_envelope: bool) -> by
     if len(identifiers) != 1:
         return b"null"   # a bad record: the decoder says the value is not an object
     return json.dumps({identifiers[0]: found}).encode()
+
+
+def staged(rows: pa.Table | None, deletes: pa.Table | None, schema: pa.Schema) -> pa.Table:
+    """A batch's latest changes as rows of a staging table (``schema``): each upsert's row and
+    each delete's key (its other columns NULL), with the change in ``_frazil_op``: ``u`` or ``d``."""
+    parts = [t.append_column(OP_COLUMN, pa.array([op] * t.num_rows, pa.string()))
+             for t, op in ((rows, "u"), (deletes, "d")) if t is not None and t.num_rows]
+    return conform(parts, schema) if parts else schema.empty_table()
+
+
+def staging_buffer_schema(table_schema: pa.Schema, required: Sequence[str]) -> pa.Schema:
+    """What a staging table's buffer decodes into: the staging table's columns but the operation
+    (frazil fills it), the declared ``required`` ones required again (the staging table has them
+    optional, for deletes)."""
+    schema = table_schema.remove(table_schema.get_field_index(OP_COLUMN))
+    for name in required:
+        i = schema.get_field_index(name)
+        schema = schema.set(i, schema.field(i).with_nullable(False))
+    return schema

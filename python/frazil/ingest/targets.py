@@ -19,7 +19,7 @@ from frazil.iceberg import offsets
 from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import TopicPartition, merge_progress
 from frazil.ingest.buffer import AvroRecordBuffer, RecordBuffer
-from frazil.ingest.changes import ChangeBuffer
+from frazil.ingest.changes import ChangeBuffer, staging_buffer_schema
 from frazil.ingest.conform import conform
 from frazil.ingest.positions import resume_at
 
@@ -146,7 +146,10 @@ class Targets:
             return AvroRecordBuffer(iceberg_catalog.arrow_schema(table), confluent=self._values.format == "avro-confluent",
                                     metadata_columns=cfg.metadata_columns, max_bytes=self._budget if self.single else None)
         if cfg.changes is not None:
-            return ChangeBuffer(iceberg_catalog.arrow_schema(table, value_options(cfg)), cfg.changes,
+            schema = iceberg_catalog.arrow_schema(table, value_options(cfg))
+            if cfg.changes.target:   # a staging table: decoded against the declared columns
+                schema = staging_buffer_schema(schema, [c.name for c in cfg.columns if c.required])
+            return ChangeBuffer(schema, cfg.changes,
                                 cfg.identifier_columns, max_bytes=self._budget if self.single else None,
                                 strict_fields=_strict(cfg.name) if inferred else None,
                                 unknown_fields=cfg.unknown_fields, case_insensitive=cfg.case_insensitive)
