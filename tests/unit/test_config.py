@@ -43,7 +43,7 @@ def test_defaults_and_relative_paths(tmp_path: Path) -> None:
         (with_("kafka", auto_offset_reset="none"), "kafka.auto_offset_reset"),
         (with_("table", name="flat"), 'table.name \'flat\' must be "namespace.table"'),
         (with_("table", columns=[{"name": "x", "type": "varchar"}]), "table.columns[0].type has unknown type 'varchar'"),
-        (with_("table", columns=[{"name": "_kafka_offset", "type": "long"}]), "reserved prefix _kafka_"),
+        (with_("table", columns=[{"name": "_kafka_offset", "type": "long"}]), "reserved prefix (_kafka_, _frazil_)"),
         (with_("table", partition_by=["day(missing)"]), "not a partition transform on a declared column"),
         (with_("table", columns=[{"name": "s", "type": "string"}], partition_by=["day(s)"]),
          "day() does not apply to 's', a string column"),
@@ -356,7 +356,17 @@ def test_keyed_tables_read_debezium_by_default_and_flat_change_records_by_their_
     assert (flat.changes.op, flat.changes.after, flat.changes.before) == (("op",), (), ())
     assert flat.changes.upsert_ops == ("I", "U") and flat.changes.tombstones == "delete"
     upsert = config.parse({**MINIMAL, "table": {**KEYED, "mode": "upsert"}}, base=tmp_path).table
-    assert upsert.changes is not None and upsert.changes.op == ()
+    assert upsert.changes is not None and upsert.changes.op == () and upsert.changes.merge == "native"
+    # the Spark merge flush: the pipeline writes the staging table, merged into the table declared
+    staged = config.parse({**MINIMAL, "table": {**KEYED, "mode": "upsert", "merge": "spark", "merge_interval_s": 30,
+                                                "merge_min_changes": 0}}, base=tmp_path).table
+    assert staged.name == "ns.t__changes" and staged.changes is not None
+    assert (staged.changes.target, staged.changes.merge_interval_s, staged.changes.merge_min_changes) == ("ns.t", 30, 0)
+    assert config.merge_target(staged).name == "ns.t" and not config.merge_target(staged).changes.target
+    dynamic = {"table": "raw.{topic}", "mode": "upsert", "merge": "spark", "identifier_columns": ["id"],
+               "columns": KEYED["columns"]}
+    with pytest.raises(ConfigError, match="for declared tables"):
+        config.parse({**{k: v for k, v in MINIMAL.items() if k != "table"}, "dynamic": dynamic}, base=tmp_path)
     assert config.parse(MINIMAL, base=tmp_path).table.mode == "append"
 
 
@@ -382,6 +392,9 @@ def test_keyed_tables_read_debezium_by_default_and_flat_change_records_by_their_
          "declare column 'kind'"),
         ({"mode": "cdc", "cdc": {"colour": "red"}}, {}, "unknown key(s) colour in [table.cdc]"),
         ({"mode": "upsert"}, {"values": {"format": "avro", "schema_file": "x.avsc"}}, "reads JSON values for now"),
+        ({"mode": "upsert", "merge": "flink"}, {}, "table.merge 'flink' must be \"native\""),
+        ({"mode": "upsert", "merge_interval_s": 5}, {}, "are for table.merge = \"spark\""),
+        ({"mode": "upsert", "merge": "spark", "merge_min_changes": -1}, {}, "table.merge_min_changes must be 0"),
     ],
 )
 def test_keyed_table_errors_name_the_key_and_the_fix(tmp_path: Path, table: dict, extra: dict, message: str) -> None:
