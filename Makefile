@@ -63,8 +63,12 @@ test: test-rust stubtest typecheck test-python ## everything CI runs
 chaos: build ## the SIGKILL crash run alone, verbose
 	$(PY) -m pytest tests/chaos -v -s
 
-bench: bench-deps ## end to end vs Spark SS, the Iceberg Kafka Connect sink, a plain Python loop, the ceilings; e2e.json + png
+bench: bench-deps ## end to end vs Spark SS, the Iceberg Kafka Connect sink, a plain Python loop, the ceilings; e2e.json + png; then the upsert workload
 	$(PY) benches/e2e.py $${BENCH_ARGS:-}
+	$(PY) benches/upsert.py
+
+bench-upsert: bench-deps ## upserts: frazil's keyed tables vs Spark SS MERGE INTO; changes/s, produce-to-queryable latency, read cost before/after compaction; upsert.json
+	$(PY) benches/upsert.py $${BENCH_ARGS:-}
 
 bench-maintenance: build ## commit latency and metadata over 1,000 cycles with maintenance on/off, compaction, bulk writes vs Spark; maintenance.json
 	$(PY) benches/maintenance.py $${BENCH_ARGS:-}

@@ -1,4 +1,4 @@
-"""A Debezium-shaped CDC stream into a keyed table while ``frazil run`` is SIGKILLed at every point
+"""A Debezium-shaped CDC stream (and an upsert stream with tombstones) into a keyed table while ``frazil run`` is SIGKILLed at every point
 of a keyed commit (position deletes written and not committed, the catalog commit about to go
 out, landed and not yet known, the worker's files written) and at random moments; restarted
 every time (its key index rebuilt from the table). The final table must equal the reference
@@ -56,19 +56,21 @@ def _start(config: Path, log: Path, fault: str | None) -> subprocess.Popen[bytes
 MODES = {"single": "", "distributed": '[coordination]\nmode = "distributed"\ncommit_timeout_s = 5\n'}
 
 
-@pytest.mark.parametrize("mode", list(MODES))
-def test_a_cdc_stream_killed_at_every_commit_point_ends_equal_to_the_reference(kafka: KafkaBroker, tmp_path: Path,
-                                                                               mode: str) -> None:
+@pytest.mark.parametrize(("kind", "mode"), [("cdc", "single"), ("cdc", "distributed"), ("upsert", "single")])
+def test_a_change_stream_killed_at_every_commit_point_ends_equal_to_the_reference(kafka: KafkaBroker, tmp_path: Path,
+                                                                                  kind: str, mode: str) -> None:
     seed = int(os.environ.get("FRAZIL_CHAOS_SEED", str(random.randrange(1 << 30))))
     rng = random.Random(seed)
     print(f"chaos seed {seed} (FRAZIL_CHAOS_SEED={seed} repeats the stream and the kill plan)")
-    topic = f"cdc-kill-{mode}"
+    topic = f"{kind}-kill-{mode}"
     asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
-    config = changes.config(tmp_path, kafka.bootstrap, topic, topic, mode="cdc", interval=0.3, extra=MODES[mode])
+    config = changes.config(tmp_path, kafka.bootstrap, topic, topic, mode=kind, interval=0.3, extra=MODES[mode],
+                            extra_table='tombstones = "delete"' if kind == "upsert" else "")
     cfg = support.load(config)
     catalog = support.catalog_of(cfg)
     log = tmp_path / "frazil.log"
-    stream = list(changes.debezium_stream(KEYS, CHANGES, seed))
+    stream = list(changes.debezium_stream(KEYS, CHANGES, seed) if kind == "cdc" else
+                  changes.upsert_stream(KEYS, CHANGES, seed))
     done, errors = threading.Event(), []
     producer = threading.Thread(target=_produce_slowly, args=(kafka.bootstrap, topic, stream, done, errors), daemon=True)
     producer.start()
@@ -99,7 +101,7 @@ def test_a_cdc_stream_killed_at_every_commit_point_ends_equal_to_the_reference(k
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
 
-    expected = asyncio.run(changes.reference(kafka.bootstrap, topic, PARTITIONS, mode="cdc"))
+    expected = asyncio.run(changes.reference(kafka.bootstrap, topic, PARTITIONS, mode=kind))
     found = changes.table_rows(catalog, cfg.table.name)
     text = log.read_text()
     print(f"{sum(kills.values())} kills {kills}; {len(stream)} records; {len(expected)} live keys; "
