@@ -201,3 +201,11 @@ def test_a_created_table_gets_its_identifier_columns_sort_order_and_properties(s
     assert table.properties["write.parquet.compression-codec"] == "zstd"
     with pytest.raises(ConfigError, match=r"db.shaped: identifier columns are \['id'\] in the table but \['name'\]"):
         iceberg_catalog.ensure_table(catalog, dataclasses.replace(wanted, identifier_columns=("name",)))
+    # no codec given: zstd (what pyiceberg writes), so Spark's compaction does not fall back to gzip;
+    # a codec the table has is kept
+    plain = iceberg_catalog.ensure_table(catalog, dataclasses.replace(cfg.table, name="db.plain"))
+    assert plain.properties["write.parquet.compression-codec"] == "zstd"
+    with plain.transaction() as tx:
+        tx.set_properties({"write.parquet.compression-codec": "snappy"})
+    kept = iceberg_catalog.ensure_table(catalog, dataclasses.replace(cfg.table, name="db.plain"))
+    assert kept.properties["write.parquet.compression-codec"] == "snappy"

@@ -70,6 +70,7 @@ META_COLUMNS: tuple[tuple[str, IcebergType, bool], ...] = (
 # re-apply the offsets without re-checking them, see committer.py). These retries are for the
 # other writers: Spark's maintenance commits re-validate on each retry, and with frazil committing
 # every few seconds they lose the compare-and-swap often (Iceberg's default is 4 retries).
+PARQUET_CODEC = "write.parquet.compression-codec"
 REQUIRED_PROPERTIES = {"commit.retry.num-retries": "20", "commit.retry.min-wait-ms": "50"}
 
 _PRIMITIVES: dict[str, IcebergType] = {
@@ -317,6 +318,9 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
         raise ConfigError(f"table {cfg.name}: identifier columns are {have or 'none'} in the table but "
                           f"{sorted(cfg.identifier_columns)} in the config; make the config say what the table holds")
     wanted = {**cfg.properties, **REQUIRED_PROPERTIES, **(properties or {}), **_keyed_properties(table, cfg)}
+    if PARQUET_CODEC not in table.properties and PARQUET_CODEC not in wanted:
+        # pyiceberg writes zstd without it; Spark's compaction would write gzip (Iceberg's old default)
+        wanted[PARQUET_CODEC] = "zstd"
     if created and NAME_MAPPING not in table.properties:
         # files written without field ids by other tools stay readable: columns are found by name
         wanted[NAME_MAPPING] = create_mapping_from_schema(table.schema()).model_dump_json()
