@@ -254,6 +254,7 @@ class MaintenanceConfig:
     enabled: bool = True
     interval_s: float = 3600.0        # compaction, manifests, position deletes, orphan files
     max_snapshots: int = 100          # expire down to half of this when a commit goes over it
+    max_delete_files: int = 64        # rewrite position deletes when commits added this many delete files
     snapshot_max_age_s: float = 86_400.0
     target_file_size_mb: int = 128
     min_input_files: int = 5
@@ -857,6 +858,7 @@ def _maintenance(s: _Section, outage_timeout_s: float, commit_interval_s: float)
         enabled=s.get("enabled", bool, True),
         interval_s=s.positive("interval_s", float, 3600.0),
         max_snapshots=s.positive("max_snapshots", int, 100),
+        max_delete_files=s.positive("max_delete_files", int, 64),
         snapshot_max_age_s=s.positive("snapshot_max_age_s", float, 86_400.0),
         target_file_size_mb=s.positive("target_file_size_mb", int, 128),
         min_input_files=s.positive("min_input_files", int, 5),

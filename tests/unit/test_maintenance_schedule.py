@@ -36,6 +36,21 @@ def test_too_many_snapshots_make_expiry_due_at_once_and_only_expiry() -> None:
     assert s.last_full is None  # an expiry alone does not move the full run
 
 
+def test_delete_files_piling_up_make_the_position_delete_rewrite_due_counted_from_what_it_left() -> None:
+    s = Schedule(replace(CFG, max_delete_files=8), started=1000.0)
+    s.delete_files = 8
+    assert s.due(1001.0) == ()
+    s.delete_files, s.snapshots = 9, 11
+    assert s.due(1001.0) == (Job.POSITION_DELETES, Job.EXPIRE)
+    # the rewrite left one delete file per partition: 30 partitions, still over 8, and not due again
+    s.ran((Job.POSITION_DELETES, Job.EXPIRE), 1002.0, snapshots_after=5, delete_files_after=30)
+    assert s.due(1003.0) == ()
+    s.delete_files = 38
+    assert s.due(1004.0) == ()
+    s.delete_files = 39
+    assert s.due(1004.0) == (Job.POSITION_DELETES,)
+
+
 def test_a_failed_run_pauses_everything_so_a_broken_spark_is_not_restarted_every_poll() -> None:
     s = Schedule(CFG, started=1000.0)
     s.ran((Job.EXPIRE,), 1001.0, snapshots_after=50, failed=True)

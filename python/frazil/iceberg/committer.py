@@ -52,6 +52,7 @@ class CommitResult:
     # another process (a coordinator that took over the cycle) or before a restart. Not landed now.
     found: bool = False
     replaced: int = 0         # keyed tables: committed rows this commit replaced or deleted
+    delete_files: int = 0     # the table's live delete files after this commit (for maintenance)
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,13 @@ class _Changes:
         return _Changes([(f.file_path, mutations.read_columns(table.io, f.file_path, columns)) for f in files],
                         [mutations.read_columns(table.io, f.file_path, columns) for f in keys],
                         {f.file_path: (_spec_id(f, table), f.partition) for f in files})
+
+
+def delete_files(table: Table) -> int:
+    """The table's live delete files, from its current snapshot's summary."""
+    current = table.current_snapshot()
+    summary = current.summary.additional_properties if current is not None and current.summary is not None else {}
+    return int(summary.get("total-delete-files", "0"))
 
 
 def _spec_id(data_file: DataFile, table: Table) -> int:
@@ -422,7 +430,7 @@ class Committer:
         stored = self.held(table).offsets
         result = CommitResult(commit_id, snapshot_id, rows, stored, attempt, time.monotonic() - started,
                               snapshots=len(table.metadata.snapshots), table=self._table_name, found=found,
-                              replaced=replaced)
+                              replaced=replaced, delete_files=delete_files(table))
         if found:
             log.info("commit %s table=%s: already in the table as snapshot %s (landed by another process, or before a "
                      "restart); nothing committed now", commit_id, self._table_name, snapshot_id)

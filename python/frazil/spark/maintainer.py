@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from pyiceberg.catalog import Catalog
 
 from frazil.config import MaintenanceConfig
-from frazil.iceberg.committer import CommitResult
+from frazil.iceberg.committer import CommitResult, delete_files
 from frazil.metrics import Metrics
 from frazil.spark import session
 from frazil.spark.jobs import JobResult, TableJobs
@@ -29,11 +29,13 @@ CHECK_EVERY_S = 1.0
 
 class Maintainer:
     def __init__(self, schedule: Schedule, jobs: Callable[[], TableJobs], metrics: Metrics, *,
-                 snapshot_count: Callable[[], int], clock: Callable[[], float] = time.monotonic) -> None:
+                 snapshot_count: Callable[[], int], clock: Callable[[], float] = time.monotonic,
+                 delete_file_count: Callable[[], int] | None = None) -> None:
         """``jobs`` builds the table's jobs (starting Spark) on first use; ``snapshot_count``
         reads the table's snapshot count (blocking)."""
         self._schedule, self._make_jobs, self._metrics = schedule, jobs, metrics
         self._snapshot_count, self._clock = snapshot_count, clock
+        self._delete_file_count = delete_file_count
         self._jobs: TableJobs | None = None
         self.runs: list[list[JobResult]] = []
 
@@ -48,7 +50,11 @@ class Maintainer:
         def snapshot_count() -> int:
             return len(catalog.load_table(table_name).metadata.snapshots)
 
-        return cls(Schedule(cfg, time.monotonic()), jobs, metrics, snapshot_count=snapshot_count)
+        def delete_file_count() -> int:
+            return delete_files(catalog.load_table(table_name))
+
+        return cls(Schedule(cfg, time.monotonic()), jobs, metrics, snapshot_count=snapshot_count,
+                   delete_file_count=delete_file_count)
 
     def committed(self, result: CommitResult) -> None:
         """Called after every commit cycle with the snapshot count it saw (0: it landed nothing
@@ -56,6 +62,7 @@ class Maintainer:
         if not result.snapshots:
             return
         self._schedule.snapshots = result.snapshots
+        self._schedule.delete_files = result.delete_files
         self._metrics.snapshots.set(result.snapshots)
 
     def cancel(self) -> None:
@@ -88,12 +95,14 @@ class Maintainer:
                       "earliest", type(exc).__name__, exc, PAUSE_AFTER_FAILURE_S)
             for job in due:
                 self._metrics.maintenance(job.value, "failed")
-        snapshots = self._schedule.snapshots
+        snapshots, deletes = self._schedule.snapshots, None
         try:
             snapshots = await asyncio.to_thread(self._snapshot_count)
+            if self._delete_file_count is not None:
+                deletes = await asyncio.to_thread(self._delete_file_count)
         except Exception as exc:  # noqa: BLE001 - the catalog may be down; the next commit reports it
             log.warning("maintenance: cannot read the snapshot count (%s)", exc)
-        self._schedule.ran(due, self._clock(), snapshots, failed=failed)
+        self._schedule.ran(due, self._clock(), snapshots, failed=failed, delete_files_after=deletes)
         self._metrics.snapshots.set(snapshots)
         if results:
             self.runs.append(results)

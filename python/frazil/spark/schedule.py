@@ -5,7 +5,10 @@ Two triggers:
   snapshot expiry, orphan-file removal, in that order (expiry after compaction removes the files
   compaction replaced in the same run);
 - as soon as a commit reports more than ``max_snapshots`` snapshots, expiry alone, because
-  pyiceberg's commit cost grows with the snapshot count.
+  pyiceberg's commit cost grows with the snapshot count;
+- as soon as a commit reports ``max_delete_files`` more delete files than the last position-delete
+  rewrite left (a keyed table adds one per partition it changes, each commit, and every reader
+  matches them against the data files of their partition), the position-delete rewrite alone.
 """
 
 from __future__ import annotations
@@ -40,22 +43,32 @@ class Schedule:
     last_full: float | None = None
     snapshots: int = 0          # the count the last commit reported
     paused_until: float = 0.0
+    delete_files: int = 0       # the count the last commit reported
+    delete_files_left: int = 0  # what the last position-delete rewrite left (one per partition, at best)
 
     def due(self, now: float) -> tuple[Job, ...]:
         if now < self.paused_until:
             return ()
         if now - (self.last_full if self.last_full is not None else self.started) >= self.cfg.interval_s:
             return FULL_RUN
+        jobs = []
+        if self.delete_files - self.delete_files_left > self.cfg.max_delete_files:
+            jobs.append(Job.POSITION_DELETES)
         if self.snapshots > self.cfg.max_snapshots:
-            return (Job.EXPIRE,)
-        return ()
+            jobs.append(Job.EXPIRE)
+        return tuple(jobs)
 
-    def ran(self, jobs: Sequence[Job], now: float, snapshots_after: int, *, failed: bool = False) -> None:
+    def ran(self, jobs: Sequence[Job], now: float, snapshots_after: int, *, failed: bool = False,
+            delete_files_after: int | None = None) -> None:
         """Record a run. A failing full run waits for its next interval; after any failure nothing
         runs for ``PAUSE_AFTER_FAILURE_S``."""
         if tuple(jobs) == FULL_RUN:
             self.last_full = now
         self.snapshots = snapshots_after
+        if delete_files_after is not None:
+            self.delete_files = delete_files_after
+            if Job.POSITION_DELETES in jobs:
+                self.delete_files_left = delete_files_after
         if failed:
             self.paused_until = now + PAUSE_AFTER_FAILURE_S
 
