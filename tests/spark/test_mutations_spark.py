@@ -134,3 +134,57 @@ def _merged_through(catalog: Any, target: str, pipeline: str, ends: dict[tuple[s
     if any(mark.get(tp, 0) < end for tp, end in ends.items()):
         raise AssertionError(f"merged through {mark}, want {ends}")
     return True
+
+
+def test_the_key_index_stands_through_a_delete_file_rewrite_and_is_rebuilt_after_compaction(
+        spark: Any, warehouse: CatalogConfig, catalog: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """Spark's maintenance commits between frazil's: rewriting delete files or manifests moves no
+    row (the index is kept, no full rebuild); compaction moves rows (the index is rebuilt from the
+    compacted files). Either way the next commit deletes exactly the replaced rows."""
+    import pyarrow as pa
+
+    from frazil.config import ChangesConfig, Column, TableConfig
+    from frazil.iceberg import catalog as iceberg_catalog
+    from frazil.iceberg.committer import Committer
+    from frazil.iceberg.offsets import Range
+
+    cfg = TableConfig("db.index_kept", (Column("id", "long", required=True), Column("v", "string")),
+                      identifier_columns=("id",), changes=ChangesConfig("upsert"))
+    table = iceberg_catalog.ensure_table(catalog, cfg)
+    committer = Committer(catalog, cfg.name, "p", indexes={})
+    schema = iceberg_catalog.arrow_schema(table)
+    offset = 0
+
+    def commit(ids: range, version: str) -> int:
+        nonlocal offset
+        n = len(ids)
+        data = pa.table({"id": pa.array(ids, pa.int64()), "v": [version] * n, "_kafka_topic": ["t"] * n,
+                         "_kafka_partition": pa.array([0] * n, pa.int32()),
+                         "_kafka_offset": pa.array(range(offset, offset + n), pa.int64()),
+                         "_kafka_timestamp": pa.array([0] * n, pa.timestamp("us", tz="UTC")),
+                         "_kafka_key": pa.array([None] * n, pa.binary())}, schema=schema)
+        result = committer.commit(data, {("t", 0): Range(offset, offset + n)}, f"c-{version}")
+        offset += n
+        return result.replaced
+
+    name = f"{warehouse.name}.{cfg.name}"
+    assert commit(range(100), "a") == 0
+    assert commit(range(50), "b") == 50
+    assert commit(range(40, 60), "c") == 20
+    spark.sql(f"CALL {warehouse.name}.system.rewrite_position_delete_files(table => '{name}', "
+              "options => map('rewrite-all', 'true'))")
+    spark.sql(f"CALL {warehouse.name}.system.rewrite_manifests(table => '{name}')")
+    caplog.clear()
+    with caplog.at_level("INFO", logger="frazil.iceberg.committer"):
+        assert commit(range(55, 65), "d") == 10
+    assert "the key index stands" in caplog.text and "key index built" not in caplog.text, caplog.text
+    spark.sql(f"CALL {warehouse.name}.system.rewrite_data_files(table => '{name}', options => map('min-input-files', '1'))")
+    caplog.clear()
+    with caplog.at_level("INFO", logger="frazil.iceberg.committer"):
+        assert commit(range(0, 10), "e") == 10
+    assert "key index built" in caplog.text, caplog.text
+    expected = {i: "e" if i < 10 else "b" if i < 40 else "c" if i < 55 else "d" if i < 65 else "a" for i in range(100)}
+    rows = catalog.load_table(cfg.name).scan(selected_fields=("id", "v")).to_arrow().to_pylist()
+    assert len(rows) == 100 and {r["id"]: r["v"] for r in rows} == expected
+    spark.sql(f"REFRESH TABLE {name}")
+    assert {r.id: r.v for r in spark.sql(f"SELECT id, v FROM {name}").collect()} == expected

@@ -359,7 +359,13 @@ class Committer:
         """The position deletes of a keyed table's commit, planned against ``table`` as loaded."""
         index = self._indexes.get(self._table_name)
         current = table.current_snapshot()
-        if index is None or index.identifiers != identifiers or index.snapshot_id != (current.snapshot_id if current else None):
+        now = current.snapshot_id if current else None
+        if index is not None and index.identifiers == identifiers and index.snapshot_id != now \
+                and mutations.rows_unmoved_since(table, index.snapshot_id):
+            log.info("table %s: snapshots since %s moved no row (delete files rewritten); the key index stands",
+                     self._table_name, index.snapshot_id)
+            index.snapshot_id = now
+        if index is None or index.identifiers != identifiers or index.snapshot_id != now:
             began = time.monotonic()
             index = self._indexes[self._table_name] = mutations.build_index(table, identifiers)
             log.info("table %s: key index built from snapshot %s: %d keys in %d data file(s), %.1f MiB, %.0f ms",

@@ -42,7 +42,7 @@ from pyiceberg.manifest import (
     ManifestWriterV2,
 )
 from pyiceberg.table import Table, Transaction
-from pyiceberg.table.snapshots import Operation
+from pyiceberg.table.snapshots import Operation, ancestors_of
 from pyiceberg.table.update.snapshot import _FastAppendFiles
 from pyiceberg.typedef import Record
 
@@ -170,6 +170,26 @@ class KeyIndex:
     def forget(self, keys: pa.Table) -> None:
         if keys.num_rows:
             self.native.forget(key_batch(keys, self.identifiers, self.schema))
+
+
+def rows_unmoved_since(table: Table, snapshot_id: int | None) -> bool:
+    """Whether every live row of ``table`` is where it was at ``snapshot_id``: each snapshot since
+    is one that adds and removes no data file (a rewrite of delete files only, which deletes no
+    other row). Then a key index of ``snapshot_id`` is still right."""
+    current = table.current_snapshot()
+    if snapshot_id is None or current is None:
+        return False
+    for snapshot in ancestors_of(current, table.metadata):
+        if snapshot.snapshot_id == snapshot_id:
+            return True
+        summary = snapshot.summary
+        if summary is None or summary.operation != Operation.REPLACE:
+            return False
+        extra = summary.additional_properties
+        if any(int(extra.get(k, "0")) for k in ("added-data-files", "deleted-data-files", "added-records",
+                                                  "deleted-records")):
+            return False
+    return False
 
 
 def key_schema_of(table: Table, identifiers: Sequence[str]) -> pa.Schema:
