@@ -79,26 +79,36 @@ def _frazil(path: Path, log: Path, fault: str | None = None) -> subprocess.Popen
                                 stderr=subprocess.STDOUT, env=env)
 
 
-def test_the_spark_merge_flush_killed_mid_merge_ends_equal_to_the_reference(
-        kafka: KafkaBroker, tmp_path: Path, spark: Any, warehouse: CatalogConfig) -> None:
-    """merge = "spark": changes land in the staging table with the offsets, and Spark MERGEs them
-    into the table, the merged mark in the MERGE's own commit. frazil is SIGKILLed just before a
-    MERGE, just after one (mark in the summary, not yet a property, staging not cleaned), and
-    mid-commit of the staging table; the table then equals the reference, by both engines."""
-    topic = "cdc-merge"
+KILLS = {   # per merge mode: where frazil is SIGKILLed, one run per fault, each with new changes waiting
+    "spark": ["merge.before_commit=kill@1", "merge.after_commit=kill@1", "commit.before_catalog=kill@1",
+              "merge.before_commit=kill@1"],
+    "native": ["commit.after_deletes_written=kill@1", "commit.after_catalog=kill@1", "commit.before_catalog=kill@1",
+               "worker.after_files_written=kill@1"],
+}
+
+
+@pytest.mark.parametrize(("kind", "merging"), [("cdc", "spark"), ("upsert", "native")])
+def test_a_change_stream_killed_mid_merge_and_mid_commit_ends_equal_to_the_reference_in_both_engines(
+        kafka: KafkaBroker, tmp_path: Path, spark: Any, warehouse: CatalogConfig, kind: str, merging: str) -> None:
+    """frazil is SIGKILLed at each point of a keyed commit, and with merge = "spark" (changes land
+    in the staging table with the offsets; Spark MERGEs them into the table, the merged mark in
+    the MERGE's own commit) just before a MERGE and just after one (mark in the summary, not yet a
+    property, staging not cleaned). The table then equals the reference, read by both engines."""
+    topic = f"{kind}-{merging}-kills"
+    pipeline = topic.replace("-", "_")
     asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
-    path = changes.config(tmp_path, kafka.bootstrap, topic, "cdc-merge", mode="cdc", interval=0.5,
-                          extra_table='merge = "spark"\nmerge_interval_s = 1\nmerge_min_changes = 0',
+    extra = ('merge = "spark"\nmerge_interval_s = 1\nmerge_min_changes = 0' if merging == "spark" else "") + \
+        ('\ntombstones = "delete"' if kind == "upsert" else "")
+    path = changes.config(tmp_path, kafka.bootstrap, topic, pipeline, mode=kind, interval=0.5, extra_table=extra,
                           catalog=(warehouse.name, {k: v for k, v in warehouse.properties.items() if k != "type"}))
     cfg = support.load(path)
-    assert cfg.table.name == "db.cdc_merge__changes" and cfg.table.changes is not None
-    target = cfg.table.changes.target
+    assert cfg.table.changes is not None
+    target = cfg.table.changes.target or cfg.table.name
+    assert (merging == "spark") == (cfg.table.name == f"{target}__changes")
     catalog = support.catalog_of(cfg)
     log = tmp_path / "frazil.log"
-    stream = list(changes.debezium_stream(150, 4000, seed=9))
-    faults = ["merge.before_commit=kill@1", "merge.after_commit=kill@1", "commit.before_catalog=kill@1",
-              "merge.before_commit=kill@1"]
-    for n, fault in enumerate(faults):
+    stream = list(changes.debezium_stream(150, 4000, seed=9) if kind == "cdc" else changes.upsert_stream(150, 4000, 9))
+    for n, fault in enumerate(KILLS[merging]):
         asyncio.run(changes.produce(kafka.bootstrap, topic, iter(stream[n * 1000:(n + 1) * 1000]), PARTITIONS))
         proc = _frazil(path, log, fault)
         try:
@@ -111,22 +121,26 @@ def test_the_spark_merge_flush_killed_mid_merge_ends_equal_to_the_reference(
 
     proc = _frazil(path, log)
     try:
-        support.wait_for(lambda: _merged_through(catalog, target, cfg.pipeline, ends), proc, log, timeout=240)
+        if merging == "spark":
+            support.wait_for(lambda: _merged_through(catalog, target, cfg.pipeline, ends), proc, log, timeout=240)
+        else:
+            support.wait_until_committed(catalog, cfg, ends, timeout=240, alive=lambda: proc.poll() is None)
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=90) == 0, log.read_text()[-3000:]
-    expected = asyncio.run(changes.reference(kafka.bootstrap, topic, PARTITIONS, mode="cdc"))
+    expected = asyncio.run(changes.reference(kafka.bootstrap, topic, PARTITIONS, mode=kind))
     changes.assert_same(changes.table_rows(catalog, target), expected, "pyiceberg")
     spark.sql(f"REFRESH TABLE {warehouse.name}.{target}")
     changes.assert_same(spark_rows(spark, f"{warehouse.name}.{target}"), expected, "Spark SQL")
-    table = catalog.load_table(target)
-    merges = [s for s in table.snapshots() if s.summary is not None
-              and merge.merged_key(cfg.pipeline) in s.summary.additional_properties]
-    assert len(merges) >= 2, f"one MERGE landed before a kill and one after the restarts, got {len(merges)}"
     deletes = spark.sql(f"SELECT count(*) AS n FROM {warehouse.name}.{target}.position_deletes").collect()[0].n
-    assert deletes > 0, "the MERGE must be merge-on-read (position deletes), not a rewrite"
-    left = catalog.load_table(cfg.table.name).scan().to_arrow().num_rows
-    assert left == 0, f"{left} merged change(s) still in the staging table"
+    assert deletes > 0, "changes must land as position deletes (merge-on-read), not rewrites"
+    if merging == "spark":
+        table = catalog.load_table(target)
+        merges = [s for s in table.snapshots() if s.summary is not None
+                  and merge.merged_key(cfg.pipeline) in s.summary.additional_properties]
+        assert len(merges) >= 2, f"one MERGE landed before a kill and one after the restarts, got {len(merges)}"
+        left = catalog.load_table(cfg.table.name).scan().to_arrow().num_rows
+        assert left == 0, f"{left} merged change(s) still in the staging table"
 
 
 def _merged_through(catalog: Any, target: str, pipeline: str, ends: dict[tuple[str, int], int]) -> bool:
