@@ -49,6 +49,18 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _keyed(table: config_mod.TableConfig) -> str:
+    """How a keyed table takes its records, for ``config check``."""
+    c = table.changes
+    if c is None:
+        return ""
+    what = "debezium" if c.op == ("op",) and c.after == ("after",) else f"field {'.'.join(c.op)}" if c.op else "the row"
+    merging = (f"merged by Spark into {c.target} every {c.merge_interval_s:g}s or {c.merge_min_changes} changes"
+               if c.target else "position deletes every commit")
+    return (f"\n             mode={c.mode} ({what}) key={','.join(table.identifier_columns)} tombstones={c.tombstones}; "
+            + merging)
+
+
 def _check(args: argparse.Namespace) -> int:
     from frazil import kafka_clients
 
@@ -72,7 +84,7 @@ def _check(args: argparse.Namespace) -> int:
               f"partition_by={list(table.partition_by)} takes={takes or 'every record'} "
               f"unknown_fields={table.unknown_fields}" + (f" units={units}" if units else "")
               + (f" rounding(half_even)={rounded}" if rounded else "")
-              + (" case_insensitive" if table.case_insensitive else ""))
+              + (" case_insensitive" if table.case_insensitive else "") + _keyed(table))
     print(f"  bad records {cfg.on_bad_record}" + (f" -> {cfg.dead_letter_topic}" if cfg.on_bad_record == "dead_letter"
                                                  else " (stop, naming the record)"))
     if cfg.dynamic is not None:
