@@ -104,6 +104,10 @@ class Metrics:
                                    "in one partition)", per_table, registry=r)
         self._rows_replaced = Counter("frazil_table_rows_replaced", "Committed rows of a keyed table that this "
                                       "process's commits replaced or deleted (position deletes)", per_table, registry=r)
+        self._index_keys = Gauge("frazil_table_key_index_keys", "Keys in a keyed table's key index (this process's "
+                                 "coordinator role)", per_table, registry=r)
+        self._index_bytes = Gauge("frazil_table_key_index_bytes", "Heap held by a keyed table's key index (about "
+                                  "55 bytes a long key)", per_table, registry=r)
         self._lag = Gauge("frazil_partition_lag_records", "Records in a source partition past the next one this "
                           "process takes (the partition's high watermark as last fetched, minus that offset)",
                           ["pipeline", "topic", "partition"], registry=r)
@@ -134,6 +138,10 @@ class Metrics:
 
     def rows_replaced(self, table: str, rows: int) -> None:
         self._rows_replaced.labels(self._pipeline, table).inc(rows)
+
+    def key_index(self, table: str, keys: int, heap_bytes: int) -> None:
+        self._index_keys.labels(self._pipeline, table).set(keys)
+        self._index_bytes.labels(self._pipeline, table).set(heap_bytes)
 
     def flushed(self, table: str, seconds: float, file_sizes: list[int]) -> None:
         self._flush_seconds.labels(self._pipeline, table).observe(seconds)

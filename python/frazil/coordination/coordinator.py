@@ -255,6 +255,8 @@ class Coordinator:
             self._count("already_landed" if result.found else "committed")
             if result.replaced and self._metrics is not None:
                 self._metrics.rows_replaced(table.table, result.replaced)
+            if result.index_bytes and self._metrics is not None:
+                self._metrics.key_index(table.table, result.index_keys, result.index_bytes)
             results.append(result)
             # only the ranges the table holds (a coordinator finishing an open cycle may have collected
             # late replies the landed commit did not take); sent once even if another commit landed them

@@ -13,6 +13,7 @@ Blocking (pyiceberg holds the GIL while it copies metadata): call it with ``asyn
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -53,6 +54,8 @@ class CommitResult:
     found: bool = False
     replaced: int = 0         # keyed tables: committed rows this commit replaced or deleted
     delete_files: int = 0     # the table's live delete files after this commit (for maintenance)
+    index_keys: int = 0       # keyed tables: keys in the key index after this commit, and its heap
+    index_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -288,8 +291,12 @@ class Committer:
             else:
                 if delta is not None:
                     self._landed(delta, committed)
-                return self._result(commit_id, None, rows, committed, attempt, started,
-                                    replaced=delta.replaced if delta else 0)
+                result = self._result(commit_id, None, rows, committed, attempt, started,
+                                      replaced=delta.replaced if delta else 0)
+                index = self._indexes.get(self._table_name) if delta is not None else None
+                if index is not None:
+                    result = dataclasses.replace(result, index_keys=len(index), index_bytes=index.native.memory_bytes)
+                return result
             self._sleep(self._backoff_s * 2 ** (attempt - 1))
         raise CommitOutcomeUnknown(
             f"commit {commit_id} to {self._table_name} failed {self._max_attempts} times; last error: "

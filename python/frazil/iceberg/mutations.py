@@ -351,7 +351,7 @@ class RowDelta(_FastAppendFiles):
     """A fast append of data files plus position-delete files, in one snapshot (operation
     ``overwrite``, as Java's RowDelta). Relies on pyiceberg 0.12's snapshot producer internals
     (``_manifests``, ``_summary``, ``_added_data_files``): pyiceberg is pinned, and
-    tests/integration/test_mutations.py reads the result with pyiceberg and Spark."""
+    tests/spark/test_mutations_spark.py reads the result with pyiceberg and Spark."""
 
     def __init__(self, transaction: Transaction, snapshot_properties: dict[str, str]) -> None:
         super().__init__(Operation.OVERWRITE, transaction, transaction._table.io, snapshot_properties=snapshot_properties)
