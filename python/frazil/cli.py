@@ -204,9 +204,10 @@ def _status(args: argparse.Namespace) -> int:
             continue
         table = _catalog_call(cfg, partial(catalog.load_table, name))
         p = table_progress(table, cfg.pipeline, Committer(catalog, name, cfg.pipeline).held(table))
+        merged = _merge_status(cfg, catalog, table)
         tables.append({"name": name, "exists": True, "snapshot_id": p.snapshot_id, "commit_id": p.commit_id,
                        "committed_ms": p.committed_ms, "valid_through_ms": p.valid_through_ms, "rows": p.rows,
-                       "rolled_back": p.rolled_back,
+                       "rolled_back": p.rolled_back, **({"merge": merged} if merged else {}),
                        "partitions": [{"topic": t, "partition": n, "table_offset": p.offsets.get((t, n)),
                                        "log_end": ends.get((t, n)),
                                        "lag": None if (t, n) not in ends else ends[(t, n)] - p.offsets.get((t, n), 0)}
@@ -245,6 +246,10 @@ def _status(args: argparse.Namespace) -> int:
         print(f"table {t['name']}: {last}; snapshot {_dash(t['snapshot_id'])}, {_dash(t['rows'])} rows")
         if t["rolled_back"]:
             print(f"  {t['rolled_back']}")
+        if "merge" in t:
+            m = t["merge"]
+            print(f"  staging table of {m['into']}: merged through {m['merged']}; at most {m['waiting']} change(s) "
+                  f"wait for the next Spark merge")
         print(f"  {'topic':<24}{'partition':>10}{'table offset':>14}{'log end':>12}{'lag':>10}")
         for r in t["partitions"]:
             print(f"  {r['topic']:<24}{r['partition']:>10}{_dash(r['table_offset']):>14}{_dash(r['log_end']):>12}"
@@ -252,6 +257,20 @@ def _status(args: argparse.Namespace) -> int:
     if metrics is not None:
         print("metrics " + ", ".join(f"{k}={v}" for k, v in metrics.items()))
     return 0
+
+
+def _merge_status(cfg: config_mod.Config, catalog: Any, staging: Any) -> dict[str, Any] | None:
+    """A staging table (``merge = "spark"``): its table, the merged mark and what waits."""
+    from frazil.iceberg import mutations, offsets
+    from frazil.spark import merge
+
+    into = staging.properties.get(mutations.STAGING_PROPERTY)
+    if not into or not _catalog_call(cfg, partial(catalog.table_exists, into)):
+        return None
+    target = _catalog_call(cfg, partial(catalog.load_table, into))
+    found = merge.waiting(staging, target, cfg.pipeline)
+    return {"into": into, "merged": offsets.encode(merge.merged_mark(target, cfg.pipeline)),
+            "waiting": found.changes if found else 0}
 
 
 def _reset(cfg: config_mod.Config, args: argparse.Namespace) -> int:

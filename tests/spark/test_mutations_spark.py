@@ -7,6 +7,7 @@ compacted table, and both engines still agree with the reference."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -142,6 +143,10 @@ def test_a_change_stream_killed_mid_merge_and_mid_commit_ends_equal_to_the_refer
         assert len(merges) >= 2, f"one MERGE landed before a kill and one after the restarts, got {len(merges)}"
         left = catalog.load_table(cfg.table.name).scan().to_arrow().num_rows
         assert left == 0, f"{left} merged change(s) still in the staging table"
+        status = json.loads(subprocess.run([sys.executable, "-m", "frazil.cli", "status", "-c", str(path), "--json"],
+                                           capture_output=True, check=True, text=True).stdout)
+        (staged,) = [t for t in status["tables"] if t["name"] == cfg.table.name]
+        assert staged["merge"]["into"] == target and staged["merge"]["waiting"] == 0, staged
 
 
 def _merged_through(catalog: Any, target: str, pipeline: str, ends: dict[tuple[str, int], int]) -> bool:
