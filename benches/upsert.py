@@ -1,4 +1,4 @@
-"""Upserts end to end: frazil's keyed tables against Spark Structured Streaming with MERGE INTO.
+"""Upserts end to end: frazil's keyed tables, native and merged by Spark, against Spark SS with MERGE INTO.
 
 One run, one real Kafka broker, one SQLite Iceberg catalog, one topic. The workload is a seeded
 stream of changes to a fixed set of keys: JSON rows ``{"id", "name", "amount", "version"}`` with
@@ -13,6 +13,12 @@ interval, one after the other on the same machine:
 - ``frazil``: ``frazil run`` with ``mode = "upsert"``, ``identifier_columns = ["id"]`` and
   ``tombstones = "delete"`` (new rows plus position deletes of the rows they replace, one
   snapshot per cycle); maintenance off, so that nothing compacts the table during the run;
+- ``frazil-spark-merge``: the same config plus ``merge = "spark"``, ``merge_interval_s`` the commit
+  interval and ``merge_min_changes = 0``: frazil commits each cycle's changes (with the offsets) to
+  the staging table ``<table>__changes``, and MERGEs what waits there into ``<table>`` on Spark
+  (``local[2]``, started by frazil at its first merge) every interval; the table's merged mark is
+  ``frazil.merged.<pipeline>`` (``frazil.spark.merge.merged_mark``). Everything measured below is
+  measured on ``<table>``, the target, never on the staging table;
 - ``spark-ss-merge``: Spark Structured Streaming, ``local[2]``, ``foreachBatch`` reducing each
   micro-batch to the latest change per key and running ``MERGE INTO`` a format-v2 merge-on-read
   table (benches/e2e_systems/spark_ss_merge.py).
@@ -21,8 +27,11 @@ Per system:
 1. Throughput: the topic holds the whole backlog before the system starts. ``changes_per_s`` is
    counted from when the system began reading (frazil: its log's "positioned" line; Spark: the
    trigger start of its first batch with input) until the table's committed offsets (frazil's
-   ``frazil.offsets.<pipeline>`` table property; Spark's checkpoint commit log) reach the topic's
-   end offsets, as polled every 0.1 s; ``changes_per_s_from_launch`` counts start-up too.
+   ``frazil.offsets.<pipeline>`` table property; with the merge flush, the target's merged mark, so
+   the Spark session's start at the first merge is inside it; Spark's checkpoint commit log) reach
+   the topic's end offsets, as polled every 0.1 s; ``changes_per_s_from_launch`` counts start-up
+   too. With the merge flush, ``staged_s`` is when the staging table's offsets reached them, and
+   ``merges`` each merge frazil logged ("N staged change(s) merged in X s").
 2. Produce-to-queryable latency, after catch-up: one marker change every ``--marker-every``
    seconds, each an update of an existing key with a version never used before; latency is from
    just before the send until a pyiceberg scan filtered on the markers' ids returns that version
@@ -39,7 +48,7 @@ Per system:
 
 Writes ``benches/results/upsert.json`` (``--out`` names it otherwise).
 
-    python benches/upsert.py [--changes N] [--keys N] [--systems frazil spark-ss-merge]
+    python benches/upsert.py [--changes N] [--keys N] [--systems frazil frazil-spark-merge spark-ss-merge]
 """
 
 from __future__ import annotations
@@ -66,14 +75,17 @@ from typing import Any
 import _results
 from _procmon import TreeMonitor
 from e2e_systems.spark_ss_merge import committed_offsets
+from frazil.config import STAGING_SUFFIX
 from frazil.demo import create_topic
 from frazil.iceberg import offsets as frazil_offsets
 from frazil.local.kafka_broker import KafkaBroker
+from frazil.spark.merge import merged_key, merged_mark
 from frazil.status import end_offsets
 
 HERE = Path(__file__).resolve().parent
 CATALOG = "frazil"
-SYSTEMS = ("frazil", "spark-ss-merge")
+SYSTEMS = ("frazil", "frazil-spark-merge", "spark-ss-merge")
+FRAZIL_SYSTEMS = ("frazil", "frazil-spark-merge")
 COLUMNS = (("id", "long", True), ("name", "string", False), ("amount", "double", False), ("version", "long", False))
 FRAZIL_CONFIG = """\
 [pipeline]
@@ -90,11 +102,22 @@ name = "{table}"
 mode = "upsert"
 identifier_columns = ["id"]
 tombstones = "delete"
-columns = [
+{merge}columns = [
 {columns}
 ]
 [maintenance]
 enabled = false
+{spark}"""
+# frazil-spark-merge: the merge flush on the interval alone, on a Spark session like the peer's
+SPARK_MERGE_TABLE = """\
+merge = "spark"
+merge_interval_s = {interval}
+merge_min_changes = 0
+"""
+SPARK_MERGE_SPARK = """\
+[spark]
+master = "local[2]"
+conf = { "spark.driver.memory" = "3g", "spark.ui.showConsoleProgress" = "false" }
 """
 
 Row = tuple[str, float, int]          # name, amount, version
@@ -201,13 +224,16 @@ class Bench:
                 "max_offsets_per_trigger": max_offsets_per_trigger}
 
     def command(self, job: dict[str, Any]) -> list[str]:
-        if job["system"] == "frazil":
+        if job["system"] in FRAZIL_SYSTEMS:
             config = self.workdir / f"{job['name']}.toml"
             columns = ",\n".join(f'  {{ name = "{n}", type = "{t}"{", required = true" if r else ""} }}'
                                  for n, t, r in COLUMNS)
+            merging = job["system"] == "frazil-spark-merge"
             config.write_text(FRAZIL_CONFIG.format(
                 name=job["name"], interval=self.interval, bootstrap=self.bootstrap, topic=self.topic, catalog=CATALOG,
-                uri=self.props["uri"], warehouse=self.props["warehouse"], table=job["table"], columns=columns))
+                uri=self.props["uri"], warehouse=self.props["warehouse"], table=job["table"], columns=columns,
+                merge=SPARK_MERGE_TABLE.format(interval=self.interval) if merging else "",
+                spark=SPARK_MERGE_SPARK if merging else ""))
             return [sys.executable, "-m", "frazil.cli", "run", "--config", str(config)]
         path = self.workdir / f"{job['name']}.json"
         path.write_text(json.dumps(job))
@@ -222,8 +248,8 @@ class Bench:
         return proc, started
 
     def committed(self, job: dict[str, Any]) -> dict[TopicPartition, int]:
-        """The offsets the system has committed with its table: frazil's table property, Spark's
-        checkpoint."""
+        """The offsets the system has committed with its table: frazil's table property (with the
+        merge flush: the target's merged mark), Spark's checkpoint."""
         if job["system"] == "spark-ss-merge":
             try:
                 return committed_offsets(Path(job["checkpoint"]))
@@ -233,15 +259,29 @@ class Bench:
             table = self.catalog.load_table(job["table"])
         except Exception:  # noqa: BLE001 - not created yet, or the catalog is busy for a moment
             return {}
+        if job["system"] == "frazil-spark-merge":
+            return merged_mark(table, job["name"])
+        return frazil_offsets.stored_offsets(table.properties, job["name"])
+
+    def staged(self, job: dict[str, Any]) -> dict[TopicPartition, int]:
+        """With the merge flush: the offsets frazil has committed with the staging table."""
+        try:
+            table = self.catalog.load_table(job["table"] + STAGING_SUFFIX)
+        except Exception:  # noqa: BLE001 - not created yet, or the catalog is busy for a moment
+            return {}
         return frazil_offsets.stored_offsets(table.properties, job["name"])
 
     def wait_committed(self, proc: subprocess.Popen[bytes], job: dict[str, Any], ends: dict[TopicPartition, int],
-                       timeout: float) -> tuple[float, tuple[float, int] | None]:
-        """Poll until the committed offsets reach ``ends``: the time seen, and (time, changes) of
-        the first commit seen."""
+                       timeout: float) -> tuple[float, tuple[float, int] | None, float | None]:
+        """Poll until the committed offsets reach ``ends``: the time seen, (time, changes) of the
+        first commit seen, and with the merge flush the time the staging table's offsets were
+        seen reaching ``ends`` (else None)."""
         total = sum(ends.values())
         deadline = time.monotonic() + timeout
         first: tuple[float, int] | None = None
+        staged_at: float | None = None
+        merging = job["system"] == "frazil-spark-merge"
+        verb = "merged" if merging else "committed"
         last_print = time.time()
         while True:
             if proc.poll() is not None:
@@ -251,12 +291,16 @@ class Bench:
             done = sum(min(have.get(tp, 0), end) for tp, end in ends.items())
             if first is None and done > 0:
                 first = (now, done)
+            if merging and staged_at is None:
+                in_staging = self.staged(job)
+                if all(in_staging.get(tp, 0) >= end for tp, end in ends.items()):
+                    staged_at = time.time()
             if all(have.get(tp, 0) >= end for tp, end in ends.items()):
-                return now, first
+                return now, first, staged_at if merging else None
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{job['system']}: {done:,} of {total:,} changes committed after {timeout:.0f} s")
+                raise RuntimeError(f"{job['system']}: {done:,} of {total:,} changes {verb} after {timeout:.0f} s")
             if now - last_print >= 5:
-                print(f"    {job['system']}: {done:,}/{total:,} changes committed "
+                print(f"    {job['system']}: {done:,}/{total:,} changes {verb} "
                       f"({timeout - (deadline - time.monotonic()):.0f} s)", flush=True)
                 last_print = now
             time.sleep(0.1)
@@ -283,7 +327,7 @@ class Bench:
     def began_reading(self, job: dict[str, Any]) -> float | None:
         """When the system started reading the backlog: frazil's first "positioned N
         partition(s)" log line, Spark's first batch with input (its trigger start)."""
-        if job["system"] == "frazil":
+        if job["system"] in FRAZIL_SYSTEMS:
             for line in Path(job["log"]).read_text(errors="replace").splitlines():
                 m = re.match(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \w+ \S+: positioned ", line)
                 if m:
@@ -463,13 +507,44 @@ def frazil_log(path: Path) -> dict[str, Any]:
                for m in re.finditer(r"replied to commit \S+: (\d+) rows in (\d+) file\(s\).*?; (\d+) ms after "
                                     r"StartCommit \(drain (\d+), load (\d+), write (\d+)", text)]
     took = sorted(c[3] for c in commits)
+    # the merge flush: each merge's staged changes and time, and when its line was logged (epoch s)
+    merges = [{"at": _log_time(m.group(1)), "changes": int(m.group(3)), "seconds": float(m.group(4))}
+              for m in re.finditer(r"^(\S+ \S+) \w+ \S+: merge table=(\S+) from \S+: (\d+) staged change\(s\) "
+                                   r"merged in ([\d.]+)s", text, re.MULTILINE)]
+    failed = [{"at": _log_time(m.group(1)), "error": m.group(2)[:300]}
+              for m in re.finditer(r"^(\S+ \S+) ERROR \S+: merge of \S+ into \S+ failed: (.*)$", text, re.MULTILINE)]
     problems = [line for line in text.splitlines() if re.search(r" (WARNING|ERROR|CRITICAL) ", line) or "Traceback" in line]
     return {"commits": len(commits), "rows": sum(c[0] for c in commits), "replaced": sum(c[1] for c in commits),
             "commit_attempts_over_1": sum(1 for c in commits if c[2] > 1),
             "commit_ms_p50": took[len(took) // 2] if took else None, "commit_ms_max": took[-1] if took else None,
             "commit_ms_by_cycle": [c[3] for c in commits], "replaced_by_cycle": [c[1] for c in commits],
-            "key_index_builds": builds, "worker_cycles": replies, "warnings_and_errors": len(problems),
-            "problem_lines": problems[:20]}
+            "key_index_builds": builds, "worker_cycles": replies, "merges": merges, "merges_failed": failed,
+            "warnings_and_errors": len(problems), "problem_lines": problems[:20]}
+
+
+def _log_time(stamp: str) -> float:
+    return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def merge_figures(log: dict[str, Any], target: Any, pipeline: str, launched: float) -> dict[str, Any]:
+    """The merge flush's merges: from frazil's log, each merge that finished (its staged changes
+    and seconds, logged once the merged staging rows are deleted) and each failed one; from the
+    target table's history, each MERGE that committed (a merge whose cleanup of the staging table
+    failed committed its MERGE but logs no time). Times in s from launch."""
+    merges = log.get("merges", [])
+    took = sorted(m["seconds"] for m in merges)
+    key = merged_key(pipeline)
+    commits = [{"at_s": round(s.timestamp_ms / 1000 - launched, 1),
+                "added_records": int(s.summary.additional_properties.get("added-records", 0)),
+                "added_position_deletes": int(s.summary.additional_properties.get("added-position-deletes", 0))}
+               for s in sorted(target.metadata.snapshots, key=lambda s: s.timestamp_ms)
+               if s.summary is not None and key in s.summary.additional_properties]
+    return {"merges": len(merges), "merges_failed": len(log.get("merges_failed", [])),
+            "merge_s_p50": took[len(took) // 2] if took else None, "merge_s_max": took[-1] if took else None,
+            "merge_s_each": [m["seconds"] for m in merges], "merge_changes_each": [m["changes"] for m in merges],
+            "merge_logged_s_each": [round(m["at"] - launched, 1) for m in merges],
+            "merge_failed_s_each": [round(m["at"] - launched, 1) for m in log.get("merges_failed", [])],
+            "merge_commits": len(commits), "merge_commits_each": commits}
 
 
 def spark_batches(path: Path) -> dict[str, Any]:
@@ -492,10 +567,10 @@ def run_system(bench: Bench, system: str, changes: Changes, args: argparse.Names
     monitor = TreeMonitor(proc.pid)
     row: dict[str, Any] = {"system": system, "table": job["table"], "changes": total,
                            "load_average_at_launch": [round(x, 2) for x in os.getloadavg()]}
-    if system == "frazil":
+    if system in FRAZIL_SYSTEMS:
         row["source"] = state
     try:
-        done_at, first = bench.wait_committed(proc, job, ends, timeout=args.timeout)
+        done_at, first, staged_at = bench.wait_committed(proc, job, ends, timeout=args.timeout)
         usage = monitor.stop()
         began = None
         for _ in range(50):   # Spark's progress line of the batch is written just after its commit
@@ -512,9 +587,14 @@ def run_system(bench: Bench, system: str, changes: Changes, args: argparse.Names
             "first_commit_s_from_launch": round(first[0] - launched, 2) if first else None,
             "first_commit_changes": first[1] if first else None, **usage,
             "cpu_s_per_million": round(usage["cpu_s"] * 1e6 / total, 1)})
-        print(f"  {system}: {total:,} changes committed in {row['seconds']} s from the first read "
-              f"({row['changes_per_s'] or 0:,} changes/s; {row['seconds_from_launch']} s from launch, "
-              f"{row['changes_per_s_from_launch']:,} changes/s), rss {usage['rss_peak_mb']:,.0f} MiB, "
+        staged = ""
+        if staged_at is not None:   # the merge flush: when the staging table held every change
+            row["staged_s"] = round(staged_at - began, 2) if began else None
+            row["staged_s_from_launch"] = round(staged_at - launched, 2)
+            staged = f"; all staged at {row['staged_s']} s"
+        print(f"  {system}: {total:,} changes {'merged' if staged_at is not None else 'committed'} in {row['seconds']} s "
+              f"from the first read ({row['changes_per_s'] or 0:,} changes/s; {row['seconds_from_launch']} s from "
+              f"launch, {row['changes_per_s_from_launch']:,} changes/s{staged}), rss {usage['rss_peak_mb']:,.0f} MiB, "
               f"cpu {usage['cpu_s']:,.0f} s", flush=True)
         # latency: marker updates of existing keys, after catch-up
         marks = []
@@ -533,8 +613,18 @@ def run_system(bench: Bench, system: str, changes: Changes, args: argparse.Names
         row["exit_status"] = bench.stop(proc)
     bench.finals[system] = final
     row["final_offsets"] = {f"{t}[{p}]": o for (t, p), o in sorted(final.items())}
-    if system == "frazil":
+    if system in FRAZIL_SYSTEMS:
         row["frazil_log"] = frazil_log(Path(job["log"]))
+        if system == "frazil-spark-merge":
+            row.update(merge_figures(row["frazil_log"], bench.catalog.load_table(job["table"]), job["name"], launched))
+            staging = bench.catalog.load_table(job["table"] + STAGING_SUFFIX)
+            row["staging_table"] = {"name": job["table"] + STAGING_SUFFIX, "rows_left": staging.scan().to_arrow().num_rows,
+                                    "snapshots": len(staging.metadata.snapshots)}
+            print(f"  {system}: {row['merge_commits']} MERGE commits at "
+                  f"{[c['at_s'] for c in row['merge_commits_each']]} s from launch; {row['merges']} merges logged "
+                  f"done, p50 {row['merge_s_p50']} s, max {row['merge_s_max']} s: {row['merge_s_each']}; "
+                  f"{row['merges_failed']} logged failed, at {row['merge_failed_s_each']} s; "
+                  f"{row['staging_table']['rows_left']} rows left in the staging table", flush=True)
     else:
         row["spark"] = spark_batches(Path(job["progress"]))
     expected = changes.expected(bench.partitions, final)
@@ -581,43 +671,54 @@ def after_compaction(bench: Bench, rows: list[dict[str, Any]], changes: Changes,
         session.stop()
 
 
+PAIRS = (("frazil", "spark-ss-merge"), ("frazil-spark-merge", "spark-ss-merge"), ("frazil", "frazil-spark-merge"))
+
+
 def ratios(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """frazil over Spark for changes/s (above 1: frazil faster); Spark over frazil for latency
-    and scan time (above 1: frazil faster)."""
+    """Per pair "a vs b" of the systems run: a over b for changes/s; b over a for latency and
+    scan time (above 1: a ahead)."""
     by = {r["system"]: r for r in rows}
-    f, s = by.get("frazil"), by.get("spark-ss-merge")
-    if f is None or s is None:
-        return {}
 
     def over(a: Any, b: Any) -> float | None:
         return round(a / b, 2) if a is not None and b else None
 
-    out = {"changes_per_s": over(f["changes_per_s"], s["changes_per_s"]),
-           "changes_per_s_from_launch": over(f["changes_per_s_from_launch"], s["changes_per_s_from_launch"]),
-           "latency_p50": over(s["latency_p50_ms"], f["latency_p50_ms"]),
-           "latency_p95": over(s["latency_p95_ms"], f["latency_p95_ms"]),
-           "scan_before_compaction": over(s["read_cost"]["scan_s"], f["read_cost"]["scan_s"])}
-    if "read_cost_after_compaction" in f and "read_cost_after_compaction" in s:
-        out["scan_after_compaction"] = over(s["read_cost_after_compaction"]["scan_s"], f["read_cost_after_compaction"]["scan_s"])
+    out: dict[str, Any] = {}
+    for first, second in PAIRS:
+        f, s = by.get(first), by.get(second)
+        if f is None or s is None:
+            continue
+        pair = {"changes_per_s": over(f["changes_per_s"], s["changes_per_s"]),
+                "changes_per_s_from_launch": over(f["changes_per_s_from_launch"], s["changes_per_s_from_launch"]),
+                "latency_p50": over(s["latency_p50_ms"], f["latency_p50_ms"]),
+                "latency_p95": over(s["latency_p95_ms"], f["latency_p95_ms"]),
+                "scan_before_compaction": over(s["read_cost"]["scan_s"], f["read_cost"]["scan_s"])}
+        if "read_cost_after_compaction" in f and "read_cost_after_compaction" in s:
+            pair["scan_after_compaction"] = over(s["read_cost_after_compaction"]["scan_s"],
+                                                 f["read_cost_after_compaction"]["scan_s"])
+        out[f"{first} vs {second}"] = pair
     return out
 
 
 def print_summary(rows: list[dict[str, Any]], versus: dict[str, Any]) -> None:
     print("\nsummary")
-    print(f"  {'system':<16}{'changes/s':>11}{'(launch)':>10}{'p50 ms':>8}{'p95 ms':>8}{'max ms':>8}{'mism.':>7}"
+    print(f"  {'system':<20}{'changes/s':>11}{'(launch)':>10}{'p50 ms':>8}{'p95 ms':>8}{'max ms':>8}{'mism.':>7}"
           f"{'files':>7}{'dels':>6}{'scan s':>8}{'| files':>8}{'dels':>6}{'scan s':>8}{'mism.':>7}")
     for r in rows:
         c, a = r["read_cost"], r.get("read_cost_after_compaction", {})
         after = (f"{a.get('data_files', ''):>8}{a.get('position_delete_files', ''):>6}{a.get('scan_s', ''):>8}"
                  f"{r.get('check_after_compaction', {}).get('mismatches', ''):>7}")
-        print(f"  {r['system']:<16}{r['changes_per_s'] or 0:>11,}{r['changes_per_s_from_launch']:>10,}"
+        print(f"  {r['system']:<20}{r['changes_per_s'] or 0:>11,}{r['changes_per_s_from_launch']:>10,}"
               f"{r['latency_p50_ms'] or 0:>8,}{r['latency_p95_ms'] or 0:>8,}{r['latency_max_ms'] or 0:>8,}"
               f"{r['check']['mismatches']:>7}{c['data_files']:>7}{c['position_delete_files']:>6}{c['scan_s']:>8}{after}")
     print("  (left of '|': before compaction; right: after)")
-    if versus:
-        print("  frazil vs spark-ss-merge: " + ", ".join(
-            f"{k.replace('_', ' ')} {v:.2f}x" for k, v in versus.items() if v is not None)
-              + "  (above 1: frazil ahead)")
+    for r in rows:
+        if "merges" in r:
+            print(f"  {r['system']}: {r['merge_commits']} MERGE commits; {r['merges']} merges logged done (p50 "
+                  f"{r['merge_s_p50']} s, max {r['merge_s_max']} s), {r['merges_failed']} failed; every change staged "
+                  f"at {r.get('staged_s')} s, merged at {r['seconds']} s from the first read")
+    for pair, figures in versus.items():
+        print(f"  {pair}: " + ", ".join(f"{k.replace('_', ' ')} {v:.2f}x" for k, v in figures.items() if v is not None)
+              + f"  (above 1: {pair.split(' vs ')[0]} ahead)")
 
 
 def source_state() -> dict[str, Any]:

@@ -141,6 +141,8 @@ def test_a_change_stream_killed_mid_merge_and_mid_commit_ends_equal_to_the_refer
         merges = [s for s in table.snapshots() if s.summary is not None
                   and merge.merged_key(cfg.pipeline) in s.summary.additional_properties]
         assert len(merges) >= 2, f"one MERGE landed before a kill and one after the restarts, got {len(merges)}"
+        # the merge's DELETE of merged rows must not conflict with frazil's appends to the staging table
+        assert catalog.load_table(cfg.table.name).properties["write.delete.isolation-level"] == "snapshot"
         left = catalog.load_table(cfg.table.name).scan().to_arrow().num_rows
         assert left == 0, f"{left} merged change(s) still in the staging table"
         status = json.loads(subprocess.run([sys.executable, "-m", "frazil.cli", "status", "-c", str(path), "--json"],

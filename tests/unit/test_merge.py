@@ -54,3 +54,44 @@ def test_what_waits_is_every_staged_offset_above_the_merged_mark(tmp_path: Path)
 def test_the_staged_range_condition_quotes_topic_names() -> None:
     text = merge._condition({("it's", 2): (5, 9)})
     assert text == "(_kafka_topic = 'it\\'s' AND _kafka_partition = 2 AND _kafka_offset >= 5 AND _kafka_offset < 9)"
+
+
+def test_spark_starts_for_a_merge_off_the_event_loop(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Spark's first start takes seconds: on the event loop it stalled the Kafka heartbeats (the
+    group rebalanced and the buffer was read again, found by the upsert bench)."""
+    import asyncio
+    import time as time_mod
+
+    from frazil.config import ChangesConfig, Column, TableConfig
+    from frazil.metrics import Metrics
+
+    calls: list[str] = []
+    monkeypatch.setattr(merge, "merge", lambda spark, *rest: calls.append(spark))
+
+    def slow_spark() -> str:
+        time_mod.sleep(0.5)   # a JVM starting
+        return "session"
+
+    staged = TableConfig("db.t__changes", (Column("id", "long", required=True),), identifier_columns=("id",),
+                         changes=ChangesConfig("upsert", merge="spark", merge_interval_s=0.001, target="db.t"))
+    merger = merge.Merger([staged], slow_spark, catalog=None, catalog_name="c", pipeline="p",  # type: ignore[arg-type]
+                          metrics=Metrics("p", "db.t"), leading=lambda: True)
+
+    async def scenario() -> int:
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        ticker = asyncio.create_task(tick())
+        await asyncio.sleep(0.01)
+        await merger._maybe_merge(staged)
+        ticker.cancel()
+        return ticks
+
+    ticks = asyncio.run(scenario())
+    assert calls == ["session"]
+    assert ticks >= 20, f"the event loop stood still while Spark started ({ticks} ticks in 0.5 s)"

@@ -348,7 +348,8 @@ def _keyed_properties(table: Table, cfg: TableConfig) -> dict[str, str]:
         if was in mutations.KEYED_MODES:
             raise ConfigError(f"table {cfg.name} is keyed itself ({mutations.MODE_PROPERTY} = {was}); it cannot be the "
                               f"staging table of {cfg.changes.target}")
-        return {mutations.STAGING_PROPERTY: cfg.changes.target}
+        # the merge's DELETE of merged rows must not fail on frazil's appends of newer changes meanwhile
+        return {mutations.STAGING_PROPERTY: cfg.changes.target, "write.delete.isolation-level": "snapshot"}
     if cfg.changes is None:
         if was in mutations.KEYED_MODES:
             raise ConfigError(f"table {cfg.name} is keyed ({mutations.MODE_PROPERTY} = {was}: each record replaces the "

@@ -16,6 +16,9 @@ deletes, readable by pyiceberg):
 - Replaying a batch gives the same table: each key ends as its latest change, whatever was
   merged before.
 - Merged staging rows are deleted from the staging table afterwards (they are below the mark).
+  The staging table deletes with snapshot isolation (``write.delete.isolation-level``): frazil's
+  appends of newer changes, meanwhile, do not make the DELETE fail; a DELETE that fails anyway is
+  a warning, and the next merge deletes those rows too.
 - A failed merge is logged as an error and counted (``frazil_maintenance_runs_total{job="merge"}``),
   and tried again at the next turn; ingestion into the staging table goes on, other tables too.
 """
@@ -142,7 +145,11 @@ def merge(spark: Any, catalog_name: str, catalog: Catalog, staging_cfg: TableCon
     faults.hit("merge.after_commit", target_name)
     session.catalog.dropTempView(view)
     _keep_mark(catalog, target_name, pipeline, mark)
-    _expire_merged(spark.newSession(), catalog_name, staging_cfg.name, mark)
+    try:
+        _expire_merged(spark.newSession(), catalog_name, staging_cfg.name, mark)
+    except Exception as exc:  # noqa: BLE001 - merged all the same: the next merge deletes these rows too
+        log.warning("merge table=%s: merged, but deleting the merged rows from %s failed (%s); the next merge deletes "
+                    "them", target_name, staging_cfg.name, describe(exc))
     result = MergeResult(found.ranges, changes, time.monotonic() - started)
     log.info("merge table=%s from %s: %d staged change(s) merged in %.1fs; merged through %s", target_name,
              staging_cfg.name, changes, result.seconds, offsets.encode(mark))
@@ -205,8 +212,10 @@ class Merger:
             return
         self._last[table.name] = now
         try:
-            result = await asyncio.to_thread(merge, self._spark(), self._catalog_name, self._catalog, table,
-                                             self._pipeline)
+            # Spark starts (the first time) in the worker thread too: never on the event loop, which
+            # keeps the Kafka heartbeats and the commit cycle going meanwhile
+            result = await asyncio.to_thread(lambda: merge(self._spark(), self._catalog_name, self._catalog, table,
+                                                           self._pipeline))
         except Exception as exc:  # noqa: BLE001 - Spark and the catalog raise many kinds: loud, and again next turn
             self._metrics.maintenance("merge", "failed")
             log.error("merge of %s into %s failed: %s; its changes wait in the staging table and are merged at the "
