@@ -198,6 +198,8 @@ class KafkaBroker:
     pid: int
     _proc: subprocess.Popen[bytes] | None = None
     secure: SecurePorts | None = None
+    heap: str = "512m"
+    lib: Path | None = None   # the broker's jars (None: this version's, fetched if missing)
 
     @property
     def bootstrap(self) -> str:
@@ -223,17 +225,37 @@ class KafkaBroker:
                              capture_output=True, text=True)
         if fmt.returncode != 0:
             raise BrokerError(f"formatting Kafka storage failed:\n{fmt.stdout}{fmt.stderr}")
-        with open(workdir / "stdout.log", "wb") as out:  # the child keeps its own handle
-            proc = subprocess.Popen([*java[:1], f"-Xmx{heap}", "-XX:+UseSerialGC", *java[1:], "kafka.Kafka", str(props)],
-                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        broker = cls(workdir, port, controller_port, proc.pid, proc, ports)
-        try:
-            broker._wait_ready()
-        except BaseException:
-            broker.stop()
-            raise
-        (workdir / "broker.json").write_text(json.dumps({"pid": proc.pid, "port": port, "controller_port": controller_port}))
+        broker = cls(workdir, port, controller_port, 0, None, ports, heap, lib)
+        broker._launch()
         return broker
+
+    def _launch(self) -> None:
+        """Start the broker process on the formatted data directory and wait until it serves."""
+        java = ["java", f"-Xmx{self.heap}", "-XX:+UseSerialGC", f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.xml'}",
+                "-cp", f"{self.lib or ensure_jars()}/*"]
+        with open(self.workdir / "stdout.log", "ab") as out:  # the child keeps its own handle
+            self._proc = subprocess.Popen([*java, "kafka.Kafka", str(self.workdir / "server.properties")],
+                                          stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self.pid = self._proc.pid
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        (self.workdir / "broker.json").write_text(json.dumps({"pid": self.pid, "port": self.port,
+                                                              "controller_port": self.controller_port}))
+
+    def restart(self, down_s: float = 0.0, *, kill: bool = False) -> None:
+        """Stop the broker (SIGTERM, a controlled shutdown; ``kill``: SIGKILL, a crash), stay down
+        ``down_s`` seconds, and start it again on the same data directory and ports: what a
+        rolling restart or a crashed broker looks like to clients."""
+        if kill and self._alive():
+            os.kill(self.pid, signal.SIGKILL)
+            if self._proc is not None:
+                self._proc.wait()
+        self.stop()
+        time.sleep(down_s)
+        self._launch()
 
     def _alive(self) -> bool:
         if self._proc is not None:
