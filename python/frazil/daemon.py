@@ -269,6 +269,15 @@ async def _stop_maintenance(maintainer: Maintainers, task: asyncio.Task[None]) -
         raise task.exception()  # type: ignore[misc]
 
 
+def _rearm_faults() -> None:
+    try:
+        faults.rearm_from_file()
+    except (OSError, ValueError) as exc:
+        log.error("re-arming fault points from $%s failed: %s", faults.FILE_ENV, exc)
+        return
+    log.warning("fault points re-armed: %s", faults.armed() or "none")
+
+
 def run(cfg: Config) -> Stats:
     """Run in the foreground. SIGTERM or SIGINT drains and stops; a second one exits at once
     (nothing is lost: uncommitted records are read again from the table's offsets)."""
@@ -287,6 +296,9 @@ def run(cfg: Config) -> Stats:
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal, sig)
+        if os.environ.get(faults.FILE_ENV):
+            log.warning("%s is set: SIGUSR1 re-arms fault points from it (a fault-injection test)", faults.FILE_ENV)
+            loop.add_signal_handler(signal.SIGUSR1, _rearm_faults)
         notifier = systemd.Notifier()
         if notifier.enabled:
             log.info("under systemd: READY once partitions are assigned%s", "" if notifier.watchdog_interval_s is None

@@ -12,6 +12,10 @@ dies). Unarmed points cost one dict lookup.
 A point reached for one table can be armed for that table only: ``point[table]=action``
 (``commit.before_catalog[ev.a]=raise`` fails every commit of ``ev.a`` and no other table's).
 
+A running process can be re-armed: with ``FRAZIL_FAULTS_FILE`` set, ``frazil run`` re-reads that
+file on SIGUSR1 and what it says replaces what was armed (an empty file disarms). The chaos runner
+(tests/harness/chaos.py) arms points in live processes at random times this way.
+
 One switch is not a point: ``fencing=off`` turns off what refuses a zombie's writes (the
 coordinator's generation check and the committer's contiguity check) so a test can show that
 its zombie really would have written twice. Never in production; the process says so loudly.
@@ -45,6 +49,7 @@ POINTS = (
 )
 
 SWITCHES = ("fencing",)
+FILE_ENV = "FRAZIL_FAULTS_FILE"
 ACTIONS = ("kill", "raise", "raise-once", "stop", "kill-after-stop")
 
 _armed: dict[str, str] = {}
@@ -87,6 +92,18 @@ def disarm() -> None:
     _off.clear()
     _hits.clear()
     _stopped = False
+
+
+def rearm_from_file() -> None:
+    """Replace what is armed with the spec in ``$FRAZIL_FAULTS_FILE`` (SIGUSR1's handler)."""
+    path = os.environ.get(FILE_ENV)
+    if not path:
+        return
+    with open(path, encoding="utf-8") as f:
+        armed, off = _parse(f.read())
+    disarm()
+    _armed.update(armed)
+    _off.update(off)
 
 
 def off(switch: str) -> bool:

@@ -77,3 +77,30 @@ def test_a_point_armed_for_one_table_fires_for_that_table_only() -> None:
                 faults.arm(bad, "raise")
     finally:
         faults.disarm()
+
+
+def test_the_faults_file_replaces_what_is_armed_and_an_empty_one_disarms(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = tmp_path / "faults"
+    monkeypatch.setenv(faults.FILE_ENV, str(spec))
+    faults.disarm()
+    faults.arm("commit.before_catalog", "raise")
+    try:
+        spec.write_text("commit.after_catalog=raise*2\n")
+        faults.rearm_from_file()
+        faults.hit("commit.before_catalog")   # replaced: no longer armed
+        for _ in range(2):
+            with pytest.raises(faults.InjectedFault):
+                faults.hit("commit.after_catalog")
+        faults.hit("commit.after_catalog")    # raise*2 is spent
+        spec.write_text("commit.after_catalog=raise")
+        faults.rearm_from_file()
+        spec.write_text("")
+        faults.rearm_from_file()
+        faults.hit("commit.after_catalog")
+        assert faults.armed() == ""
+        spec.write_text("commit.nowhere=kill")
+        with pytest.raises(ValueError, match="bad fault spec"):
+            faults.rearm_from_file()
+    finally:
+        faults.disarm()
