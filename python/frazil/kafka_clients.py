@@ -16,6 +16,8 @@ from aiokafka.errors import KafkaConnectionError, SaslAuthenticationFailed
 from frazil.config import KafkaConfig, KafkaSecurity
 from frazil.errors import ConfigError, KafkaUnavailable
 
+log = logging.getLogger(__name__)
+
 
 class Startable(Protocol):
     async def start(self) -> Any: ...
@@ -81,9 +83,21 @@ async def connect(client: Startable, kafka: KafkaConfig | str) -> None:
     try:
         await client.start()
     except (KafkaConnectionError, SaslAuthenticationFailed) as exc:
+        await close_quietly(client)   # a half-started client holds sockets and tasks
         raise unavailable(kafka, reasons.seen[-1] if reasons.seen else str(exc)) from None
     finally:
         logger.removeHandler(reasons)
+
+
+async def close_quietly(*clients: Any) -> None:
+    """Stop or close each client, whatever state a failed start left it in (cleanup on an error
+    path: the error being raised is the one that matters)."""
+    for client in clients:
+        stop = getattr(client, "stop", None) or getattr(client, "close")
+        try:
+            await stop()
+        except Exception as exc:  # noqa: BLE001 - see above
+            log.debug("closing %s after a failed start: %s", type(client).__name__, exc)
 
 
 def unavailable(kafka: KafkaConfig | str, why: str) -> KafkaUnavailable:

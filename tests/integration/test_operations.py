@@ -408,3 +408,15 @@ def test_offsets_from_group_takes_over_where_a_kafka_connect_sink_stopped(kafka:
     again = frazil(*args, "--yes", cwd=tmp_path)
     assert again.returncode == 0 and "nothing to move" in again.stdout, again.stdout + again.stderr
     assert support.stored(catalog, cfg) == {(topic, 0): 20, (topic, 1): 20}
+
+
+@pytest.mark.parametrize("mode", ["single", "distributed"])
+def test_run_against_an_unreachable_broker_exits_3_and_closes_every_client(tmp_path: Path, mode: str) -> None:
+    """A broker restarting while frazil starts: exit 3 (retriable; systemd starts it again) with the
+    reason, and no Kafka client left open behind it (aiokafka's "Unclosed AIOKafkaProducer")."""
+    dead = support.write_config(tmp_path, f"127.0.0.1:{free_port()}", ["t"],
+                                extra=f'\n[coordination]\nmode = "{mode}"\n')
+    done = frazil("run", "--config", str(dead), cwd=tmp_path)
+    assert done.returncode == 3, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines()[-1].startswith("frazil: KafkaUnavailable: cannot reach Kafka"), done.stderr
+    assert "Unclosed" not in done.stderr and "Traceback" not in done.stderr, done.stderr

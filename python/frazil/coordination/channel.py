@@ -27,7 +27,7 @@ from frazil import faults
 from frazil.events import codec
 from frazil.config import KafkaConfig
 from frazil.events.payloads import Event, Payload
-from frazil.kafka_clients import connect, delivered, options
+from frazil.kafka_clients import close_quietly, connect, delivered, options
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +81,13 @@ class ControlChannel:
                                           auto_offset_reset="earliest")
 
     async def start(self) -> None:
-        await ensure_topic(self._kafka, self._topic)
-        await connect(self._producer, self._kafka)
-        await connect(self._consumer, self._kafka)
+        try:   # the clients exist from __init__: closed whatever fails here
+            await ensure_topic(self._kafka, self._topic)
+            await connect(self._producer, self._kafka)
+            await connect(self._consumer, self._kafka)
+        except BaseException:
+            await close_quietly(self._producer, self._consumer)
+            raise
         self._consumer.assign([self._tp])
         if self._consumer_group is None:
             await self._consumer.seek_to_end(self._tp)

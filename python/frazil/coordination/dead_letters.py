@@ -35,7 +35,7 @@ from frazil.config import KafkaConfig
 from frazil.coordination.channel import MAX_EVENT_BYTES, ensure_topic
 from frazil.errors import FrazilError
 from frazil.events.payloads import DeadLetter
-from frazil.kafka_clients import connect, options
+from frazil.kafka_clients import close_quietly, connect, options
 from frazil.kafka_clients import delivered as all_delivered
 from frazil.metrics import Metrics
 
@@ -85,10 +85,14 @@ class DeadLetterSink:
     async def start(self) -> None:
         """Create the topic if it is missing; the producer's start fences an older coordinator's
         and aborts what it left open."""
-        await ensure_topic(self._kafka, self._topic, "dead-letter")
-        await connect(self._admin, self._kafka)
-        await connect(self._producer, self._kafka)
-        await connect(self._reader, self._kafka)
+        try:   # the clients exist from __init__: closed whatever fails here
+            await ensure_topic(self._kafka, self._topic, "dead-letter")
+            await connect(self._admin, self._kafka)
+            await connect(self._producer, self._kafka)
+            await connect(self._reader, self._kafka)
+        except BaseException:
+            await close_quietly(self._producer, self._reader, self._admin)
+            raise
 
     async def stop(self) -> None:
         for close in (self._producer.stop, self._reader.stop, self._admin.close):
