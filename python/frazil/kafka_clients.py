@@ -89,6 +89,20 @@ async def connect(client: Startable, kafka: KafkaConfig | str) -> None:
         logger.removeHandler(reasons)
 
 
+async def stop_client(client: Any) -> None:
+    """``client.stop()``. aiokafka's consumer can raise the ``CancelledError`` of a fetch task it
+    cancelled itself while the broker is away; raised out of a ``finally``, it would hide the error
+    that stopped frazil and end the process with a traceback. Swallowed here unless this task
+    itself is being cancelled."""
+    try:
+        await client.stop()
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        log.debug("stopping %s: its own cancelled task's CancelledError, ignored", type(client).__name__)
+
+
 async def close_quietly(*clients: Any) -> None:
     """Stop or close each client, whatever state a failed start left it in (cleanup on an error
     path: the error being raised is the one that matters)."""

@@ -13,6 +13,7 @@ exist.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -27,7 +28,7 @@ from frazil import faults
 from frazil.events import codec
 from frazil.config import KafkaConfig
 from frazil.events.payloads import Event, Payload
-from frazil.kafka_clients import close_quietly, connect, delivered, options
+from frazil.kafka_clients import close_quietly, connect, delivered, options, stop_client
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ async def ensure_topic(kafka: KafkaConfig | str, topic: str, kind: str = "contro
 
 
 MAX_EVENT_BYTES = 16 * 1024 * 1024   # one event, before compression
+RESET_ATTEMPTS = 12   # a new control-topic producer's start, about 90 s of a broker away
 
 
 @dataclass(frozen=True)
@@ -110,15 +112,27 @@ class ControlChannel:
         paused, or fenced): a new producer with the same transactional id, whose start aborts
         whatever the old one left open."""
         with contextlib.suppress(KafkaError):
-            await self._producer.stop()
+            await stop_client(self._producer)
         self._producer = self._new_producer()
-        await self._producer.start()
+        for attempt in range(1, RESET_ATTEMPTS + 1):   # the broker may be restarting: its start retried, bounded
+            try:
+                await self._producer.start()
+                return
+            except KafkaError as exc:
+                if attempt == RESET_ATTEMPTS:
+                    raise
+                log.warning("control-topic producer: start failed (%s: %s); try %d/%d", type(exc).__name__, exc,
+                            attempt, RESET_ATTEMPTS)
+                with contextlib.suppress(KafkaError):
+                    await stop_client(self._producer)
+                self._producer = self._new_producer()
+                await asyncio.sleep(min(2.0 * attempt, 10.0))
 
     async def stop(self) -> None:
         try:
-            await self._producer.stop()
+            await stop_client(self._producer)
         finally:
-            await self._consumer.stop()
+            await stop_client(self._consumer)
 
     async def send(self, payloads: list[Payload], *, fault_point: str | None = None) -> None:
         """All of ``payloads`` in one transaction: readers see every one of them or none.

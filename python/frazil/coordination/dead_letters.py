@@ -33,7 +33,7 @@ from aiokafka.structs import ConsumerRecord
 from frazil import faults
 from frazil.config import KafkaConfig
 from frazil.coordination.channel import MAX_EVENT_BYTES, ensure_topic
-from frazil.errors import FrazilError
+from frazil.errors import FrazilError, KafkaUnavailable
 from frazil.events.payloads import DeadLetter
 from frazil.kafka_clients import close_quietly, connect, options
 from frazil.kafka_clients import delivered as all_delivered
@@ -151,17 +151,22 @@ class DeadLetterSink:
             try:
                 committed = await self._admin.list_consumer_group_offsets(group, partitions=sorted(tps))
             except KafkaError as exc:
-                if not exc.retriable or attempt == POSITION_ATTEMPTS:
+                if not exc.retriable:
                     raise FrazilError(f"cannot read the dead-letter position of {group} ({type(exc).__name__}: "
                                       f"{exc}); nothing was sent") from exc
-                log.warning("dead-letter position of %s: %s; try %d/%d", group, exc, attempt, POSITION_ATTEMPTS)
-                await asyncio.sleep(0.5 * attempt)
-                continue
-            missing = tps - set(committed)
-            if missing:
-                raise FrazilError(f"the broker did not say the dead-letter position of {group} for "
-                                  f"{sorted(missing)[:3]}; nothing was sent")
-            return {(tp.topic, tp.partition): meta.offset for tp, meta in committed.items() if meta.offset >= 0}
+                why = f"{type(exc).__name__}: {exc}"
+            else:
+                missing = tps - set(committed)
+                if not missing:
+                    return {(tp.topic, tp.partition): meta.offset for tp, meta in committed.items() if meta.offset >= 0}
+                # the group's coordinator is loading or moving (a broker restart): ask again
+                why = f"the broker did not say the position for {sorted(missing)[:3]}"
+            if attempt == POSITION_ATTEMPTS:
+                # retriable: the coordinator role stops and starts again (service.py), still sending nothing
+                raise KafkaUnavailable(f"cannot read the dead-letter position of {group} ({why}) after "
+                                       f"{POSITION_ATTEMPTS} tries; nothing was sent")
+            log.warning("dead-letter position of %s: %s; try %d/%d", group, why, attempt, POSITION_ATTEMPTS)
+            await asyncio.sleep(0.5 * attempt)
         raise AssertionError("unreachable")
 
     async def _read_back(self, letters: Sequence[DeadLetter]) -> dict[tuple[str, int, int], ConsumerRecord]:

@@ -50,6 +50,7 @@ from frazil.txlog import Journal
 log = logging.getLogger(__name__)
 
 FENCED_PAUSE_S = 5.0
+ROLE_RETRY_S, ROLE_RETRY_MAX_S = 1.0, 30.0   # a coordinator role that lost Kafka starts again after these
 
 
 def election_partition(topics: tuple[str, ...]) -> TopicPartition:
@@ -83,6 +84,7 @@ class CoordinatorService:
         self._topics: list[str] = list(cfg.kafka.topics)          # with a pattern: listed every refresh
         self._partitions: frozenset[TopicPartition] = frozenset()  # of the topics, for distributed cycles
         self.leading = False   # this process runs the coordinator role now (merges run only here)
+        self.cycles_landed = 0  # cycles the role finished in this process (resets the lost-Kafka clock)
 
     @property
     def _election(self) -> TopicPartition:
@@ -116,6 +118,8 @@ class CoordinatorService:
         not_before = 0.0
         loop = asyncio.get_running_loop()
         refresh = None
+        failing_since: float | None = None
+        landed_at_failure = restarts = 0
         if self._local is None and self._cfg.kafka.topic_pattern:
             refresh = asyncio.create_task(self._refresh(stop))
         try:
@@ -143,6 +147,23 @@ class CoordinatorService:
                         log.warning("coordinator: fenced by a newer coordinator of %s; stopping this one",
                                     self._cfg.pipeline)
                         not_before = loop.time() + FENCED_PAUSE_S
+                    except Exception as exc:
+                        # Kafka went away under the role (a broker restart): start it again while this
+                        # process leads, as a new coordinator would, taking over the open cycle. Bounded
+                        # by outage_timeout_s from the first failure since the last landed cycle.
+                        now = loop.time()
+                        if not kafka_outage(exc) or (failing_since is not None
+                                                     and now - failing_since > self._cfg.outage_timeout_s):
+                            raise
+                        if failing_since is None or self.cycles_landed > landed_at_failure:
+                            failing_since, landed_at_failure, restarts = now, self.cycles_landed, 0
+                        pause = min(ROLE_RETRY_MAX_S, ROLE_RETRY_S * 2 ** restarts)
+                        restarts += 1
+                        log.warning("coordinator: lost Kafka (%s: %s); stopping this coordinator and starting it "
+                                    "again in %.0fs if this process still leads (failing for %.0fs of "
+                                    "outage_timeout_s=%g); the new one finishes the open cycle", type(exc).__name__,
+                                    exc, pause, now - failing_since, self._cfg.outage_timeout_s)
+                        not_before = now + pause
                     task = None  # any other failure was raised above and stops the process, loudly
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), 0.2)
@@ -192,6 +213,7 @@ class CoordinatorService:
                 if trigger != "interval":
                     log.info("coordinator: starting a cycle early, %s", trigger)
                 results = await coordinator.cycle()
+                self.cycles_landed += 1
                 for r in results:
                     if r.found:
                         log.info("coordinator: commit %s was already in %s as snapshot %s (landed by the coordinator "
@@ -212,6 +234,20 @@ class CoordinatorService:
                 await channel.stop()
             if dead_letters is not None:
                 await dead_letters.stop()
+
+
+def kafka_outage(exc: BaseException) -> bool:
+    """Whether a coordinator role's failure is Kafka being unreachable for now (a broker restart,
+    a lost connection), which a new coordinator survives, rather than a fault of its own. The cause
+    chain counts: aiokafka's transactional producer wraps a lost connection met while it looks up
+    the transaction coordinator in a plain ``KafkaError`` ("Unexpected error during batch
+    delivery") and its sender stops for good."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, KafkaUnavailable) or (isinstance(seen, KafkaError) and bool(seen.retriable)):
+            return True
+        seen = seen.__cause__
+    return False
 
 
 async def _end(task: asyncio.Task[None]) -> None:

@@ -12,7 +12,7 @@ from aiokafka.structs import OffsetAndMetadata
 
 from frazil.config import KafkaConfig
 from frazil.errors import TopicMismatchError
-from frazil.kafka_clients import connect, options
+from frazil.kafka_clients import connect, options, stop_client
 from frazil.iceberg.offsets import TopicPartition as TP
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ class KafkaSource:
         log.info("consuming %s as group %s from %s", ", ".join(cfg.topics), cfg.group_id, cfg.bootstrap_servers)
 
     async def stop(self) -> None:
-        await self._consumer.stop()
+        await stop_client(self._consumer)
 
     async def poll(self, timeout_ms: int) -> dict[TP, list[ConsumerRecord[bytes, bytes]]]:
         if self._failure is not None:
