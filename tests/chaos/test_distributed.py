@@ -316,3 +316,42 @@ def test_files_a_cycle_could_not_land_are_held_by_their_workers_and_land_in_a_la
     assert all("Holding" in text for text in logs.values()), "a worker did not hold its failed files"
     assert any("keeping its" in text for text in logs.values()), "no worker kept the files of a failed table commit"
     assert not any("reading every partition again" in text for text in logs.values()), "records were read again"
+
+
+def test_a_rebalance_while_the_catalog_is_locked_waits_for_it_and_loses_nothing(kafka: KafkaBroker,
+                                                                                 tmp_path: Path) -> None:
+    """Found by the chaos run: partitions assigned while the catalog was locked (their offsets
+    cannot be read) ended the process. Now the read is retried, loudly, until the catalog answers."""
+    import sqlite3
+
+    topic = "eos-assign-locked"
+    group = eos.setup(tmp_path, kafka.bootstrap, 2, interval=0.5, timeout=5.0, partitions=4, topic=topic)
+    produce = _Stream(kafka.bootstrap, topic)
+    try:
+        for name in ("w0", "w1"):
+            group.start(name)
+        produce(2_000)
+        eos.wait_committed(tmp_path, asyncio.run(end_offsets(kafka.bootstrap, [topic])), group, timeout=60)
+        lock = sqlite3.connect(tmp_path / "warehouse" / "catalog.db", timeout=30)
+        try:
+            lock.execute("BEGIN EXCLUSIVE")
+            survivor = "w0" if _coordinator(group) == "w1" else "w1"
+            group.kill("w1" if survivor == "w0" else "w0")   # its partitions move to the survivor, whose
+            del group.procs["w1" if survivor == "w0" else "w0"]   # offsets read finds the catalog locked
+            _wait_for(lambda: "cannot read the tables' offsets" in group.tail(survivor, 200_000),
+                      "the survivor to wait for the locked catalog", timeout=60)
+            time.sleep(3)
+            assert not group.exited(), group.exited()
+        finally:
+            lock.rollback()
+            lock.close()
+        produce(2_000)
+        ends = asyncio.run(end_offsets(kafka.bootstrap, [topic]))
+        eos.wait_committed(tmp_path, ends, group, timeout=90)
+        assert not group.exited(), group.exited()
+    finally:
+        group.stop_all()
+    found = eos.count(tmp_path)
+    result = {**eos.verdict(found["counts"], ends), "snapshots_per_cycle_max": found["snapshots_per_cycle_max"]}
+    _assert_exact(result)
+    assert result["rows"] == 4_000, result

@@ -42,7 +42,7 @@ from pyiceberg.table import Table
 from frazil import faults
 from frazil.config import Config
 from frazil.coordination.channel import Received
-from frazil.errors import CommitOutcomeUnknown, FrazilError
+from frazil.errors import CatalogUnavailable, CommitOutcomeUnknown, FrazilError
 from frazil.events.payloads import (
     Assignment,
     CommitComplete,
@@ -70,6 +70,7 @@ from frazil.txlog import Journal
 from frazil.txlog import records as txrecords
 
 log = logging.getLogger(__name__)
+POSITION_RETRY_S, POSITION_RETRY_MAX_S = 0.5, 10.0   # reading assigned partitions' offsets in a catalog outage
 
 
 class WorkerChannel(Protocol):
@@ -543,8 +544,30 @@ class Worker:
         return files
 
     async def position(self, tps: set[TopicPartition]) -> dict[TopicPartition, int]:
-        """Where ``tps`` are read from: every table's offsets and watermark (rule 2)."""
-        return await asyncio.to_thread(self._targets.read_positions, tps)
+        """Where ``tps`` are read from: every table's offsets and watermark (rule 2). The catalog
+        or storage failing (an outage, a locked catalog) is waited out, as commits are: read again
+        with backoff, loudly, for up to ``outage_timeout_s``; nothing is consumed meanwhile."""
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            try:
+                return await asyncio.to_thread(self._targets.read_positions, tps)
+            except FrazilError:
+                raise   # frazil's own verdicts (a gap, a mismatch) are not an outage
+            except Exception as exc:  # noqa: BLE001 - the catalog or storage, unreachable for now
+                failing = time.monotonic() - started
+                if failing > self._cfg.outage_timeout_s:
+                    raise CatalogUnavailable(
+                        f"cannot read the tables' offsets for {len(tps)} assigned partition(s) for {failing:.0f}s "
+                        f"(outage_timeout_s={self._cfg.outage_timeout_s:g}): {type(exc).__name__}: {exc}. Nothing is "
+                        "lost: a restart reads them again") from exc
+                attempt += 1
+                pause = min(POSITION_RETRY_MAX_S, POSITION_RETRY_S * 2 ** (attempt - 1))
+                log.warning("cannot read the tables' offsets for %d assigned partition(s) (%s: %s); reading again in "
+                            "%.1fs, nothing is consumed meanwhile (failing for %.0fs of outage_timeout_s=%g)", len(tps),
+                            type(exc).__name__, str(exc).splitlines()[0][:300], pause, failing,
+                            self._cfg.outage_timeout_s)
+                await asyncio.sleep(pause)
 
     async def rewind(self) -> None:
         """Drop what is buffered and held and read every positioned partition again from the tables."""
