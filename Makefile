@@ -6,7 +6,7 @@ RUST_SOURCES := $(shell find rust/src -name '*.rs') rust/Cargo.toml Cargo.toml C
 export FRAZIL_CACHE ?= $(HOME)/.cache/frazil
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help venv build bench-deps demo test test-rust test-python stubtest typecheck chaos bench bench-maintenance bench-profile bench-native bench-txlog bench-ingest-txlog eos outage kafka-fetch spark-fetch clean
+.PHONY: help venv build bench-deps demo test test-rust test-python stubtest typecheck chaos chaos-tests bench bench-maintenance bench-profile bench-native bench-txlog bench-ingest-txlog eos outage kafka-fetch spark-fetch clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -60,7 +60,11 @@ test-python: build ## Python tests: unit, native, integration (real Kafka + cata
 
 test: test-rust stubtest typecheck test-python ## everything CI runs
 
-chaos: build ## the SIGKILL crash run alone, verbose
+chaos: build ## the seeded chaos run: 500 faults of every kind, several at once; independent verifier; benches/results/chaos.json
+	$(PY) -m frazil.spark.jars fetch >/dev/null
+	PYTHONPATH=tests $(PY) -m harness.chaos $${CHAOS_ARGS:-}
+
+chaos-tests: build ## the crash, zombie and outage tests alone, verbose
 	$(PY) -m pytest tests/chaos -v -s
 
 bench: bench-deps ## end to end vs Spark SS, the Iceberg Kafka Connect sink, a plain Python loop, the ceilings; e2e.json + png; then the upsert workload
