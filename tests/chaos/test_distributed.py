@@ -21,7 +21,7 @@ from frazil.status import end_offsets
 
 pytestmark = [pytest.mark.chaos]
 
-RECORDS = int(os.environ.get("FRAZIL_EOS_RECORDS", "1000000"))
+RECORDS = int(os.environ.get("FRAZIL_EOS_RECORDS", "500000"))   # make eos: 1M
 KILLS = int(os.environ.get("FRAZIL_EOS_KILLS", "30"))
 
 

@@ -1,4 +1,4 @@
-"""The catalog is unavailable for 60 s under steady load (an exclusive lock on the real SQLite
+"""The catalog is unavailable for 30 s (`make outage`: 60 s) under steady load (an exclusive lock on the real SQLite
 catalog), in both coordination modes. Ingestion must slow to a stop within the memory budget, the
 group must not rebalance, and afterwards every record must be in the table exactly once."""
 
@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.chaos]
 def test_a_catalog_outage_slows_ingestion_to_a_stop_and_loses_nothing(kafka: KafkaBroker, tmp_path: Path,
                                                                      mode: str) -> None:
     budget_mb = 32
-    result = run(kafka.bootstrap, tmp_path, mode=mode, outage_s=float(os.environ.get("FRAZIL_OUTAGE_S", "60")),
+    result = run(kafka.bootstrap, tmp_path, mode=mode, outage_s=float(os.environ.get("FRAZIL_OUTAGE_S", "30")),
                  budget_mb=budget_mb)
     assert result["lost"] == 0 and result["duplicates"] == 0, result
     assert result["rows"] == result["records_produced"], result
