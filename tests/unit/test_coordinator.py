@@ -363,3 +363,28 @@ async def test_bad_records_go_to_the_dead_letter_topic_only_after_their_commit_l
     tables = Tables()
     assert await Coordinator(WithBadRecords({"w1": [0, 1]}), "p", P, tables, timeout_s=5).cycle() == []
     assert tables.calls == []
+
+
+@pytest.mark.asyncio
+async def test_a_stop_during_a_table_commit_that_lands_still_sends_its_bad_records() -> None:
+    """Found by the chaos run: the coordinator role moved away while a commit carrying a bad record
+    was in the catalog. The commit landed, the stop took effect before the dead letter went out, and
+    the next coordinator had dropped that reply (an older generation): the record never reached the
+    dead-letter topic. The landed commit's bad records now go out before the stop takes effect."""
+    release, entered = threading.Event(), threading.Event()
+
+    class Slow(Tables):
+        def __call__(self, table: TableCommit, commit_id: str, vtts: int | None) -> CommitResult:
+            entered.set()
+            release.wait(10)
+            return super().__call__(table, commit_id, vtts)
+
+    letters = Letters()
+    coordinator = Coordinator(WithBadRecords({"w1": [0, 1]}), "p", P, Slow(), timeout_s=5, dead_letters=letters)
+    cycle = asyncio.create_task(coordinator.cycle())
+    assert await asyncio.to_thread(entered.wait, 5)
+    cycle.cancel()
+    threading.Timer(0.3, release.set).start()
+    with pytest.raises(asyncio.CancelledError):
+        await cycle
+    assert [(t, [d.offset for d in ds]) for _, t, ds in letters.sent] == [("db.t", [2])]

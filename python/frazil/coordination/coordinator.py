@@ -24,10 +24,11 @@ gap stops the coordinator (rule 3).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from pyiceberg.manifest import DataFile
@@ -215,7 +216,8 @@ class Coordinator:
                 self._count("refused")
                 continue
             try:
-                result = await _finished(self._commit_table, table, state.commit_id, vtts)
+                result = await _finished(self._commit_table, table, state.commit_id, vtts,
+                                         on_stop=functools.partial(self._send_landed, state.commit_id, table))
             except OffsetOverlapError as exc:
                 log.warning("commit %s: %s", state.commit_id, exc)
                 self._count("refused")
@@ -258,11 +260,7 @@ class Coordinator:
             if result.index_bytes and self._metrics is not None:
                 self._metrics.key_index(table.table, result.index_keys, result.index_bytes)
             results.append(result)
-            # only the ranges the table holds (a coordinator finishing an open cycle may have collected
-            # late replies the landed commit did not take); sent once even if another commit landed them
-            landed = [d for d in table.dead_letters if d.offset < result.offsets.get((d.topic, d.partition), -1)]
-            if landed:
-                await self._send_dead_letters(state.commit_id, table.table, landed)
+            await self._send_landed(state.commit_id, table, result)
             events.append(CommitToTable(state.commit_id, table.table, result.snapshot_id, vtts))
         if len(tables) > 1:
             log.info("commit %s: %d of %d table(s) committed (%d failed, %d refused), %d rows, in %.0f ms",
@@ -275,6 +273,14 @@ class Coordinator:
             await self._channel.commit_position(self._last_offset + 1)
         return results
 
+
+    async def _send_landed(self, commit_id: str, table: TableCommit, result: CommitResult) -> None:
+        """The bad records of ``table`` that its landed commit counts as consumed: only the ranges the
+        table holds (a coordinator finishing an open cycle may have collected late replies the landed
+        commit did not take); sent once even if another commit landed them."""
+        landed = [d for d in table.dead_letters if d.offset < result.offsets.get((d.topic, d.partition), -1)]
+        if landed:
+            await self._send_dead_letters(commit_id, table.table, landed)
 
     async def _send_dead_letters(self, commit_id: str, table: str, letters: Sequence[DeadLetter]) -> None:
         """A landed commit's bad records to the dead-letter topic (exactly once: the sink skips
@@ -291,9 +297,11 @@ class Coordinator:
             self._metrics.table_commit(result)
 
 
-async def _finished(commit: CommitTable, table: TableCommit, commit_id: str, vtts: int | None) -> CommitResult:
+async def _finished(commit: CommitTable, table: TableCommit, commit_id: str, vtts: int | None, *,
+                    on_stop: Callable[[CommitResult], Awaitable[None]] | None = None) -> CommitResult:
     """One table commit in a thread. A cancel (SIGTERM, or the role moving to another process)
-    waits for the catalog call and its outcome record to end before it takes effect: cancelling
+    waits for the catalog call and its outcome record to end (and, if it landed, for ``on_stop``:
+    its dead letters) before it takes effect: cancelling
     only the await would leave the thread committing after the process closed its transaction
     log, and a clean stop with an intent whose outcome the next start must look up. The wait is
     bounded by the committer's own bounded retries."""
@@ -307,6 +315,15 @@ async def _finished(commit: CommitTable, table: TableCommit, commit_id: str, vtt
         if not running.cancelled() and running.exception() is not None:
             log.warning("commit %s to %s ended as the coordinator stopped: %s", commit_id, table.table,
                         running.exception())
+        elif on_stop is not None and not running.cancelled():
+            # landed: its bad records go out before the stop takes effect. The next coordinator may
+            # not hold them (it drops the replies of a generation the rebalance replaced), and once a
+            # later commit moves the dead-letter position past them they would never be sent.
+            try:
+                await on_stop(running.result())
+            except Exception as exc:  # noqa: BLE001 - the stop goes on; said loudly
+                log.error("commit %s to %s landed, but its bad records could not be sent as the coordinator "
+                          "stopped (%s: %s)", commit_id, table.table, type(exc).__name__, exc)
         raise
 
 
