@@ -117,3 +117,19 @@ def test_every_table_commit_carries_the_watermark_of_the_accepted_replies_only()
     assert s.progress() == {("t", 0): 100, ("t", 2): 7}
     assert {t.table: t.progress for t in s.tables()} == {"db.a": (("t", 0, 100), ("t", 2, 7)),
                                                           "db.b": (("t", 0, 100), ("t", 2, 7))}
+
+
+def test_the_bad_records_of_a_dropped_zombie_reply_are_kept_apart() -> None:
+    """Not committed, not sent with this cycle's commit; kept for a commit found already landed
+    (coordinator.py sends those below the table's offsets)."""
+    from dataclasses import replace
+
+    from frazil.events import DeadLetter
+
+    s = state()
+    s.add("zombie", replace(written("db.a", [0, 1], 3), dead_letters=(DeadLetter("t", 1, 7, "id", "bad"),)))
+    s.add("zombie", complete([0, 1], 3))
+    s.add("w2", replace(written("db.a", [1, 2], 4), dead_letters=(DeadLetter("t", 2, 3, "id", "bad"),)))
+    s.add("w2", complete([1, 2], 4))
+    (table,) = s.tables()
+    assert [d.offset for d in table.dead_letters] == [3] and [d.offset for d in table.stale_letters] == [7]

@@ -388,3 +388,21 @@ async def test_a_stop_during_a_table_commit_that_lands_still_sends_its_bad_recor
     with pytest.raises(asyncio.CancelledError):
         await cycle
     assert [(t, [d.offset for d in ds]) for _, t, ds in letters.sent] == [("db.t", [2])]
+
+
+@pytest.mark.asyncio
+async def test_a_commit_found_landed_sends_the_bad_records_of_dropped_replies_below_the_tables_offsets() -> None:
+    """The coordinator that landed a commit died before sending its bad records, and the one that
+    takes the cycle over dropped that reply (an older generation after the rebalance): when the
+    commit id is found in the table, those records are sent too, those the table's offsets passed."""
+    letters = Letters()
+    coordinator = Coordinator(FakeChannel({}), "p", P, Tables(), timeout_s=5, dead_letters=letters)
+    table = TableCommit("db.t", (), (), dead_letters=(DeadLetter("t", 0, 4, "id", "bad"),),
+                        stale_letters=(DeadLetter("t", 0, 4, "id", "bad"), DeadLetter("t", 1, 2, "id", "bad"),
+                                       DeadLetter("t", 1, 9, "id", "bad")))
+    found = CommitResult("c1", 42, 0, {("t", 0): 10, ("t", 1): 5}, 1, 0.01, found=True)
+    await coordinator._send_landed("c1", table, found)
+    assert [(d.partition, d.offset) for _, _, ds in letters.sent for d in ds] == [(0, 4), (1, 2)]   # once each
+    letters.sent.clear()
+    await coordinator._send_landed("c1", table, dataclasses.replace(found, found=False))   # landed by this one
+    assert [(d.partition, d.offset) for _, _, ds in letters.sent for d in ds] == [(0, 4)]

@@ -42,6 +42,10 @@ class TableCommit:
     progress: tuple[tuple[str, int, int], ...] = ()
     # the bad records of ``ranges``: to the dead-letter topic once this commit lands
     dead_letters: tuple[DeadLetter, ...] = ()
+    # the bad records named by replies of this cycle dropped as an older generation: sent only when
+    # this commit id is found already landed (a coordinator that stopped or died after its catalog
+    # commit may have taken those replies), and only below the offsets the table then holds
+    stale_letters: tuple[DeadLetter, ...] = ()
 
 
 @dataclass
@@ -58,6 +62,7 @@ class CommitState:
     _complete: dict[str, DataComplete] = field(default_factory=dict)        # by sender
     _newest: dict[TopicPartition, int] = field(default_factory=dict)        # newest generation per partition
     dropped: list[str] = field(default_factory=list)                        # why replies were not taken
+    _stale_letters: dict[str, list[DeadLetter]] = field(default_factory=dict)   # by table, from dropped replies
 
     def add(self, sender: str, payload: DataWritten | DataComplete) -> bool:
         """Take one reply; ``False`` (with the reason in ``dropped``) when it does not count."""
@@ -93,7 +98,8 @@ class CommitState:
                                     f"{max(self._newest[tp] for tp in stale)} for {sorted(stale)[:3]}; "
                                     "its reply is dropped whole (a zombie)")
                 del self._complete[sender]
-                self._written.pop(sender, None)
+                for written in self._written.pop(sender, []):
+                    self._stale_letters.setdefault(written.table, []).extend(written.dead_letters)
 
     def covered(self) -> frozenset[TopicPartition]:
         return frozenset((a.topic, a.partition) for c in self._complete.values() for a in c.assignments)
@@ -119,8 +125,12 @@ class CommitState:
                 uuids.add(written.table_uuid)
                 dead.extend(written.dead_letters)
         progress = tuple(sorted((t, p, o) for (t, p), o in self.progress().items()))
-        return [TableCommit(t, tuple(f), tuple(r), frozenset(u), progress,
-                            tuple(sorted(d, key=lambda x: (x.topic, x.partition, x.offset))))
+
+        def ordered(letters: list[DeadLetter]) -> tuple[DeadLetter, ...]:
+            return tuple(sorted(letters, key=lambda x: (x.topic, x.partition, x.offset)))
+
+        return [TableCommit(t, tuple(f), tuple(r), frozenset(u), progress, ordered(d),
+                            ordered(self._stale_letters.get(t, [])))
                 for t, (f, r, u, d) in sorted(by_table.items()) if f or r]
 
     def progress(self) -> dict[TopicPartition, int]:

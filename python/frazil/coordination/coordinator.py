@@ -277,8 +277,13 @@ class Coordinator:
     async def _send_landed(self, commit_id: str, table: TableCommit, result: CommitResult) -> None:
         """The bad records of ``table`` that its landed commit counts as consumed: only the ranges the
         table holds (a coordinator finishing an open cycle may have collected late replies the landed
-        commit did not take); sent once even if another commit landed them."""
-        landed = [d for d in table.dead_letters if d.offset < result.offsets.get((d.topic, d.partition), -1)]
+        commit did not take); sent once even if another commit landed them. When this commit id was
+        found landed, also those of replies this coordinator dropped as an older generation: the
+        coordinator that landed it (then stopped or died before sending them) may have taken them,
+        and a bad record below the table's offsets was consumed as bad whoever read it."""
+        letters = {(d.topic, d.partition, d.offset): d for d in (*table.dead_letters,
+                                                                   *(table.stale_letters if result.found else ()))}
+        landed = [d for key, d in sorted(letters.items()) if d.offset < result.offsets.get((d.topic, d.partition), -1)]
         if landed:
             await self._send_dead_letters(commit_id, table.table, landed)
 
