@@ -957,6 +957,11 @@ def run(workdir: Path, broker: KafkaBroker, *, faults: int, seed: int, max_concu
         times = [f.recovered - f.ended for f in done if f.kind == kind and f.recovered is not None]
         recovery[kind] = {"p50": round(statistics.median(times), 1), "max": round(max(times), 1)}
     kinds = Counter(f.kind for f in done)
+    maintained: Counter[str] = Counter()   # the pipeline's own Spark maintenance jobs that finished
+    for logfile in (workdir / "logs").glob("*.log"):
+        for line in logfile.read_text(errors="replace").splitlines():
+            if "frazil.spark.jobs: maintenance " in line and " took " in line:
+                maintained[line.split("frazil.spark.jobs: maintenance ", 1)[1].split(" ", 1)[0]] += 1
     # records that reached their table: events by their offsets, changes by the upsert table's offsets
     # (its rows were checked against the latest change of every key)
     landed = (report["engines"]["pyiceberg"]["chaos.events"]["rows"] - report["engines"]["pyiceberg"]["chaos.events"]["duplicates"]
@@ -966,6 +971,7 @@ def run(workdir: Path, broker: KafkaBroker, *, faults: int, seed: int, max_concu
         "landed": landed, "dead_lettered": report["dead_letters"]["records"], "lost": lost, "duplicates": dup,
         "recovery_s": recovery, "seed": seed, "fault_phase_s": round(fault_phase_s, 1),
         "restarts": dict(restarts), "start_failures": procs.start_failures, "producer_retries": producer.failures, "schema_changes": producer.fields_added,
+        "pipeline_maintenance_jobs": dict(sorted(maintained.items())),
         "exit_codes": codes, "bad_exits": bad_exits, "verify": report,
         "log": [f"{f.started - started:7.1f}s {f.kind}: {f.detail}" for f in sorted(done, key=lambda f: f.started)],
     }
