@@ -156,6 +156,7 @@ class Proc:
     armable: bool = False
     injected: int = 0    # "injected fault at" lines
     working: bool = False   # it has replied to a commit
+    lock: threading.Lock = field(default_factory=threading.Lock)   # scanned from several fault threads
 
     def alive(self) -> bool:
         return self.popen.poll() is None
@@ -174,6 +175,10 @@ class Proc:
 
     def scan(self) -> None:
         """Read what the log says since the last scan (whole lines only)."""
+        with self.lock:
+            self._scan()
+
+    def _scan(self) -> None:
         try:
             with open(self.log, "rb") as f:
                 f.seek(self.pos)
@@ -193,6 +198,21 @@ class Proc:
                 self.working = True
             if b"injected fault at" in line:
                 self.injected += 1
+
+
+def start_failed(proc: Proc) -> bool:
+    """The process could not reach Kafka or the catalog while starting (another fault's outage) and
+    exited as documented: status 3 or 4, before it ever replied to a commit. Killed instead by the
+    SIGUSR1 this runner sent to arm a fault point while it was already on that way out (the event
+    loop that handles the signal had ended): the same, when its last line says so."""
+    proc.scan()
+    code = proc.popen.returncode
+    if proc.working or code is None:
+        return False
+    if code in (3, 4):
+        return True
+    tail = proc.log.read_text(errors="replace")[-2000:]
+    return code == -signal.SIGUSR1 and ("frazil: KafkaUnavailable" in tail or "frazil: CatalogUnavailable" in tail)
 
 
 class Procs:
@@ -268,8 +288,7 @@ class Procs:
                 proc = self.current.get(name)
                 if proc is None or proc.alive():
                     continue
-                proc.scan()
-                if proc.popen.returncode in (3, 4) and not proc.working:
+                if start_failed(proc):
                     self.start_failures += 1
                 elif proc.popen.returncode != -signal.SIGKILL:
                     raise ChaosError(f"{name} exited by itself (code {proc.popen.returncode}); its log {proc.log}:\n"
@@ -610,8 +629,7 @@ class Chaos:
                 code = proc.popen.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 raise ChaosError(f"{name} did not stop within 120 s of SIGTERM; its log {proc.log}") from None
-            proc.scan()
-            if code in (3, 4) and not proc.working:   # could not reach Kafka or the catalog while starting
+            if start_failed(proc):   # could not reach Kafka or the catalog while starting
                 self.procs.start_failures += 1
                 steps.append(f"{name} could not start (exit {code}: another fault's outage)")
             elif code != 0:
