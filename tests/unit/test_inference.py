@@ -69,3 +69,23 @@ def test_a_partition_spec_on_an_inferred_schema_must_fit_its_column() -> None:
         check_spec_fits(s, ("geo",), "raw.t")
     with pytest.raises(ConfigError, match="needs a top-level column 'missing'"):
         check_spec_fits(s, ("identity(missing)",), "raw.t")
+
+
+def test_lenient_inference_leaves_out_records_that_disagree_and_never_stops_the_others() -> None:
+    """Found by the chaos run: a batch with new-field records and a record whose id was a string
+    (bad for its own reason) evolved nothing, and every new-field record became a dead letter."""
+    from frazil.iceberg import evolution
+    from frazil.iceberg.inference import infer_lenient
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField
+
+    new_field = [json.dumps({"id": i, "x2": f"v{i}"}).encode() for i in range(3)]
+    batch = [*new_field, json.dumps({"id": "bad-1"}).encode(), b"not json"]
+    with pytest.raises(InferenceError):
+        infer(batch)   # strict: the string id stops everything
+    shape = infer_lenient(batch)
+    assert set(shape.fields) == {"id", "x2"} and shape.fields["id"].kind == "long"
+    table = Schema(NestedField(1, "id", LongType(), required=True))
+    changes = evolution.plan(table, shape, [("x2", "the table has no such column"), ("id", "is not a number")])
+    assert [(c.kind, c.path) for c in changes] == [("add", ("x2",))]
+    assert infer_lenient([b"not json"]).fields == {}

@@ -123,6 +123,23 @@ def infer(values: Iterable[bytes], *, maps: Sequence[str] = ()) -> Shape:
     return shape
 
 
+def infer_lenient(values: Iterable[bytes], *, maps: Sequence[str] = ()) -> Shape:
+    """The struct shape of the JSON objects among ``values`` that agree with those before them; a
+    record that disagrees (a string where earlier ones had a number) is left out, not allowed to
+    stop the others: in a schema evolution, records bad for their own reasons share the batch with
+    the records whose new fields must still be added (found by the chaos run: a record with a
+    string id made every new-field record of its batch a dead letter). Callers put the records they
+    most need first. An empty struct when none is a JSON object."""
+    shape = Shape("struct")
+    for raw in values:
+        try:
+            one = infer([raw], maps=maps)
+            shape = unify(shape, one, "")
+        except InferenceError:
+            continue
+    return shape
+
+
 def iceberg_type(shape: Shape) -> IcebergType:
     """The Iceberg type for ``shape`` (field ids are placeholders: a schema update assigns its own)."""
     return _iceberg(shape, count(1))

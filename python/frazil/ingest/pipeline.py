@@ -469,10 +469,12 @@ class Pipeline:
         new schema, then ``failed`` appended again; what still does not fit, or None when the
         schema did not change."""
         target = self._targets[name]
-        try:
-            shape = inference.infer([r.value for r in failed], maps=target.cfg.maps)
-        except inference.InferenceError:
-            shape = inference.Shape("struct")   # the widenings may still apply
+        # records with a field the table lacks first: their shape is what the change is made of; a
+        # record that disagrees with them (bad for its own reason) is left out of the shape
+        columns = {f.name for f in target.table.schema().fields}
+        unknown = {e.offset for e in errors if e.field.split(".", 1)[0] not in columns}
+        ordered = sorted(failed, key=lambda r: r.offset not in unknown)
+        shape = inference.infer_lenient([r.value for r in ordered], maps=target.cfg.maps)
         problems = [(e.field, e.reason) for e in errors]
         if not evolution.plan(target.table.schema(), shape, problems):
             return None   # nothing the schema as last loaded lacks (a change made elsewhere would show here)
