@@ -484,21 +484,19 @@ class Chaos:
         others = [p for p in self.procs.live() if p is not lead]
         return rng.choice(others) if others else None
 
-    def kill_worker(self, rng: random.Random, fault: Fault) -> str:
-        victim = self._victim(rng, coordinator=False)
+    def _kill(self, rng: random.Random, fault: Fault, *, coordinator: bool) -> str:
+        victim = self._victim(rng, coordinator=coordinator)
         if victim is None:
             fault.counted = False
-            return "no worker but the coordinator"
+            return "no coordinator to kill" if coordinator else "no worker but the coordinator"
         victim.send(signal.SIGKILL)
-        return f"SIGKILL {victim.name}"
+        return f"SIGKILL {victim.name}{' (the coordinator)' if coordinator else ''}"
+
+    def kill_worker(self, rng: random.Random, fault: Fault) -> str:
+        return self._kill(rng, fault, coordinator=False)
 
     def kill_coordinator(self, rng: random.Random, fault: Fault) -> str:
-        victim = self._victim(rng, coordinator=True)
-        if victim is None:
-            fault.counted = False
-            return "no coordinator to kill"
-        victim.send(signal.SIGKILL)
-        return f"SIGKILL {victim.name} (the coordinator)"
+        return self._kill(rng, fault, coordinator=True)
 
     def kill_at_point(self, rng: random.Random, fault: Fault) -> str:
         point = rng.choice(KILL_POINTS)
