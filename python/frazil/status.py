@@ -15,7 +15,7 @@ from pyiceberg.table.snapshots import ancestors_of
 
 from frazil.config import KafkaConfig
 from frazil.errors import FrazilError, KafkaUnavailable, NotFound
-from frazil.iceberg.offsets import COMMIT_ID_KEY, PIPELINE_KEY, VTTS_KEY, Held
+from frazil.iceberg.offsets import COMMIT_ID_KEY, PIPELINE_KEY, SEALED_KEY, VTTS_KEY, Held
 from frazil.kafka_clients import connect, options
 
 
@@ -120,7 +120,7 @@ def table_progress(table: Table, pipeline: str, held: Held) -> TableProgress:
     if current is not None:
         for snapshot in ancestors_of(current, table.metadata):
             extra = snapshot.summary.additional_properties if snapshot.summary is not None else {}
-            if extra.get(PIPELINE_KEY) == pipeline:
+            if extra.get(PIPELINE_KEY) == pipeline and SEALED_KEY not in extra:   # a seal landed nothing
                 commit_id, committed_ms = extra.get(COMMIT_ID_KEY, ""), snapshot.timestamp_ms
                 vtts = int(extra[VTTS_KEY]) if VTTS_KEY in extra else None
                 break

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -40,6 +41,22 @@ def rows(cfg: config.Config, catalog: Catalog, start: int, end: int) -> pa.Table
         "id": list(range(start, end)), "name": ["x"] * n, "amount": [1.0] * n, "at": [None] * n,
         "_kafka_topic": [TP[0]] * n, "_kafka_partition": [TP[1]] * n, "_kafka_offset": list(range(start, end)),
         "_kafka_timestamp": [0] * n, "_kafka_key": [None] * n}, schema=schema)
+
+
+def once_before_catalog(monkeypatch: pytest.MonkeyPatch, action: Callable[[], object]) -> list[object]:
+    """Runs ``action`` the first time a commit reaches ``commit.before_catalog`` (after its checks,
+    before the catalog call; an inner commit of ``action`` passes that point too). Returns what it
+    returned, once it has run."""
+    original, done = faults.hit, []
+
+    def hook(point: str, scope: str | None = None) -> None:
+        if point == "commit.before_catalog" and not done:
+            done.append(None)
+            done[0] = action()
+        original(point, scope)
+
+    monkeypatch.setattr(faults, "hit", hook)
+    return done
 
 
 def data_snapshots(catalog: Catalog, cfg: config.Config) -> int:
@@ -127,16 +144,8 @@ def test_contiguity_is_checked_inside_the_compare_and_swap(setup, monkeypatch) -
     catalog, cfg = setup
     ours = Committer(catalog, cfg.table.name, cfg.pipeline, sleep=lambda s: None)
     theirs = Committer(catalog, cfg.table.name, cfg.pipeline, sleep=lambda s: None)
-    original = faults.hit
-    raced: list[bool] = []
-
-    def race(point: str, scope: str | None = None) -> None:
-        if point == "commit.before_catalog" and not raced:
-            raced.append(True)  # before the inner commit, which passes this point too
-            theirs.commit(rows(cfg, catalog, 0, 10), {TP: Range(0, 10)}, "theirs")
-        original(point, scope)
-
-    monkeypatch.setattr(faults, "hit", race)
+    raced = once_before_catalog(monkeypatch, lambda: theirs.commit(rows(cfg, catalog, 0, 10), {TP: Range(0, 10)},
+                                                                   "theirs"))
     result = ours.commit(rows(cfg, catalog, 0, 10), {TP: Range(0, 10)}, "ours")
     assert raced and result.already_committed and result.attempts == 2
     counts = support.count_offsets(catalog, cfg.table.name)
@@ -209,3 +218,32 @@ def test_a_created_table_gets_its_identifier_columns_sort_order_and_properties(s
         tx.set_properties({"write.parquet.compression-codec": "snappy"})
     kept = iceberg_catalog.ensure_table(catalog, dataclasses.replace(cfg.table, name="db.plain"))
     assert kept.properties["write.parquet.compression-codec"] == "snappy"
+
+
+def test_a_sealed_commit_id_never_lands_even_from_a_commit_already_past_its_checks(setup, monkeypatch) -> None:
+    """A paused coordinator (a zombie) has loaded the table and checked its ranges; meanwhile the
+    coordinator that took the cycle over seals the commit id. The zombie's catalog commit must lose
+    the compare-and-swap and then be refused as sealed: nothing lands, the offsets stay. Without the
+    seal it would land (its ranges are contiguous), after the cycle was closed."""
+    catalog, cfg = setup
+    zombie = Committer(catalog, cfg.table.name, cfg.pipeline, sleep=lambda s: None)
+    taker = Committer(catalog, cfg.table.name, cfg.pipeline, sleep=lambda s: None)
+    sealed = once_before_catalog(monkeypatch, lambda: taker.seal("cycle-9", reason="taken over"))
+    with pytest.raises(OffsetOverlapError, match="sealed"):
+        zombie.commit(rows(cfg, catalog, 0, 10), {TP: Range(0, 10)}, "cycle-9")
+    assert sealed and not sealed[0].found and data_snapshots(catalog, cfg) == 1   # the seal's empty snapshot only
+    assert zombie.stored_offsets() == {} and support.count_offsets(catalog, cfg.table.name) == {}
+    # a seal changes nothing for the next commits, and sealing again finds its own seal, not a landing
+    assert zombie.commit(rows(cfg, catalog, 0, 10), {TP: Range(0, 10)}, "cycle-10").offsets == {TP: 10}
+    again = taker.seal("cycle-9", reason="taken over again")
+    assert not again.found and again.offsets == {TP: 10}
+
+
+def test_sealing_a_commit_id_that_landed_finds_it_and_changes_nothing(setup) -> None:
+    """The zombie's commit landed before the seal: the seal says so (its bad records are then sent)."""
+    catalog, cfg = setup
+    landed = Committer(catalog, cfg.table.name, cfg.pipeline).commit(rows(cfg, catalog, 0, 10), {TP: Range(0, 10)}, "c-1")
+    snapshots = len(catalog.load_table(cfg.table.name).snapshots())
+    result = Committer(catalog, cfg.table.name, cfg.pipeline).seal("c-1", reason="taken over")
+    assert result.found and result.snapshot_id == landed.snapshot_id and result.offsets == {TP: 10}
+    assert len(catalog.load_table(cfg.table.name).snapshots()) == snapshots

@@ -133,3 +133,28 @@ def test_the_bad_records_of_a_dropped_zombie_reply_are_kept_apart() -> None:
     s.add("w2", complete([1, 2], 4))
     (table,) = s.tables()
     assert [d.offset for d in table.dead_letters] == [3] and [d.offset for d in table.stale_letters] == [7]
+
+
+def test_a_taken_over_cycle_seals_the_tables_only_its_dropped_replies_carried_bad_records_for() -> None:
+    """The coordinator it took over from may be a zombie that accepted those replies; where this one
+    commits nothing, the commit id is sealed so the zombie's commit cannot land after the cycle is
+    closed. Only in a taken-over cycle: nobody else can land a cycle this coordinator started."""
+    from dataclasses import replace
+
+    from frazil.events import DeadLetter
+
+    def replies(s: CommitState) -> CommitState:
+        s.add("zombie", replace(written("db.a", [0], 3), dead_letters=(DeadLetter("t", 0, 7, "id", "bad"),)))
+        s.add("zombie", replace(written("db.b", [0], 3), dead_letters=(DeadLetter("t", 0, 8, "id", "bad"),)))
+        s.add("zombie", written("db.c", [0], 3))   # no bad record: its landing loses nothing
+        s.add("zombie", complete([0], 3))
+        s.add("w2", written("db.b", [0, 1, 2], 4))   # db.b is committed by this coordinator: no seal
+        s.add("w2", complete([0, 1, 2], 4))
+        return s
+
+    taken = replies(CommitState("c1", P, started_ms=1000, timeout_ms=5000, taken_over=True))
+    assert [t.table for t in taken.tables()] == ["db.b"]
+    (seal,) = taken.seals()
+    assert seal.table == "db.a" and seal.seal and not seal.files and not seal.ranges and not seal.dead_letters
+    assert [d.offset for d in seal.stale_letters] == [7]
+    assert replies(state()).seals() == []

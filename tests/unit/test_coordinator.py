@@ -406,3 +406,40 @@ async def test_a_commit_found_landed_sends_the_bad_records_of_dropped_replies_be
     letters.sent.clear()
     await coordinator._send_landed("c1", table, dataclasses.replace(found, found=False))   # landed by this one
     assert [(d.partition, d.offset) for _, _, ds in letters.sent for d in ds] == [(0, 4)]
+
+
+@pytest.mark.asyncio
+async def test_a_taken_over_cycle_whose_bad_records_only_a_dropped_reply_carried_is_sealed() -> None:
+    """The chaos run's lost dead letter (seed 821346851): the old coordinator, paused, had accepted a
+    reply with a bad record; its successor dropped that reply (the partitions had moved), closed the
+    cycle with nothing to commit, and the old one's catalog commit landed afterwards, its bad record
+    never sent. The successor now seals the commit id in that table: if the old one's commit is there
+    already, its bad records go out; if not, it never can land."""
+    first = FakeChannel({})
+    first.log += [Event("p", "coordinator", 0, payload=StartCommit("old-1")),
+                  Event("p", "zombie", 0, payload=DataWritten("old-1", "db.t", (DataFileRef("z.parquet", "PARQUET", 1, 1, 0),),
+                                                              (OffsetRange("t", 0, 0, 5, 1),),
+                                                              dead_letters=(DeadLetter("t", 0, 3, "id", "bad"),))),
+                  Event("p", "zombie", 0, payload=DataComplete("old-1", (Assignment("t", 0, 1),))),
+                  Event("p", "w2", 0, payload=DataComplete("old-1", (Assignment("t", 0, 2), Assignment("t", 1, 2))))]
+
+    class Sealing(Tables):
+        def __init__(self, landed: bool) -> None:
+            super().__init__()
+            self.landed = landed
+
+        def __call__(self, table: TableCommit, commit_id: str, vtts: int | None) -> CommitResult:
+            self.calls.append((table, commit_id))
+            assert table.seal and not table.files
+            return CommitResult(commit_id, 42 if self.landed else None, 0, {("t", 0): 5 if self.landed else 0}, 1,
+                                0.01, found=self.landed)
+
+    for landed in (False, True):
+        letters, tables = Letters(), Sealing(landed)
+        channel = FakeChannel({}, backlog=first.log)
+        successor = Coordinator(channel, "p", P, tables, timeout_s=5, dead_letters=letters)
+        await successor.recover()
+        assert [(t.table, c) for t, c in tables.calls] == [("db.t", "old-1")]
+        assert [(d.partition, d.offset) for _, _, ds in letters.sent for d in ds] == ([(0, 3)] if landed else [])
+        assert channel.payloads(CommitToTable) == ([CommitToTable("old-1", "db.t", 42, None)] if landed else [])
+        assert len(channel.payloads(CommitComplete)) == 1

@@ -46,6 +46,8 @@ class TableCommit:
     # this commit id is found already landed (a coordinator that stopped or died after its catalog
     # commit may have taken those replies), and only below the offsets the table then holds
     stale_letters: tuple[DeadLetter, ...] = ()
+    # not a commit: the commit id is sealed in the table (``Committer.seal``), and this says why
+    seal: str = ""
 
 
 @dataclass
@@ -58,6 +60,9 @@ class CommitState:
     # single mode: the one in-process worker; once it has answered nobody else will, so its answer
     # ends the cycle (partial, without VTTS, if a rebalance took partitions away meanwhile)
     senders: int | None = None
+    # a cycle an earlier coordinator started (a takeover): that coordinator may be a zombie still
+    # able to land it in a table, with the replies this one dropped (see ``seals``)
+    taken_over: bool = False
     _written: dict[str, list[DataWritten]] = field(default_factory=dict)    # by sender
     _complete: dict[str, DataComplete] = field(default_factory=dict)        # by sender
     _newest: dict[TopicPartition, int] = field(default_factory=dict)        # newest generation per partition
@@ -125,13 +130,23 @@ class CommitState:
                 uuids.add(written.table_uuid)
                 dead.extend(written.dead_letters)
         progress = tuple(sorted((t, p, o) for (t, p), o in self.progress().items()))
-
-        def ordered(letters: list[DeadLetter]) -> tuple[DeadLetter, ...]:
-            return tuple(sorted(letters, key=lambda x: (x.topic, x.partition, x.offset)))
-
-        return [TableCommit(t, tuple(f), tuple(r), frozenset(u), progress, ordered(d),
-                            ordered(self._stale_letters.get(t, [])))
+        return [TableCommit(t, tuple(f), tuple(r), frozenset(u), progress, _ordered(d),
+                            _ordered(self._stale_letters.get(t, [])))
                 for t, (f, r, u, d) in sorted(by_table.items()) if f or r]
+
+    def seals(self) -> list[TableCommit]:
+        """A taken-over cycle: the tables that dropped replies carried bad records for and no
+        accepted reply names. This coordinator commits nothing there, but the one it took over from
+        may be a paused zombie that accepted those replies and lands the commit after this cycle
+        is closed, when nobody would send their bad records any more. Sealing the commit id there
+        first decides it: either that commit has landed (its bad records are sent, those the
+        table's offsets passed) or it never will."""
+        if not self.taken_over:
+            return []
+        data = {t.table for t in self.tables()}
+        return [TableCommit(t, (), (), stale_letters=_ordered(letters),
+                            seal=f"taken over; {len(letters)} bad record(s) of dropped replies")
+                for t, letters in sorted(self._stale_letters.items()) if letters and t not in data]
 
     def progress(self) -> dict[TopicPartition, int]:
         """Per partition, the highest watermark an accepted reply reported (stale replies were
@@ -153,3 +168,7 @@ class CommitState:
             return None
         stamps = [c.last_record_ms for c in self._complete.values() if c.last_record_ms is not None]
         return min(stamps) if stamps else None
+
+
+def _ordered(letters: list[DeadLetter]) -> tuple[DeadLetter, ...]:
+    return tuple(sorted(letters, key=lambda x: (x.topic, x.partition, x.offset)))

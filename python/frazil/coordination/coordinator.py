@@ -11,7 +11,11 @@ Failover: a new coordinator first reads the control topic from the position the 
 committed. If it finds a cycle that was started but not completed, it takes it over: it goes on
 collecting replies until that cycle is full or its timeout (counted from the original
 StartCommit) passes, then commits it under the same commit id (if the old coordinator's catalog
-commit landed, the committer finds it and nothing lands twice), before starting its own.
+commit landed, the committer finds it and nothing lands twice), before starting its own. The
+old coordinator may only be paused: fenced on the control topic, it can still reach the catalog.
+Where the replies it may have accepted carried bad records for a table the takeover commits
+nothing to, the commit id is sealed there (``CommitState.seals``), so it lands before the cycle
+is closed (and its bad records are sent) or never.
 
 A table whose commit fails in a way worth retrying (catalog or storage down) is named in
 CommitComplete's ``failed_tables``: its workers keep the files and report them again, with the
@@ -129,7 +133,7 @@ class Coordinator:
             elif isinstance(payload, StartCommit):
                 requested = False
                 open_cycle = CommitState(payload.commit_id, self._partitions(), received.event.sent_ms, self._timeout_ms,
-                                         fence=self._fence, senders=self._senders)
+                                         fence=self._fence, senders=self._senders, taken_over=True)
             elif isinstance(payload, CommitComplete) and open_cycle is not None and payload.commit_id == open_cycle.commit_id:
                 open_cycle = None
             elif isinstance(payload, (DataWritten, DataComplete)) and open_cycle is not None:
@@ -262,6 +266,15 @@ class Coordinator:
             results.append(result)
             await self._send_landed(state.commit_id, table, result)
             events.append(CommitToTable(state.commit_id, table.table, result.snapshot_id, vtts))
+        for table in state.seals():
+            result = await self._seal(state.commit_id, table)
+            if result.found:
+                self._count("already_landed")
+                results.append(result)
+                await self._send_landed(state.commit_id, table, result)
+                events.append(CommitToTable(state.commit_id, table.table, result.snapshot_id, vtts))
+            else:
+                self._count("sealed")
         if len(tables) > 1:
             log.info("commit %s: %d of %d table(s) committed (%d failed, %d refused), %d rows, in %.0f ms",
                      state.commit_id, len(results), len(tables), len(failed), len(tables) - len(results) - len(failed),
@@ -273,6 +286,26 @@ class Coordinator:
             await self._channel.commit_position(self._last_offset + 1)
         return results
 
+
+    async def _seal(self, commit_id: str, table: TableCommit) -> CommitResult:
+        """Seal ``commit_id`` in ``table`` (``CommitState.seals``). Retried through a catalog outage
+        while the cycle stays open (closing it unsealed would leave the hole the seal closes), up to
+        ``outage_timeout_s``; then the coordinator stops and the next one takes the cycle over again."""
+        outage = Outage(self._outage_timeout_s)
+        while True:
+            try:
+                return await _finished(self._commit_table, table, commit_id, None,
+                                       on_stop=functools.partial(self._send_landed, commit_id, table))
+            except FrazilError as exc:
+                now_s = self._clock_ms() / 1000
+                failing = outage.failed(now_s)
+                if not exc.retriable or outage.expired(now_s):
+                    raise CommitOutcomeUnknown(f"commit {commit_id}: could not seal it in {table.table} ({exc}); "
+                                               "stopping the coordinator before the cycle is closed: the next one "
+                                               "takes it over again") from exc
+                log.error("commit %s: sealing it in %s failed (%s); trying again (failing for %.0fs of "
+                          "outage_timeout_s=%g)", commit_id, table.table, exc, failing, self._outage_timeout_s)
+                await asyncio.sleep(min(1.0 + failing / 4, 10.0))
 
     async def _send_landed(self, commit_id: str, table: TableCommit, result: CommitResult) -> None:
         """The bad records of ``table`` that its landed commit counts as consumed: only the ranges the
@@ -344,6 +377,8 @@ def table_committer(catalog: Catalog, pipeline: str, *, max_attempts: int, journ
 
     def commit(table: TableCommit, commit_id: str, valid_through_ms: int | None) -> CommitResult:
         committer = Committer(catalog, table.table, pipeline, max_attempts=max_attempts, indexes=indexes)
+        if table.seal:
+            return committer.seal(commit_id, reason=table.seal)
         try:
             loaded = committer.load()
         except Exception as exc:  # noqa: BLE001 - catalog unreachable: nothing was attempted

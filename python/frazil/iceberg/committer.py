@@ -127,6 +127,13 @@ def find_commit(table: Table, commit_id: str) -> int | None:
     return None
 
 
+def seal_of(table: Table, snapshot_id: int) -> str | None:
+    """Why snapshot ``snapshot_id`` sealed its commit id (``Committer.seal``), or None: it landed data."""
+    snapshot = table.snapshot_by_id(snapshot_id)
+    summary = snapshot.summary.additional_properties if snapshot is not None and snapshot.summary is not None else {}
+    return summary.get(offsets.SEALED_KEY)
+
+
 class Committer:
     def __init__(self, catalog: Catalog, table_name: str, pipeline: str, *, max_attempts: int = 5,
                  backoff_s: float = 0.2, sleep: Callable[[float], None] = time.sleep,
@@ -218,6 +225,7 @@ class Committer:
                 continue
             landed = find_commit(table, commit_id)
             if landed is not None:  # an earlier attempt landed after all, or someone else landed it
+                self._refuse_sealed(table, landed, commit_id)
                 return self._result(commit_id, landed, rows, table, attempt, started, found=not sent)
             found = self.held(table)
             stored = found.offsets
@@ -283,9 +291,11 @@ class Committer:
                 last_error = exc
                 landed = self._resolve(commit_id)
                 if landed is not None:
+                    table = self.load()
+                    self._refuse_sealed(table, landed, commit_id)
                     log.warning("commit %s table=%s: %s, but the commit landed as snapshot %d",
                                 commit_id, self._table_name, exc, landed)
-                    return self._result(commit_id, landed, rows, self.load(), attempt, started)
+                    return self._result(commit_id, landed, rows, table, attempt, started)
                 log.warning("commit %s table=%s: attempt %d/%d failed and did not land (%s: %s)",
                             commit_id, self._table_name, attempt, self._max_attempts, type(exc).__name__, exc)
             else:
@@ -302,6 +312,60 @@ class Committer:
             f"commit {commit_id} to {self._table_name} failed {self._max_attempts} times; last error: "
             f"{type(last_error).__name__}: {last_error}. Nothing was committed; check the catalog and restart."
         ) from last_error
+
+    def seal(self, commit_id: str, *, reason: str) -> CommitResult:
+        """Close ``commit_id`` in this table for good: once this returns, no commit of that id can
+        land here. A coordinator that takes over an open cycle and ends it without committing it
+        to a table that replies it dropped (an older generation) named, seals it there: the
+        coordinator it took over from may be a zombie (paused, not dead) holding those replies,
+        and its catalog commit would land after the cycle was closed, with bad records nobody
+        sends any more. The seal is an empty snapshot carrying the commit id (``frazil.sealed``:
+        why), so the zombie's commit loses the compare-and-swap, finds the commit id, and is
+        refused as sealed. Returns ``found`` when the commit id was in the table already (the
+        zombie landed first: its bad records are the caller's to send); the offsets do not move."""
+        started = time.monotonic()
+        last_error: Exception | None = None
+        for attempt in range(1, self._max_attempts + 1):
+            try:
+                table = self.load()
+                landed = find_commit(table, commit_id)
+                if landed is not None:
+                    return self._result(commit_id, landed, 0, table, attempt, started,
+                                        found=seal_of(table, landed) is None)
+                summary = {offsets.COMMIT_ID_KEY: commit_id, offsets.PIPELINE_KEY: self._pipeline,
+                           offsets.SEALED_KEY: reason}
+                tx = no_inner_retry(table).transaction()
+                with tx.update_snapshot(snapshot_properties=summary).fast_append():
+                    pass   # no data, no offsets: only the commit id, closed
+                faults.hit("commit.before_catalog", self._table_name)
+                committed = tx.commit_transaction()
+                faults.hit("commit.after_catalog", self._table_name)
+            except CommitFailedException as exc:
+                last_error = exc   # something landed meanwhile (perhaps that very commit): look again
+                log.warning("seal %s table=%s: conflict on attempt %d/%d (%s); re-reading the table", commit_id,
+                            self._table_name, attempt, self._max_attempts, exc)
+            except Exception as exc:  # noqa: BLE001 - unknown outcome: the next attempt looks for the id first
+                last_error = exc
+                log.warning("seal %s table=%s: attempt %d/%d failed (%s: %s)", commit_id, self._table_name, attempt,
+                            self._max_attempts, type(exc).__name__, exc)
+            else:
+                snapshot = committed.current_snapshot()
+                log.warning("commit %s table=%s: sealed as snapshot %s (%s); it can no longer land here", commit_id,
+                            self._table_name, snapshot.snapshot_id if snapshot else None, reason)
+                return CommitResult(commit_id, None, 0, self.held(committed).offsets, attempt,
+                                    time.monotonic() - started, snapshots=len(committed.metadata.snapshots),
+                                    table=self._table_name, delete_files=delete_files(committed))
+            self._sleep(self._backoff_s * 2 ** (attempt - 1))
+        raise CommitOutcomeUnknown(
+            f"could not seal commit {commit_id} in {self._table_name} in {self._max_attempts} attempts; last error: "
+            f"{type(last_error).__name__}: {last_error}") from last_error
+
+    def _refuse_sealed(self, table: Table, snapshot_id: int, commit_id: str) -> None:
+        reason = seal_of(table, snapshot_id)
+        if reason is not None:
+            raise OffsetOverlapError(f"commit {commit_id} to {self._table_name} was sealed as snapshot {snapshot_id} by "
+                                     f"the coordinator that took the cycle over ({reason}); nothing was committed, the "
+                                     "partitions are read again from the stored offsets")
 
     def skip_to(self, targets: Mapping[TopicPartition, int], *, reason: str, by: str) -> CommitResult:
         """An operator's reset: the table's offsets of ``targets`` move forward to the offsets given

@@ -47,6 +47,7 @@ from pyiceberg.table.update.snapshot import _FastAppendFiles
 from pyiceberg.typedef import Record
 
 from frazil import _native
+from frazil.iceberg import offsets
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +184,10 @@ def rows_unmoved_since(table: Table, snapshot_id: int | None) -> bool:
         if snapshot.snapshot_id == snapshot_id:
             return True
         summary = snapshot.summary
+        if summary is not None and summary.operation == Operation.APPEND \
+                and offsets.SEALED_KEY in summary.additional_properties and not summary.additional_properties.get(
+                    "added-data-files"):
+            continue   # a commit id sealed (Committer.seal): an empty snapshot
         if summary is None or summary.operation != Operation.REPLACE:
             return False
         extra = summary.additional_properties

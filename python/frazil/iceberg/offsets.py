@@ -19,6 +19,9 @@ OFFSETS_PREFIX = "frazil.offsets."
 COMMIT_ID_KEY = "frazil.commit-id"
 PIPELINE_KEY = "frazil.pipeline"
 VTTS_KEY = "frazil.vtts"   # valid-through timestamp (ms) of a full distributed commit
+# an empty snapshot that closes a commit id in a table (why, as text): that commit id can never land
+# there afterwards (``Committer.seal``)
+SEALED_KEY = "frazil.sealed"
 
 
 PROGRESS_PREFIX = "frazil.progress."
