@@ -20,7 +20,6 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
@@ -28,7 +27,6 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io.pyarrow import _dataframe_to_data_files, parquet_file_to_data_file
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, TableProperties, Transaction
-from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import ancestors_of
 from pyiceberg.typedef import Record
 
@@ -104,31 +102,9 @@ def no_inner_retry(table: Table) -> Table:
                  table.io, table.catalog)
 
 
-class _Transaction(Transaction):
-    """pyiceberg's transaction, its staged metadata built once per set of staged updates.
-    ``Transaction.table_metadata`` applies the staged updates to the loaded metadata and deep-copies
-    the whole result on every access, about 14 times per append. The copy grows with the table's
-    history (snapshots, snapshot and metadata logs), and it was most of a commit's time: 128 of
-    191 ms at the 10th commit of a table, 450 of 548 ms at the 200th (cProfile, maintenance off,
-    a loaded machine; 59 and 134 ms with this). The metadata models are frozen, and pyiceberg's updates
-    build new lists rather than change old ones, so every caller can be handed the same copy."""
-
-    _memo: tuple[tuple[Any, ...], TableMetadata, TableMetadata] | None = None
-
-    @property
-    def table_metadata(self) -> TableMetadata:
-        if not self._updates:
-            return self._table.metadata   # nothing staged yet: the loaded metadata as it is
-        memo = self._memo
-        if memo is None or memo[0] is not self._updates or memo[1] is not self._table.metadata:
-            memo = self._memo = (self._updates, self._table.metadata, super().table_metadata)
-        return memo[2]
-
-
 def transaction(table: Table) -> Transaction:
-    """A transaction for one of frazil's commits: pyiceberg's own retry off (``no_inner_retry``),
-    its staged metadata built once per change (``_Transaction``)."""
-    return _Transaction(no_inner_retry(table))
+    """A transaction for one of frazil's commits, pyiceberg's own retry off (``no_inner_retry``)."""
+    return no_inner_retry(table).transaction()
 
 
 def refuse_backward_reset(table_name: str, stored: Mapping[TopicPartition, int],
