@@ -247,3 +247,29 @@ def test_sealing_a_commit_id_that_landed_finds_it_and_changes_nothing(setup) -> 
     result = Committer(catalog, cfg.table.name, cfg.pipeline).seal("c-1", reason="taken over")
     assert result.found and result.snapshot_id == landed.snapshot_id and result.offsets == {TP: 10}
     assert len(catalog.load_table(cfg.table.name).snapshots()) == snapshots
+
+
+def test_manifests_are_merged_so_the_manifest_list_stays_short(setup) -> None:
+    """Every append adds a manifest and every commit rewrites the list of all of them: frazil's
+    tables merge them once 16 are there (catalog.MANIFEST_MERGE), and nothing is lost doing it."""
+    catalog, cfg = setup
+    committer = Committer(catalog, cfg.table.name, cfg.pipeline, sleep=lambda s: None)
+    for i in range(40):
+        committer.commit(rows(cfg, catalog, 10 * i, 10 * (i + 1)), {TP: Range(10 * i, 10 * (i + 1))}, f"c{i}")
+    table = catalog.load_table(cfg.table.name)
+    assert table.properties["commit.manifest.min-count-to-merge"] == "16"
+    assert len(table.current_snapshot().manifests(table.io)) <= 16
+    counts = support.count_offsets(catalog, cfg.table.name)
+    assert sorted(counts) == [("events", 0, o) for o in range(400)] and set(counts.values()) == {1}
+    assert committer.stored_offsets() == {TP: 400}
+
+
+def test_a_tables_own_manifest_merge_settings_are_kept(tmp_path: Path) -> None:
+    cfg = support.load(support.write_config(tmp_path, "127.0.0.1:1", ["events"]))
+    catalog = iceberg_catalog.load(cfg.catalog)
+    table = iceberg_catalog.ensure_table(catalog, cfg.table)
+    with table.transaction() as tx:
+        tx.set_properties({"commit.manifest.min-count-to-merge": "100", "commit.manifest-merge.enabled": "false"})
+    again = iceberg_catalog.ensure_table(catalog, cfg.table)
+    assert again.properties["commit.manifest.min-count-to-merge"] == "100"
+    assert again.properties["commit.manifest-merge.enabled"] == "false"

@@ -72,6 +72,12 @@ META_COLUMNS: tuple[tuple[str, IcebergType, bool], ...] = (
 # every few seconds they lose the compare-and-swap often (Iceberg's default is 4 retries).
 PARQUET_CODEC = "write.parquet.compression-codec"
 REQUIRED_PROPERTIES = {"commit.retry.num-retries": "20", "commit.retry.min-wait-ms": "50"}
+# Set when a table has no say of its own. Every append adds a manifest, and every commit writes
+# the manifest list naming all of them: without merging, a commit's cost grows with the commits
+# since the last manifest rewrite (an hourly maintenance run lets thousands pile up). Merged once
+# 16 small ones are there, as Iceberg's own appends do (at 100 by default): the manifest list
+# stays short, and a merge rewrites the live data files' entries, which compaction keeps few.
+MANIFEST_MERGE = {"commit.manifest-merge.enabled": "true", "commit.manifest.min-count-to-merge": "16"}
 
 _PRIMITIVES: dict[str, IcebergType] = {
     "boolean": BooleanType(), "int": IntegerType(), "long": LongType(), "float": FloatType(),
@@ -322,6 +328,9 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
     if PARQUET_CODEC not in table.properties and PARQUET_CODEC not in wanted:
         # pyiceberg writes zstd without it; Spark's compaction would write gzip (Iceberg's old default)
         wanted[PARQUET_CODEC] = "zstd"
+    for key, value in MANIFEST_MERGE.items():
+        if key not in table.properties and key not in wanted:
+            wanted[key] = value
     if created and NAME_MAPPING not in table.properties:
         # files written without field ids by other tools stay readable: columns are found by name
         wanted[NAME_MAPPING] = create_mapping_from_schema(table.schema()).model_dump_json()

@@ -277,7 +277,8 @@ class Committer:
                         for delete_file in deletes:
                             row_delta.add_delete_file(delete_file)
                 else:
-                    with tx.update_snapshot(snapshot_properties=summary).fast_append() as append:
+                    # merges manifests as the table's commit.manifest-merge.* properties say (catalog.MANIFEST_MERGE)
+                    with tx.update_snapshot(snapshot_properties=summary).merge_append() as append:
                         for data_file in files:
                             append.append_data_file(data_file)
                 tx.set_properties(properties)
