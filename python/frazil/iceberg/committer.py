@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.io.pyarrow import _dataframe_to_data_files, parquet_file_to_data_file
+from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, TableProperties, Transaction
 from pyiceberg.table.snapshots import ancestors_of
@@ -32,7 +32,7 @@ from pyiceberg.typedef import Record
 
 from frazil import faults
 from frazil.errors import CommitOutcomeUnknown, FrazilError, OffsetGapError, OffsetOverlapError
-from frazil.iceberg import mutations, offsets
+from frazil.iceberg import mutations, offsets, writes
 from frazil.iceberg.offsets import Range, TopicPartition, Verdict
 
 log = logging.getLogger(__name__)
@@ -178,8 +178,7 @@ class Committer:
         A failure here (catalog or storage down) is retriable: nothing was committed."""
         try:
             table = table or self.load()
-            return list(_dataframe_to_data_files(table_metadata=table.metadata, df=data, io=table.io,
-                                                 write_uuid=uuid.uuid4()))
+            return writes.data_files(table.metadata, data, table.io)
         except Exception as exc:  # noqa: BLE001
             raise CommitOutcomeUnknown(f"could not write data files for {self._table_name}: "
                                        f"{type(exc).__name__}: {exc}; nothing was committed") from exc

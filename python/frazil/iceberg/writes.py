@@ -1,0 +1,103 @@
+"""Arrow rows to Parquet data files of a table, partitioned without copying the rows where it can.
+
+pyiceberg writes a partitioned table by filtering the whole Arrow table once per partition value
+(``_determine_partitions``): every row is copied once more, all partitions at once (its writer's
+thread pool takes every task before writing any), on top of the rows the buffer drained. That
+copy was what took the partitioned workload's peak RSS past ``memory_budget_mb`` (1,149 MiB at a
+512 MiB budget, docs/benchmarks.md).
+
+Rows from Kafka arrive in runs: a partition's records in offset order, so rows of one partition
+value (a day, an hour, a country a topic carries) mostly sit together. Here each run is a slice
+of the table (no copy), and a partition value's data files are written from the slices of all its
+runs, in their order. Only when the rows are scattered (more than ``MAX_RUNS`` runs, e.g. a
+bucket of a random id) are they sorted by partition value first: one copy, as pyiceberg's.
+Unpartitioned tables go through pyiceberg's writer unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.io import FileIO
+from pyiceberg.io.pyarrow import (
+    _dataframe_to_data_files,
+    _get_field_from_arrow_table,
+    bin_pack_arrow_table,
+    pyarrow_to_schema,
+    write_file,
+)
+from pyiceberg.manifest import DataFile
+from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
+from pyiceberg.table import DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE, TableProperties, WriteTask
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.utils.config import Config
+from pyiceberg.utils.properties import property_as_int
+
+MAX_RUNS = 4096   # more runs of equal partition values than this: sorted first (one copy)
+
+
+def data_files(metadata: TableMetadata, data: pa.Table, io: FileIO, write_uuid: uuid.UUID | None = None) -> list[DataFile]:
+    """Write ``data`` (the table's Arrow schema) as data files of the table ``metadata`` describes."""
+    write_uuid = write_uuid or uuid.uuid4()
+    spec = metadata.spec()
+    if spec.is_unpartitioned() or data.num_rows == 0:
+        return list(_dataframe_to_data_files(table_metadata=metadata, df=data, io=io, write_uuid=write_uuid))
+    schema = metadata.schema()
+    keys = [field.transform.pyarrow_transform(schema.find_field(field.source_id).field_type)(
+        _get_field_from_arrow_table(data, _column_name(metadata, field.source_id))) for field in spec.fields]
+    starts = run_starts(keys)
+    if len(starts) > MAX_RUNS:   # scattered: one sort, then every partition value is one run
+        order = pc.sort_indices(pa.table({str(i): k for i, k in enumerate(keys)}),
+                                sort_keys=[(str(i), "ascending", "at_end") for i in range(len(keys))])
+        data, keys = data.take(order), [pc.take(k, order) for k in keys]
+        starts = run_starts(keys)
+    ends = [*starts[1:], data.num_rows]
+    values = list(zip(*(pc.take(k, pa.array(starts, pa.int64())).to_pylist() for k in keys), strict=True))
+    runs: dict[tuple[Any, ...], list[pa.Table]] = {}
+    for value, start, end in zip(values, starts, ends, strict=True):
+        runs.setdefault(value, []).append(data.slice(start, end - start))
+    target_size = property_as_int(metadata.properties, TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
+                                  TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT)
+    assert target_size is not None
+    task_schema = pyarrow_to_schema(data.schema, name_mapping=schema.name_mapping, format_version=metadata.format_version,
+                                    downcast_ns_timestamp_to_us=Config().get_bool(DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE) or False)
+    counter = itertools.count(0)
+
+    def tasks() -> Iterator[WriteTask]:
+        for value, slices in runs.items():
+            key = PartitionKey(field_values=[PartitionFieldValue(field=f, value=v) for f, v in zip(spec.fields, value, strict=True)],
+                               partition_spec=spec, schema=schema)
+            for batches in bin_pack_arrow_table(pa.concat_tables(slices), target_size):   # concat of slices: no copy
+                yield WriteTask(write_uuid=write_uuid, task_id=next(counter), record_batches=batches, partition_key=key,
+                                schema=task_schema)
+
+    return list(write_file(io=io, table_metadata=metadata, tasks=tasks()))
+
+
+def run_starts(keys: list[pa.Array | pa.ChunkedArray]) -> list[int]:
+    """The rows where the partition value (one array per partition field) differs from the row
+    before: 0, then every change. Two nulls are equal here."""
+    n = len(keys[0])
+    if n == 0:
+        return []
+    changed = []
+    for key in keys:
+        before, after = key[:-1], key[1:]
+        differ = pc.fill_null(pc.not_equal(after, before), True)
+        both_null = pc.and_(pc.is_null(after), pc.is_null(before))
+        changed.append(pc.and_(differ, pc.invert(both_null)))
+    anywhere = functools.reduce(pc.or_, changed)
+    return [0, *(i + 1 for i in pc.indices_nonzero(anywhere).to_pylist())]
+
+
+def _column_name(metadata: TableMetadata, field_id: int) -> str:
+    name = metadata.schema().find_column_name(field_id)
+    if name is None:
+        raise ValueError(f"the partition spec names field id {field_id}, which the schema does not have")
+    return name
