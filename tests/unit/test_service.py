@@ -87,7 +87,18 @@ def _lost_connection() -> Exception:
     return outer
 
 
-@pytest.mark.parametrize("error", [KafkaUnavailable("cannot read the dead-letter position"), "lost-connection"])
+def _unknown_server_error() -> Exception:
+    """A broker just restarted answering a transaction's end with UNKNOWN_SERVER_ERROR: aiokafka's
+    sender stops with a plain KafkaError whose cause is UnknownError (not retriable to aiokafka)."""
+    from aiokafka.errors import KafkaError, UnknownError
+
+    outer = KafkaError("Unexpected error during batch delivery")
+    outer.__cause__ = UnknownError()
+    return outer
+
+
+@pytest.mark.parametrize("error", [KafkaUnavailable("cannot read the dead-letter position"), "lost-connection",
+                                   "unknown-server-error"])
 def test_a_coordinator_role_that_loses_kafka_starts_again_while_the_process_leads(
         monkeypatch: pytest.MonkeyPatch, error: Any) -> None:
     """A broker restart under the coordinator role (its control-topic producer or dead-letter sink
@@ -100,7 +111,8 @@ def test_a_coordinator_role_that_loses_kafka_starts_again_while_the_process_lead
     async def lead() -> None:
         starts["n"] += 1
         if starts["n"] <= 3:
-            raise _lost_connection() if error == "lost-connection" else error
+            raise {"lost-connection": _lost_connection, "unknown-server-error": _unknown_server_error}.get(
+                error, lambda: error)()
         stop.set()
 
     monkeypatch.setattr(svc, "_lead", lead)

@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 from pyiceberg.catalog import Catalog
 
-from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.errors import KafkaError, ProducerFenced, UnknownError
 
 from frazil import faults
 from frazil.config import Config
@@ -241,10 +241,14 @@ def kafka_outage(exc: BaseException) -> bool:
     a lost connection), which a new coordinator survives, rather than a fault of its own. The cause
     chain counts: aiokafka's transactional producer wraps a lost connection met while it looks up
     the transaction coordinator in a plain ``KafkaError`` ("Unexpected error during batch
-    delivery") and its sender stops for good."""
+    delivery") and its sender stops for good. A broker's UNKNOWN_SERVER_ERROR (aiokafka's
+    ``UnknownError``, not retriable to aiokafka) counts too: a broker just restarted answered a
+    transaction's end with it, and the producer's sender stopped the same way (the chaos run,
+    seed 821346851). A new coordinator starts with new producers and takes the open cycle over,
+    so a broker-side error costs a restart, bounded by ``outage_timeout_s``, not the process."""
     seen: BaseException | None = exc
     while seen is not None:
-        if isinstance(seen, KafkaUnavailable) or (isinstance(seen, KafkaError) and bool(seen.retriable)):
+        if isinstance(seen, (KafkaUnavailable, UnknownError)) or (isinstance(seen, KafkaError) and bool(seen.retriable)):
             return True
         seen = seen.__cause__
     return False
