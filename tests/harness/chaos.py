@@ -10,7 +10,9 @@ Seeded: the seed picks every fault, its time, its victim and the data, so a fail
 verifier trusts neither frazil's counters nor its offsets: it reads both topics back from the
 broker, classifies every record itself, and compares with every table read by pyiceberg and by
 Spark SQL, and with the dead-letter topic read with read_committed. Writes
-``benches/results/chaos.json``.
+``benches/results/chaos.json``. The pipeline's processes run a copy of the ``frazil`` package
+taken when the run begins (``<dir>/src``): the report is of one version, whatever is edited
+meanwhile.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import frazil
 from frazil import faults as fault_points
 from frazil.demo import create_topic
 from frazil.iceberg import catalog as iceberg_catalog
@@ -224,7 +227,13 @@ class Procs:
         self.incarnations: Counter[str] = Counter()
         self.lock = threading.RLock()
         self.start_failures = 0
-        self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # the processes run frazil as it was when the run began: a copy, so that one restarted
+        # mid-run does not pick up an edit to the working tree (the report is of one version)
+        frozen = workdir / "src"
+        shutil.copytree(Path(frazil.__file__).parent, frozen / "frazil", dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        path = os.pathsep.join(p for p in (str(frozen), os.environ.get("PYTHONPATH", "")) if p)
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
 
     def config(self, name: str) -> Path:
         path = self.workdir / f"{name}.toml"
