@@ -84,6 +84,13 @@ def main() -> None:
         f"offset.storage.file.filename={work / 'connect.offsets'}",
         "listeners=http://127.0.0.1:0",
         f"plugin.path={work}",
+        # The sink answers the coordinator's StartCommit only inside put()/flush(), and Connect
+        # polls with a timeout up to the next offset flush (60 s by default): a task whose
+        # partitions are drained sat on its last records until that tick, the coordinator made a
+        # partial commit after its 30 s timeout, and the tail of the run waited for the next tick
+        # (the 60-110 s stalls; apache/iceberg#17811). The sink's preCommit returns nothing, so a
+        # short interval costs only a skipped offset commit.
+        "offset.flush.interval.ms=500",
     ]) + "\n")
     (work / "sink.properties").write_text("\n".join([
         f"name={job['name']}",  # the consumer groups are named after it: one per run
@@ -98,6 +105,9 @@ def main() -> None:
         "iceberg.catalog.jdbc.init-catalog-tables=false",
         "iceberg.catalog.cache-enabled=false",
         f"iceberg.control.commit.interval-ms={int(job['interval_s'] * 1000)}",
+        # a cycle takes well under a second here: a missed StartCommit (a task joining late)
+        # costs 10 s instead of the 30 s default
+        "iceberg.control.commit.timeout-ms=10000",
         f"iceberg.control.topic={control}",
         "iceberg.tables.auto-create-enabled=false",
         "transforms=meta",
