@@ -4,8 +4,9 @@ from typing import final
 
 import pyarrow as pa
 
-__all__ = ["ALIGNMENT", "AppendResult", "AvroBuffer", "BufferFullError", "DecodeError", "JsonBuffer", "NativeError",
-           "UnknownField", "UnknownSchemaError", "__version__", "KeyIndex", "append_routed", "route_groups", "split_changes"]
+__all__ = ["ALIGNMENT", "AppendResult", "AvroBuffer", "BufferFullError", "CorruptBatchError", "DecodeError", "FetchSummary",
+           "Fetched", "JsonBuffer", "NativeError", "UnknownField", "UnknownSchemaError", "__version__", "KeyIndex",
+           "append_routed", "read_fetch", "route_groups", "split_changes"]
 
 __version__: str
 ALIGNMENT: int
@@ -26,6 +27,66 @@ class UnknownSchemaError(NativeError):
 
     ``args`` is ``(message, schema_ids)``.
     """
+
+class CorruptBatchError(NativeError):
+    """A fetched record batch cannot be read (a CRC-32C mismatch, a malformed batch, an older
+    message format); nothing of the fetch was taken.
+
+    ``args`` is ``(message, base_offset)``: the offset of the batch at fault.
+    """
+
+@final
+class FetchSummary:
+    """Counts over the records of a fetch from one index on."""
+
+    @property
+    def records(self) -> int: ...
+    @property
+    def tombstones(self) -> int:
+        """Records with a null value."""
+    @property
+    def value_bytes(self) -> int:
+        """Bytes of the non-null values."""
+    @property
+    def first_offset(self) -> int: ...
+    @property
+    def last_offset(self) -> int: ...
+    @property
+    def max_timestamp_ms(self) -> int: ...
+
+@final
+class Fetched:
+    """One partition's fetched record set, read natively: its records in offset order (control
+    batches, aborted transactions and records below the fetch offset left out), none of them a
+    Python object until asked for."""
+
+    def __len__(self) -> int: ...
+    @property
+    def next_offset(self) -> int:
+        """The next offset to fetch: past the last whole batch read."""
+    @property
+    def batches(self) -> int: ...
+    @property
+    def control_batches(self) -> int: ...
+    @property
+    def aborted_records(self) -> int: ...
+    @property
+    def batch_bytes(self) -> int:
+        """Bytes of the batches read, as fetched."""
+    def index_of(self, offset: int) -> int:
+        """The index of the first record at or past ``offset`` (``len`` when none is)."""
+    def summary(self, start: int = 0) -> FetchSummary:
+        """Counts over the records from index ``start`` on (all zero when there are none)."""
+    def columns(self, start: int = 0, offsets: list[int] | None = None
+                ) -> tuple[list[int], list[int], list[bytes | None], list[bytes | None], list[list[tuple[str, bytes | None]]]]:
+        """The records from index ``start`` on, or those at ``offsets`` (sorted), as columns:
+        offsets, timestamps (ms), keys, values, headers."""
+
+def read_fetch(data: bytes, *, fetch_offset: int, read_committed: bool, aborted: list[tuple[int, int]],
+               check_crcs: bool = True) -> Fetched:
+    """Reads one partition's record set (message format v2: CRC-32C, gzip, snappy, lz4, zstd) as
+    a fetch response returned it. ``aborted``: the response's aborted transactions as (producer
+    id, first offset). Raises CorruptBatchError, taking nothing. Runs without the GIL."""
 
 @final
 class DecodeError:
@@ -103,6 +164,10 @@ class JsonBuffer:
     ) -> AppendResult:
         """Decode one batch of one topic-partition. Raises BufferFullError (appending nothing)
         when the cap would be passed."""
+    def append_fetched(self, *, topic: str, partition: int, fetched: Fetched, start: int = 0) -> AppendResult:
+        """Decode the records of ``fetched`` from index ``start`` on that have a value, straight
+        from the fetched bytes; as :meth:`append` otherwise (an error's ``index`` counts the
+        records with a value from ``start``)."""
     def drain(self) -> pa.RecordBatch | None:
         """Everything buffered as one record batch with 64-byte aligned buffers; afterwards the
         buffer no longer counts it."""

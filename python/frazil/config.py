@@ -7,6 +7,7 @@ every key; keep the two in step.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import tomllib
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from frazil.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _TYPES = ("boolean", "int", "long", "float", "double", "string", "binary", "date", "time",
@@ -84,7 +87,7 @@ class KafkaConfig:
     topics: tuple[str, ...]            # () when ``topic_pattern`` is set
     group_id: str
     auto_offset_reset: str = "earliest"
-    max_poll_records: int = 10_000
+    max_partition_fetch_bytes: int = 4 * 1024 * 1024   # the most one partition fetch returns: a poll's unit of work
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 3_000
     client_id: str = "frazil"
@@ -922,6 +925,10 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
     p.finish()
 
     k = top.section("kafka")
+    if "max_poll_records" in k.data:
+        k.used.add("max_poll_records")
+        log.warning("kafka.max_poll_records no longer has an effect: a poll takes each partition's fetch whole, read "
+                    "natively (at most kafka.max_partition_fetch_bytes per partition); remove it from the config")
     topic_pattern = _regex(k, "topic_pattern", '"orders\\..*"')
     topics = k.get("topics", list, [])
     if bool(topics) == bool(topic_pattern):
@@ -937,7 +944,7 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
         topics=tuple(topics),
         group_id=k.get("group_id", str, f"frazil-{pipeline}"),
         auto_offset_reset=reset,
-        max_poll_records=k.positive("max_poll_records", int, 10_000),
+        max_partition_fetch_bytes=k.positive("max_partition_fetch_bytes", int, 4 * 1024 * 1024),
         session_timeout_ms=k.positive("session_timeout_ms", int, 10_000),
         heartbeat_interval_ms=k.positive("heartbeat_interval_ms", int, 3_000),
         client_id=k.get("client_id", str, f"frazil-{pipeline}"),

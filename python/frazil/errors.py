@@ -51,6 +51,20 @@ class RecordDecodeError(FrazilError):
         )
 
 
+class CorruptBatchError(FrazilError):
+    """A fetched record batch cannot be read: its CRC-32C does not match, it is not a well-formed
+    batch, or it is in a message format older than v2. Nothing of the fetch was taken."""
+
+    def __init__(self, *, topic: str, partition: int, offset: int, detail: str) -> None:
+        self.topic, self.partition, self.offset = topic, partition, offset
+        super().__init__(
+            f"{topic}[{partition}]: {detail}. The pipeline stopped; nothing past what the tables hold was taken, so "
+            "nothing is lost. Restart to fetch it again (damage on the way heals); if it fails again at the same "
+            "offset, the broker's copy is damaged: check the partition's log segments on the broker "
+            "(kafka-dump-log.sh --deep-iteration) and recover it from a replica."
+        )
+
+
 class OffsetOverlapError(FrazilError):
     """Some of the records in a commit are already in the table (rule 3: overlap).
 

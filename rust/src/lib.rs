@@ -1,7 +1,8 @@
-//! frazil's native core. `buffer` is pure Rust; `bindings` adapts it to Python.
+//! frazil's native core. `buffer` and `kafka` are pure Rust; `bindings` adapts them to Python.
 
 pub mod buffer;
 pub mod changes;
+pub mod kafka;
 pub mod keyindex;
 pub mod route;
 
@@ -18,12 +19,16 @@ fn _native(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     m.add_function(pyo3::wrap_pyfunction!(bindings::route_groups, m)?)?;
     m.add_function(pyo3::wrap_pyfunction!(bindings::append_routed, m)?)?;
     m.add_function(pyo3::wrap_pyfunction!(bindings::split_changes, m)?)?;
+    m.add_function(pyo3::wrap_pyfunction!(bindings::read_fetch, m)?)?;
+    m.add_class::<bindings::Fetched>()?;
+    m.add_class::<bindings::FetchSummary>()?;
     m.add_class::<bindings::AppendResult>()?;
     m.add_class::<bindings::DecodeError>()?;
     m.add_class::<bindings::UnknownField>()?;
     m.add("NativeError", m.py().get_type::<bindings::NativeError>())?;
     m.add("BufferFullError", m.py().get_type::<bindings::BufferFullError>())?;
     m.add("UnknownSchemaError", m.py().get_type::<bindings::UnknownSchemaError>())?;
+    m.add("CorruptBatchError", m.py().get_type::<bindings::CorruptBatchError>())?;
     m.add("ALIGNMENT", buffer::ALIGNMENT)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

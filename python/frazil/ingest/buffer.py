@@ -82,6 +82,11 @@ class RecordBuffer:
             values=values_of(records),
         ))
 
+    def append_fetched(self, topic: str, partition: int, fetched: _native.Fetched, start: int = 0) -> list[RecordProblem]:
+        """Decode the records of one partition fetch from index ``start`` on that have a value,
+        straight from the fetched bytes; as :meth:`append` otherwise."""
+        return self._problems(self._native.append_fetched(topic=topic, partition=partition, fetched=fetched, start=start))
+
     def _problems(self, result: _native.AppendResult) -> list[RecordProblem]:
         self.fields_ignored += len(result.unknown_fields)
         strict = self._strict

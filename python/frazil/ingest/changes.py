@@ -54,6 +54,9 @@ class ChangeBuffer(RecordBuffer):
                                   case_insensitive=case_insensitive)
         self.tombstones_skipped = 0   # counted here, read and reset by the pipeline
 
+    def append_fetched(self, topic: str, partition: int, fetched: _native.Fetched, start: int = 0) -> list[RecordProblem]:
+        raise TypeError("a change buffer splits each record into a row or a key first: append records, not a fetch")
+
     @property
     def rows(self) -> int:
         return self._native.rows + self._keys.rows

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import re
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
@@ -34,6 +36,7 @@ from frazil.events.payloads import CommitComplete, DeadLetter, Event, StartCommi
 from frazil.flow.backpressure import Action, Backpressure
 from frazil.iceberg.offsets import TopicPartition
 from frazil.ingest.buffer import RecordBuffer, RecordProblem, append_routed, values_of
+from frazil.ingest.fetch import Chunk
 from frazil.ingest.changes import ChangeBuffer
 from frazil.ingest.positions import Positions
 from frazil.ingest.routing import Router
@@ -207,64 +210,127 @@ class Pipeline:
             self._source.resume()
             log.info("backpressure: %d bytes in use; resuming all partitions", self.bytes_in_use)
 
-    async def _append(self, batches: Mapping[TopicPartition, list]) -> None:  # type: ignore[type-arg]
+    async def _append(self, batches: Mapping[TopicPartition, list[Chunk]]) -> None:
         async with self.worker.appending:   # no batch is taken, and no partition dropped, halfway through
             await self._append_locked(batches)
 
-    async def _append_locked(self, batches: Mapping[TopicPartition, list]) -> None:  # type: ignore[type-arg]
+    async def _append_locked(self, batches: Mapping[TopicPartition, list[Chunk]]) -> None:
         full = False
         # several buffers: their sum against the budget, once per poll (it can pass it by one poll's records)
         room = not self._fan_out or self._targets.bytes < self._flow.budget_bytes
-        for tp, records in batches.items():
-            if not self._positions.is_positioned(tp):  # not yet, or revoked while the fetch was in flight
-                continue
-            # Rule 2: never take a record the table already holds, nor one already buffered.
-            floor = self._positions.floor(tp)
-            if floor is not None and records[0].offset < floor:
-                kept = [r for r in records if r.offset >= floor]
+        for tp, chunks in batches.items():
+            for chunk in chunks:
+                if not self._positions.is_positioned(tp):  # not yet, or revoked while the fetch was in flight
+                    break
+                taken = await self._take(tp, chunk, refuse=full or not room)
+                if taken is None:   # refused: fetched again from its first record once there is room
+                    full = True
+                    break
+                if not taken:
+                    break
+        if full:
+            self._apply(self._flow.full(), f"the buffer is at its {self._flow.budget_bytes} byte cap")
+
+    async def _take(self, tp: TopicPartition, chunk: Chunk, *, refuse: bool) -> bool | None:
+        """Takes the records of one partition fetch that the tables do not hold yet. Returns True
+        when taken (or nothing in it was new), False when it is left to be fetched again (too
+        many bad records held), None when there was no room for it (fetched again too)."""
+        fetched = chunk.fetched
+        # Rule 2: never take a record the table already holds, nor one already buffered.
+        start = 0
+        floor = self._positions.floor(tp)
+        if floor is not None:
+            start = fetched.index_of(floor)
+            if start:
                 if self._positions.is_buffering(tp):
-                    log.warning("%s[%d]: records %d..%d were delivered again below offset %d, which is buffered; "
-                                "skipped them", tp[0], tp[1], records[0].offset, records[-1].offset, floor)
-                self.stats.records_skipped += len(records) - len(kept)
-                records = kept
-                if not records:
-                    continue
-            if full or not room:
-                # Nothing of this batch is taken: fetch it again once there is room.
-                full = True
-                self._source.seek_back(tp, records[0].offset)
-                continue
-            if self._dead_letters_held() >= MAX_DEAD_LETTERS:
-                # each held bad record names itself in a reply: fetched again once they have gone out
-                # (the full trigger has asked for a cycle)
-                self._source.seek_back(tp, records[0].offset)
-                continue
-            # A null value (a tombstone, e.g. on a compacted topic) deletes a key: in a keyed table with
-            # tombstones = "delete" it deletes the row of its Kafka key; elsewhere there is nothing to
-            # land: accounted as read and counted, like a record no table takes.
-            values = [r for r in records if r.value is not None]
-            if len(values) < len(records):
-                tombstones = len(records) - len(values)
-                self.stats.records_tombstones += tombstones
-                self.metrics.tombstones.inc(tombstones)
-                log.debug("%s[%d]: %d tombstone(s) (null values) among offsets %d..%d", tp[0], tp[1],
-                          tombstones, records[0].offset, records[-1].offset)
-            try:
+                    log.warning("%s[%d]: records from offset %d were delivered again below offset %d, which is "
+                                "buffered; skipped them", tp[0], tp[1], fetched.summary(0).first_offset, floor)
+                self.stats.records_skipped += start
+            if start == len(fetched):
+                return True
+        summary = fetched.summary(start)
+        if refuse:
+            self._source.seek_back(tp, summary.first_offset)
+            return None
+        if self._dead_letters_held() >= MAX_DEAD_LETTERS:
+            # each held bad record names itself in a reply: fetched again once they have gone out
+            # (the full trigger has asked for a cycle)
+            self._source.seek_back(tp, summary.first_offset)
+            return False
+        # A null value (a tombstone, e.g. on a compacted topic) deletes a key: in a keyed table with
+        # tombstones = "delete" it deletes the row of its Kafka key; elsewhere there is nothing to
+        # land: accounted as read and counted, like a record no table takes.
+        if summary.tombstones:
+            self.stats.records_tombstones += summary.tombstones
+            self.metrics.tombstones.inc(summary.tombstones)
+            log.debug("%s[%d]: %d tombstone(s) (null values) among offsets %d..%d", tp[0], tp[1],
+                      summary.tombstones, summary.first_offset, summary.last_offset)
+        try:
+            tables = self._native_tables(tp)
+            if tables is not None:
+                await self._route_fetched(tp, chunk, start, summary, tables)
+            else:
+                records = chunk.records(start)
+                values = [r for r in records if r.value is not None]
                 if values:
                     await self._route(tp, values)
                 if len(values) < len(records):
                     self._tombstones(tp, [r for r in records if r.value is None])
-            except _native.BufferFullError:
-                # Nothing of this batch was taken (one table: the buffer's hard cap refused it whole).
-                full = True
-                self._source.seek_back(tp, records[0].offset)
+        except _native.BufferFullError:
+            # Nothing of this batch was taken (one table: the buffer's hard cap refused it whole).
+            self._source.seek_back(tp, summary.first_offset)
+            return None
+        # the range reaches past the fetch's last whole batch: transaction markers and aborted or
+        # compacted-away offsets after the last record hold no record, and a table that stops
+        # short of them would show a lag of one forever on a transactional topic
+        self._positions.took(tp, summary.first_offset, fetched.next_offset - 1)
+        self.worker.last_record_ms = max(self.worker.last_record_ms or 0, summary.max_timestamp_ms)
+        self.stats.records_in += summary.records
+        self.metrics.records_consumed.inc(summary.records)
+        return True
+
+    def _native_tables(self, tp: TopicPartition) -> tuple[str, ...] | None:
+        """The tables that take every record of ``tp`` when its records can go to them straight
+        from the fetch (JSON values, routed by topic alone, tables open and not keyed, no
+        operator's skips); None when the records must be looked at one by one first."""
+        if self._writers is not None:
+            return None
+        route = self._router.for_topic(tp[0])
+        if route.by_value:
+            return None
+        for name in route.always:
+            if name not in self._targets:
+                return None
+            target = self._targets[name]
+            if isinstance(target.buffer, ChangeBuffer) or target.skips(self._cfg.pipeline).get(tp):
+                return None
+        return route.always
+
+    async def _route_fetched(self, tp: TopicPartition, chunk: Chunk, start: int, summary: _native.FetchSummary,
+                             tables: tuple[str, ...]) -> None:
+        """The records of ``chunk`` from index ``start`` (``summary``) into every table of
+        ``tables``, straight from the fetched bytes, each table skipping what it holds (rule 2)."""
+        rows = summary.records - summary.tombstones
+        if not tables:
+            if rows:
+                self.stats.records_unrouted += rows
+                self.metrics.records_unrouted.inc(rows)
+                log.debug("%s[%d]: %d record(s) from offset %d taken by no table", tp[0], tp[1], rows,
+                          summary.first_offset)
+            return
+        fetched = chunk.fetched
+        for name in tables:
+            target = self._targets[name]
+            floor = target.floors.get(tp)
+            begin = start if floor is None or floor <= summary.first_offset else max(start, fetched.index_of(floor))
+            if begin >= len(fetched):
                 continue
-            self._positions.took(tp, records[0].offset, records[-1].offset)
-            self.worker.last_record_ms = max(self.worker.last_record_ms or 0, max(r.timestamp for r in records))
-            self.stats.records_in += len(records)
-            self.metrics.records_consumed.inc(len(records))
-        if full:
-            self._apply(self._flow.full(), f"the buffer is at its {self._flow.budget_bytes} byte cap")
+            these = summary if begin == start else fetched.summary(begin)
+            if these.records == these.tombstones:
+                continue
+            errors = target.buffer.append_fetched(tp[0], tp[1], fetched, begin)
+            await self._appended(name, tp, errors, these.records - these.tombstones, these.value_bytes,
+                                 lambda offsets: chunk.records(offsets=offsets))
 
     async def _route(self, tp: TopicPartition, records: list) -> None:  # type: ignore[type-arg]
         """Append ``records`` of ``tp`` to the buffer of every table that takes them, each table
@@ -353,28 +419,37 @@ class Pipeline:
             self._hold_for_routing(tp, routing_bad)
         for (name, _, chosen), errors in zip(targets, results):
             chosen_records = records if chosen is None else [records[i] for i in chosen]
-            buffer = self._targets[name].buffer   # a schema change may have replaced it
-            if buffer.fields_ignored:
-                self.metrics.fields_ignored.inc(buffer.fields_ignored)
-                buffer.fields_ignored = 0
-            if errors and self._targets[name].cfg.unknown_fields == "evolve" and self._writers is None:
-                errors = await self._evolve(name, tp, chosen_records, errors)
-            self.metrics.taken(name, len(chosen_records) - len(errors),
-                               sum(r.serialized_value_size for r in chosen_records if r.value is not None))
-            if errors:
-                first = errors[0]
-                self.metrics.records_bad.inc(len(errors))
-                if not self._dead_letter:
-                    raise RecordDecodeError(topic=tp[0], partition=tp[1], offset=first.offset, field=first.field,
-                                            reason=first.reason + (f" ({len(errors) - 1} more bad record(s) in the "
-                                                                   "same batch)" if len(errors) > 1 else "")
-                                            + (f" (for table {name})" if self._fan_out else ""))
-                # not in the buffer: held with its rows, and sent once the range they share has landed
-                self._targets[name].dead.extend(DeadLetter(tp[0], tp[1], e.offset, e.field, e.reason) for e in errors)
-                self.stats.records_bad += len(errors)
-                log.debug("%s[%d]: %d bad record(s) for %s, first at offset %d (field %r: %s); held for the dead-letter "
-                          "topic", tp[0], tp[1], len(errors), name, first.offset, first.field, first.reason)
-            self._positions.table_took(name, tp)
+            await self._appended(name, tp, errors, len(chosen_records),
+                                 sum(r.serialized_value_size for r in chosen_records if r.value is not None),
+                                 functools.partial(_at, chosen_records))
+
+    async def _appended(self, name: str, tp: TopicPartition, errors: list[RecordProblem], records: int,
+                        value_bytes: int, lookup: Callable[[list[int]], list[Any]]) -> None:
+        """After ``records`` records of ``tp`` (``value_bytes`` of values) went to table ``name``'s
+        buffer: metrics, then its bad records (``errors``): schema evolution first when the table
+        evolves (``lookup`` gives the records at some offsets), then the dead-letter topic or a
+        stop."""
+        buffer = self._targets[name].buffer   # a schema change may have replaced it
+        if buffer.fields_ignored:
+            self.metrics.fields_ignored.inc(buffer.fields_ignored)
+            buffer.fields_ignored = 0
+        if errors and self._targets[name].cfg.unknown_fields == "evolve" and self._writers is None:
+            errors = await self._evolve(name, tp, lookup([e.offset for e in errors]), errors)
+        self.metrics.taken(name, records - len(errors), value_bytes)
+        if errors:
+            first = errors[0]
+            self.metrics.records_bad.inc(len(errors))
+            if not self._dead_letter:
+                raise RecordDecodeError(topic=tp[0], partition=tp[1], offset=first.offset, field=first.field,
+                                        reason=first.reason + (f" ({len(errors) - 1} more bad record(s) in the "
+                                                               "same batch)" if len(errors) > 1 else "")
+                                        + (f" (for table {name})" if self._fan_out else ""))
+            # not in the buffer: held with its rows, and sent once the range they share has landed
+            self._targets[name].dead.extend(DeadLetter(tp[0], tp[1], e.offset, e.field, e.reason) for e in errors)
+            self.stats.records_bad += len(errors)
+            log.debug("%s[%d]: %d bad record(s) for %s, first at offset %d (field %r: %s); held for the dead-letter "
+                      "topic", tp[0], tp[1], len(errors), name, first.offset, first.field, first.reason)
+        self._positions.table_took(name, tp)
 
     def _tombstones(self, tp: TopicPartition, records: list) -> None:  # type: ignore[type-arg]
         """Tombstones of ``tp`` to every open keyed table that takes the topic and deletes on
@@ -683,3 +758,9 @@ def _for_worker(event: Event) -> bool:
     """The events a worker acts on; the rest of the channel (replies, CommitToTable, requests) is
     the coordinator's business."""
     return isinstance(event.payload, (StartCommit, CommitComplete))
+
+
+def _at(records: Sequence[Any], offsets: list[int]) -> list[Any]:
+    """The records at ``offsets``."""
+    wanted = set(offsets)
+    return [r for r in records if r.offset in wanted]

@@ -42,7 +42,9 @@ class Positions:
         return bool(self._end)
 
     def took(self, tp: TopicPartition, first: int, last: int) -> None:
-        """Records ``first..last`` of a positioned ``tp`` went into the buffer."""
+        """Offsets ``first..last`` of a positioned ``tp`` were taken: their records went into the
+        buffer (``last`` may be a transaction marker or an offset compaction emptied: a fetch
+        covers those too, and no record lives there)."""
         if self._start[tp] is None:
             self._start[tp] = first
         self._end[tp] = last + 1

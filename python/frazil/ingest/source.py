@@ -6,12 +6,14 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.structs import OffsetAndMetadata
 
 from frazil.config import KafkaConfig
 from frazil.errors import TopicMismatchError
+from frazil.ingest import fetch
+from frazil.ingest.fetch import Chunk
 from frazil.kafka_clients import connect, options, stop_client
 from frazil.iceberg.offsets import TopicPartition as TP
 
@@ -37,12 +39,15 @@ class KafkaSource:
     """Consumes the pipeline's topics. On assignment it asks ``on_assigned`` where each partition
     must resume (the table's stored offsets, rule 2) and seeks there; partitions the table has
     never seen start at ``auto_offset_reset``. Group offsets are only a low watermark for lag.
+    Fetches come back raw: one :class:`~frazil.ingest.fetch.Chunk` per partition fetch, its
+    records read natively (``ingest/fetch.py``).
     """
 
     def __init__(self, cfg: KafkaConfig, *, on_assigned: OnAssigned, on_positioned: OnPositioned,
                  on_revoked: OnRevoked) -> None:
         self._cfg, self._on_assigned, self._on_revoked = cfg, on_assigned, on_revoked
         self._on_positioned = on_positioned
+        fetch.install()
         self._consumer = AIOKafkaConsumer(
             **options(cfg),
             group_id=cfg.group_id,
@@ -50,9 +55,10 @@ class KafkaSource:
             enable_auto_commit=False,
             auto_offset_reset=cfg.auto_offset_reset,
             isolation_level="read_committed",
+            key_deserializer=fetch.RAW,
             session_timeout_ms=cfg.session_timeout_ms,
             heartbeat_interval_ms=cfg.heartbeat_interval_ms,
-            max_partition_fetch_bytes=4 * 1024 * 1024,
+            max_partition_fetch_bytes=cfg.max_partition_fetch_bytes,
             metadata_max_age_ms=cfg.metadata_max_age_ms,   # how soon a new topic matching topic_pattern is seen
         )
         self.assignment: set[TP] = set()
@@ -81,11 +87,12 @@ class KafkaSource:
     async def stop(self) -> None:
         await stop_client(self._consumer)
 
-    async def poll(self, timeout_ms: int) -> dict[TP, list[ConsumerRecord[bytes, bytes]]]:
+    async def poll(self, timeout_ms: int) -> dict[TP, list[Chunk]]:
+        """The partition fetches that arrived, each whole (usually one chunk per partition)."""
         if self._failure is not None:
             raise self._failure
-        batches = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=self._cfg.max_poll_records)
-        return {(tp.topic, tp.partition): records for tp, records in batches.items() if records}
+        batches = await self._consumer.getmany(timeout_ms=timeout_ms)
+        return {(tp.topic, tp.partition): chunks for tp, chunks in batches.items() if chunks}
 
     def highwaters(self) -> dict[TP, int]:
         """Each assigned partition's high watermark as of its last fetch (partitions not fetched yet are left out)."""

@@ -9,6 +9,7 @@ use pyo3::pybacked::PyBackedBytes;
 use std::sync::Arc;
 
 use crate::buffer::avro::{self, Framing};
+use super::kafka::Fetched;
 use crate::buffer::{self, BufferError, Options, Records};
 
 create_exception!(_native, NativeError, PyException, "An error raised by frazil's native core.");
@@ -133,6 +134,14 @@ impl JsonBuffer {
                 })
             })
             .map_err(buffer_err)?;
+        to_result(py, done)
+    }
+
+    /// The records of ``fetched`` from index ``start`` on that have a value, decoded without the GIL.
+    #[pyo3(signature = (*, topic, partition, fetched, start = 0))]
+    fn append_fetched(&self, py: Python<'_>, topic: &str, partition: i32, fetched: &Fetched, start: usize) -> PyResult<AppendResult> {
+        let (inner, fetched) = (&self.inner, &fetched.inner);
+        let done = py.detach(|| inner.append_fetched(topic, partition, fetched, start)).map_err(buffer_err)?;
         to_result(py, done)
     }
 

@@ -2,6 +2,7 @@
 
 mod buffer;
 mod changes;
+mod kafka;
 mod keyindex;
 mod route;
 
@@ -9,5 +10,6 @@ pub use buffer::{
     append_routed, AppendResult, AvroBuffer, BufferFullError, DecodeError, JsonBuffer, NativeError, UnknownField, UnknownSchemaError,
 };
 pub use changes::split_changes;
+pub use kafka::{read_fetch, CorruptBatchError, FetchSummary, Fetched};
 pub use keyindex::KeyIndex;
 pub use route::route_groups;

@@ -27,6 +27,7 @@ use arrow::datatypes::{Field, Schema, SchemaRef};
 use arrow::error::ArrowError;
 use arrow::json::reader::{Decoder, ReaderBuilder};
 
+use crate::kafka::Fetched;
 use validate::Checked;
 
 /// Names of the optional Kafka metadata columns.
@@ -282,6 +283,14 @@ impl JsonBuffer {
         }
         out.rows = self.store(decoded, records, &good)?;
         Ok(out)
+    }
+
+    /// The records of `fetched` from index `from` on that have a value (a null value is a
+    /// tombstone, not a row), decoded as [`Self::append`] does, straight from the fetched bytes.
+    /// An error's `index` counts the records handed on, not the fetch's; its offset is the record's.
+    pub fn append_fetched(&self, topic: &str, partition: i32, fetched: &Fetched, from: usize) -> Result<Appended, BufferError> {
+        let taken = Taken::of(fetched, from);
+        self.append(&taken.records(topic, partition))
     }
 
     /// Keeps `decoded` (value columns in `value_schema` order, one row per index of `good`, in
@@ -564,6 +573,36 @@ impl Prober<'_> {
             }
             _ => false,
         }
+    }
+}
+
+/// The records of a fetch that have a value, as the columns an append takes (slices of the
+/// fetched bytes, nothing copied).
+pub(crate) struct Taken<'f> {
+    offsets: Vec<i64>,
+    timestamps_ms: Vec<i64>,
+    keys: Vec<Option<&'f [u8]>>,
+    values: Vec<&'f [u8]>,
+}
+
+impl<'f> Taken<'f> {
+    pub(crate) fn of(fetched: &'f Fetched, from: usize) -> Self {
+        let n = fetched.len().saturating_sub(from);
+        let mut out =
+            Taken { offsets: Vec::with_capacity(n), timestamps_ms: Vec::with_capacity(n), keys: Vec::with_capacity(n), values: Vec::with_capacity(n) };
+        for i in from..fetched.len() {
+            if let Some(value) = fetched.value(i) {
+                out.offsets.push(fetched.offsets()[i]);
+                out.timestamps_ms.push(fetched.timestamps_ms()[i]);
+                out.keys.push(fetched.key(i));
+                out.values.push(value);
+            }
+        }
+        out
+    }
+
+    pub(crate) fn records<'a>(&'a self, topic: &'a str, partition: i32) -> Records<'a, &'f [u8], &'f [u8]> {
+        Records { topic, partition, offsets: &self.offsets, timestamps_ms: &self.timestamps_ms, keys: &self.keys, values: &self.values }
     }
 }
 
