@@ -3,9 +3,10 @@
 - ``consume``: aiokafka reads every record of the topic and does nothing with it (the bytes are
   counted). frazil consumes with the same client, so this bounds it.
 - ``fetch``: Kafka's own consumer performance tool (``org.apache.kafka.tools.ConsumerPerformance``
-  from Maven Central's ``kafka-tools`` jar, on the broker's classpath) reads the topic: the fetch
-  ceiling of a Java client on this machine and broker. Its own fetch time is reported (start-up
-  and group join left out); bytes are keys plus values.
+  from Maven Central's ``kafka-tools`` jar, on the broker's classpath; ``frazil.local.kafka_tools``)
+  reads the topic read_committed with frazil's 4 MiB partition fetch size: the fetch ceiling of a
+  Java client on this machine and broker. Its own fetch time is reported (start-up and group join
+  left out); bytes are keys plus values.
 - ``parquet``: the dataset's Arrow data (built before timing by frazil's native buffer, with the
   Kafka columns) written to Parquet with zstd, the codec pyiceberg and Spark use by default;
   median of three writes.
@@ -60,23 +61,11 @@ async def consume(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def fetch(job: dict[str, Any]) -> dict[str, Any]:
-    import subprocess
+    from frazil.local import kafka_tools
 
-    from frazil.local import maven
-    from frazil.local.kafka_broker import KAFKA_VERSION, ensure_jars
-
-    tools = maven.fetch(f"kafka-tools-{KAFKA_VERSION}",
-                        [maven.Artifact("org.apache.kafka", "kafka-tools", KAFKA_VERSION)], transitive=False)
-    done = subprocess.run(["java", "-Xmx1g", "-cp", f"{ensure_jars()}/*:{tools}/*",
-                           "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", job["bootstrap"],
-                           "--topic", job["topic"], "--messages", str(job["records"]), "--timeout", "120000"],
-                          capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        raise SystemExit(f"ConsumerPerformance failed ({done.returncode}): {done.stderr[-2000:]}")
-    header, values = (line.split(", ") for line in done.stdout.strip().splitlines()[-2:])
-    row = dict(zip(header, values))
-    return {"seconds": float(row["fetch.time.ms"]) / 1000, "records": int(row["data.consumed.in.nMsg"]),
-            "bytes": int(float(row["data.consumed.in.MB"]) * (1 << 20))}
+    rate = kafka_tools.consume_rate(job["bootstrap"], job["topic"], job["records"], group=f"ceiling-{job['topic']}",
+                                    workdir=Path(job["workdir"]), timeout_s=600)
+    return {"seconds": rate.fetch_s, "records": rate.records, "bytes": int(rate.mb * (1 << 20))}
 
 
 def parquet(job: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,6 @@ Java consumer's fetch rate, the ceiling a consumer on this machine can reach (``
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -12,21 +11,25 @@ from pathlib import Path
 
 from frazil.local import maven
 from frazil.local.kafka_broker import KAFKA_VERSION, BrokerError
+from frazil.local.kafka_broker import ensure_jars as broker_jars
 
 
-def ensure_jars(version: str = KAFKA_VERSION) -> Path:
-    """Fetch the tools' jars (with the Java client) into the cache, once; the lib directory."""
+def classpath(version: str = KAFKA_VERSION) -> str:
+    """The tools' jar (fetched into the cache once) on the broker's classpath, which has the rest
+    of what the tools need (the Java client with its codecs, argparse4j, jopt-simple)."""
     try:
-        return maven.fetch(f"kafka-tools-{version}", [maven.Artifact("org.apache.kafka", "kafka-tools", version)])
+        tools = maven.fetch(f"kafka-tools-{version}", [maven.Artifact("org.apache.kafka", "kafka-tools", version)],
+                            transitive=False)
     except maven.FetchError as exc:
         raise BrokerError(str(exc)) from exc
+    return f"{broker_jars(version)}/*:{tools}/*"
 
 
 def _java(main: str, args: list[str], *, timeout_s: float) -> str:
     java = shutil.which("java")
     if java is None:
         raise BrokerError("java is needed to run Kafka's tools; install a JDK 17 or newer")
-    cmd = [java, "-Xmx512m", "-cp", f"{ensure_jars()}/*", main, *args]
+    cmd = [java, "-Xmx1g", "-cp", classpath(), main, *args]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
     if done.returncode != 0:
         raise BrokerError(f"{main.rsplit('.', 1)[-1]} exited {done.returncode}: {done.stderr.strip()[-2000:]}")
@@ -67,11 +70,13 @@ def consume_rate(bootstrap: str, topic: str, records: int, *, group: str, workdi
     args = ["--bootstrap-server", bootstrap, "--topic", topic, "--messages", str(records), "--group", group,
             "--timeout", "60000", "--fetch-size", str(fetch_bytes), "--consumer.config", str(config)]
     out = _java("org.apache.kafka.tools.ConsumerPerformance", args, timeout_s=timeout_s)
-    # header then one CSV line: start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg,
-    # nMsg.sec, rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec
-    rows = [line for line in out.splitlines() if re.match(r"^\d{4}-", line.strip())]
-    if not rows:
-        raise BrokerError(f"ConsumerPerformance printed no result line: {out.strip()[-1000:]}")
-    cells = [c.strip() for c in rows[-1].split(",")]
-    mb, n, fetch_ms, fetch_mb_s, fetch_n_s = float(cells[2]), int(cells[4]), float(cells[7]), float(cells[8]), float(cells[9])
-    return ConsumeRate(records=n, mb=mb, fetch_s=fetch_ms / 1000, records_per_s=fetch_n_s, mb_per_s=fetch_mb_s)
+    lines = out.strip().splitlines()
+    if len(lines) < 2:
+        raise BrokerError(f"ConsumerPerformance printed no result: {out.strip()[-1000:]}")
+    row = dict(zip((c.strip() for c in lines[-2].split(",")), (c.strip() for c in lines[-1].split(","))))
+    try:
+        fetch_s = float(row["fetch.time.ms"]) / 1000
+        return ConsumeRate(records=int(row["data.consumed.in.nMsg"]), mb=float(row["data.consumed.in.MB"]),
+                           fetch_s=fetch_s, records_per_s=float(row["fetch.nMsg.sec"]), mb_per_s=float(row["fetch.MB.sec"]))
+    except (KeyError, ValueError) as exc:
+        raise BrokerError(f"ConsumerPerformance's result is not as expected ({exc}): {out.strip()[-1000:]}") from exc
