@@ -28,13 +28,14 @@ from collections.abc import Sequence
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
-from aiokafka.structs import ConsumerRecord
 
 from frazil import faults
 from frazil.config import KafkaConfig
 from frazil.coordination.channel import MAX_EVENT_BYTES, ensure_topic
 from frazil.errors import FrazilError, KafkaUnavailable
 from frazil.events.payloads import DeadLetter
+from frazil.ingest import fetch
+from frazil.ingest.fetch import Record
 from frazil.kafka_clients import close_quietly, connect, options
 from frazil.kafka_clients import delivered as all_delivered
 from frazil.metrics import Metrics
@@ -54,7 +55,7 @@ def group_of(pipeline: str, table: str) -> str:
 
 
 def headers_of(letter: DeadLetter, *, pipeline: str, table: str, commit_id: str, timestamp_ms: int | None,
-               original: Sequence[tuple[str, bytes]] = (), missing: str = "") -> list[tuple[str, bytes]]:
+               original: Sequence[tuple[str, bytes | None]] = (), missing: str = "") -> list[tuple[str, bytes | None]]:
     """The dead-letter record's headers: the record's own, then frazil's (pure)."""
     ours = [("error", letter.reason), ("error.field", letter.field), ("source.topic", letter.topic),
             ("source.partition", str(letter.partition)), ("source.offset", str(letter.offset)),
@@ -78,7 +79,9 @@ class DeadLetterSink:
         # the records' size was fine for the source topic; the broker has the last word on the copy
         self._producer = AIOKafkaProducer(**options(kafka), transactional_id=f"frazil-{pipeline}-dead-letters",
                                           enable_idempotence=True, max_request_size=MAX_EVENT_BYTES)
-        self._reader = AIOKafkaConsumer(**options(kafka), enable_auto_commit=False,
+        # raw fetches: the source's records are read as the pipeline reads them (every codec)
+        fetch.install()
+        self._reader = AIOKafkaConsumer(**options(kafka), enable_auto_commit=False, key_deserializer=fetch.RAW,
                                         isolation_level="read_committed", auto_offset_reset="earliest")
         self._admin = AIOKafkaAdminClient(**options(kafka))
 
@@ -169,13 +172,13 @@ class DeadLetterSink:
             await asyncio.sleep(0.5 * attempt)
         raise AssertionError("unreachable")
 
-    async def _read_back(self, letters: Sequence[DeadLetter]) -> dict[tuple[str, int, int], ConsumerRecord]:
+    async def _read_back(self, letters: Sequence[DeadLetter]) -> dict[tuple[str, int, int], Record]:
         """The bad records themselves, from the source (a seek per run of nearby offsets)."""
         wanted: dict[TopicPartition, list[int]] = defaultdict(list)
         for d in letters:
             wanted[TopicPartition(d.topic, d.partition)].append(d.offset)
         keys = {(d.topic, d.partition, d.offset) for d in letters}
-        found: dict[tuple[str, int, int], ConsumerRecord] = {}
+        found: dict[tuple[str, int, int], Record] = {}
         for tp, offsets in sorted(wanted.items()):
             offsets.sort()
             self._reader.assign([tp])
@@ -184,8 +187,8 @@ class DeadLetterSink:
                 self._reader.seek(tp, offsets[i])
                 deadline = time.monotonic() + FETCH_TIMEOUT_S
                 while i < len(offsets):
-                    batch = (await self._reader.getmany(tp, timeout_ms=500, max_records=SEEK_GAP)).get(tp, [])
-                    if not batch:
+                    chunks = (await self._reader.getmany(tp, timeout_ms=500)).get(tp, [])
+                    if not chunks:
                         if time.monotonic() > deadline:
                             first = (await self._reader.beginning_offsets([tp]))[tp]
                             if offsets[i] >= first:
@@ -197,10 +200,11 @@ class DeadLetterSink:
                             break
                         continue
                     deadline = time.monotonic() + FETCH_TIMEOUT_S
-                    for record in batch:
-                        if (tp.topic, tp.partition, record.offset) in keys:
-                            found[(tp.topic, tp.partition, record.offset)] = record
-                    last = batch[-1].offset
+                    for chunk in chunks:   # only the records wanted become objects
+                        for record in chunk.records(offsets=offsets[i:]):
+                            if (tp.topic, tp.partition, record.offset) in keys:
+                                found[(tp.topic, tp.partition, record.offset)] = record
+                    last = max(chunk.fetched.summary().last_offset for chunk in chunks)
                     while i < len(offsets) and offsets[i] <= last:
                         i += 1
                     if i < len(offsets) and offsets[i] - last > SEEK_GAP:
