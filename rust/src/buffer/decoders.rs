@@ -320,7 +320,10 @@ impl<T: FloatNative> ArrayDecoder for Floats<T> {
             let is_text = matches!(tape.get(p), TapeElement::String(_));
             match number_text(tape, p, "a number")? {
                 Some(text) => {
-                    let v: f64 = text.trim().parse().map_err(|_| ArrowError::JsonError(format!("{text:?} is not a number")))?;
+                    // a number's text is exactly the token; only a string holding one may carry spaces
+                    let v: f64 = if is_text { text.trim() } else { text }
+                        .parse()
+                        .map_err(|_| ArrowError::JsonError(format!("{text:?} is not a number")))?;
                     let named = is_text && !v.is_finite(); // "NaN", "Infinity" written as text
                     if !v.is_finite() && !named {
                         return Err(ArrowError::JsonError(format!("{text} is out of range for {}", self.what)));
