@@ -87,3 +87,20 @@ def test_run_starts_treat_two_nulls_as_equal_and_look_at_every_field() -> None:
     assert writes.run_starts([a]) == [0, 2, 4]
     assert writes.run_starts([a, b]) == [0, 2, 4, 5]
     assert writes.run_starts([pc.cast(pa.array([], pa.int64()), pa.int64())]) == []
+
+
+def test_a_large_unpartitioned_flush_is_one_file_per_core_with_every_row_once(tmp_path: Path, monkeypatch) -> None:
+    catalog = iceberg_catalog.load(CatalogConfig("frazil", {"type": "sql", "uri": f"sqlite:///{tmp_path}/c.db",
+                                                            "warehouse": f"file://{tmp_path}"}))
+    table = iceberg_catalog.ensure_table(catalog, TableConfig("db.u", (Column("id", "long", True), Column("name", "string"),
+                                                                       Column("at", "timestamptz"))))
+    monkeypatch.setattr(writes, "PARALLEL_MIN_ROWS", 1000)
+    monkeypatch.setattr(writes.os, "cpu_count", lambda: 3)
+    data = rows(table, [i % 48 for i in range(N)])
+    files = writes.data_files(table.metadata, data, table.io)
+    assert len(files) == 3 and sum(f.record_count for f in files) == N
+    ids = Counter(i for f in files for i in pq.read_table(f.file_path.removeprefix("file://"), columns=["id"])
+                  .column("id").to_pylist())
+    assert ids == Counter(range(N))
+    # a small flush stays one file
+    assert len(writes.data_files(table.metadata, data.slice(0, 1500), table.io)) == 1

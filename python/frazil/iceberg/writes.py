@@ -11,13 +11,17 @@ value (a day, an hour, a country a topic carries) mostly sit together. Here each
 of the table (no copy), and a partition value's data files are written from the slices of all its
 runs, in their order. Only when the rows are scattered (more than ``MAX_RUNS`` runs, e.g. a
 bucket of a random id) are they sorted by partition value first: one copy, as pyiceberg's.
-Unpartitioned tables go through pyiceberg's writer unchanged.
+Unpartitioned tables go through pyiceberg's writer, except that a large flush is cut into one
+slice per core, written as that many files at once (pyiceberg's writer pool takes a task per
+file): a Parquet file is encoded and compressed on one thread, and a backfill's flush of a million
+rows otherwise kept one core busy for a second while the other waited (``PARALLEL_MIN_ROWS``).
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
+import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -40,14 +44,21 @@ from pyiceberg.utils.config import Config
 from pyiceberg.utils.properties import property_as_int
 
 MAX_RUNS = 4096   # more runs of equal partition values than this: sorted first (one copy)
+# an unpartitioned flush of at least twice this many rows is written as one file per core, at once
+PARALLEL_MIN_ROWS = 200_000
 
 
 def data_files(metadata: TableMetadata, data: pa.Table, io: FileIO, write_uuid: uuid.UUID | None = None) -> list[DataFile]:
     """Write ``data`` (the table's Arrow schema) as data files of the table ``metadata`` describes."""
     write_uuid = write_uuid or uuid.uuid4()
     spec = metadata.spec()
-    if spec.is_unpartitioned() or data.num_rows == 0:
-        return list(_dataframe_to_data_files(table_metadata=metadata, df=data, io=io, write_uuid=write_uuid))
+    if data.num_rows == 0:
+        return []
+    if spec.is_unpartitioned():
+        files = min(os.cpu_count() or 1, data.num_rows // PARALLEL_MIN_ROWS)
+        if files <= 1:
+            return list(_dataframe_to_data_files(table_metadata=metadata, df=data, io=io, write_uuid=write_uuid))
+        return _write_slices(metadata, data, io, write_uuid, [None], [_even_slices(data, files)])
     schema = metadata.schema()
     keys = [field.transform.pyarrow_transform(schema.find_field(field.source_id).field_type)(
         _get_field_from_arrow_table(data, _column_name(metadata, field.source_id))) for field in spec.fields]
@@ -62,20 +73,36 @@ def data_files(metadata: TableMetadata, data: pa.Table, io: FileIO, write_uuid: 
     runs: dict[tuple[Any, ...], list[pa.Table]] = {}
     for value, start, end in zip(values, starts, ends, strict=True):
         runs.setdefault(value, []).append(data.slice(start, end - start))
+    keys = [PartitionKey(field_values=[PartitionFieldValue(field=f, value=v) for f, v in zip(spec.fields, value, strict=True)],
+                         partition_spec=spec, schema=schema) for value in runs]
+    return _write_slices(metadata, data, io, write_uuid, keys, [[pa.concat_tables(slices)] for slices in runs.values()])
+
+
+def _even_slices(data: pa.Table, parts: int) -> list[pa.Table]:
+    """``data`` cut into ``parts`` slices of about equal rows (no copy)."""
+    step = -(-data.num_rows // parts)
+    return [data.slice(i, step) for i in range(0, data.num_rows, step)]
+
+
+def _write_slices(metadata: TableMetadata, data: pa.Table, io: FileIO, write_uuid: uuid.UUID,
+                  keys: list[PartitionKey | None], groups: list[list[pa.Table]]) -> list[DataFile]:
+    """Data files for each group of slices of ``data`` (its partition key from ``keys``): at least
+    one file per slice, more where a slice passes the table's target file size; pyiceberg's
+    writer pool writes them at once."""
     target_size = property_as_int(metadata.properties, TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
                                   TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT)
     assert target_size is not None
-    task_schema = pyarrow_to_schema(data.schema, name_mapping=schema.name_mapping, format_version=metadata.format_version,
+    task_schema = pyarrow_to_schema(data.schema, name_mapping=metadata.schema().name_mapping,
+                                    format_version=metadata.format_version,
                                     downcast_ns_timestamp_to_us=Config().get_bool(DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE) or False)
     counter = itertools.count(0)
 
     def tasks() -> Iterator[WriteTask]:
-        for value, slices in runs.items():
-            key = PartitionKey(field_values=[PartitionFieldValue(field=f, value=v) for f, v in zip(spec.fields, value, strict=True)],
-                               partition_spec=spec, schema=schema)
-            for batches in bin_pack_arrow_table(pa.concat_tables(slices), target_size):   # concat of slices: no copy
-                yield WriteTask(write_uuid=write_uuid, task_id=next(counter), record_batches=batches, partition_key=key,
-                                schema=task_schema)
+        for key, slices in zip(keys, groups, strict=True):
+            for piece in slices:   # a concat of slices: no copy
+                for batches in bin_pack_arrow_table(piece, target_size):
+                    yield WriteTask(write_uuid=write_uuid, task_id=next(counter), record_batches=batches,
+                                    partition_key=key, schema=task_schema)
 
     return list(write_file(io=io, table_metadata=metadata, tasks=tasks()))
 

@@ -328,7 +328,8 @@ class Pipeline:
             these = summary if begin == start else fetched.summary(begin)
             if these.records == these.tombstones:
                 continue
-            errors = target.buffer.append_fetched(tp[0], tp[1], fetched, begin)
+            # decoded on a thread, without the GIL: the loop goes on fetching (and heartbeating) meanwhile
+            errors = await asyncio.to_thread(target.buffer.append_fetched, tp[0], tp[1], fetched, begin)
             await self._appended(name, tp, errors, these.records - these.tombstones, these.value_bytes,
                                  lambda offsets: chunk.records(offsets=offsets))
 
