@@ -16,6 +16,7 @@ import asyncio
 import dataclasses
 import functools
 import logging
+import os
 import re
 import time
 from collections import deque
@@ -59,6 +60,7 @@ LAG_EVERY_S = 2.0   # how often the per-partition lag gauges are set
 DRAIN_CYCLES = 3   # on stop, at most this many cycles to land the batch and the buffer
 # bad records held before a cycle is asked for: a reply names each one (~100-300 bytes on the control topic)
 MAX_DEAD_LETTERS = 2_000
+DECODE_THREADS = max(1, os.cpu_count() or 1)   # a poll's fetches decoded at once
 EVOLVE_ROUNDS = 8   # schema changes one batch may make, one problem per record at a time
 MAX_SCHEMA_CHANGES = 100   # Avro: schema changes one batch may make (each writer schema id may ask for one)
 
@@ -215,26 +217,61 @@ class Pipeline:
             await self._append_locked(batches)
 
     async def _append_locked(self, batches: Mapping[TopicPartition, list[Chunk]]) -> None:
+        """Take a poll's partition fetches: in rounds of one fetch per partition (a partition's
+        next fetch only after its last one was taken), the fetches that go straight to their
+        tables decoded at once, on as many threads as there are cores."""
         full = False
         # several buffers: their sum against the budget, once per poll (it can pass it by one poll's records)
         room = not self._fan_out or self._targets.bytes < self._flow.budget_bytes
-        for tp, chunks in batches.items():
-            for chunk in chunks:
+        pending = {tp: list(chunks) for tp, chunks in batches.items()}
+        while pending:
+            direct: list[_Direct] = []
+            for tp in list(pending):
+                chunk = pending[tp].pop(0)
+                if not pending[tp]:
+                    del pending[tp]
                 if not self._positions.is_positioned(tp):  # not yet, or revoked while the fetch was in flight
-                    break
-                taken = await self._take(tp, chunk, refuse=full or not room)
-                if taken is None:   # refused: fetched again from its first record once there is room
+                    pending.pop(tp, None)
+                    continue
+                admitted = self._admit(tp, chunk, refuse=full or not room)
+                if admitted is None or admitted is False:   # left to be fetched again
+                    full = full or admitted is None
+                    pending.pop(tp, None)
+                    continue
+                if admitted is True:   # nothing in it the tables do not hold
+                    continue
+                start, summary = admitted
+                tables = self._native_tables(tp)
+                if tables is not None:
+                    direct.append(_Direct(tp, chunk, start, summary, tables))
+                elif not await self._take_records(tp, chunk, start, summary):
                     full = True
-                    break
-                if not taken:
-                    break
+                    pending.pop(tp, None)
+            for job, outcome in zip(direct, await self._decode(direct), strict=True):
+                if outcome is None:   # the buffer's hard cap refused it whole: fetched again once there is room
+                    self._source.seek_back(job.tp, job.summary.first_offset)
+                    full = True
+                    pending.pop(job.tp, None)
+                    continue
+                rows = job.summary.records - job.summary.tombstones
+                if not job.tables and rows:
+                    self.stats.records_unrouted += rows
+                    self.metrics.records_unrouted.inc(rows)
+                    log.debug("%s[%d]: %d record(s) from offset %d taken by no table", job.tp[0], job.tp[1], rows,
+                              job.summary.first_offset)
+                for name, these, errors in outcome:
+                    await self._appended(name, job.tp, errors, these.records - these.tombstones, these.value_bytes,
+                                         functools.partial(_records_at, job.chunk))
+                self._took(job.tp, job.chunk, job.summary)
         if full:
             self._apply(self._flow.full(), f"the buffer is at its {self._flow.budget_bytes} byte cap")
 
-    async def _take(self, tp: TopicPartition, chunk: Chunk, *, refuse: bool) -> bool | None:
-        """Takes the records of one partition fetch that the tables do not hold yet. Returns True
-        when taken (or nothing in it was new), False when it is left to be fetched again (too
-        many bad records held), None when there was no room for it (fetched again too)."""
+    def _admit(self, tp: TopicPartition, chunk: Chunk, *, refuse: bool
+               ) -> tuple[int, _native.FetchSummary] | bool | None:
+        """What of one partition fetch is to be taken: ``(start, summary)``, the index of its first
+        record the tables do not hold yet and the counts from there; True when there is none;
+        False when it is left to be fetched again (too many bad records held), None when there is
+        no room for it (``refuse``; fetched again too)."""
         fetched = chunk.fetched
         # Rule 2: never take a record the table already holds, nor one already buffered.
         start = 0
@@ -257,6 +294,27 @@ class Pipeline:
             # (the full trigger has asked for a cycle)
             self._source.seek_back(tp, summary.first_offset)
             return False
+        return start, summary
+
+    async def _take_records(self, tp: TopicPartition, chunk: Chunk, start: int, summary: _native.FetchSummary) -> bool:
+        """A fetch whose records are looked at one by one (routing by value, keyed tables, Avro,
+        an operator's skips); False when the buffer's hard cap refused it (fetched again)."""
+        records = chunk.records(start)
+        values = [r for r in records if r.value is not None]
+        try:
+            if values:
+                await self._route(tp, values)
+            if len(values) < len(records):
+                self._tombstones(tp, [r for r in records if r.value is None])
+        except _native.BufferFullError:
+            # Nothing of this batch was taken (one table: the buffer's hard cap refused it whole).
+            self._source.seek_back(tp, summary.first_offset)
+            return False
+        self._took(tp, chunk, summary)
+        return True
+
+    def _took(self, tp: TopicPartition, chunk: Chunk, summary: _native.FetchSummary) -> None:
+        """A fetch's records from ``summary.first_offset`` on are in the buffers."""
         # A null value (a tombstone, e.g. on a compacted topic) deletes a key: in a keyed table with
         # tombstones = "delete" it deletes the row of its Kafka key; elsewhere there is nothing to
         # land: accounted as read and counted, like a record no table takes.
@@ -265,29 +323,13 @@ class Pipeline:
             self.metrics.tombstones.inc(summary.tombstones)
             log.debug("%s[%d]: %d tombstone(s) (null values) among offsets %d..%d", tp[0], tp[1],
                       summary.tombstones, summary.first_offset, summary.last_offset)
-        try:
-            tables = self._native_tables(tp)
-            if tables is not None:
-                await self._route_fetched(tp, chunk, start, summary, tables)
-            else:
-                records = chunk.records(start)
-                values = [r for r in records if r.value is not None]
-                if values:
-                    await self._route(tp, values)
-                if len(values) < len(records):
-                    self._tombstones(tp, [r for r in records if r.value is None])
-        except _native.BufferFullError:
-            # Nothing of this batch was taken (one table: the buffer's hard cap refused it whole).
-            self._source.seek_back(tp, summary.first_offset)
-            return None
         # the range reaches past the fetch's last whole batch: transaction markers and aborted or
         # compacted-away offsets after the last record hold no record, and a table that stops
         # short of them would show a lag of one forever on a transactional topic
-        self._positions.took(tp, summary.first_offset, fetched.next_offset - 1)
+        self._positions.took(tp, summary.first_offset, chunk.fetched.next_offset - 1)
         self.worker.last_record_ms = max(self.worker.last_record_ms or 0, summary.max_timestamp_ms)
         self.stats.records_in += summary.records
         self.metrics.records_consumed.inc(summary.records)
-        return True
 
     def _native_tables(self, tp: TopicPartition) -> tuple[str, ...] | None:
         """The tables that take every record of ``tp`` when its records can go to them straight
@@ -306,32 +348,47 @@ class Pipeline:
                 return None
         return route.always
 
-    async def _route_fetched(self, tp: TopicPartition, chunk: Chunk, start: int, summary: _native.FetchSummary,
-                             tables: tuple[str, ...]) -> None:
-        """The records of ``chunk`` from index ``start`` (``summary``) into every table of
-        ``tables``, straight from the fetched bytes, each table skipping what it holds (rule 2)."""
-        rows = summary.records - summary.tombstones
-        if not tables:
-            if rows:
-                self.stats.records_unrouted += rows
-                self.metrics.records_unrouted.inc(rows)
-                log.debug("%s[%d]: %d record(s) from offset %d taken by no table", tp[0], tp[1], rows,
-                          summary.first_offset)
-            return
-        fetched = chunk.fetched
-        for name in tables:
-            target = self._targets[name]
-            floor = target.floors.get(tp)
-            begin = start if floor is None or floor <= summary.first_offset else max(start, fetched.index_of(floor))
-            if begin >= len(fetched):
+    async def _decode(self, jobs: Sequence[_Direct]
+                      ) -> list[list[tuple[str, _native.FetchSummary, list[RecordProblem]]] | None]:
+        """Every fetch of ``jobs`` into each of its tables' buffers, straight from the fetched
+        bytes, each table skipping what it holds (rule 2): per job its tables' (name, counts,
+        bad records), or None when the buffer's hard cap refused it. The decoding runs without the
+        GIL on one thread per core (the loop goes on fetching and heartbeating meanwhile)."""
+        work: list[tuple[int, str, RecordBuffer, int, _native.FetchSummary]] = []
+        for i, job in enumerate(jobs):
+            fetched = job.chunk.fetched
+            for name in job.tables:
+                target = self._targets[name]
+                floor = target.floors.get(job.tp)
+                begin = job.start if floor is None or floor <= job.summary.first_offset else max(job.start, fetched.index_of(floor))
+                these = job.summary if begin == job.start else fetched.summary(begin)
+                if these.records > these.tombstones:
+                    work.append((i, name, target.buffer, begin, these))
+        results: list[list[RecordProblem] | None] = [None] * len(work)
+
+        def run(items: range) -> None:
+            for k in items:
+                i, _, buffer, begin, _ = work[k]
+                try:
+                    results[k] = buffer.append_fetched(jobs[i].tp[0], jobs[i].tp[1], jobs[i].chunk.fetched, begin)
+                except _native.BufferFullError:
+                    results[k] = None
+
+        threads = min(DECODE_THREADS, len(work))
+        if threads:
+            await asyncio.gather(*(asyncio.to_thread(run, range(t, len(work), threads)) for t in range(threads)))
+        out: list[list[tuple[str, _native.FetchSummary, list[RecordProblem]]] | None] = [[] for _ in jobs]
+        for (i, name, _, _, these), errors in zip(work, results, strict=True):
+            done = out[i]
+            if errors is None and len(jobs[i].tables) > 1:
+                # several tables never have a cap (targets.py): a refusal here would leave some appended
+                raise FrazilError(f"table {name}: its buffer refused a fetch of {jobs[i].tp[0]}[{jobs[i].tp[1]}] that "
+                                  "other tables took; stopping rather than taking it twice")
+            if errors is None or done is None:
+                out[i] = None
                 continue
-            these = summary if begin == start else fetched.summary(begin)
-            if these.records == these.tombstones:
-                continue
-            # decoded on a thread, without the GIL: the loop goes on fetching (and heartbeating) meanwhile
-            errors = await asyncio.to_thread(target.buffer.append_fetched, tp[0], tp[1], fetched, begin)
-            await self._appended(name, tp, errors, these.records - these.tombstones, these.value_bytes,
-                                 lambda offsets: chunk.records(offsets=offsets))
+            done.append((name, these, errors))
+        return out
 
     async def _route(self, tp: TopicPartition, records: list) -> None:  # type: ignore[type-arg]
         """Append ``records`` of ``tp`` to the buffer of every table that takes them, each table
@@ -759,6 +816,21 @@ def _for_worker(event: Event) -> bool:
     """The events a worker acts on; the rest of the channel (replies, CommitToTable, requests) is
     the coordinator's business."""
     return isinstance(event.payload, (StartCommit, CommitComplete))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Direct:
+    """A partition fetch going straight to ``tables`` from index ``start`` (``summary``)."""
+
+    tp: TopicPartition
+    chunk: Chunk
+    start: int
+    summary: _native.FetchSummary
+    tables: tuple[str, ...]
+
+
+def _records_at(chunk: Chunk, offsets: list[int]) -> list[Any]:
+    return list(chunk.records(offsets=sorted(offsets)))
 
 
 def _at(records: Sequence[Any], offsets: list[int]) -> list[Any]:
