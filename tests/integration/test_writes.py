@@ -94,7 +94,7 @@ def test_a_large_unpartitioned_flush_is_one_file_per_core_with_every_row_once(tm
                                                             "warehouse": f"file://{tmp_path}"}))
     table = iceberg_catalog.ensure_table(catalog, TableConfig("db.u", (Column("id", "long", True), Column("name", "string"),
                                                                        Column("at", "timestamptz"))))
-    monkeypatch.setattr(writes, "PARALLEL_MIN_ROWS", 1000)
+    monkeypatch.setattr(writes, "PARALLEL_MIN_BYTES", 1000)
     monkeypatch.setattr(writes.os, "cpu_count", lambda: 3)
     data = rows(table, [i % 48 for i in range(N)])
     files = writes.data_files(table.metadata, data, table.io)
@@ -103,4 +103,24 @@ def test_a_large_unpartitioned_flush_is_one_file_per_core_with_every_row_once(tm
                   .column("id").to_pylist())
     assert ids == Counter(range(N))
     # a small flush stays one file
-    assert len(writes.data_files(table.metadata, data.slice(0, 1500), table.io)) == 1
+    monkeypatch.setattr(writes, "PARALLEL_MIN_BYTES", data.nbytes)
+    assert len(writes.data_files(table.metadata, data, table.io)) == 1
+
+
+def test_frazils_writes_use_a_small_dictionary_page_unless_the_table_says_otherwise(table: Any, monkeypatch) -> None:
+    seen: list[int] = []
+    real = writes.write_file
+
+    def spy(*, io: Any, table_metadata: Any, tasks: Any) -> Any:
+        seen.append(int(table_metadata.properties["write.parquet.dict-size-bytes"]))
+        return real(io=io, table_metadata=table_metadata, tasks=tasks)
+
+    monkeypatch.setattr(writes, "write_file", spy)
+    writes.data_files(table.metadata, rows(table, list(range(48))), table.io)
+    assert seen == [writes.DICTIONARY_PAGE_BYTES]
+    assert "write.parquet.dict-size-bytes" not in table.metadata.properties   # the table itself is left alone
+    with table.transaction() as tx:
+        tx.set_properties({"write.parquet.dict-size-bytes": "1048576"})
+    table = table.refresh() if hasattr(table, "refresh") else table
+    writes.data_files(table.metadata, rows(table, list(range(48))), table.io)
+    assert seen[-1] == 1048576

@@ -14,7 +14,7 @@ bucket of a random id) are they sorted by partition value first: one copy, as py
 Unpartitioned tables go through pyiceberg's writer, except that a large flush is cut into one
 slice per core, written as that many files at once (pyiceberg's writer pool takes a task per
 file): a Parquet file is encoded and compressed on one thread, and a backfill's flush of a million
-rows otherwise kept one core busy for a second while the other waited (``PARALLEL_MIN_ROWS``).
+rows otherwise kept one core busy for a second while the other waited (``PARALLEL_MIN_BYTES``).
 """
 
 from __future__ import annotations
@@ -44,18 +44,29 @@ from pyiceberg.utils.config import Config
 from pyiceberg.utils.properties import property_as_int
 
 MAX_RUNS = 4096   # more runs of equal partition values than this: sorted first (one copy)
-# an unpartitioned flush of at least twice this many rows is written as one file per core, at once
-PARALLEL_MIN_ROWS = 200_000
+# an unpartitioned flush of at least twice this many bytes (Arrow) is written as one file per core, at once
+PARALLEL_MIN_BYTES = 64 << 20
+# The Parquet dictionary page limit of frazil's own writes, unless the table sets
+# write.parquet.dict-size-bytes itself (its default, 2 MB, is left to other writers such as Spark's
+# compaction). Arrow's writer tries a dictionary for every column until the page passes the limit:
+# at 2 MB a column of distinct doubles or longs is hashed value by value for up to 262k values per
+# row group and then written bigger than plain. At 256 KB such a column falls back 8x sooner and
+# low-cardinality columns keep their dictionary: wide rows 0.80 -> 0.44 s per 160k rows (55 -> 47
+# MB), clickstream 0.41 -> 0.37 s per 700k rows (25.5 -> 24.2 MB).
+DICTIONARY_PAGE_BYTES = 256 << 10
 
 
 def data_files(metadata: TableMetadata, data: pa.Table, io: FileIO, write_uuid: uuid.UUID | None = None) -> list[DataFile]:
     """Write ``data`` (the table's Arrow schema) as data files of the table ``metadata`` describes."""
     write_uuid = write_uuid or uuid.uuid4()
+    if TableProperties.PARQUET_DICT_SIZE_BYTES not in metadata.properties:
+        metadata = metadata.model_copy(update={"properties": {**metadata.properties,
+                                                              TableProperties.PARQUET_DICT_SIZE_BYTES: str(DICTIONARY_PAGE_BYTES)}})
     spec = metadata.spec()
     if data.num_rows == 0:
         return []
     if spec.is_unpartitioned():
-        files = min(os.cpu_count() or 1, data.num_rows // PARALLEL_MIN_ROWS)
+        files = min(os.cpu_count() or 1, data.num_rows, int(data.nbytes) // PARALLEL_MIN_BYTES)
         if files <= 1:
             return list(_dataframe_to_data_files(table_metadata=metadata, df=data, io=io, write_uuid=write_uuid))
         return _write_slices(metadata, data, io, write_uuid, [None], [_even_slices(data, files)])

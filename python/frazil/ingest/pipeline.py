@@ -61,6 +61,7 @@ DRAIN_CYCLES = 3   # on stop, at most this many cycles to land the batch and the
 # bad records held before a cycle is asked for: a reply names each one (~100-300 bytes on the control topic)
 MAX_DEAD_LETTERS = 2_000
 DECODE_THREADS = max(1, os.cpu_count() or 1)   # a poll's fetches decoded at once
+EARLY_CYCLE_SHARE = 0.5   # of memory_budget_mb buffered (no batch held): ask for a cycle
 EVOLVE_ROUNDS = 8   # schema changes one batch may make, one problem per record at a time
 MAX_SCHEMA_CHANGES = 100   # Avro: schema changes one batch may make (each writer schema id may ask for one)
 
@@ -173,10 +174,13 @@ class Pipeline:
 
     def _full(self) -> bool:
         """The record-count and bytes triggers (bad records held for the dead-letter topic count:
-        a flood of them is sent in cycles of bounded size)."""
+        a flood of them is sent in cycles of bounded size). The bytes trigger is half the budget
+        while no batch is held: a backfill's rows are written while the other half fills, instead
+        of ingestion pausing at the budget while one big batch is written."""
         held = self._dead_letters_held()
         return (self._targets.rows + held >= self._cfg.max_buffer_records or held >= MAX_DEAD_LETTERS
-                or self._flow.paused)
+                or self._flow.paused
+                or (self.worker.batch is None and self._targets.bytes >= self._flow.budget_bytes * EARLY_CYCLE_SHARE))
 
     def _dead_letters_held(self) -> int:
         """Bad records buffered and in the batch; none to count unless they go to a dead-letter topic."""
