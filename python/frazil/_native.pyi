@@ -138,6 +138,9 @@ class JsonBuffer:
     ``reject_unknown_fields`` makes such a record a decode error naming the field (and a column
     it differs from only in case). ``fold_case`` lands a field that differs from a column only in
     case in that column (two spellings of one column in a record are a decode error).
+    ``single_pass`` reads plain values (strings, integers, floats, booleans, ISO-8601 timestamps,
+    structs and lists of them) in one pass instead of through arrow-json's tape: the same rows;
+    off only to compare the two.
     """
 
     def __new__(
@@ -151,6 +154,7 @@ class JsonBuffer:
         dedupe_by_key: bool = False,
         reject_unknown_fields: bool = False,
         fold_case: bool = False,
+        single_pass: bool = True,
     ) -> JsonBuffer: ...
     def append(
         self,
@@ -183,6 +187,9 @@ class JsonBuffer:
     def bytes(self) -> int: ...
     @property
     def max_bytes(self) -> int | None: ...
+    @property
+    def single_pass_rows(self) -> int:
+        """Rows the single pass decoded so far (the rest went through arrow-json)."""
     @property
     def schema(self) -> pa.Schema: ...
 

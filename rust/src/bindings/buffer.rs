@@ -91,7 +91,7 @@ pub struct JsonBuffer {
 #[pymethods]
 impl JsonBuffer {
     #[new]
-    #[pyo3(signature = (*, schema, metadata_columns = false, max_bytes = None, shards = 16, report_unknown_fields = false, dedupe_by_key = false, reject_unknown_fields = false, fold_case = false))]
+    #[pyo3(signature = (*, schema, metadata_columns = false, max_bytes = None, shards = 16, report_unknown_fields = false, dedupe_by_key = false, reject_unknown_fields = false, fold_case = false, single_pass = true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         schema: PyArrowType<Schema>,
@@ -102,9 +102,18 @@ impl JsonBuffer {
         dedupe_by_key: bool,
         reject_unknown_fields: bool,
         fold_case: bool,
+        single_pass: bool,
     ) -> PyResult<Self> {
-        let options =
-            Options { metadata_columns, max_bytes, shards, report_unknown_fields, dedupe_by_key, reject_unknown_fields, fold_case };
+        let options = Options {
+            metadata_columns,
+            max_bytes,
+            shards,
+            report_unknown_fields,
+            dedupe_by_key,
+            reject_unknown_fields,
+            fold_case,
+            single_pass,
+        };
         let inner = buffer::JsonBuffer::new(Arc::new(schema.0), options).map_err(arrow_err)?;
         Ok(Self { inner })
     }
@@ -173,6 +182,11 @@ impl JsonBuffer {
     #[getter]
     fn max_bytes(&self) -> Option<usize> {
         self.inner.max_bytes()
+    }
+
+    #[getter]
+    fn single_pass_rows(&self) -> usize {
+        self.inner.single_pass_rows()
     }
 
     #[getter]

@@ -60,22 +60,7 @@ impl DecoderFactory for Factory {
             }
             DataType::Float32 => Some(Box::new(Floats::<Float32Type>::new("a float (32-bit)"))),
             DataType::Float64 => Some(Box::new(Floats::<Float64Type>::new("a double (64-bit)"))),
-            DataType::Timestamp(unit, tz) => {
-                let sent = match field.metadata().get(UNIT_KEY).map(String::as_str) {
-                    None => None,
-                    Some("s") => Some(TimeUnit::Second),
-                    Some("ms") => Some(TimeUnit::Millisecond),
-                    Some("us") => Some(TimeUnit::Microsecond),
-                    Some("ns") => Some(TimeUnit::Nanosecond),
-                    Some(other) => {
-                        return Err(ArrowError::SchemaError(format!(
-                            "field {:?}: unit {other:?} is not one of s, ms, us, ns",
-                            field.name()
-                        )))
-                    }
-                };
-                Some(Box::new(Timestamps { unit: *unit, tz: tz.clone(), sent }))
-            }
+            DataType::Timestamp(_, _) => Some(Box::new(Timestamps::of(field)?.expect("a timestamp field"))),
             DataType::FixedSizeBinary(16) if is_uuid => Some(Box::new(Uuid)),
             DataType::FixedSizeBinary(len) => Some(Box::new(FixedBase64(*len))),
             DataType::Binary => Some(Box::new(Base64::<i32>::default())),
@@ -374,7 +359,7 @@ impl ArrayDecoder for ExactDecimal {
 
 /// Timestamps: ISO-8601 text (the UTC offset required with zone, refused without), or a number
 /// in the declared unit (`sent`); the column's unit must hold the value exactly.
-struct Timestamps {
+pub(crate) struct Timestamps {
     unit: TimeUnit,
     tz: Option<Arc<str>>,
     sent: Option<TimeUnit>,
@@ -405,29 +390,67 @@ fn has_offset(text: &str) -> bool {
 }
 
 impl Timestamps {
+    /// The decoder of a timestamp field (None for another type); its unit for numbers from the
+    /// field's metadata ([`UNIT_KEY`]).
+    pub(crate) fn of(field: &FieldRef) -> Result<Option<Self>, ArrowError> {
+        let DataType::Timestamp(unit, tz) = field.data_type() else { return Ok(None) };
+        let sent = match field.metadata().get(UNIT_KEY).map(String::as_str) {
+            None => None,
+            Some("s") => Some(TimeUnit::Second),
+            Some("ms") => Some(TimeUnit::Millisecond),
+            Some("us") => Some(TimeUnit::Microsecond),
+            Some("ns") => Some(TimeUnit::Nanosecond),
+            Some(other) => {
+                return Err(ArrowError::SchemaError(format!("field {:?}: unit {other:?} is not one of s, ms, us, ns", field.name())))
+            }
+        };
+        Ok(Some(Self { unit: *unit, tz: tz.clone(), sent }))
+    }
+
+    /// ISO-8601 text in the column's unit.
+    pub(crate) fn from_text(&self, text: &str) -> Result<i64, ArrowError> {
+        let nanos = self.text_nanos(text)?;
+        self.in_unit(nanos, &format!("{text:?}"))
+    }
+
+    fn text_nanos(&self, text: &str) -> Result<i128, ArrowError> {
+        match (self.tz.is_some(), has_offset(text)) {
+            (true, false) => {
+                return Err(ArrowError::JsonError(format!(
+                    "{text:?} has no UTC offset; the column is a timestamp with zone: send one (Z or +02:00), or \
+                     use a timestamp column for local times"
+                )))
+            }
+            (false, true) => {
+                return Err(ArrowError::JsonError(format!(
+                    "{text:?} has a UTC offset; the column is a timestamp without zone: use a timestamptz column, \
+                     or send the local time without an offset"
+                )))
+            }
+            _ => {}
+        }
+        let nanos = string_to_timestamp_nanos(text)
+            .map_err(|e| ArrowError::JsonError(format!("{text:?} is not an ISO-8601 timestamp ({e})")))?;
+        Ok(nanos as i128)
+    }
+
+    fn in_unit(&self, nanos: i128, what: &str) -> Result<i64, ArrowError> {
+        let per = nanos_per(self.unit);
+        if nanos % per != 0 {
+            return Err(ArrowError::JsonError(format!(
+                "{what} has digits below {}, which the column does not keep",
+                unit_name(self.unit).trim_end_matches('s')
+            )));
+        }
+        i64::try_from(nanos / per).map_err(|_| ArrowError::JsonError(format!("{what} is out of range")))
+    }
+
     fn value(&self, tape: &Tape<'_>, p: u32) -> Result<Option<i64>, ArrowError> {
         let (nanos, what): (i128, String) = match tape.get(p) {
             TapeElement::Null => return Ok(None),
             TapeElement::String(idx) => {
                 let text = tape.get_string(idx);
-                match (self.tz.is_some(), has_offset(text)) {
-                    (true, false) => {
-                        return Err(ArrowError::JsonError(format!(
-                            "{text:?} has no UTC offset; the column is a timestamp with zone: send one (Z or +02:00), or \
-                             use a timestamp column for local times"
-                        )))
-                    }
-                    (false, true) => {
-                        return Err(ArrowError::JsonError(format!(
-                            "{text:?} has a UTC offset; the column is a timestamp without zone: use a timestamptz column, \
-                             or send the local time without an offset"
-                        )))
-                    }
-                    _ => {}
-                }
-                let nanos = string_to_timestamp_nanos(text)
-                    .map_err(|e| ArrowError::JsonError(format!("{text:?} is not an ISO-8601 timestamp ({e})")))?;
-                (nanos as i128, format!("{text:?}"))
+                (self.text_nanos(text)?, format!("{text:?}"))
             }
             TapeElement::Number(idx) => {
                 let text = tape.get_string(idx);
@@ -443,14 +466,7 @@ impl Timestamps {
             }
             _ => return Err(tape.error(p, "an ISO-8601 timestamp or a number")),
         };
-        let per = nanos_per(self.unit);
-        if nanos % per != 0 {
-            return Err(ArrowError::JsonError(format!(
-                "{what} has digits below {}, which the column does not keep",
-                unit_name(self.unit).trim_end_matches('s')
-            )));
-        }
-        i64::try_from(nanos / per).map(Some).map_err(|_| ArrowError::JsonError(format!("{what} is out of range")))
+        self.in_unit(nanos, &what).map(Some)
     }
 }
 

@@ -12,6 +12,7 @@ mod align;
 pub mod avro;
 mod decoders;
 mod dedupe;
+mod fast;
 mod validate;
 
 pub use align::ALIGNMENT;
@@ -124,6 +125,9 @@ pub struct Options {
     /// A field that differs from a column only in case lands in that column (each value is
     /// parsed once more to find such fields); two spellings of one column in a record are an error.
     pub fold_case: bool,
+    /// Decode plain values in one pass (`fast.rs`) where the schema allows it; off, every value
+    /// goes through arrow-json (the same rows, slower: kept for tests and benchmarks).
+    pub single_pass: bool,
 }
 
 impl Default for Options {
@@ -136,6 +140,7 @@ impl Default for Options {
             dedupe_by_key: false,
             reject_unknown_fields: false,
             fold_case: false,
+            single_pass: true,
         }
     }
 }
@@ -156,9 +161,13 @@ pub struct JsonBuffer {
     /// The part of `schema` that is decoded from the JSON value.
     value_schema: SchemaRef,
     options: Options,
+    /// The single-pass decoder, when the schema and options allow it (`fast.rs`).
+    fast: Option<fast::FastDecoder>,
     shards: Vec<Mutex<Vec<Entry>>>,
     rows: AtomicUsize,
     bytes: AtomicUsize,
+    /// Rows the single pass decoded (the rest went through arrow-json).
+    single_pass_rows: AtomicUsize,
 }
 
 impl JsonBuffer {
@@ -185,7 +194,19 @@ impl JsonBuffer {
         // Fail early on a schema the JSON decoder cannot handle.
         ReaderBuilder::new(value_schema.clone()).with_decoder_factory(Arc::new(decoders::Factory)).build_decoder()?;
         let shards = (0..options.shards).map(|_| Mutex::new(Vec::new())).collect();
-        Ok(Self { schema, value_schema, options, shards, rows: AtomicUsize::new(0), bytes: AtomicUsize::new(0) })
+        let fast = (options.single_pass && !options.report_unknown_fields && !options.fold_case)
+            .then(|| fast::FastDecoder::for_fields(value_schema.fields(), options.reject_unknown_fields))
+            .flatten();
+        Ok(Self {
+            schema,
+            value_schema,
+            options,
+            fast,
+            shards,
+            rows: AtomicUsize::new(0),
+            bytes: AtomicUsize::new(0),
+            single_pass_rows: AtomicUsize::new(0),
+        })
     }
 
     pub fn schema(&self) -> &SchemaRef {
@@ -200,6 +221,11 @@ impl JsonBuffer {
     /// Bytes held: the buffered Arrow arrays plus keys kept for deduplication.
     pub fn bytes(&self) -> usize {
         self.bytes.load(Ordering::Acquire)
+    }
+
+    /// Rows decoded by the single pass so far (`fast.rs`).
+    pub fn single_pass_rows(&self) -> usize {
+        self.single_pass_rows.load(Ordering::Relaxed)
     }
 
     pub fn max_bytes(&self) -> Option<usize> {
@@ -243,7 +269,11 @@ impl JsonBuffer {
             }
         }
         let values = Values { original: records.values, rewritten: &rewritten };
-        let decoded = match self.decode_all(&values, &good) {
+        let fast = self.fast.as_ref().and_then(|f| f.decode(|i| values.get(i), &good, &self.value_schema));
+        if fast.is_some() {
+            self.single_pass_rows.fetch_add(good.len(), Ordering::Relaxed);
+        }
+        let decoded = match fast.map(Ok).unwrap_or_else(|| self.decode_all(&values, &good)) {
             Ok(batch) => batch,
             Err(_) => {
                 // Slow path: probe blocks of PROBE_BLOCK records with one reused decoder, then the

@@ -1,0 +1,628 @@
+//! A single-pass decoder of JSON values straight into the table's columns, for the common shapes:
+//! strings, integers, floats, booleans, ISO-8601 timestamps, and structs and lists of them.
+//!
+//! arrow-json first tokenizes every value into a tape, then each column decoder walks the tape and
+//! finds its field by name; with frazil's exact decoders on top, a wide record (42 fields) cost
+//! about 7.6 us. Here the bytes are read once: each field name is matched against the column the
+//! producer's order predicts, and its value is parsed into that column's builder.
+//!
+//! It only ever takes a value it reads plainly and returns exactly the rows the arrow-json path
+//! would (`tests.rs` holds the property test that compares the two). Anything else in a batch (a
+//! value with an unknown or repeated field, a type it does not read here, a number written as a
+//! string, a missing required field, malformed JSON, a lone escaped surrogate) makes it give the
+//! batch up: the arrow-json path then decodes it, and names the bad records as it always did.
+
+use std::sync::Arc;
+
+use arrow::array::{
+    ArrayRef, BooleanArray, Float32Array, Float64Array, Int16Array, Int32Array, Int64Array, Int8Array, ListArray,
+    NullBufferBuilder, RecordBatch, StringArray, StructArray, TimestampMicrosecondArray, TimestampMillisecondArray,
+    TimestampNanosecondArray, TimestampSecondArray,
+};
+use arrow::buffer::{BooleanBuffer, Buffer, OffsetBuffer, ScalarBuffer};
+use arrow::datatypes::{DataType, FieldRef, Fields, SchemaRef, TimeUnit};
+
+use super::decoders::{Timestamps, ROUNDING_KEY};
+
+/// What the decoder reads for one field.
+enum Kind {
+    Utf8,
+    /// An integer of `bits` bits (8, 16, 32, 64), exactly.
+    Int(u8),
+    F64,
+    F32,
+    Bool,
+    Timestamp(Timestamps, TimeUnit, Option<Arc<str>>),
+    Struct(Vec<Spec>),
+    List(Box<Spec>, FieldRef),
+}
+
+struct Spec {
+    name: Box<[u8]>,
+    nullable: bool,
+    /// A struct with a required field somewhere below it: a null of it is given up (Arrow needs
+    /// its required children masked, which the arrow-json path handles).
+    has_required: bool,
+    kind: Kind,
+    field: FieldRef,
+}
+
+impl Spec {
+    fn of(field: &FieldRef) -> Option<Self> {
+        if field.metadata().contains_key(ROUNDING_KEY) {
+            return None;
+        }
+        let kind = match field.data_type() {
+            DataType::Utf8 => Kind::Utf8,
+            DataType::Int8 => Kind::Int(8),
+            DataType::Int16 => Kind::Int(16),
+            DataType::Int32 => Kind::Int(32),
+            DataType::Int64 => Kind::Int(64),
+            DataType::Float64 => Kind::F64,
+            DataType::Float32 => Kind::F32,
+            DataType::Boolean => Kind::Bool,
+            DataType::Timestamp(unit, tz) => Kind::Timestamp(Timestamps::of(field).ok()??, *unit, tz.clone()),
+            DataType::Struct(children) => Kind::Struct(children.iter().map(Spec::of).collect::<Option<_>>()?),
+            DataType::List(item) => Kind::List(Box::new(Spec::of(item)?), item.clone()),
+            _ => return None,
+        };
+        let has_required = match &kind {
+            Kind::Struct(children) => children.iter().any(|c| !c.nullable || c.has_required),
+            _ => false,
+        };
+        Some(Spec { name: field.name().as_bytes().into(), nullable: field.is_nullable(), has_required, kind, field: field.clone() })
+    }
+}
+
+/// The decoder of one table schema (its value columns).
+pub(crate) struct FastDecoder {
+    columns: Vec<Spec>,
+    /// Fields not in the schema are an error (strict) rather than skipped.
+    strict: bool,
+}
+
+impl std::fmt::Debug for FastDecoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FastDecoder").field("columns", &self.columns.len()).field("strict", &self.strict).finish()
+    }
+}
+
+impl FastDecoder {
+    /// None when a column has a type (or an option) only the arrow-json path reads.
+    pub(crate) fn for_fields(fields: &Fields, strict: bool) -> Option<Self> {
+        Some(FastDecoder { columns: fields.iter().map(Spec::of).collect::<Option<_>>()?, strict })
+    }
+
+    /// The rows of `values` at `indices`, in order, or None when any of them is not one this
+    /// decoder reads plainly (the batch is then the arrow-json path's).
+    pub(crate) fn decode<'v>(&self, value: impl Fn(usize) -> &'v [u8], indices: &[usize], schema: &SchemaRef) -> Option<RecordBatch> {
+        let mut state = Object::new(&self.columns, indices.len());
+        for &i in indices {
+            let mut p = Parser { s: value(i), at: 0 };
+            p.ws();
+            state.read(&mut p, &self.columns, self.strict)?;
+            p.ws();
+            if p.at != p.s.len() {
+                return None;
+            }
+        }
+        let columns = state.finish(&self.columns)?;
+        RecordBatch::try_new(schema.clone(), columns).ok()
+    }
+}
+
+/// The builders of an object's fields, and the order the producer writes them in.
+struct Object {
+    columns: Vec<Column>,
+    seen: Vec<bool>,
+    /// After field k, the field that followed it in the last object read.
+    next: Vec<usize>,
+    first: usize,
+}
+
+impl Object {
+    fn new(specs: &[Spec], rows: usize) -> Self {
+        let n = specs.len();
+        Object {
+            columns: specs.iter().map(|s| Column::new(s, rows)).collect(),
+            seen: vec![false; n],
+            next: (1..=n).collect(),
+            first: 0,
+        }
+    }
+
+    /// One object into the columns (the parser is at its `{`).
+    fn read(&mut self, p: &mut Parser<'_>, specs: &[Spec], strict: bool) -> Option<()> {
+        p.expect(b'{')?;
+        self.seen.iter_mut().for_each(|s| *s = false);
+        p.ws();
+        if p.peek()? == b'}' {
+            p.at += 1;
+        } else {
+            let mut guess = self.first;
+            let mut previous: Option<usize> = None;
+            loop {
+                let name = p.key()?;
+                p.ws();
+                p.expect(b':')?;
+                p.ws();
+                let found = if specs.get(guess).is_some_and(|s| *s.name == *name) {
+                    Some(guess)
+                } else {
+                    specs.iter().position(|s| *s.name == *name)
+                };
+                match found {
+                    Some(k) => {
+                        if std::mem::replace(&mut self.seen[k], true) {
+                            return None; // a field twice: arrow-json keeps the last; left to it
+                        }
+                        match previous {
+                            Some(before) => self.next[before] = k,
+                            None => self.first = k,
+                        }
+                        previous = Some(k);
+                        self.columns[k].value(p, &specs[k])?;
+                        guess = self.next[k];
+                    }
+                    None if strict => return None,
+                    None => p.skip_value()?,
+                }
+                p.ws();
+                match p.next()? {
+                    b',' => p.ws(),
+                    b'}' => break,
+                    _ => return None,
+                }
+            }
+        }
+        for (k, spec) in specs.iter().enumerate() {
+            if !self.seen[k] {
+                if !spec.nullable || spec.has_required {
+                    return None;
+                }
+                self.columns[k].null(spec);
+            }
+        }
+        Some(())
+    }
+
+    /// A null object: every field null below it.
+    fn null(&mut self, specs: &[Spec]) {
+        for (column, spec) in self.columns.iter_mut().zip(specs) {
+            column.null(spec);
+        }
+    }
+
+    fn finish(self, specs: &[Spec]) -> Option<Vec<ArrayRef>> {
+        self.columns.into_iter().zip(specs).map(|(c, s)| c.finish(s)).collect()
+    }
+}
+
+enum Values {
+    Utf8 { offsets: Vec<i32>, data: Vec<u8> },
+    Int(Vec<i64>),
+    F64(Vec<f64>),
+    F32(Vec<f32>),
+    Bool(Vec<bool>),
+    Timestamp(Vec<i64>),
+    Struct(Box<Object>),
+    List { offsets: Vec<i32>, item: Box<Column> },
+}
+
+struct Column {
+    values: Values,
+    nulls: NullBufferBuilder,
+}
+
+impl Column {
+    fn new(spec: &Spec, rows: usize) -> Self {
+        let values = match &spec.kind {
+            Kind::Utf8 => Values::Utf8 { offsets: { let mut o = Vec::with_capacity(rows + 1); o.push(0); o }, data: Vec::with_capacity(rows * 16) },
+            Kind::Int(_) => Values::Int(Vec::with_capacity(rows)),
+            Kind::F64 => Values::F64(Vec::with_capacity(rows)),
+            Kind::F32 => Values::F32(Vec::with_capacity(rows)),
+            Kind::Bool => Values::Bool(Vec::with_capacity(rows)),
+            Kind::Timestamp(..) => Values::Timestamp(Vec::with_capacity(rows)),
+            Kind::Struct(children) => Values::Struct(Box::new(Object::new(children, rows))),
+            Kind::List(item, _) => {
+                Values::List { offsets: { let mut o = Vec::with_capacity(rows + 1); o.push(0); o }, item: Box::new(Column::new(item, rows)) }
+            }
+        };
+        Column { values, nulls: NullBufferBuilder::new(rows) }
+    }
+
+    fn null(&mut self, spec: &Spec) {
+        self.nulls.append_null();
+        match (&mut self.values, &spec.kind) {
+            (Values::Utf8 { offsets, data }, _) => offsets.push(data.len() as i32),
+            (Values::Int(v), _) | (Values::Timestamp(v), _) => v.push(0),
+            (Values::F64(v), _) => v.push(0.0),
+            (Values::F32(v), _) => v.push(0.0),
+            (Values::Bool(v), _) => v.push(false),
+            (Values::Struct(object), Kind::Struct(children)) => object.null(children),
+            (Values::List { offsets, .. }, _) => offsets.push(*offsets.last().expect("starts at 0")),
+            (Values::Struct(_), _) => unreachable!("a struct column has a struct spec"),
+        }
+    }
+
+    /// One value (the parser is at its first byte).
+    fn value(&mut self, p: &mut Parser<'_>, spec: &Spec) -> Option<()> {
+        if p.peek()? == b'n' {
+            p.literal(b"null")?;
+            if !spec.nullable || spec.has_required {
+                return None;
+            }
+            self.null(spec);
+            return Some(());
+        }
+        match (&mut self.values, &spec.kind) {
+            (Values::Utf8 { offsets, data }, _) => {
+                p.string_into(data)?;
+                if data.len() > i32::MAX as usize {
+                    return None;
+                }
+                offsets.push(data.len() as i32);
+            }
+            (Values::Int(v), Kind::Int(bits)) => {
+                let n = p.integer()?;
+                let fits = match bits {
+                    8 => i8::try_from(n).is_ok(),
+                    16 => i16::try_from(n).is_ok(),
+                    32 => i32::try_from(n).is_ok(),
+                    _ => true,
+                };
+                if !fits {
+                    return None;
+                }
+                v.push(n);
+            }
+            (Values::F64(v), _) => {
+                let f = p.float()?;
+                v.push(f);
+            }
+            (Values::F32(v), _) => {
+                let f = p.float()? as f32;
+                if !f.is_finite() {
+                    return None;
+                }
+                v.push(f);
+            }
+            (Values::Bool(v), _) => match p.peek()? {
+                b't' => {
+                    p.literal(b"true")?;
+                    v.push(true);
+                }
+                b'f' => {
+                    p.literal(b"false")?;
+                    v.push(false);
+                }
+                _ => return None,
+            },
+            (Values::Timestamp(v), Kind::Timestamp(decoder, ..)) => {
+                let text = p.plain_string()?;
+                v.push(decoder.from_text(text).ok()?);
+            }
+            (Values::Struct(object), Kind::Struct(children)) => object.read(p, children, true)?,
+            (Values::List { offsets, item }, Kind::List(item_spec, _)) => {
+                p.expect(b'[')?;
+                p.ws();
+                let mut count = 0usize;
+                if p.peek()? == b']' {
+                    p.at += 1;
+                } else {
+                    loop {
+                        item.value(p, item_spec)?;
+                        count += 1;
+                        p.ws();
+                        match p.next()? {
+                            b',' => p.ws(),
+                            b']' => break,
+                            _ => return None,
+                        }
+                    }
+                }
+                let end = *offsets.last().expect("starts at 0") as usize + count;
+                offsets.push(i32::try_from(end).ok()?);
+            }
+            _ => return None,
+        }
+        self.nulls.append_non_null();
+        Some(())
+    }
+
+    fn finish(mut self, spec: &Spec) -> Option<ArrayRef> {
+        let nulls = self.nulls.finish();
+        let array: ArrayRef = match (self.values, &spec.kind) {
+            (Values::Utf8 { offsets, data }, _) => {
+                // SAFETY: every string was checked UTF-8 when read (Parser::string_into) and the
+                // offsets only grow
+                Arc::new(unsafe {
+                    StringArray::new_unchecked(OffsetBuffer::new_unchecked(ScalarBuffer::from(offsets)), Buffer::from_vec(data), nulls)
+                })
+            }
+            (Values::Int(v), Kind::Int(bits)) => match bits {
+                8 => Arc::new(Int8Array::new(v.into_iter().map(|x| x as i8).collect(), nulls)),
+                16 => Arc::new(Int16Array::new(v.into_iter().map(|x| x as i16).collect(), nulls)),
+                32 => Arc::new(Int32Array::new(v.into_iter().map(|x| x as i32).collect(), nulls)),
+                _ => Arc::new(Int64Array::new(ScalarBuffer::from(v), nulls)),
+            },
+            (Values::F64(v), _) => Arc::new(Float64Array::new(ScalarBuffer::from(v), nulls)),
+            (Values::F32(v), _) => Arc::new(Float32Array::new(ScalarBuffer::from(v), nulls)),
+            (Values::Bool(v), _) => Arc::new(BooleanArray::new(BooleanBuffer::from(v), nulls)),
+            (Values::Timestamp(v), Kind::Timestamp(_, unit, tz)) => {
+                let v = ScalarBuffer::from(v);
+                match unit {
+                    TimeUnit::Second => Arc::new(TimestampSecondArray::new(v, nulls).with_timezone_opt(tz.clone())),
+                    TimeUnit::Millisecond => Arc::new(TimestampMillisecondArray::new(v, nulls).with_timezone_opt(tz.clone())),
+                    TimeUnit::Microsecond => Arc::new(TimestampMicrosecondArray::new(v, nulls).with_timezone_opt(tz.clone())),
+                    TimeUnit::Nanosecond => Arc::new(TimestampNanosecondArray::new(v, nulls).with_timezone_opt(tz.clone())),
+                }
+            }
+            (Values::Struct(object), Kind::Struct(children)) => {
+                let DataType::Struct(fields) = spec.field.data_type() else { return None };
+                Arc::new(StructArray::try_new(fields.clone(), object.finish(children)?, nulls).ok()?)
+            }
+            (Values::List { offsets, item }, Kind::List(item_spec, item_field)) => {
+                let values = item.finish(item_spec)?;
+                Arc::new(ListArray::try_new(item_field.clone(), OffsetBuffer::new(ScalarBuffer::from(offsets)), values, nulls).ok()?)
+            }
+            _ => return None,
+        };
+        (array.data_type() == spec.field.data_type()).then_some(array)
+    }
+}
+
+/// A cursor over one value's bytes. Every method returns None on anything it does not read
+/// plainly, leaving the value to the arrow-json path.
+struct Parser<'a> {
+    s: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Parser<'a> {
+    #[inline]
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.s.get(self.at) {
+            self.at += 1;
+        }
+    }
+
+    #[inline]
+    fn peek(&self) -> Option<u8> {
+        self.s.get(self.at).copied()
+    }
+
+    #[inline]
+    fn next(&mut self) -> Option<u8> {
+        let b = self.peek()?;
+        self.at += 1;
+        Some(b)
+    }
+
+    #[inline]
+    fn expect(&mut self, b: u8) -> Option<()> {
+        (self.next()? == b).then_some(())
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        if self.s.get(self.at..self.at + word.len())? != word {
+            return None;
+        }
+        self.at += word.len();
+        // a literal runs into the next token only through a delimiter
+        match self.peek() {
+            None | Some(b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t') => Some(()),
+            _ => None,
+        }
+    }
+
+    /// A string without escapes or control characters, as checked UTF-8 text (the parser at its
+    /// opening quote): field names and timestamps; anything else is given up.
+    fn plain_string(&mut self) -> Option<&'a str> {
+        self.expect(b'"')?;
+        let rest = &self.s[self.at..];
+        let end = memchr::memchr2(b'"', b'\\', rest)?;
+        let body = &rest[..end];
+        if rest[end] != b'"' || body.iter().any(|&b| b < 0x20) {
+            return None;
+        }
+        self.at += end + 1;
+        std::str::from_utf8(body).ok()
+    }
+
+    fn key(&mut self) -> Option<&'a [u8]> {
+        self.plain_string().map(str::as_bytes)
+    }
+
+    /// A string value, unescaped, appended to `out` as checked UTF-8 (the parser at its opening
+    /// quote). A raw control character (not JSON) or a lone escaped surrogate is given up.
+    fn string_into(&mut self, out: &mut Vec<u8>) -> Option<()> {
+        self.expect(b'"')?;
+        let start = out.len();
+        loop {
+            let rest = &self.s[self.at..];
+            let k = memchr::memchr2(b'"', b'\\', rest)?;
+            let run = &rest[..k];
+            if run.iter().any(|&b| b < 0x20) {
+                return None;
+            }
+            out.extend_from_slice(run);
+            self.at += k + 1;
+            if rest[k] == b'"' {
+                break;
+            }
+            let c = match self.next()? {
+                b'"' => '"',
+                b'\\' => '\\',
+                b'/' => '/',
+                b'b' => '\u{8}',
+                b'f' => '\u{c}',
+                b'n' => '\n',
+                b'r' => '\r',
+                b't' => '\t',
+                b'u' => {
+                    let high = self.hex4()?;
+                    match high {
+                        0xD800..=0xDBFF => {
+                            self.expect(b'\\')?;
+                            self.expect(b'u')?;
+                            let low = self.hex4()?;
+                            if !(0xDC00..=0xDFFF).contains(&low) {
+                                return None;
+                            }
+                            char::from_u32(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00))?
+                        }
+                        0xDC00..=0xDFFF => return None,
+                        _ => char::from_u32(high)?,
+                    }
+                }
+                _ => return None,
+            };
+            let mut buf = [0u8; 4];
+            out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+        }
+        std::str::from_utf8(&out[start..]).ok()?;
+        Some(())
+    }
+
+    fn hex4(&mut self) -> Option<u32> {
+        let digits = self.s.get(self.at..self.at + 4)?;
+        let mut v = 0u32;
+        for &d in digits {
+            v = v * 16 + (d as char).to_digit(16)?;
+        }
+        self.at += 4;
+        Some(v)
+    }
+
+    /// The extent of a JSON number token (checked against the grammar), and whether it is a plain
+    /// integer (no fraction, no exponent).
+    fn number(&mut self) -> Option<(&'a [u8], bool)> {
+        let start = self.at;
+        let s = self.s;
+        let mut i = start;
+        if s.get(i) == Some(&b'-') {
+            i += 1;
+        }
+        match s.get(i)? {
+            b'0' => i += 1,
+            b'1'..=b'9' => {
+                while s.get(i).is_some_and(u8::is_ascii_digit) {
+                    i += 1;
+                }
+            }
+            _ => return None,
+        }
+        let mut integer = true;
+        if s.get(i) == Some(&b'.') {
+            integer = false;
+            i += 1;
+            let digits = i;
+            while s.get(i).is_some_and(u8::is_ascii_digit) {
+                i += 1;
+            }
+            if i == digits {
+                return None;
+            }
+        }
+        if let Some(b'e' | b'E') = s.get(i) {
+            integer = false;
+            i += 1;
+            if let Some(b'+' | b'-') = s.get(i) {
+                i += 1;
+            }
+            let digits = i;
+            while s.get(i).is_some_and(u8::is_ascii_digit) {
+                i += 1;
+            }
+            if i == digits {
+                return None;
+            }
+        }
+        match s.get(i) {
+            None | Some(b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t') => {}
+            _ => return None,
+        }
+        self.at = i;
+        Some((&s[start..i], integer))
+    }
+
+    /// A plain integer that fits an i64 (a fraction or an exponent is left to the exact path).
+    fn integer(&mut self) -> Option<i64> {
+        let (text, integer) = self.number()?;
+        if !integer {
+            return None;
+        }
+        lexical_core::parse::<i64>(text).ok()
+    }
+
+    /// A finite double from a number token (the nearest, as Rust's and arrow-json's parsers give).
+    fn float(&mut self) -> Option<f64> {
+        let (text, _) = self.number()?;
+        let v = lexical_core::parse::<f64>(text).ok()?;
+        v.is_finite().then_some(v)
+    }
+
+    /// Any JSON value, checked and discarded (a field the schema does not have, not strict).
+    fn skip_value(&mut self) -> Option<()> {
+        match self.peek()? {
+            b'"' => {
+                let mut sink = Vec::new();
+                self.string_into(&mut sink)
+            }
+            b'{' => {
+                self.at += 1;
+                self.ws();
+                if self.peek()? == b'}' {
+                    self.at += 1;
+                    return Some(());
+                }
+                loop {
+                    self.ws();
+                    let mut sink = Vec::new();
+                    self.string_into(&mut sink)?;
+                    self.ws();
+                    self.expect(b':')?;
+                    self.ws();
+                    self.skip_value()?;
+                    self.ws();
+                    match self.next()? {
+                        b',' => {}
+                        b'}' => return Some(()),
+                        _ => return None,
+                    }
+                }
+            }
+            b'[' => {
+                self.at += 1;
+                self.ws();
+                if self.peek()? == b']' {
+                    self.at += 1;
+                    return Some(());
+                }
+                loop {
+                    self.ws();
+                    self.skip_value()?;
+                    self.ws();
+                    match self.next()? {
+                        b',' => {}
+                        b']' => return Some(()),
+                        _ => return None,
+                    }
+                }
+            }
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            _ => self.number().map(drop),
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) fn decode_for_test(fields: &Fields, strict: bool, values: &[&[u8]]) -> Option<RecordBatch> {
+    let schema = Arc::new(arrow::datatypes::Schema::new(fields.clone()));
+    let decoder = FastDecoder::for_fields(fields, strict)?;
+    let indices: Vec<usize> = (0..values.len()).collect();
+    decoder.decode(|i| values[i], &indices, &schema)
+}
