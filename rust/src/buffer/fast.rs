@@ -15,7 +15,8 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BooleanArray, Float32Array, Float64Array, Int16Array, Int32Array, Int64Array, Int8Array, ListArray,
+    ArrayRef, BooleanArray, Float32Array, Float64Array, Int16Array, Int32Array, Int64Array, Int8Array, LargeListArray,
+    LargeStringArray, ListArray,
     NullBufferBuilder, RecordBatch, StringArray, StructArray, TimestampMicrosecondArray, TimestampMillisecondArray,
     TimestampNanosecondArray, TimestampSecondArray,
 };
@@ -26,7 +27,8 @@ use super::decoders::{Timestamps, ROUNDING_KEY};
 
 /// What the decoder reads for one field.
 enum Kind {
-    Utf8,
+    /// Text, with 64-bit offsets when `large` (pyiceberg's tables use large strings).
+    Utf8 { large: bool },
     /// An integer of `bits` bits (8, 16, 32, 64), exactly.
     Int(u8),
     F64,
@@ -34,7 +36,7 @@ enum Kind {
     Bool,
     Timestamp(Timestamps, TimeUnit, Option<Arc<str>>),
     Struct(Vec<Spec>),
-    List(Box<Spec>, FieldRef),
+    List { item: Box<Spec>, field: FieldRef, large: bool },
 }
 
 struct Spec {
@@ -53,7 +55,8 @@ impl Spec {
             return None;
         }
         let kind = match field.data_type() {
-            DataType::Utf8 => Kind::Utf8,
+            DataType::Utf8 => Kind::Utf8 { large: false },
+            DataType::LargeUtf8 => Kind::Utf8 { large: true },
             DataType::Int8 => Kind::Int(8),
             DataType::Int16 => Kind::Int(16),
             DataType::Int32 => Kind::Int(32),
@@ -63,7 +66,8 @@ impl Spec {
             DataType::Boolean => Kind::Bool,
             DataType::Timestamp(unit, tz) => Kind::Timestamp(Timestamps::of(field).ok()??, *unit, tz.clone()),
             DataType::Struct(children) => Kind::Struct(children.iter().map(Spec::of).collect::<Option<_>>()?),
-            DataType::List(item) => Kind::List(Box::new(Spec::of(item)?), item.clone()),
+            DataType::List(item) => Kind::List { item: Box::new(Spec::of(item)?), field: item.clone(), large: false },
+            DataType::LargeList(item) => Kind::List { item: Box::new(Spec::of(item)?), field: item.clone(), large: true },
             _ => return None,
         };
         let has_required = match &kind {
@@ -142,7 +146,7 @@ impl Object {
             let mut guess = self.first;
             let mut previous: Option<usize> = None;
             loop {
-                let name = p.key()?;
+                let (name, ascii) = p.key()?;
                 p.ws();
                 p.expect(b':')?;
                 p.ws();
@@ -165,7 +169,12 @@ impl Object {
                         guess = self.next[k];
                     }
                     None if strict => return None,
-                    None => p.skip_value()?,
+                    None => {
+                        if !ascii {
+                            std::str::from_utf8(name).ok()?;
+                        }
+                        p.skip_value()?
+                    }
                 }
                 p.ws();
                 match p.next()? {
@@ -199,14 +208,14 @@ impl Object {
 }
 
 enum Values {
-    Utf8 { offsets: Vec<i32>, data: Vec<u8> },
+    Utf8 { offsets: Vec<i64>, data: Vec<u8> },
     Int(Vec<i64>),
     F64(Vec<f64>),
     F32(Vec<f32>),
     Bool(Vec<bool>),
     Timestamp(Vec<i64>),
     Struct(Box<Object>),
-    List { offsets: Vec<i32>, item: Box<Column> },
+    List { offsets: Vec<i64>, item: Box<Column> },
 }
 
 struct Column {
@@ -217,14 +226,14 @@ struct Column {
 impl Column {
     fn new(spec: &Spec, rows: usize) -> Self {
         let values = match &spec.kind {
-            Kind::Utf8 => Values::Utf8 { offsets: { let mut o = Vec::with_capacity(rows + 1); o.push(0); o }, data: Vec::with_capacity(rows * 16) },
+            Kind::Utf8 { .. } => Values::Utf8 { offsets: { let mut o = Vec::with_capacity(rows + 1); o.push(0); o }, data: Vec::with_capacity(rows * 16) },
             Kind::Int(_) => Values::Int(Vec::with_capacity(rows)),
             Kind::F64 => Values::F64(Vec::with_capacity(rows)),
             Kind::F32 => Values::F32(Vec::with_capacity(rows)),
             Kind::Bool => Values::Bool(Vec::with_capacity(rows)),
             Kind::Timestamp(..) => Values::Timestamp(Vec::with_capacity(rows)),
             Kind::Struct(children) => Values::Struct(Box::new(Object::new(children, rows))),
-            Kind::List(item, _) => {
+            Kind::List { item, .. } => {
                 Values::List { offsets: { let mut o = Vec::with_capacity(rows + 1); o.push(0); o }, item: Box::new(Column::new(item, rows)) }
             }
         };
@@ -234,7 +243,7 @@ impl Column {
     fn null(&mut self, spec: &Spec) {
         self.nulls.append_null();
         match (&mut self.values, &spec.kind) {
-            (Values::Utf8 { offsets, data }, _) => offsets.push(data.len() as i32),
+            (Values::Utf8 { offsets, data }, _) => offsets.push(data.len() as i64),
             (Values::Int(v), _) | (Values::Timestamp(v), _) => v.push(0),
             (Values::F64(v), _) => v.push(0.0),
             (Values::F32(v), _) => v.push(0.0),
@@ -258,10 +267,7 @@ impl Column {
         match (&mut self.values, &spec.kind) {
             (Values::Utf8 { offsets, data }, _) => {
                 p.string_into(data)?;
-                if data.len() > i32::MAX as usize {
-                    return None;
-                }
-                offsets.push(data.len() as i32);
+                offsets.push(data.len() as i64);
             }
             (Values::Int(v), Kind::Int(bits)) => {
                 let n = p.integer()?;
@@ -303,7 +309,7 @@ impl Column {
                 v.push(decoder.from_text(text).ok()?);
             }
             (Values::Struct(object), Kind::Struct(children)) => object.read(p, children, true)?,
-            (Values::List { offsets, item }, Kind::List(item_spec, _)) => {
+            (Values::List { offsets, item }, Kind::List { item: item_spec, .. }) => {
                 p.expect(b'[')?;
                 p.ws();
                 let mut count = 0usize;
@@ -321,8 +327,8 @@ impl Column {
                         }
                     }
                 }
-                let end = *offsets.last().expect("starts at 0") as usize + count;
-                offsets.push(i32::try_from(end).ok()?);
+                let end = *offsets.last().expect("starts at 0") + count as i64;
+                offsets.push(end);
             }
             _ => return None,
         }
@@ -333,12 +339,19 @@ impl Column {
     fn finish(mut self, spec: &Spec) -> Option<ArrayRef> {
         let nulls = self.nulls.finish();
         let array: ArrayRef = match (self.values, &spec.kind) {
-            (Values::Utf8 { offsets, data }, _) => {
-                // SAFETY: every string was checked UTF-8 when read (Parser::string_into) and the
-                // offsets only grow
-                Arc::new(unsafe {
-                    StringArray::new_unchecked(OffsetBuffer::new_unchecked(ScalarBuffer::from(offsets)), Buffer::from_vec(data), nulls)
-                })
+            (Values::Utf8 { offsets, data }, Kind::Utf8 { large }) => {
+                let data = Buffer::from_vec(data);
+                if *large {
+                    // SAFETY: every string was checked UTF-8 when read (Parser::string_into), and the
+                    // offsets start at 0 and only grow up to the data's length
+                    Arc::new(unsafe {
+                        LargeStringArray::new_unchecked(OffsetBuffer::new_unchecked(ScalarBuffer::from(offsets)), data, nulls)
+                    })
+                } else {
+                    let offsets: Vec<i32> = offsets.into_iter().map(i32::try_from).collect::<Result<_, _>>().ok()?;
+                    // SAFETY: as above
+                    Arc::new(unsafe { StringArray::new_unchecked(OffsetBuffer::new_unchecked(ScalarBuffer::from(offsets)), data, nulls) })
+                }
             }
             (Values::Int(v), Kind::Int(bits)) => match bits {
                 8 => Arc::new(Int8Array::new(v.into_iter().map(|x| x as i8).collect(), nulls)),
@@ -362,9 +375,14 @@ impl Column {
                 let DataType::Struct(fields) = spec.field.data_type() else { return None };
                 Arc::new(StructArray::try_new(fields.clone(), object.finish(children)?, nulls).ok()?)
             }
-            (Values::List { offsets, item }, Kind::List(item_spec, item_field)) => {
+            (Values::List { offsets, item }, Kind::List { item: item_spec, field, large }) => {
                 let values = item.finish(item_spec)?;
-                Arc::new(ListArray::try_new(item_field.clone(), OffsetBuffer::new(ScalarBuffer::from(offsets)), values, nulls).ok()?)
+                if *large {
+                    Arc::new(LargeListArray::try_new(field.clone(), OffsetBuffer::new(ScalarBuffer::from(offsets)), values, nulls).ok()?)
+                } else {
+                    let offsets: Vec<i32> = offsets.into_iter().map(i32::try_from).collect::<Result<_, _>>().ok()?;
+                    Arc::new(ListArray::try_new(field.clone(), OffsetBuffer::new(ScalarBuffer::from(offsets)), values, nulls).ok()?)
+                }
             }
             _ => return None,
         };
@@ -416,22 +434,34 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// A string without escapes or control characters, as checked UTF-8 text (the parser at its
-    /// opening quote): field names and timestamps; anything else is given up.
-    fn plain_string(&mut self) -> Option<&'a str> {
+    /// The bytes of a string without escapes or control characters up to its closing quote,
+    /// and whether they are all ASCII (the parser at its opening quote; left past the closing one).
+    #[inline]
+    fn raw_string(&mut self) -> Option<(&'a [u8], bool)> {
         self.expect(b'"')?;
         let rest = &self.s[self.at..];
-        let end = memchr::memchr2(b'"', b'\\', rest)?;
-        let body = &rest[..end];
-        if rest[end] != b'"' || body.iter().any(|&b| b < 0x20) {
+        let (end, flags) = scan(rest)?;
+        if rest[end] != b'"' || flags & CONTROL != 0 {
             return None;
         }
         self.at += end + 1;
+        Some((&rest[..end], flags & NON_ASCII == 0))
+    }
+
+    /// A string without escapes or control characters, as checked UTF-8 text: timestamps.
+    fn plain_string(&mut self) -> Option<&'a str> {
+        let (body, ascii) = self.raw_string()?;
+        if ascii {
+            // SAFETY: ASCII is UTF-8
+            return Some(unsafe { std::str::from_utf8_unchecked(body) });
+        }
         std::str::from_utf8(body).ok()
     }
 
-    fn key(&mut self) -> Option<&'a [u8]> {
-        self.plain_string().map(str::as_bytes)
+    /// A field name's bytes. Checked UTF-8 only when it matches no column (a match equals a
+    /// column name, which is text).
+    fn key(&mut self) -> Option<(&'a [u8], bool)> {
+        self.raw_string()
     }
 
     /// A string value, unescaped, appended to `out` as checked UTF-8 (the parser at its opening
@@ -439,18 +469,20 @@ impl<'a> Parser<'a> {
     fn string_into(&mut self, out: &mut Vec<u8>) -> Option<()> {
         self.expect(b'"')?;
         let start = out.len();
+        let mut ascii = true;
         loop {
             let rest = &self.s[self.at..];
-            let k = memchr::memchr2(b'"', b'\\', rest)?;
-            let run = &rest[..k];
-            if run.iter().any(|&b| b < 0x20) {
+            let (k, flags) = scan(rest)?;
+            if flags & CONTROL != 0 {
                 return None;
             }
-            out.extend_from_slice(run);
+            ascii &= flags & NON_ASCII == 0;
+            out.extend_from_slice(&rest[..k]);
             self.at += k + 1;
             if rest[k] == b'"' {
                 break;
             }
+            ascii = false; // an escape may write any character: checked below
             let c = match self.next()? {
                 b'"' => '"',
                 b'\\' => '\\',
@@ -481,7 +513,9 @@ impl<'a> Parser<'a> {
             let mut buf = [0u8; 4];
             out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
         }
-        std::str::from_utf8(&out[start..]).ok()?;
+        if !ascii {
+            std::str::from_utf8(&out[start..]).ok()?;
+        }
         Some(())
     }
 
@@ -617,6 +651,31 @@ impl<'a> Parser<'a> {
             _ => self.number().map(drop),
         }
     }
+}
+
+const CONTROL: u8 = 1;
+const NON_ASCII: u8 = 2;
+
+/// The first `"` or `\\` in `s`, and what the bytes before it hold (`CONTROL`, `NON_ASCII`
+/// bits), in one pass: short strings (most field names and values) byte by byte, the rest of a
+/// longer one by memchr.
+#[inline]
+fn scan(s: &[u8]) -> Option<(usize, u8)> {
+    const SHORT: usize = 32;
+    let mut flags = 0u8;
+    for (i, &b) in s.iter().take(SHORT).enumerate() {
+        if b == b'"' || b == b'\\' {
+            return Some((i, flags));
+        }
+        flags |= u8::from(b < 0x20) | (u8::from(b >= 0x80) << 1);
+    }
+    if s.len() <= SHORT {
+        return None;
+    }
+    let end = memchr::memchr2(b'"', b'\\', &s[SHORT..])? + SHORT;
+    let tail = &s[SHORT..end];
+    flags |= u8::from(tail.iter().any(|&b| b < 0x20)) | (u8::from(!tail.is_ascii()) << 1);
+    Some((end, flags))
 }
 
 #[cfg(test)]
