@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from pathlib import Path
 
 import pytest
@@ -219,3 +220,16 @@ async def test_a_recreated_topic_is_reported_not_skipped(kafka: KafkaBroker, tmp
     with pytest.raises(TopicMismatchError, match=rf"{topic}\[0\] table=200 log end=20"):
         await asyncio.wait_for(daemon.serve(cfg, asyncio.Event()), 60)
     assert support.stored(support.catalog_of(cfg), cfg) == {(topic, 0): 200}
+
+
+async def test_a_backlog_lands_once_caught_up_not_at_the_next_interval(kafka: KafkaBroker, tmp_path: Path,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    topics = await new_topics(kafka, 1, 3)
+    await support.produce(kafka.bootstrap, topics[0], (support.record(i) for i in range(60_000)), 3)
+    # a 10-minute interval, and a buffer far from its record and byte limits: only catching up can start a cycle
+    cfg = support.load(support.write_config(tmp_path, kafka.bootstrap, topics, interval=600))
+    ends = await support.end_offsets(kafka.bootstrap, topics)
+    with caplog.at_level(logging.INFO):
+        await support.run_until_committed(cfg, ends, timeout=120)
+    assert "caught up with a backlog" in caplog.text
+    support.assert_exactly_once(support.count_offsets(support.catalog_of(cfg), cfg.table.name), ends)
