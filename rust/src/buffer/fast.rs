@@ -679,9 +679,5 @@ fn scan(s: &[u8]) -> Option<(usize, u8)> {
 }
 
 #[cfg(test)]
-pub(crate) fn decode_for_test(fields: &Fields, strict: bool, values: &[&[u8]]) -> Option<RecordBatch> {
-    let schema = Arc::new(arrow::datatypes::Schema::new(fields.clone()));
-    let decoder = FastDecoder::for_fields(fields, strict)?;
-    let indices: Vec<usize> = (0..values.len()).collect();
-    decoder.decode(|i| values[i], &indices, &schema)
-}
+#[path = "fast_tests.rs"]
+mod tests;
