@@ -285,9 +285,9 @@ class Pipeline:
                     self.metrics.records_unrouted.inc(rows)
                     log.debug("%s[%d]: %d record(s) from offset %d taken by no table", job.tp[0], job.tp[1], rows,
                               job.summary.first_offset)
-                for name, these, errors in outcome:
+                for name, these, errors, buffer in outcome:
                     await self._appended(name, job.tp, errors, these.records - these.tombstones, these.value_bytes,
-                                         functools.partial(_records_at, job.chunk))
+                                         functools.partial(_records_at, job.chunk), decoded_by=buffer)
                 self._took(job.tp, job.chunk, job.summary)
         if full:
             self._apply(self._flow.full(), f"the buffer is at its {self._flow.budget_bytes} byte cap")
@@ -375,10 +375,10 @@ class Pipeline:
         return route.always
 
     async def _decode(self, jobs: Sequence[_Direct]
-                      ) -> list[list[tuple[str, _native.FetchSummary, list[RecordProblem]]] | None]:
+                      ) -> list[list[tuple[str, _native.FetchSummary, list[RecordProblem], RecordBuffer]] | None]:
         """Every fetch of ``jobs`` into each of its tables' buffers, straight from the fetched
         bytes, each table skipping what it holds (rule 2): per job its tables' (name, counts,
-        bad records), or None when the buffer's hard cap refused it. The decoding runs without the
+        bad records, the buffer that took them), or None when the buffer's hard cap refused it. The decoding runs without the
         GIL on one thread per core (the loop goes on fetching and heartbeating meanwhile)."""
         work: list[tuple[int, str, RecordBuffer, int, _native.FetchSummary]] = []
         for i, job in enumerate(jobs):
@@ -403,8 +403,8 @@ class Pipeline:
         threads = min(DECODE_THREADS, len(work))
         if threads:
             await asyncio.gather(*(asyncio.to_thread(run, range(t, len(work), threads)) for t in range(threads)))
-        out: list[list[tuple[str, _native.FetchSummary, list[RecordProblem]]] | None] = [[] for _ in jobs]
-        for (i, name, _, _, these), errors in zip(work, results, strict=True):
+        out: list[list[tuple[str, _native.FetchSummary, list[RecordProblem], RecordBuffer]] | None] = [[] for _ in jobs]
+        for (i, name, buffer, _, these), errors in zip(work, results, strict=True):
             done = out[i]
             if errors is None and len(jobs[i].tables) > 1:
                 # several tables never have a cap (targets.py): a refusal here would leave some appended
@@ -413,7 +413,7 @@ class Pipeline:
             if errors is None or done is None:
                 out[i] = None
                 continue
-            done.append((name, these, errors))
+            done.append((name, these, errors, buffer))
         return out
 
     async def _route(self, tp: TopicPartition, records: list) -> None:  # type: ignore[type-arg]
@@ -508,17 +508,18 @@ class Pipeline:
                                  functools.partial(_at, chosen_records))
 
     async def _appended(self, name: str, tp: TopicPartition, errors: list[RecordProblem], records: int,
-                        value_bytes: int, lookup: Callable[[list[int]], list[Any]]) -> None:
+                        value_bytes: int, lookup: Callable[[list[int]], list[Any]],
+                        decoded_by: RecordBuffer | None = None) -> None:
         """After ``records`` records of ``tp`` (``value_bytes`` of values) went to table ``name``'s
-        buffer: metrics, then its bad records (``errors``): schema evolution first when the table
-        evolves (``lookup`` gives the records at some offsets), then the dead-letter topic or a
-        stop."""
+        buffer (``decoded_by``, when it may since have been replaced): metrics, then its bad
+        records (``errors``): schema evolution first when the table evolves (``lookup`` gives the
+        records at some offsets), then the dead-letter topic or a stop."""
         buffer = self._targets[name].buffer   # a schema change may have replaced it
         if buffer.fields_ignored:
             self.metrics.fields_ignored.inc(buffer.fields_ignored)
             buffer.fields_ignored = 0
         if errors and self._targets[name].cfg.unknown_fields == "evolve" and self._writers is None:
-            errors = await self._evolve(name, tp, lookup([e.offset for e in errors]), errors)
+            errors = await self._evolve(name, tp, lookup([e.offset for e in errors]), errors, decoded_by or buffer)
         self.metrics.taken(name, records - len(errors), value_bytes)
         if errors:
             first = errors[0]
@@ -605,13 +606,23 @@ class Pipeline:
                   "topic", tp[0], tp[1], len(letters), letters[0].offset, letters[0].meant_for or "no table",
                   letters[0].reason, carrier.name)
 
-    async def _evolve(self, name: str, tp: TopicPartition, records: list, errors: list[RecordProblem]  # type: ignore[type-arg]
-                      ) -> list[RecordProblem]:
+    async def _evolve(self, name: str, tp: TopicPartition, records: list, errors: list[RecordProblem],  # type: ignore[type-arg]
+                      decoded_by: RecordBuffer) -> list[RecordProblem]:
         """``unknown_fields = "evolve"``: the ``records`` of ``tp`` that did not fit table ``name``
-        (``errors``) change its schema where the evolution rules allow, and are appended again; a
-        record shows one problem at a time (a new field, then a value an int cannot hold), so up to
-        ``EVOLVE_ROUNDS`` times. Returns the ones that still do not fit: bad records."""
+        (``errors``, from buffer ``decoded_by``) change its schema where the evolution rules allow,
+        and are appended again; a record shows one problem at a time (a new field, then a value an
+        int cannot hold), so up to ``EVOLVE_ROUNDS`` times. Returns the ones that still do not fit:
+        bad records."""
+        target = self._targets[name]
+        if target.buffer is not decoded_by:
+            # A poll's fetches are decoded at once: another partition's records changed the schema
+            # after these were decoded under the old one. Tried again under the new one first; only
+            # what still does not fit asks for a change of its own.
+            failed = {e.offset for e in errors}
+            errors = target.buffer.append(tp[0], tp[1], [r for r in records if r.offset in failed])
         for _ in range(EVOLVE_ROUNDS):
+            if not errors:
+                return errors
             failed = {e.offset for e in errors}
             still = await self._evolve_once(name, tp, [r for r in records if r.offset in failed], errors)
             if still is None:   # the schema did not change: they are bad records
