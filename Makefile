@@ -22,6 +22,9 @@ venv: $(VENV)/.venv-ok ## create the virtualenv with the build tool
 $(VENV)/.build-ok: $(VENV)/.venv-ok $(RUST_SOURCES) pyproject.toml
 	@echo "building the native extension (release) and installing frazil with its dependencies..."
 	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release -q -E dev
+	@# an editable install has no bytecode (a wheel's install writes it): every process would compile
+	@# frazil's modules again where PYTHONDONTWRITEBYTECODE is set; stale files are ignored by mtime
+	$(PY) -m compileall -q python/frazil >/dev/null
 	touch $@
 
 build: $(VENV)/.build-ok ## build the Rust extension into the virtualenv (frazil._native)
