@@ -86,7 +86,7 @@ class Pipeline:
         self.on_new_table: Callable[[str], None] | None = None   # a table named by the records was opened
         self._positions = Positions()
         self._source = KafkaSource(cfg.kafka, on_assigned=self._on_assigned, on_positioned=self._positions.positioned,
-                                   on_revoked=self._on_revoked)
+                                   on_revoked=self._on_revoked, outage_timeout_s=cfg.outage_timeout_s)
         self._flow = Backpressure(cfg.memory_budget_bytes)
         self.metrics = Metrics(cfg.pipeline, cfg.tables[0].name if len(cfg.tables) == 1 and cfg.dynamic is None
                                else "several")

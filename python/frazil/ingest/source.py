@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable, Mapping
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.errors import KafkaError, KafkaTimeoutError
 from aiokafka.structs import OffsetAndMetadata
 
 from frazil.config import KafkaConfig
@@ -44,8 +47,9 @@ class KafkaSource:
     """
 
     def __init__(self, cfg: KafkaConfig, *, on_assigned: OnAssigned, on_positioned: OnPositioned,
-                 on_revoked: OnRevoked) -> None:
+                 on_revoked: OnRevoked, outage_timeout_s: float = 900.0) -> None:
         self._cfg, self._on_assigned, self._on_revoked = cfg, on_assigned, on_revoked
+        self._outage_timeout_s = outage_timeout_s   # how long a broker outage while positioning is waited out
         self._on_positioned = on_positioned
         fetch.install()
         self._consumer = AIOKafkaConsumer(
@@ -189,7 +193,7 @@ class KafkaSource:
         known = [TopicPartition(*tp) for tp in sorted(tps) if tp in stored]
         if not known:
             return
-        ends = await self._consumer.end_offsets(known)
+        ends = await self._end_offsets(known)
         beyond = {(tp.topic, tp.partition): end for tp, end in ends.items() if stored[(tp.topic, tp.partition)] > end}
         if beyond:
             detail = ", ".join(f"{t}[{p}] table={stored[(t, p)]} log end={end}" for (t, p), end in sorted(beyond.items()))
@@ -198,4 +202,28 @@ class KafkaSource:
                 "deleted and recreated. Nothing was read. To start the new topic from its beginning, use a new "
                 "pipeline.name (or remove the table property frazil.offsets.<pipeline>) after checking the table."
             )
+
+    async def _end_offsets(self, known: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """The log ends of ``known``. A broker outage across the rebalance (the request timed out,
+        or failed with a retriable error) is waited out up to ``outage_timeout_s``, as a commit's
+        catalog outage is: the partitions take no record until they are positioned, and a process
+        that had been working does not stop for a broker restart (the chaos run: a broker down
+        twice in 40 s timed the call out and the worker exited). Past the bound, the error stops
+        the process (exit status 3)."""
+        deadline = time.monotonic() + self._outage_timeout_s
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                ends: dict[TopicPartition, int] = await self._consumer.end_offsets(known)
+                if attempt > 1:
+                    log.warning("read the log ends of %d assigned partition(s) on attempt %d", len(known), attempt)
+                return ends
+            except KafkaError as exc:
+                if not (exc.retriable or isinstance(exc, KafkaTimeoutError)) or time.monotonic() >= deadline:
+                    raise
+                log.warning("could not read the log ends of %d assigned partition(s) (attempt %d: %s: %s); trying "
+                            "again, for up to outage_timeout_s=%g", len(known), attempt, type(exc).__name__, exc,
+                            self._outage_timeout_s)
+                await asyncio.sleep(min(attempt, 5))
 

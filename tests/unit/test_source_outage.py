@@ -1,0 +1,73 @@
+"""Positioning assigned partitions through a broker outage (found by the chaos run, seed
+215986939): the broker was SIGKILLed while a worker took a new assignment, came back for 11 s and
+was stopped again; the log-end request of the assignment timed out after 40 s and the worker, which
+had been landing records, exited. The request is now tried again up to outage_timeout_s. A fake
+consumer stands in for aiokafka here: the decision (retry, give up, refuse) is the code under test;
+make chaos (and its short version in make test) restarts the real broker."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError, KafkaTimeoutError, NodeNotReadyError, TopicAuthorizationFailedError
+
+from frazil.errors import TopicMismatchError
+from frazil.ingest import source as source_mod
+from frazil.ingest.source import KafkaSource
+
+TP = ("events", 0)
+
+
+class FlakyConsumer:
+    """``end_offsets`` raises ``failures`` in turn, then answers ``end`` for every partition."""
+
+    def __init__(self, failures: Sequence[KafkaError], end: int = 100) -> None:
+        self.failures, self.end, self.calls = list(failures), end, 0
+
+    async def end_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        self.calls += 1
+        if self.failures:
+            raise self.failures.pop(0)
+        return {tp: self.end for tp in tps}
+
+
+def source(consumer: FlakyConsumer, outage_timeout_s: float) -> KafkaSource:
+    made = KafkaSource.__new__(KafkaSource)   # no aiokafka consumer: only the positioning check runs
+    made._consumer = consumer
+    made._outage_timeout_s = outage_timeout_s
+    return made
+
+
+@pytest.fixture(autouse=True)
+def no_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def sleep(_: float) -> None:
+        return None
+
+    monkeypatch.setattr(source_mod.asyncio, "sleep", sleep)
+
+
+def test_a_broker_outage_while_positioning_is_waited_out_and_the_check_still_runs() -> None:
+    consumer = FlakyConsumer([KafkaTimeoutError(), NodeNotReadyError(), KafkaTimeoutError()])
+    asyncio.run(source(consumer, 900.0)._check_within_log({TP}, {TP: 40}))
+    assert consumer.calls == 4
+    # the check it waited for still refuses a table ahead of the log
+    consumer = FlakyConsumer([KafkaTimeoutError()], end=10)
+    with pytest.raises(TopicMismatchError, match=r"events\[0\] table=40 log end=10"):
+        asyncio.run(source(consumer, 900.0)._check_within_log({TP}, {TP: 40}))
+
+
+def test_an_outage_longer_than_outage_timeout_stops_the_process() -> None:
+    consumer = FlakyConsumer([KafkaTimeoutError()] * 5)
+    with pytest.raises(KafkaTimeoutError):
+        asyncio.run(source(consumer, 0.0)._check_within_log({TP}, {TP: 40}))
+    assert consumer.calls == 1
+
+
+def test_an_error_no_retry_can_fix_is_raised_at_once() -> None:
+    consumer = FlakyConsumer([TopicAuthorizationFailedError()])
+    with pytest.raises(TopicAuthorizationFailedError):
+        asyncio.run(source(consumer, 900.0)._check_within_log({TP}, {TP: 40}))
+    assert consumer.calls == 1
