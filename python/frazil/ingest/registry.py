@@ -17,11 +17,13 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
-import requests
+from typing import TYPE_CHECKING
 
 from frazil.config import ValuesConfig
 from frazil.errors import SchemaRegistryError
+
+if TYPE_CHECKING:   # imported where a registry is used: a JSON pipeline's start-up does not pay for it
+    import requests
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,8 @@ class WriterSchemas:
         if cfg.format == "avro":
             self._cache[PLAIN_ID] = Path(cfg.schema_file).read_text()
         elif cfg.registry is not None:
+            import requests
+
             self._session = requests.Session()
             if cfg.registry.username:
                 self._session.auth = (cfg.registry.username, cfg.registry.password)
@@ -74,6 +78,8 @@ class WriterSchemas:
         return found
 
     def _fetch(self, schema_id: int) -> str | Unusable:
+        import requests
+
         registry = self._cfg.registry
         assert registry is not None and self._session is not None
         url = f"{registry.url}/schemas/ids/{schema_id}"
