@@ -63,7 +63,7 @@ async def consume(job: dict[str, Any]) -> dict[str, Any]:
 def fetch(job: dict[str, Any]) -> dict[str, Any]:
     from frazil.local import kafka_tools
 
-    rate = kafka_tools.consume_rate(job["bootstrap"], job["topic"], job["records"], group=f"ceiling-{job['topic']}",
+    rate = kafka_tools.consume_rate(job["bootstrap"], job["topic"], job["records"], group=job["name"],
                                     workdir=Path(job["workdir"]), timeout_s=600)
     return {"seconds": rate.fetch_s, "records": rate.records, "bytes": int(rate.mb * (1 << 20))}
 
