@@ -206,8 +206,9 @@ class Proc:
 def start_failed(proc: Proc) -> bool:
     """The process could not reach Kafka or the catalog while starting (another fault's outage) and
     exited as documented: status 3 or 4, before it ever replied to a commit. Killed instead by the
-    SIGUSR1 this runner sent to arm a fault point while it was already on that way out (the event
-    loop that handles the signal had ended): the same, when its last line says so."""
+    SIGUSR1 this runner sent to arm a fault point, or by a rebalance storm's SIGTERM, while it was
+    already on that way out (the event loop that handles the signal had ended, so the signal's
+    default action ran): the same, when its last line says so."""
     proc.scan()
     code = proc.popen.returncode
     if proc.working or code is None:
@@ -215,7 +216,8 @@ def start_failed(proc: Proc) -> bool:
     if code in (3, 4):
         return True
     tail = proc.log.read_text(errors="replace")[-2000:]
-    return code == -signal.SIGUSR1 and ("frazil: KafkaUnavailable" in tail or "frazil: CatalogUnavailable" in tail)
+    return code in (-signal.SIGUSR1, -signal.SIGTERM) and ("frazil: KafkaUnavailable" in tail
+                                                           or "frazil: CatalogUnavailable" in tail)
 
 
 class Procs:

@@ -92,3 +92,32 @@ def test_summarize_counts_every_engine_and_the_dead_letters() -> None:
     report = {"engines": {"pyiceberg": {"t": clean}, "spark": {"t": {**clean, "duplicates": 2}}},
               "dead_letters": {"lost": 1, "duplicates": 1, "unexpected": 0}}
     assert chaos.summarize(report) == (1, 3)
+
+
+def _exited(tmp_path: Any, last_line: str, sig: int) -> chaos.Proc:
+    """A process that writes ``last_line`` to its log and dies of ``sig``, as a frazil process
+    whose event loop has ended dies of a signal that arrives on its way out."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    log = tmp_path / f"p{sig}.log"
+    script = f"import os, sys; print({last_line!r}, flush=True); os.kill(os.getpid(), {sig})"
+    with open(log, "wb") as out:
+        popen = subprocess.Popen([sys.executable, "-c", script], stdout=out, stderr=subprocess.STDOUT)
+    popen.wait(timeout=30)
+    return chaos.Proc("x1", popen, log, time.monotonic())
+
+
+def test_a_process_on_its_way_out_after_a_start_failure_is_a_start_failure_whatever_signal_raced_it(tmp_path: Any) -> None:
+    """The chaos run (seed 215986939, fault ~250): a rebalance storm's SIGTERM reached a process
+    that could not reach Kafka and was exiting 3; it died of the signal's default action (-15)."""
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGUSR1):
+        assert chaos.start_failed(_exited(tmp_path, "frazil: KafkaUnavailable: cannot reach Kafka", sig))
+        assert chaos.start_failed(_exited(tmp_path, "frazil: CatalogUnavailable: cannot reach the catalog", sig))
+        # killed by the signal for no reason it printed: a failure of the run, not a start failure
+        assert not chaos.start_failed(_exited(tmp_path, "frazil pipeline chaos", sig))
+    assert not chaos.start_failed(_exited(tmp_path, "frazil: KafkaUnavailable: cannot reach Kafka", signal.SIGINT))
