@@ -21,7 +21,7 @@ from pyiceberg.table import Table
 from frazil import faults, systemd
 from frazil import config
 from frazil.config import Config
-from frazil.errors import CommitOutcomeUnknown, ConfigError
+from frazil.errors import CatalogUnavailable, CommitOutcomeUnknown, ConfigError, FrazilError
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.coordination.local import LocalTopic
 from frazil.coordination.recovery import open_and_settle
@@ -83,6 +83,45 @@ def check_spark(cfg: Config) -> None:
                           "[maintenance] enabled = false, [spark] bulk_min_rows = 0 and merge = \"native\"")
 
 
+async def open_tables(cfg: Config) -> tuple[Catalog, dict[str, Table]]:
+    """The catalog and the configured tables (created where they may be), as the daemon starts.
+    A catalog that cannot answer meanwhile (locked, down, refusing) is one line and exit status 4,
+    as it is when the catalog itself cannot be loaded: nothing has been read yet, and a supervisor
+    starts the process again (the chaos run: a SQLite lock while a starting process loaded its
+    tables ended it with a traceback and status 1)."""
+    try:
+        catalog = await asyncio.to_thread(iceberg_catalog.load, cfg.catalog)
+        tables = {}
+        for t in cfg.tables:
+            if not t.columns and t.create and not await asyncio.to_thread(catalog.table_exists, t.name):
+                log.info("table %s: created on its first records, with a schema inferred from them", t.name)
+                continue   # opened by the pipeline when a record goes there
+            tables[t.name] = await asyncio.to_thread(iceberg_catalog.ensure_table, catalog, t,
+                                                     iceberg_catalog.maintenance_properties(cfg.maintenance))
+            if t.changes is not None and t.changes.target:   # merge = "spark": the table Spark merges it into
+                target = config.merge_target(t)
+                tables[target.name] = await asyncio.to_thread(iceberg_catalog.ensure_table, catalog, target,
+                                                              iceberg_catalog.maintenance_properties(cfg.maintenance))
+        if cfg.dynamic is not None:   # tables earlier runs created from the records: their offsets and watermark count
+            found = await asyncio.to_thread(iceberg_catalog.dynamic_tables, catalog, cfg.dynamic)
+            for name in found:
+                if name not in tables:
+                    tables[name] = await asyncio.to_thread(
+                        iceberg_catalog.ensure_table, catalog, cfg.dynamic.table_config(name),
+                        iceberg_catalog.maintenance_properties(cfg.maintenance))
+            if found:
+                log.info("%d table(s) named by the records already exist: %s", len(found), ", ".join(found[:10])
+                         + (", ..." if len(found) > 10 else ""))
+    except FrazilError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - locked, down, refused: say so in one line
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        raise CatalogUnavailable(f"catalog {cfg.catalog.name} ({iceberg_catalog.describe(cfg.catalog)}) did not answer "
+                                 f"while the tables were opened: {type(exc).__name__}: {first}. Nothing was read; "
+                                 "start again once it answers") from None
+    return catalog, tables
+
+
 async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartition, int] | None = None,
                 from_offsets: Mapping[TopicPartition, int] | None = None,
                 notifier: systemd.Notifier | None = None) -> Stats:
@@ -94,28 +133,7 @@ async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartiti
     over a channel, in process in single mode, on the control topic in distributed mode. The
     process's transaction log is settled first, before anything is read from Kafka."""
     check_spark(cfg)
-    catalog = await asyncio.to_thread(iceberg_catalog.load, cfg.catalog)
-    tables = {}
-    for t in cfg.tables:
-        if not t.columns and t.create and not await asyncio.to_thread(catalog.table_exists, t.name):
-            log.info("table %s: created on its first records, with a schema inferred from them", t.name)
-            continue   # opened by the pipeline when a record goes there
-        tables[t.name] = await asyncio.to_thread(iceberg_catalog.ensure_table, catalog, t,
-                                                 iceberg_catalog.maintenance_properties(cfg.maintenance))
-        if t.changes is not None and t.changes.target:   # merge = "spark": the table Spark merges it into
-            target = config.merge_target(t)
-            tables[target.name] = await asyncio.to_thread(iceberg_catalog.ensure_table, catalog, target,
-                                                          iceberg_catalog.maintenance_properties(cfg.maintenance))
-    if cfg.dynamic is not None:   # tables earlier runs created from the records: their offsets and watermark count
-        found = await asyncio.to_thread(iceberg_catalog.dynamic_tables, catalog, cfg.dynamic)
-        for name in found:
-            if name not in tables:
-                tables[name] = await asyncio.to_thread(
-                    iceberg_catalog.ensure_table, catalog, cfg.dynamic.table_config(name),
-                    iceberg_catalog.maintenance_properties(cfg.maintenance))
-        if found:
-            log.info("%d table(s) named by the records already exist: %s", len(found), ", ".join(found[:10])
-                     + (", ..." if len(found) > 10 else ""))
+    catalog, tables = await open_tables(cfg)
     journal = await asyncio.to_thread(
         open_and_settle, cfg.txlog_dir, JournalPolicy(fsync=cfg.txlog_fsync),
         lambda name: Committer(catalog, name, cfg.pipeline, max_attempts=cfg.max_commit_attempts))
