@@ -115,9 +115,9 @@ async def open_tables(cfg: Config) -> tuple[Catalog, dict[str, Table]]:
     except FrazilError:
         raise
     except Exception as exc:  # noqa: BLE001 - locked, down, refused: say so in one line
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
         raise CatalogUnavailable(f"catalog {cfg.catalog.name} ({iceberg_catalog.describe(cfg.catalog)}) did not answer "
-                                 f"while the tables were opened: {type(exc).__name__}: {first}. Nothing was read; "
+                                 f"while the tables were opened: {type(exc).__name__}: {iceberg_catalog.first_line(exc)}. "
+                                 "Nothing was read; "
                                  "start again once it answers") from None
     return catalog, tables
 

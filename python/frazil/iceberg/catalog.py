@@ -112,7 +112,7 @@ def shown_properties(cfg: CatalogConfig) -> dict[str, str]:
             for k, v in sorted(cfg.properties.items())}
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
 
 
@@ -134,12 +134,12 @@ def load(cfg: CatalogConfig, *, attempts: int = 5, busy_timeout_s: float | None 
         try:
             return load_catalog(cfg.name, **props)
         except (ImportError, ValueError, TypeError, KeyError, SAArgumentError) as exc:   # a wrong uri, type or key
-            raise ConfigError(f"catalog {cfg.name} ({describe(cfg)}) cannot be loaded: {_first_line(exc)}; check the "
+            raise ConfigError(f"catalog {cfg.name} ({describe(cfg)}) cannot be loaded: {first_line(exc)}; check the "
                               "[catalog] properties (docs/configuration.md)") from None
         except Exception as exc:  # noqa: BLE001 - processes starting together race to create SQLite's tables
             if attempt == attempts or props.get("type") != "sql":
                 raise CatalogUnavailable(f"catalog {cfg.name} ({describe(cfg)}) cannot be reached: "
-                                         f"{type(exc).__name__}: {_first_line(exc)}. Check that it is up (or not "
+                                         f"{type(exc).__name__}: {first_line(exc)}. Check that it is up (or not "
                                          "locked by another process) and the [catalog] properties") from None
             log.warning("loading catalog %s failed (%s: %s); retrying", cfg.name, type(exc).__name__,
                         str(exc).splitlines()[0][:200])
