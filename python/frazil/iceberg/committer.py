@@ -125,8 +125,9 @@ def refuse_passed_skip(table_name: str, stored: Mapping[TopicPartition, int], tp
 
 
 def find_commit(table: Table, commit_id: str) -> int | None:
-    """The snapshot id that carries ``commit_id`` in its summary, if the table has one."""
-    for snapshot in table.snapshots():
+    """The snapshot id that carries ``commit_id`` in its summary, if the table has one (newest
+    first: a commit just made is found at once)."""
+    for snapshot in reversed(table.snapshots()):
         if snapshot.summary is not None and snapshot.summary.additional_properties.get(offsets.COMMIT_ID_KEY) == commit_id:
             return snapshot.snapshot_id
     return None

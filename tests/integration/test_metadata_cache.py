@@ -1,0 +1,144 @@
+"""Parsed metadata kept by location (``iceberg/metadata_cache.py``) changes no result: against a real
+SQLite catalog, on the checked pyiceberg version. What another process commits is seen at once."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pyarrow as pa
+import pyiceberg
+import pytest
+from pyiceberg import serializers
+from pyiceberg.catalog import Catalog
+from pyiceberg.schema import Schema
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.types import LongType, NestedField, StringType
+
+from frazil.config import CatalogConfig
+from frazil.iceberg import catalog as iceberg_catalog
+from frazil.iceberg import metadata_cache
+from frazil.iceberg.committer import Committer
+from frazil.iceberg.offsets import Range
+
+SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "s", StringType(), required=False))
+
+
+@pytest.fixture
+def props(tmp_path: Path) -> dict[str, str]:
+    return {"type": "sql", "uri": f"sqlite:///{tmp_path}/c.db", "warehouse": f"file://{tmp_path}/wh"}
+
+
+@pytest.fixture
+def catalog(props: dict[str, str]) -> Catalog:
+    catalog = iceberg_catalog.load(CatalogConfig("t", props))
+    assert metadata_cache.installed()
+    catalog.create_namespace("db")
+    return catalog
+
+
+def parsed(location: str, catalog: Catalog) -> TableMetadata:
+    """The file at ``location`` parsed by pyiceberg itself, past the kept copies."""
+    data = catalog.load_table("db.t").io.new_input(location).open().read()
+    return serializers.FromByteStream.table_metadata(io.BytesIO(data))
+
+
+def test_the_pyiceberg_version_is_the_one_whose_serializers_were_checked() -> None:
+    """An upgrade fails here: check that every file catalog still reads and writes table metadata
+    through FromInputFile / ToOutputFile and that metadata files are still never rewritten in place;
+    then change CHECKED."""
+    assert pyiceberg.__version__ == metadata_cache.CHECKED
+
+
+def test_every_kept_metadata_is_what_its_file_holds(catalog: Catalog) -> None:
+    """Appends, frazil commits, properties, a schema change, a rollback: for every metadata file the
+    table went through, the kept object equals pyiceberg's own parse of the file, and serializes to
+    the same JSON."""
+    table = catalog.create_table("db.t", SCHEMA)
+    table.append(pa.table({"id": [1], "s": ["a"]}))
+    committer = Committer(catalog, "db.t", "p")
+    for i in range(3):
+        committer.commit(pa.table({"id": [10 + i], "s": [str(i)]}), {("topic", 0): Range(i, i + 1)}, f"c-{i}")
+    table = catalog.load_table("db.t")
+    with table.transaction() as tx:
+        tx.set_properties({"k": "v"})
+        with tx.update_schema() as update:
+            update.add_column("extra", LongType())
+    table = catalog.load_table("db.t")
+    first = table.snapshots()[0].snapshot_id
+    table.manage_snapshots().rollback_to_snapshot(first).commit()
+    table = catalog.load_table("db.t")
+    locations = [entry.metadata_file for entry in table.metadata.metadata_log] + [table.metadata_location]
+    assert len(locations) >= 7
+    checked = 0
+    for location in locations:
+        kept = metadata_cache.kept.get(location)
+        if kept is None:
+            continue
+        fresh = parsed(location, catalog)
+        assert kept == fresh, location
+        assert kept.model_dump_json() == fresh.model_dump_json(), location
+        checked += 1
+    assert checked >= 6
+    current = table.current_snapshot()
+    assert current is not None and current.snapshot_id == first and table.scan().to_arrow().num_rows == 1
+
+
+def test_a_commit_parses_no_metadata_file(catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    catalog.create_table("db.t", SCHEMA)
+    committer = Committer(catalog, "db.t", "p")
+    committer.commit(pa.table({"id": [0], "s": ["0"]}), {("topic", 0): Range(0, 1)}, "c-0")
+    parses: list[object] = []
+    original = serializers.FromByteStream.table_metadata
+
+    def counted(*args: object, **kwargs: object) -> TableMetadata:
+        parses.append(args)
+        return original(*args, **kwargs)   # type: ignore[arg-type]
+
+    monkeypatch.setattr(serializers.FromByteStream, "table_metadata", staticmethod(counted))
+    for i in range(1, 4):
+        result = committer.commit(pa.table({"id": [i], "s": [str(i)]}), {("topic", 0): Range(i, i + 1)}, f"c-{i}")
+        assert result.snapshot_id is not None
+    assert parses == []
+    assert catalog.load_table("db.t").scan().to_arrow().num_rows == 4
+
+
+def test_a_commit_by_another_process_is_seen_at_once(catalog: Catalog, props: dict[str, str]) -> None:
+    """The catalog's pointer is read on every load; only the parse of a file is saved. Another
+    process's commit (a real one, in a subprocess) is in the next load, and frazil's next commit
+    builds on it: no data of either is lost."""
+    catalog.create_table("db.t", SCHEMA)
+    committer = Committer(catalog, "db.t", "p")
+    committer.commit(pa.table({"id": [0], "s": ["0"]}), {("topic", 0): Range(0, 1)}, "c-0")
+    before = catalog.load_table("db.t")
+    script = textwrap.dedent(f"""
+        import pyarrow as pa
+        from pyiceberg.catalog.sql import SqlCatalog
+        catalog = SqlCatalog("t", uri={props['uri']!r}, warehouse={props['warehouse']!r})
+        catalog.load_table("db.t").append(pa.table({{"id": [100], "s": ["other"]}}))
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    after = catalog.load_table("db.t")
+    assert after.metadata_location != before.metadata_location
+    assert len(after.snapshots()) == len(before.snapshots()) + 1
+    assert sorted(after.scan().to_arrow().column("id").to_pylist()) == [0, 100]
+    committer.commit(pa.table({"id": [1], "s": ["1"]}), {("topic", 0): Range(1, 2)}, "c-1")
+    assert sorted(catalog.load_table("db.t").scan().to_arrow().column("id").to_pylist()) == [0, 1, 100]
+
+
+def test_kept_metadata_is_bounded_by_count_and_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    kept = metadata_cache._Kept()
+    monkeypatch.setattr(metadata_cache, "MAX_ENTRIES", 3)
+    monkeypatch.setattr(metadata_cache, "MAX_BYTES", 100)
+    marker = object()
+    for i in range(5):
+        kept.put(f"m{i}", marker, 10)   # type: ignore[arg-type]
+    assert len(kept) == 3 and kept.get("m0") is None and kept.get("m4") is marker
+    kept.get("m2")   # used: m3 and m4 go first
+    kept.put("big", marker, 90)   # type: ignore[arg-type]
+    assert kept.get("big") is marker and kept.get("m2") is marker and kept.get("m3") is None and kept.get("m4") is None
+    kept.put("huge", marker, 101)   # type: ignore[arg-type]
+    assert kept.get("huge") is None and kept.get("big") is marker
