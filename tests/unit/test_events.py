@@ -82,11 +82,11 @@ def test_a_newer_writers_extra_fields_are_ignored_and_missing_ones_take_defaults
     out.write(bytes((codec.MAGIC, newer)))
     fastavro.schemaless_writer(out, v3, {"group": "p", "sender": "w", "sent_ms": 7, "host": "h1",
                                          "payload": {"commit_id": "c9", "tables": 3}})
-    codec.WRITER_SCHEMAS[newer] = v3
+    codec.writer_schemas()[newer] = v3
     try:
         event = decode(out.getvalue())
     finally:
-        del codec.WRITER_SCHEMAS[newer]
+        del codec.writer_schemas()[newer]
     assert event == Event("p", "w", 7, payload=CommitComplete("c9", None))
 
 
@@ -96,7 +96,7 @@ def test_a_version_1_reply_still_reads_with_no_table_uuid() -> None:
     out.write(bytes((codec.MAGIC, 1)))
     written = {"commit_id": "c1", "table": "db.t", "files": [], "ranges": [
         {"topic": "t", "partition": 0, "start": 0, "end": 5, "generation": 3}]}
-    fastavro.schemaless_writer(out, codec.WRITER_SCHEMAS[1], {
+    fastavro.schemaless_writer(out, codec.writer_schemas()[1], {
         "group": "p", "sender": "w", "sent_ms": 1, "payload": ("io.frazil.events.v1.DataWritten", written)})
     assert decode(out.getvalue()).payload == DataWritten("c1", "db.t", (), (OffsetRange("t", 0, 0, 5, 3),), "")
 
@@ -123,7 +123,7 @@ def test_a_version_2_completion_reads_with_no_progress_and_progress_survives_the
     out = io.BytesIO()
     out.write(bytes((codec.MAGIC, 2)))
     complete = {"commit_id": "c1", "assignments": [{"topic": "t", "partition": 0, "generation": 3}], "last_record_ms": None}
-    fastavro.schemaless_writer(out, codec.WRITER_SCHEMAS[2], {
+    fastavro.schemaless_writer(out, codec.writer_schemas()[2], {
         "group": "p", "sender": "w", "sent_ms": 1, "payload": ("io.frazil.events.v1.DataComplete", complete)})
     assert decode(out.getvalue()).payload == DataComplete("c1", (Assignment("t", 0, 3),))
     now = DataComplete("c1", (Assignment("t", 0, 3, progress=120), Assignment("t", 1, 3)), 5)

@@ -9,10 +9,9 @@ the readers first; bytes that are not a frazil event are an error that names wha
 from __future__ import annotations
 
 import copy
+import functools
 import io
 from typing import Any
-
-import fastavro
 
 from frazil.errors import FrazilError
 from frazil.events.payloads import (
@@ -128,10 +127,17 @@ _V5_RECORDS["DataWritten"]["fields"][-1]["type"]["items"]["fields"].append(_opt(
 
 # Every schema version this build can read, by the version byte. Add a version by adding its
 # writer schema here and making it the reader schema; never change a published one.
-WRITER_SCHEMAS = {1: fastavro.parse_schema(SCHEMA_V1), 2: fastavro.parse_schema(SCHEMA_V2),
-                  3: fastavro.parse_schema(SCHEMA_V3), 4: fastavro.parse_schema(SCHEMA_V4),
-                  5: fastavro.parse_schema(SCHEMA_V5)}
-READER_SCHEMA = WRITER_SCHEMAS[VERSION]
+_SCHEMAS = {1: SCHEMA_V1, 2: SCHEMA_V2, 3: SCHEMA_V3, 4: SCHEMA_V4, 5: SCHEMA_V5}
+
+
+@functools.cache
+def writer_schemas() -> dict[int, Any]:
+    """The versions' schemas parsed by fastavro, on first use: a single-mode pipeline never sends an
+    event, and fastavro's import is a tenth of a second of every start."""
+    import fastavro  # noqa: PLC0415
+
+    return {version: fastavro.parse_schema(schema) for version, schema in _SCHEMAS.items()}
+
 
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in (StartCommit, DataWritten, DataComplete, CommitToTable,
                                                          CommitComplete, CommitRequest)}
@@ -161,7 +167,9 @@ def encode(event: Event) -> bytes:
     out.write(bytes((MAGIC, VERSION)))
     record = {"group": event.group, "sender": event.sender, "sent_ms": event.sent_ms,
               "payload": _payload_record(event.payload)}
-    fastavro.schemaless_writer(out, READER_SCHEMA, record)
+    import fastavro  # noqa: PLC0415 - see writer_schemas
+
+    fastavro.schemaless_writer(out, writer_schemas()[VERSION], record)
     return out.getvalue()
 
 
@@ -189,13 +197,16 @@ def decode(data: bytes, *, where: str = "") -> Event:
     if len(data) < 2 or data[0] != MAGIC:
         raise EventDecodeError(f"control-topic record{at} is not a frazil event (starts with {data[:8]!r}); "
                                "is another application writing to the control topic?")
-    writer = WRITER_SCHEMAS.get(data[1])
+    import fastavro  # noqa: PLC0415 - see writer_schemas
+
+    schemas = writer_schemas()
+    writer = schemas.get(data[1])
     if writer is None:
         raise EventDecodeError(f"control-topic event{at} has schema version {data[1]}, this frazil reads up to "
-                               f"{max(WRITER_SCHEMAS)}: upgrade every frazil process before any of them writes "
+                               f"{max(schemas)}: upgrade every frazil process before any of them writes "
                                "a newer version")
     try:
-        record = fastavro.schemaless_reader(io.BytesIO(data[2:]), writer, READER_SCHEMA, return_record_name=True)
+        record = fastavro.schemaless_reader(io.BytesIO(data[2:]), writer, schemas[VERSION], return_record_name=True)
     except Exception as exc:  # noqa: BLE001 - truncated or corrupt Avro
         raise EventDecodeError(f"control-topic event{at} is corrupt ({type(exc).__name__}: {exc})") from exc
     assert isinstance(record, dict)

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from itertools import count
 from typing import Any
 
-import fastavro
 from pyiceberg.schema import Schema
 from pyiceberg.types import (
     BinaryType,
@@ -117,6 +116,8 @@ def resolve(writer: Any, table: Schema, *, exclude: tuple[str, ...] = (), unknow
     name), so names resolve as the Avro spec says; the reader schema names every type by its full
     name. Field aliases are left out of the writer schema the records are decoded with: the
     decoder would match a reader field by a writer field's alias, which this module does not."""
+    import fastavro  # noqa: PLC0415 - a tenth of a second of every start; JSON pipelines never need it
+
     try:
         expanded = fastavro.parse_schema(writer, expand=True, _write_hint=False)
     except Exception as exc:  # noqa: BLE001 - fastavro's parse errors have no common base
