@@ -9,6 +9,10 @@ import os
 # at a 512 MiB budget, 762 with jemalloc) and wrote wide rows slower (1.62 s against 1.12 for 320k rows).
 # Read when pyarrow loads; a setting of the user's own wins.
 os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
+# pyarrow imports numpy, whose OpenBLAS starts a thread per core that spins waiting for work frazil
+# never gives it: ~0.1 s of CPU at every start (perf, make bench's clickstream run), on the core
+# the broker and the decode need.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse
 import asyncio
