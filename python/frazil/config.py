@@ -263,6 +263,7 @@ class MaintenanceConfig:
     min_input_files: int = 5
     sort_order: str = ""              # e.g. "event_time" or "user_id DESC NULLS LAST"; "" keeps bin-packing
     orphan_min_age_s: float = 259_200.0  # 3 days, Iceberg's own default
+    expire_in_process: bool = True    # expiry between full runs without Spark when the history only appended
 
 
 @dataclass(frozen=True)
@@ -867,6 +868,7 @@ def _maintenance(s: _Section, outage_timeout_s: float, commit_interval_s: float)
         min_input_files=s.positive("min_input_files", int, 5),
         sort_order=s.get("sort_order", str, "").strip(),
         orphan_min_age_s=s.positive("orphan_min_age_s", float, 259_200.0),
+        expire_in_process=s.get("expire_in_process", bool, True),
     )
     s.finish()
     if m.max_snapshots < 2:

@@ -33,6 +33,7 @@ POINTS = (
     "merge.after_commit",        # the MERGE landed; its mark not yet kept as a property, staging not cleaned
     "commit.after_catalog",      # catalog commit landed, before we learn it did
     "commit.after_kafka_offsets",  # consumer-group low watermark committed
+    "expiry.after_catalog",      # in-process snapshot expiry landed, its unreferenced manifests not yet deleted
     "txlog.before_fsync",        # journal records written, not yet synced
     "txlog.checkpoint.before_rename",   # checkpoint written to its temporary file
     "txlog.checkpoint.before_cleanup",  # checkpoint in place, old segments not yet deleted

@@ -8,6 +8,7 @@ import pytest
 
 from frazil.config import MaintenanceConfig
 from frazil.iceberg.committer import CommitResult
+from frazil.iceberg.expiry import Expired
 from frazil.metrics import Metrics
 from frazil.spark.jobs import JobResult, TableJobs
 from frazil.spark.maintainer import Maintainer
@@ -65,3 +66,39 @@ async def test_spark_that_cannot_start_is_logged_and_tried_again_later() -> None
     stop.set()
     await task
     assert metrics.value("frazil_maintenance_runs_total", job="expire_snapshots", result="failed") == 1
+
+
+@pytest.mark.asyncio
+async def test_expiry_runs_in_process_when_it_can_and_on_spark_when_it_cannot() -> None:
+    """Over max_snapshots: the in-process expiry first; Spark never starts while it does the job.
+    When it cannot (a compaction in the history: None) or fails, Spark's expiry runs instead."""
+    outcomes: list[Expired | None | Exception] = [
+        Expired(snapshots=6, kept=5, manifest_lists=6, manifests=2, failed_deletes=0, seconds=0.01),
+        None, RuntimeError("catalog down")]
+    calls: list[int] = []
+
+    def expire() -> Expired | None:
+        calls.append(1)
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    fake = FakeJobs()
+    started: list[int] = []
+
+    def jobs() -> FakeJobs:
+        started.append(1)
+        return fake
+
+    metrics = Metrics("p", "db.t")
+    m = Maintainer(Schedule(MaintenanceConfig(interval_s=1000, max_snapshots=10), 0.0), jobs,  # type: ignore[arg-type]
+                   metrics, snapshot_count=lambda: 5, clock=lambda: 1.0, expire_in_process=expire)
+    for _ in range(3):
+        m.committed(result(11))
+        await m.run_due()
+    assert len(calls) == 3 and fake.ran == [(Job.EXPIRE,), (Job.EXPIRE,)] and len(started) == 1
+    assert m.runs[0][0].counts["in_process"] == 1 and m.runs[0][0].counts["expired_snapshots"] == 6
+    assert metrics.value("frazil_maintenance_runs_total", job="expire_snapshots_in_process", result="ok") == 1
+    assert metrics.value("frazil_maintenance_runs_total", job="expire_snapshots_in_process", result="failed") == 1
+    assert metrics.value("frazil_maintenance_runs_total", job="expire_snapshots", result="ok") == 2

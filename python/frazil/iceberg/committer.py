@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -89,6 +90,17 @@ def _spec_id(data_file: DataFile, table: Table) -> int:
         return data_file.spec_id or 0
     except AttributeError:
         return table.spec().spec_id
+
+
+_table_locks: dict[str, threading.Lock] = {}
+_table_locks_lock = threading.Lock()
+
+
+def table_lock(table_name: str) -> threading.Lock:
+    """Held by each commit attempt to ``table_name`` in this process, and by its in-process snapshot
+    expiry (``expiry.py``), so the two never take each other's compare-and-swap."""
+    with _table_locks_lock:
+        return _table_locks.setdefault(table_name, threading.Lock())
 
 
 def no_inner_retry(table: Table) -> Table:
@@ -219,100 +231,105 @@ class Committer:
         started = time.monotonic()
         last_error: Exception | None = None
         sent = False   # a catalog commit was attempted by this call
+        lock = table_lock(self._table_name)
         for attempt in range(1, self._max_attempts + 1):
+            lock.acquire()   # released before the backoff: the in-process expiry may run then
             try:
-                table, loaded = (loaded, None) if loaded is not None else (self.load(), None)
-            except Exception as exc:  # noqa: BLE001 - catalog unreachable: nothing was attempted
-                last_error = exc
-                log.warning("commit %s table=%s: cannot load the table on attempt %d/%d (%s: %s)", commit_id,
-                            self._table_name, attempt, self._max_attempts, type(exc).__name__, exc)
-                self._sleep(self._backoff_s * 2 ** (attempt - 1))
-                continue
-            landed = find_commit(table, commit_id)
-            if landed is not None:  # an earlier attempt landed after all, or someone else landed it
-                self._refuse_sealed(table, landed, commit_id)
-                return self._result(commit_id, landed, rows, table, attempt, started, found=not sent)
-            found = self.held(table)
-            stored = found.offsets
-            decision = offsets.plan(stored, ranges)
-            if found.rolled_back is not None and decision.where(Verdict.GAP):
-                # ranges read before the rollback: refused, so the workers read again from the data's offsets
-                raise OffsetOverlapError(f"commit {commit_id} to {self._table_name}: {found.rolled_back}. Nothing was "
-                                         "committed; the partitions are read again from there")
-            if not faults.off("fencing"):
-                self._check(decision, stored, ranges, commit_id)
-            if decision.all_committed:
-                log.info("commit %s table=%s: every range is already in the table, dropping %d rows",
-                         commit_id, self._table_name, rows)
-                return CommitResult(commit_id, None, 0, dict(stored), attempt, time.monotonic() - started, True,
-                                    table=self._table_name)
-            new_offsets = offsets.advance(stored, ranges)
-            encoded = offsets.encode(new_offsets)
-            summary = {offsets.COMMIT_ID_KEY: commit_id, offsets.PIPELINE_KEY: self._pipeline,
-                       offsets.property_key(self._pipeline): encoded}
-            properties = {offsets.property_key(self._pipeline): encoded}
-            if progress:
-                mark = offsets.encode(offsets.merge_progress(found.progress,
-                                                             progress))
-                properties[offsets.progress_key(self._pipeline)] = summary[offsets.progress_key(self._pipeline)] = mark
-            if valid_through_ms is not None:
-                summary[offsets.VTTS_KEY] = str(valid_through_ms)
-            delta: mutations.Plan | None = None
-            try:
-                identifiers = mutations.keyed(table)
-                if identifiers or keys:
-                    if not identifiers:
-                        raise FrazilError(f"commit {commit_id}: {self._table_name} is not keyed ({mutations.MODE_PROPERTY}"
-                                          " is not upsert or cdc) but the commit carries deletes; nothing was committed")
-                    changes = changes or _Changes.read(table, files, keys, identifiers)
-                    delta, deletes = self._plan(table, identifiers, changes)
-                else:
-                    deletes = []
-                tx = transaction(table)
-                if deletes:
-                    row_delta = mutations.RowDelta(tx, summary)
-                    with row_delta:
-                        for data_file in files:
-                            row_delta.append_data_file(data_file)
-                        for delete_file in deletes:
-                            row_delta.add_delete_file(delete_file)
-                else:
-                    # merges manifests as the table's commit.manifest-merge.* properties say (catalog.MANIFEST_MERGE)
-                    with tx.update_snapshot(snapshot_properties=summary).merge_append() as append:
-                        for data_file in files:
-                            append.append_data_file(data_file)
-                tx.set_properties(properties)
-                faults.hit("commit.before_catalog", self._table_name)
-                sent = True
-                committed = tx.commit_transaction()
-                faults.hit("commit.after_catalog", self._table_name)
-            except FrazilError:
-                raise
-            except CommitFailedException as exc:
-                # A clean conflict: the catalog refused the compare-and-swap, nothing landed.
-                last_error = exc
-                log.warning("commit %s table=%s: conflict on attempt %d/%d (%s); re-reading the table",
-                            commit_id, self._table_name, attempt, self._max_attempts, exc)
-            except Exception as exc:  # noqa: BLE001 - any other failure leaves the outcome unknown
-                last_error = exc
-                landed = self._resolve(commit_id)
-                if landed is not None:
-                    table = self.load()
+                try:
+                    table, loaded = (loaded, None) if loaded is not None else (self.load(), None)
+                except Exception as exc:  # noqa: BLE001 - catalog unreachable: nothing was attempted
+                    last_error = exc
+                    log.warning("commit %s table=%s: cannot load the table on attempt %d/%d (%s: %s)", commit_id,
+                                self._table_name, attempt, self._max_attempts, type(exc).__name__, exc)
+                    self._sleep(self._backoff_s * 2 ** (attempt - 1))
+                    continue
+                landed = find_commit(table, commit_id)
+                if landed is not None:  # an earlier attempt landed after all, or someone else landed it
                     self._refuse_sealed(table, landed, commit_id)
-                    log.warning("commit %s table=%s: %s, but the commit landed as snapshot %d",
-                                commit_id, self._table_name, exc, landed)
-                    return self._result(commit_id, landed, rows, table, attempt, started)
-                log.warning("commit %s table=%s: attempt %d/%d failed and did not land (%s: %s)",
-                            commit_id, self._table_name, attempt, self._max_attempts, type(exc).__name__, exc)
-            else:
-                if delta is not None:
-                    self._landed(delta, committed)
-                result = self._result(commit_id, None, rows, committed, attempt, started,
-                                      replaced=delta.replaced if delta else 0)
-                index = self._indexes.get(self._table_name) if delta is not None else None
-                if index is not None:
-                    result = dataclasses.replace(result, index_keys=len(index), index_bytes=index.native.memory_bytes)
-                return result
+                    return self._result(commit_id, landed, rows, table, attempt, started, found=not sent)
+                found = self.held(table)
+                stored = found.offsets
+                decision = offsets.plan(stored, ranges)
+                if found.rolled_back is not None and decision.where(Verdict.GAP):
+                    # ranges read before the rollback: refused, so the workers read again from the data's offsets
+                    raise OffsetOverlapError(f"commit {commit_id} to {self._table_name}: {found.rolled_back}. Nothing was "
+                                             "committed; the partitions are read again from there")
+                if not faults.off("fencing"):
+                    self._check(decision, stored, ranges, commit_id)
+                if decision.all_committed:
+                    log.info("commit %s table=%s: every range is already in the table, dropping %d rows",
+                             commit_id, self._table_name, rows)
+                    return CommitResult(commit_id, None, 0, dict(stored), attempt, time.monotonic() - started, True,
+                                        table=self._table_name)
+                new_offsets = offsets.advance(stored, ranges)
+                encoded = offsets.encode(new_offsets)
+                summary = {offsets.COMMIT_ID_KEY: commit_id, offsets.PIPELINE_KEY: self._pipeline,
+                           offsets.property_key(self._pipeline): encoded}
+                properties = {offsets.property_key(self._pipeline): encoded}
+                if progress:
+                    mark = offsets.encode(offsets.merge_progress(found.progress,
+                                                                 progress))
+                    properties[offsets.progress_key(self._pipeline)] = summary[offsets.progress_key(self._pipeline)] = mark
+                if valid_through_ms is not None:
+                    summary[offsets.VTTS_KEY] = str(valid_through_ms)
+                delta: mutations.Plan | None = None
+                try:
+                    identifiers = mutations.keyed(table)
+                    if identifiers or keys:
+                        if not identifiers:
+                            raise FrazilError(f"commit {commit_id}: {self._table_name} is not keyed ({mutations.MODE_PROPERTY}"
+                                              " is not upsert or cdc) but the commit carries deletes; nothing was committed")
+                        changes = changes or _Changes.read(table, files, keys, identifiers)
+                        delta, deletes = self._plan(table, identifiers, changes)
+                    else:
+                        deletes = []
+                    tx = transaction(table)
+                    if deletes:
+                        row_delta = mutations.RowDelta(tx, summary)
+                        with row_delta:
+                            for data_file in files:
+                                row_delta.append_data_file(data_file)
+                            for delete_file in deletes:
+                                row_delta.add_delete_file(delete_file)
+                    else:
+                        # merges manifests as the table's commit.manifest-merge.* properties say (catalog.MANIFEST_MERGE)
+                        with tx.update_snapshot(snapshot_properties=summary).merge_append() as append:
+                            for data_file in files:
+                                append.append_data_file(data_file)
+                    tx.set_properties(properties)
+                    faults.hit("commit.before_catalog", self._table_name)
+                    sent = True
+                    committed = tx.commit_transaction()
+                    faults.hit("commit.after_catalog", self._table_name)
+                except FrazilError:
+                    raise
+                except CommitFailedException as exc:
+                    # A clean conflict: the catalog refused the compare-and-swap, nothing landed.
+                    last_error = exc
+                    log.warning("commit %s table=%s: conflict on attempt %d/%d (%s); re-reading the table",
+                                commit_id, self._table_name, attempt, self._max_attempts, exc)
+                except Exception as exc:  # noqa: BLE001 - any other failure leaves the outcome unknown
+                    last_error = exc
+                    landed = self._resolve(commit_id)
+                    if landed is not None:
+                        table = self.load()
+                        self._refuse_sealed(table, landed, commit_id)
+                        log.warning("commit %s table=%s: %s, but the commit landed as snapshot %d",
+                                    commit_id, self._table_name, exc, landed)
+                        return self._result(commit_id, landed, rows, table, attempt, started)
+                    log.warning("commit %s table=%s: attempt %d/%d failed and did not land (%s: %s)",
+                                commit_id, self._table_name, attempt, self._max_attempts, type(exc).__name__, exc)
+                else:
+                    if delta is not None:
+                        self._landed(delta, committed)
+                    result = self._result(commit_id, None, rows, committed, attempt, started,
+                                          replaced=delta.replaced if delta else 0)
+                    index = self._indexes.get(self._table_name) if delta is not None else None
+                    if index is not None:
+                        result = dataclasses.replace(result, index_keys=len(index), index_bytes=index.native.memory_bytes)
+                    return result
+            finally:
+                lock.release()
             self._sleep(self._backoff_s * 2 ** (attempt - 1))
         raise CommitOutcomeUnknown(
             f"commit {commit_id} to {self._table_name} failed {self._max_attempts} times; last error: "

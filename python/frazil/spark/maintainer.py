@@ -3,7 +3,9 @@
 Ingestion never waits for it: jobs run in a worker thread (py4j blocks on the JVM, not on the
 GIL), and their commits meet ingestion's only at the catalog's compare-and-swap, where the
 loser re-reads and retries. A failing job is logged and counted, and runs again at its next turn;
-it never stops ingestion. The Spark session starts on the first due job, not at start-up.
+it never stops ingestion. The Spark session starts on the first due job, not at start-up; snapshot
+expiry due between full runs runs in process, without Spark, when the history it removes only
+appended (``iceberg/expiry.py``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from collections.abc import Callable, Mapping
 from pyiceberg.catalog import Catalog
 
 from frazil.config import MaintenanceConfig
+from frazil.iceberg import expiry
 from frazil.iceberg.committer import CommitResult, delete_files
+from frazil.iceberg.expiry import Expired
 from frazil.metrics import Metrics
 from frazil.spark import session
 from frazil.spark.jobs import JobResult, TableJobs
@@ -25,17 +29,21 @@ from frazil.spark.schedule import PAUSE_AFTER_FAILURE_S, Job, Schedule
 log = logging.getLogger(__name__)
 
 CHECK_EVERY_S = 1.0
+EXPIRE_IN_PROCESS = "expire_snapshots_in_process"   # its metrics' job label
 
 
 class Maintainer:
     def __init__(self, schedule: Schedule, jobs: Callable[[], TableJobs], metrics: Metrics, *,
                  snapshot_count: Callable[[], int], clock: Callable[[], float] = time.monotonic,
-                 delete_file_count: Callable[[], int] | None = None) -> None:
+                 delete_file_count: Callable[[], int] | None = None,
+                 expire_in_process: Callable[[], Expired | None] | None = None) -> None:
         """``jobs`` builds the table's jobs (starting Spark) on first use; ``snapshot_count``
-        reads the table's snapshot count (blocking)."""
+        reads the table's snapshot count (blocking); ``expire_in_process`` (blocking) expires
+        without Spark when it can (``iceberg/expiry.py``), None when Spark's expiry must run."""
         self._schedule, self._make_jobs, self._metrics = schedule, jobs, metrics
         self._snapshot_count, self._clock = snapshot_count, clock
         self._delete_file_count = delete_file_count
+        self._expire_in_process = expire_in_process
         self._jobs: TableJobs | None = None
         self.runs: list[list[JobResult]] = []
 
@@ -53,8 +61,12 @@ class Maintainer:
         def delete_file_count() -> int:
             return delete_files(catalog.load_table(table_name))
 
+        def expire_in_process() -> Expired | None:
+            return expiry.expire(catalog, table_name, cfg)
+
         return cls(Schedule(cfg, time.monotonic()), jobs, metrics, snapshot_count=snapshot_count,
-                   delete_file_count=delete_file_count)
+                   delete_file_count=delete_file_count,
+                   expire_in_process=expire_in_process if cfg.expire_in_process else None)
 
     def committed(self, result: CommitResult) -> None:
         """Called after every commit cycle with the snapshot count it saw (0: it landed nothing
@@ -85,6 +97,8 @@ class Maintainer:
             await self._run(due)
 
     async def _run(self, due: tuple[Job, ...]) -> None:
+        if due == (Job.EXPIRE,) and self._expire_in_process is not None and await self._expired_in_process():
+            return
         log.info("maintenance: running %s", ", ".join(j.value for j in due))
         results: list[JobResult] = []
         failed = True
@@ -106,6 +120,27 @@ class Maintainer:
         self._metrics.snapshots.set(snapshots)
         if results:
             self.runs.append(results)
+
+    async def _expired_in_process(self) -> bool:
+        """Expiry without Spark; False when it cannot (Spark's expiry runs instead)."""
+        expire = self._expire_in_process
+        assert expire is not None
+        try:
+            done = await asyncio.to_thread(expire)
+        except Exception as exc:  # noqa: BLE001 - e.g. the catalog is down: Spark's expiry tries next
+            log.warning("maintenance: snapshot expiry in process failed (%s: %s); Spark's expiry runs instead",
+                        type(exc).__name__, exc)
+            self._metrics.maintenance(EXPIRE_IN_PROCESS, "failed")
+            return False
+        if done is None:
+            return False
+        self._metrics.maintenance(EXPIRE_IN_PROCESS, "ok", done.seconds)
+        self._schedule.ran((Job.EXPIRE,), self._clock(), done.kept)
+        self._metrics.snapshots.set(done.kept)
+        self.runs.append([JobResult(Job.EXPIRE, done.seconds, 1, {
+            "in_process": 1, "expired_snapshots": done.snapshots, "deleted_manifest_lists_count": done.manifest_lists,
+            "deleted_manifest_files_count": done.manifests, "failed_deletes": done.failed_deletes})])
+        return True
 
     def _blocking_run(self, due: tuple[Job, ...]) -> tuple[list[JobResult], bool]:
         if self._jobs is None:
