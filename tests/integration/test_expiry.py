@@ -5,7 +5,6 @@ there, and every row still read back."""
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.parse import urlparse
 
 import pyarrow as pa
 import pytest
@@ -25,63 +24,82 @@ SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2,
 CFG = MaintenanceConfig(max_snapshots=6)
 
 
-@pytest.fixture
-def catalog(tmp_path: Path) -> Catalog:
-    catalog = iceberg_catalog.load(CatalogConfig("t", {"type": "sql", "uri": f"sqlite:///{tmp_path}/c.db",
-                                                       "warehouse": f"file://{tmp_path}/wh"}))
-    catalog.create_namespace("db")
+def make(props: dict[str, str], name: str = "db.t") -> Catalog:
+    catalog = iceberg_catalog.load(CatalogConfig("t", props))
+    catalog.create_namespace(name.split(".")[0])
     # merges every 3 manifests, so manifests that only expired snapshots list exist
-    catalog.create_table("db.t", SCHEMA, properties={"commit.manifest-merge.enabled": "true",
-                                                     "commit.manifest.min-count-to-merge": "3"})
+    catalog.create_table(name, SCHEMA, properties={"commit.manifest-merge.enabled": "true",
+                                                   "commit.manifest.min-count-to-merge": "3"})
     return catalog
 
 
-def commit(catalog: Catalog, n: int, start: int = 0) -> None:
-    committer = Committer(catalog, "db.t", "p")
+@pytest.fixture
+def catalog(tmp_path: Path) -> Catalog:
+    return make({"type": "sql", "uri": f"sqlite:///{tmp_path}/c.db", "warehouse": f"file://{tmp_path}/wh"})
+
+
+@pytest.fixture(params=["sqlite", "rest", "s3"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Catalog, str]:
+    """SQLite with a local warehouse; the Iceberg REST catalog server (one per session: a namespace
+    per test); SQLite with its warehouse in S3 (a bucket per test)."""
+    unique = tmp_path.name.replace("-", "_").lower()
+    if request.param == "sqlite":
+        return make({"type": "sql", "uri": f"sqlite:///{tmp_path}/c.db", "warehouse": f"file://{tmp_path}/wh"}), "db.t"
+    if request.param == "rest":
+        name = f"expiry_{unique}.t"
+        return make({"type": "rest", "uri": request.getfixturevalue("rest_catalog").uri}, name), name
+    props = request.getfixturevalue("s3").catalog_properties(f"expiry-{unique}".replace("_", "-")[:60])
+    return make({"type": "sql", "uri": f"sqlite:///{tmp_path}/c.db", **props}), "db.t"
+
+
+def commit(catalog: Catalog, n: int, start: int = 0, name: str = "db.t") -> None:
+    committer = Committer(catalog, name, "p")
     for i in range(start, start + n):
         committer.commit(pa.table({"id": [i], "s": [str(i)]}), {("topic", 0): Range(i, i + 1)}, f"c-{i}")
 
 
-def local(path: str) -> Path:
-    return Path(urlparse(path).path)
-
-
-def referenced(table: Table) -> set[Path]:
+def referenced(table: Table) -> set[str]:
     """Every manifest list, manifest and live data file the table's snapshots (all of them) reference."""
-    files: set[Path] = set()
+    files: set[str] = set()
     for snapshot in table.metadata.snapshots:
-        files.add(local(snapshot.manifest_list))
+        files.add(snapshot.manifest_list)
         for manifest in snapshot.manifests(table.io):
-            files.add(local(manifest.manifest_path))
-            files |= {local(e.data_file.file_path) for e in manifest.fetch_manifest_entry(table.io, discard_deleted=True)}
+            files.add(manifest.manifest_path)
+            files |= {e.data_file.file_path for e in manifest.fetch_manifest_entry(table.io, discard_deleted=True)}
     return files
+
+
+def exists(table: Table, path: str) -> bool:
+    return table.io.new_input(path).exists()
 
 
 def ids(table: Table) -> list[int]:
     return sorted(table.scan().to_arrow().column("id").to_pylist())
 
 
-def test_an_append_only_history_is_expired_to_the_newest_half_and_only_unreferenced_files_go(catalog: Catalog) -> None:
-    commit(catalog, 12)
-    before = catalog.load_table("db.t")
+def test_an_append_only_history_is_expired_to_the_newest_half_and_only_unreferenced_files_go(
+        where: tuple[Catalog, str]) -> None:
+    catalog, name = where
+    commit(catalog, 12, name=name)
+    before = catalog.load_table(name)
     old = list(before.metadata.snapshots)
-    done = expiry.expire(catalog, "db.t", CFG)
+    done = expiry.expire(catalog, name, CFG)
     assert done is not None and done.snapshots >= 6 and done.failed_deletes == 0
-    after = catalog.load_table("db.t")
+    after = catalog.load_table(name)
     kept = {s.snapshot_id for s in after.metadata.snapshots}
     assert len(kept) == done.kept <= CFG.max_snapshots and before.current_snapshot() == after.current_snapshot()
     removed = [s for s in old if s.snapshot_id not in kept]
     assert len(removed) == done.snapshots
     # the removed snapshots' manifest lists are gone, and some manifests only they listed
-    assert not any(local(s.manifest_list).exists() for s in removed)
+    assert not any(exists(after, s.manifest_list) for s in removed)
     assert done.manifest_lists == len(removed) and done.manifests >= 1
     # nothing the kept history references was deleted, and every row reads back, offsets included
-    assert all(path.exists() for path in referenced(after))
+    assert all(exists(after, path) for path in referenced(after))
     assert ids(after) == list(range(12))
-    assert Committer(catalog, "db.t", "p").stored_offsets() == {("topic", 0): 12}
+    assert Committer(catalog, name, "p").stored_offsets() == {("topic", 0): 12}
     # commits go on on top of the expired table
-    commit(catalog, 3, start=12)
-    assert ids(catalog.load_table("db.t")) == list(range(15))
+    commit(catalog, 3, start=12, name=name)
+    assert ids(catalog.load_table(name)) == list(range(15))
 
 
 def test_nothing_is_expired_in_process_when_the_history_holds_a_delete(catalog: Catalog) -> None:
@@ -106,7 +124,7 @@ def test_a_tag_on_an_old_snapshot_is_never_expired(catalog: Catalog) -> None:
     assert done is not None
     after = catalog.load_table("db.t")
     assert after.metadata.snapshot_by_id(tagged) is not None
-    assert all(path.exists() for path in referenced(after))
+    assert all(exists(after, path) for path in referenced(after))
     assert ids(after) == list(range(12))
 
 
@@ -135,7 +153,7 @@ def test_a_crash_after_the_removal_leaves_unreferenced_files_and_a_whole_table(c
         faults.disarm()
     after = catalog.load_table("db.t")
     assert len(after.metadata.snapshots) < len(before.metadata.snapshots)
-    assert all(local(s.manifest_list).exists() for s in before.metadata.snapshots)   # left for orphan removal
+    assert all(exists(after, s.manifest_list) for s in before.metadata.snapshots)   # left for orphan removal
     assert ids(after) == list(range(12))
 
 
