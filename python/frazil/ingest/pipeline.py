@@ -35,6 +35,7 @@ from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import evolution, inference
 from frazil.events.payloads import CommitComplete, DeadLetter, Event, StartCommit
 from frazil.flow.backpressure import Action, Backpressure
+from frazil.flow.catch_up import CatchUp
 from frazil.iceberg.offsets import TopicPartition
 from frazil.ingest.buffer import RecordBuffer, RecordProblem, append_routed, values_of
 from frazil.ingest.fetch import Chunk
@@ -62,7 +63,7 @@ DRAIN_CYCLES = 3   # on stop, at most this many cycles to land the batch and the
 MAX_DEAD_LETTERS = 2_000
 DECODE_THREADS = max(1, os.cpu_count() or 1)   # a poll's fetches decoded at once
 EARLY_CYCLE_SHARE = 0.5   # of memory_budget_mb buffered (no batch held): ask for a cycle
-CATCH_UP_LAG = 50_000     # records behind the partitions' ends that make a backlog (landed once caught up)
+CATCH_UP_LAG = 50_000     # records behind the partitions' ends that make a backlog (flow/catch_up.py)
 EVOLVE_ROUNDS = 8   # schema changes one batch may make, one problem per record at a time
 MAX_SCHEMA_CHANGES = 100   # Avro: schema changes one batch may make (each writer schema id may ask for one)
 
@@ -92,7 +93,7 @@ class Pipeline:
                                else "several")
         self.metrics.budget_bytes.set(cfg.memory_budget_bytes)
         self._lag_due = 0.0   # when the lag gauges are set next (monotonic)
-        self._backlog = False   # the partitions were at least CATCH_UP_LAG records behind their ends
+        self._catch_up = CatchUp(CATCH_UP_LAG)
         self.stats = Stats()
         self.worker = Worker(cfg, targets=self._targets, channel=channel, journal=journal, positions=self._positions,
                              source=self._source, metrics=self.metrics, stats=self.stats, bulk=bulk)
@@ -129,17 +130,18 @@ class Pipeline:
             while not stop.is_set():
                 busy = self._task is not None or self._control
                 batches = await self._source.poll(BUSY_POLL_TIMEOUT_MS if busy else POLL_TIMEOUT_MS)
-                caught_up = False
                 if batches:
                     before = self.stats.records_in
                     await self._append(batches)
-                    caught_up = self._caught_up(self.stats.records_in - before)
+                    self._catch_up.polled(self._behind(), self.stats.records_in - before, self._targets.rows)
                 self._control.extend(r.event for r in await self._channel.poll(0) if _for_worker(r.event))
                 self._check_task()
                 if self._task is None and self._control:
                     self._task = self._next_control()
                 full = self._full()
-                if self._task is None and self.worker.request_due(full or caught_up, time.monotonic()):
+                if self._task is None and self.worker.request_due(full or self._catch_up.due(self._targets.rows),
+                                                                  time.monotonic()):
+                    self._catch_up.asked()
                     self._task = asyncio.create_task(self.worker.request(
                         f"{self._targets.rows} rows buffered" if self._targets.rows >= self._cfg.max_buffer_records
                         else "memory budget reached" if full
@@ -189,20 +191,11 @@ class Pipeline:
                 or self._flow.paused
                 or (self.worker.batch is None and self._targets.bytes >= self._flow.budget_bytes * EARLY_CYCLE_SHARE))
 
-    def _caught_up(self, taken: int) -> bool:
-        """Whether the partitions just reached their ends after a backlog (at least
-        ``CATCH_UP_LAG`` records behind, summed, before the poll that took ``taken``): a
-        backfill's last rows then land at once rather than at the next interval. A pipeline that
-        keeps up never has such a backlog, so its commits keep to the interval."""
+    def _behind(self) -> int:
+        """Records before the owned partitions' ends (their last fetches' high watermarks), summed."""
         marks = self._source.highwaters()
         nexts = self._positions.next_offsets()
-        lag = sum(max(0, mark - nexts[tp]) for tp, mark in marks.items() if tp in nexts)
-        if lag + taken >= CATCH_UP_LAG:
-            self._backlog = True
-        if self._backlog and lag == 0 and self._targets.rows:
-            self._backlog = False
-            return True
-        return False
+        return sum(max(0, mark - nexts[tp]) for tp, mark in marks.items() if tp in nexts)
 
     def _dead_letters_held(self) -> int:
         """Bad records buffered and in the batch; none to count unless they go to a dead-letter topic."""
