@@ -2,7 +2,8 @@
 
 1. Commit latency and metadata size over 1,000 commit cycles, maintenance off and on, one table
    each, on the same small batches. Each cycle commits one batch of clickstream rows with
-   frazil's committer (data files, offsets, commit id: the daemon's commit path without Kafka). With
+   frazil's committer (data files, offsets, commit id: the daemon's commit path without Kafka, with
+   the daemon's garbage-collector settings). With
    maintenance on, the daemon's own ``Maintainer`` runs beside the commits, as in ``frazil run``:
    expiry whenever a commit reports more than ``max_snapshots``, the full run every
    ``interval_s``.
@@ -37,6 +38,7 @@ import _results  # noqa: E402
 from _datasets import CLICKSTREAM  # noqa: E402
 
 from frazil.config import CatalogConfig, Column, MaintenanceConfig, TableConfig  # noqa: E402
+from frazil.daemon import tune_gc  # noqa: E402
 from frazil.iceberg import catalog as iceberg_catalog  # noqa: E402
 from frazil.iceberg.committer import Committer  # noqa: E402
 from frazil.iceberg.offsets import Range  # noqa: E402
@@ -163,6 +165,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         spark_settings = session.conf(CATALOG, props.properties, jars=jars.jars(), master=args.master)
         first = iceberg_catalog.ensure_table(catalog, table_config("sample"))
         batch = arrow_rows(first, args.rows_per_cycle)
+        tune_gc()   # as `frazil run` does once started: full collections then skip what start-up built
         maintenance = MaintenanceConfig(interval_s=args.interval_s, max_snapshots=args.max_snapshots, min_input_files=5)
         print(f"1/3 {args.cycles} commit cycles of {args.rows_per_cycle} rows, maintenance off", flush=True)
         off = await commit_cycles(catalog, table_config("off"), batch, args.cycles, None, spark_settings)
