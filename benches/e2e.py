@@ -16,7 +16,8 @@ table, started as its own process, while this harness polls the catalog:
   broker's fetch ceiling), consume it with the same client as frazil, and write the same Arrow
   data to Parquet.
 
-Throughput is counted from process launch until the catalog shows every record (start-up
+Each pre-filled topic is flushed to disk (``sync``) before the first system is timed. Throughput
+is counted from process launch until the catalog shows every record (start-up
 included, as a user waiting for a backfill sees it), then the table is read back and every
 (partition, offset) must be there exactly once. A run shorter than 20 s is noisy on a 2-core
 machine shared with the broker (the same code measured 396k and 524k rec/s an hour apart), so
@@ -335,7 +336,19 @@ def prefill(bench: Bench, dataset: _datasets.Dataset, records: int) -> tuple[str
     values = dataset.generate(records)
     asyncio.run(create_topic(bench.bootstrap, topic, PARTITIONS))
     asyncio.run(produce(bench.bootstrap, topic, values, partitions=PARTITIONS, label=f"pre-fill {topic}"))
+    settle()
     return topic, asyncio.run(end_offsets(bench.bootstrap, [topic])), sum(len(v) for v in values)
+
+
+def settle(quiet_s: float = 1.0) -> None:
+    """The pre-fill's writes flushed to disk before anything is timed. The broker's new segments
+    stay dirty in the page cache for up to half a minute, and their writeback took I/O and CPU from
+    whichever system ran first (wide, 2026-11-26: frazil's first run read 200k records in its first
+    2 s, its next two runs 240-320k in 1.2 s; the same showed in the first clickstream run)."""
+    began = time.monotonic()
+    os.sync()
+    time.sleep(quiet_s)
+    print(f"  pre-fill flushed to disk in {time.monotonic() - began - quiet_s:.1f} s", flush=True)
 
 
 def print_row(row: dict[str, Any]) -> None:
