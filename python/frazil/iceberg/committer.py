@@ -92,15 +92,17 @@ def _spec_id(data_file: DataFile, table: Table) -> int:
         return table.spec().spec_id
 
 
-_table_locks: dict[str, threading.Lock] = {}
+_table_locks: dict[str, threading.RLock] = {}
 _table_locks_lock = threading.Lock()
 
 
-def table_lock(table_name: str) -> threading.Lock:
+def table_lock(table_name: str) -> threading.RLock:
     """Held by each commit attempt to ``table_name`` in this process, and by its in-process snapshot
-    expiry (``expiry.py``), so the two never take each other's compare-and-swap."""
+    expiry (``expiry.py``, another thread), so the two never take each other's compare-and-swap.
+    Reentrant: a commit made from inside another one on the same thread (a test's stand-in for
+    another writer, at a fault point) goes through, as another process's would."""
     with _table_locks_lock:
-        return _table_locks.setdefault(table_name, threading.Lock())
+        return _table_locks.setdefault(table_name, threading.RLock())
 
 
 def no_inner_retry(table: Table) -> Table:
