@@ -26,16 +26,16 @@ compare-and-swap from this process's own commits.
 
 from __future__ import annotations
 
+import functools
 import logging
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io import FileIO
+from pyiceberg.manifest import read_manifest_list
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation, Snapshot, ancestors_of
 from pyiceberg.table.update import AssertRefSnapshotId, RemoveSnapshotsUpdate
@@ -94,29 +94,10 @@ def plan(metadata: TableMetadata, cfg: MaintenanceConfig, now_ms: int) -> Plan |
     return Plan(tuple(lineage[i].snapshot_id for i in chosen), current.snapshot_id)
 
 
-class _Lists:
-    """Manifest paths by manifest list (a manifest list never changes once written)."""
-
-    def __init__(self, size: int = 8192) -> None:
-        self._by_list: OrderedDict[str, frozenset[str]] = OrderedDict()
-        self._size = size
-        self._lock = threading.Lock()
-
-    def manifests(self, io: FileIO, snapshot: Snapshot) -> frozenset[str]:
-        with self._lock:
-            found = self._by_list.get(snapshot.manifest_list)
-            if found is not None:
-                self._by_list.move_to_end(snapshot.manifest_list)
-                return found
-        paths = frozenset(m.manifest_path for m in snapshot.manifests(io))
-        with self._lock:
-            self._by_list[snapshot.manifest_list] = paths
-            while len(self._by_list) > self._size:
-                self._by_list.popitem(last=False)
-        return paths
-
-
-_lists = _Lists()
+@functools.lru_cache(maxsize=8192)
+def _listed(io: FileIO, manifest_list: str) -> frozenset[str]:
+    """The manifests a manifest list names (a manifest list never changes once written)."""
+    return frozenset(m.manifest_path for m in read_manifest_list(io.new_input(manifest_list)))
 
 
 def unreferenced(io: FileIO, removed: Iterable[Snapshot], kept: Iterable[Snapshot]) -> tuple[list[str], list[str]]:
@@ -124,10 +105,10 @@ def unreferenced(io: FileIO, removed: Iterable[Snapshot], kept: Iterable[Snapsho
     removed = list(removed)
     live: set[str] = set()
     for snapshot in kept:
-        live |= _lists.manifests(io, snapshot)
+        live |= _listed(io, snapshot.manifest_list)
     gone: set[str] = set()
     for snapshot in removed:
-        gone |= _lists.manifests(io, snapshot)
+        gone |= _listed(io, snapshot.manifest_list)
     return [s.manifest_list for s in removed], sorted(gone - live)
 
 

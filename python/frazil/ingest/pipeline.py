@@ -133,7 +133,7 @@ class Pipeline:
                 if batches:
                     before = self.stats.records_in
                     await self._append(batches)
-                    self._catch_up.polled(self._behind(), self.stats.records_in - before, self._targets.rows)
+                    self._catch_up.polled(sum(self._lags().values()), self.stats.records_in - before, self._targets.rows)
                 self._control.extend(r.event for r in await self._channel.poll(0) if _for_worker(r.event))
                 self._check_task()
                 if self._task is None and self._control:
@@ -163,12 +163,15 @@ class Pipeline:
                  self.stats.records_tombstones, self.stats.records_bad, self.stats.rows_committed, self.stats.commits,
                  self.stats.failed_commits, self.stats.pauses)
 
-    def _report_lag(self) -> None:
+    def _lags(self) -> dict[TopicPartition, int]:
         """Per owned partition: the high watermark of its last fetch minus the next offset this
         process takes (the table's offset until it takes one)."""
         marks = self._source.highwaters()
         nexts = self._positions.next_offsets()
-        self.metrics.lag({tp: max(0, mark - nexts[tp]) for tp, mark in marks.items() if tp in nexts})
+        return {tp: max(0, mark - nexts[tp]) for tp, mark in marks.items() if tp in nexts}
+
+    def _report_lag(self) -> None:
+        self.metrics.lag(self._lags())
 
     def _next_control(self) -> asyncio.Task[None] | None:
         """The worker's task for the next control event; a StartCommit whose CommitComplete is
@@ -190,12 +193,6 @@ class Pipeline:
         return (self._targets.rows + held >= self._cfg.max_buffer_records or held >= MAX_DEAD_LETTERS
                 or self._flow.paused
                 or (self.worker.batch is None and self._targets.bytes >= self._flow.budget_bytes * EARLY_CYCLE_SHARE))
-
-    def _behind(self) -> int:
-        """Records before the owned partitions' ends (their last fetches' high watermarks), summed."""
-        marks = self._source.highwaters()
-        nexts = self._positions.next_offsets()
-        return sum(max(0, mark - nexts[tp]) for tp, mark in marks.items() if tp in nexts)
 
     def _dead_letters_held(self) -> int:
         """Bad records buffered and in the batch; none to count unless they go to a dead-letter topic."""
