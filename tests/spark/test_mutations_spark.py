@@ -1,6 +1,8 @@
 """Spark SQL reads frazil's keyed tables: a Debezium CDC stream landed by ``frazil run`` with
 position deletes (partitioned by a bucket of the key), read by Spark and by pyiceberg, both equal
-to the reference computed from the topic. Then Spark compacts the table (data files rewritten,
+to the reference computed from the topic. The table merges its data manifests on most commits
+(``min-count-to-merge = 2``, ``iceberg/manifest_merge``), so both engines apply deletes across
+merged manifests. Then Spark compacts the table (data files rewritten,
 frazil's deletes applied into them) and frazil goes on: its key index is rebuilt from the
 compacted table, and both engines still agree with the reference."""
 
@@ -42,7 +44,9 @@ def test_spark_and_pyiceberg_read_the_latest_row_of_every_key_before_and_after_c
     topic = "cdc-spark"
     asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
     path = changes.config(tmp_path, kafka.bootstrap, topic, "cdc-spark", mode="cdc",
-                          extra_table='partition_by = ["bucket[4](id)"]',
+                          extra_table='partition_by = ["bucket[4](id)"]\n'
+                                      # manifests merge on most commits: Spark applies deletes across merged ones
+                                      'properties = { "commit.manifest.min-count-to-merge" = "2" }',
                           catalog=(warehouse.name, {k: v for k, v in warehouse.properties.items() if k != "type"}))
     cfg = support.load(path)
     catalog = support.catalog_of(cfg)
@@ -61,6 +65,8 @@ def test_spark_and_pyiceberg_read_the_latest_row_of_every_key_before_and_after_c
         land(stream[chunk:chunk + 2000], f"after changes {chunk}..{chunk + 2000}")
     deletes = spark.sql(f"SELECT count(*) AS n FROM {name}.position_deletes").collect()[0].n
     assert deletes > 0, "frazil's updates must be position deletes Spark sees"
+    merged = spark.sql(f"SELECT sum(existing_data_files_count) AS n FROM {name}.manifests").collect()[0].n
+    assert merged and merged > 0, "the data manifests Spark read must include merged ones"
 
     jobs = TableJobs(spark, warehouse.name, cfg.table.name, MaintenanceConfig(min_input_files=1))
     compacted = jobs.one(Job.COMPACT)

@@ -33,7 +33,7 @@ from pyiceberg.typedef import Record
 
 from frazil import faults
 from frazil.errors import CommitOutcomeUnknown, FrazilError, OffsetGapError, OffsetOverlapError
-from frazil.iceberg import mutations, offsets, writes
+from frazil.iceberg import manifest_merge, mutations, offsets, writes
 from frazil.iceberg.offsets import Range, TopicPartition, Verdict
 
 log = logging.getLogger(__name__)
@@ -294,8 +294,8 @@ class Committer:
                             for delete_file in deletes:
                                 row_delta.add_delete_file(delete_file)
                     else:
-                        # merges manifests as the table's commit.manifest-merge.* properties say (catalog.MANIFEST_MERGE)
-                        with tx.update_snapshot(snapshot_properties=summary).merge_append() as append:
+                        # merges manifests by tiers (manifest_merge), as the commit.manifest-merge.* properties say
+                        with manifest_merge.TieredAppend(tx, summary) as append:
                             for data_file in files:
                                 append.append_data_file(data_file)
                     tx.set_properties(properties)

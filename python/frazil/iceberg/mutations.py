@@ -43,11 +43,11 @@ from pyiceberg.manifest import (
 )
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.snapshots import Operation, ancestors_of
-from pyiceberg.table.update.snapshot import _FastAppendFiles
 from pyiceberg.typedef import Record
 
 from frazil import _native
 from frazil.iceberg import offsets
+from frazil.iceberg.manifest_merge import TieredAppend
 
 log = logging.getLogger(__name__)
 
@@ -352,14 +352,14 @@ class _DeleteManifestWriter(ManifestWriterV2):
         return {**super()._meta, "content": "deletes"}
 
 
-class RowDelta(_FastAppendFiles):
-    """A fast append of data files plus position-delete files, in one snapshot (operation
-    ``overwrite``, as Java's RowDelta). Relies on pyiceberg 0.12's snapshot producer internals
+class RowDelta(TieredAppend):
+    """An append of data files plus position-delete files, in one snapshot (operation
+    ``overwrite``, as Java's RowDelta); data manifests merge by tiers (``manifest_merge``). Relies on pyiceberg 0.12's snapshot producer internals
     (``_manifests``, ``_summary``, ``_added_data_files``): pyiceberg is pinned, and
     tests/spark/test_mutations_spark.py reads the result with pyiceberg and Spark."""
 
     def __init__(self, transaction: Transaction, snapshot_properties: dict[str, str]) -> None:
-        super().__init__(Operation.OVERWRITE, transaction, transaction._table.io, snapshot_properties=snapshot_properties)
+        super().__init__(transaction, snapshot_properties, Operation.OVERWRITE)
         self._added_delete_files: list[DataFile] = []
 
     def add_delete_file(self, delete_file: DataFile) -> RowDelta:

@@ -1,0 +1,131 @@
+"""Manifest merging for frazil's own commits, by tiers.
+
+Every commit adds a manifest. pyiceberg's merge append (like Java's) packs all small data manifests
+into one bin and, once ``commit.manifest.min-count-to-merge`` of them have gathered, rewrites them
+into one: with a data file or two per commit, every 16th commit rewrites the entry of every data
+file in the table (~0.2 ms each in pyiceberg), so a commit's cost grows with the table's file count
+until compaction runs (``make bench-maintenance``: 100-250 ms merges after 1,000 commits; 400 MB of
+manifests written for 1,000 files).
+
+Here data manifests merge by tier, as a log-structured merge tree merges its runs:
+
+- a manifest's tier is ``floor(log_F(live files))``, F being ``min-count-to-merge`` (frazil's
+  tables: 16); the new manifest of a commit is tier 0;
+- when F manifests of one tier have gathered, they merge into one (of the next tier); that can
+  cascade within one commit;
+- a manifest of ``commit.manifest.target-size-bytes`` or more is full and never rewritten; a
+  manifest that does not record its file counts (a v1 table's) is left alone.
+
+So each entry is rewritten once per tier, ``log_F(files)`` times in all rather than once every F
+commits, and a snapshot lists at most F - 1 manifests per tier. ``commit.manifest-merge.enabled =
+false`` turns merging off, as in pyiceberg. Delete manifests are never merged (pyiceberg's rule).
+
+``plan`` is the pure decision; ``TieredAppend`` is pyiceberg's fast append with that plan, writing
+each merged manifest with pyiceberg's own merge writer (``_ManifestMergeManager._create_manifest``:
+live entries of earlier snapshots become ``EXISTING`` with their sequence numbers kept). It relies
+on pyiceberg 0.12's snapshot producer internals, as ``mutations.RowDelta`` does; pyiceberg is pinned
+and tests/integration/test_manifest_merge.py reads every commit back (the plan: tests/unit/test_manifest_merge_plan.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pyiceberg.manifest import ManifestContent, ManifestFile
+from pyiceberg.table import TableProperties, Transaction
+from pyiceberg.table.snapshots import Operation
+from pyiceberg.table.update.snapshot import _FastAppendFiles, _ManifestMergeManager
+from pyiceberg.utils.properties import property_as_bool, property_as_int
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What the plan knows of one data manifest."""
+
+    files: int | None   # live data files (added + existing); None when the manifest does not record it
+    length: int         # bytes
+
+
+def tier(files: int, fan_in: int) -> int:
+    """``floor(log_fan_in(files))``, in integers; 0 for an empty manifest."""
+    level, bound = 0, fan_in
+    while files >= bound:
+        level, bound = level + 1, bound * fan_in
+    return level
+
+
+def plan(manifests: Sequence[Manifest], fan_in: int, target_bytes: int) -> list[list[int]]:
+    """Groups of indexes into ``manifests`` covering each index once, ordered by their first index:
+    a group of one is kept as it is, a larger group is merged into one manifest."""
+    fan_in = max(fan_in, 2)
+    groups: list[tuple[list[int], int, int]] = []   # (members, live files, bytes), still open to merging
+    done: list[list[int]] = []
+    for i, m in enumerate(manifests):
+        if m.files is None or m.length >= target_bytes:
+            done.append([i])
+        else:
+            groups.append(([i], m.files, m.length))
+    while True:
+        by_tier: dict[int, list[int]] = defaultdict(list)
+        for g, (_, files, _) in enumerate(groups):
+            by_tier[tier(files, fan_in)].append(g)
+        due = [t for t, members in by_tier.items() if len(members) >= fan_in]
+        if not due:
+            break
+        chosen = set(by_tier[min(due)])
+        merged = (sorted(i for g in chosen for i in groups[g][0]), sum(groups[g][1] for g in chosen),
+                  sum(groups[g][2] for g in chosen))
+        groups = [group for g, group in enumerate(groups) if g not in chosen]
+        if merged[2] >= target_bytes:
+            done.append(merged[0])   # full: never merged again
+        else:
+            groups.append(merged)
+    return sorted(done + [members for members, _, _ in groups], key=lambda members: members[0])
+
+
+def _describe(manifest: ManifestFile) -> Manifest:
+    added, existing = manifest.added_files_count, manifest.existing_files_count
+    files = None if added is None or existing is None else added + existing
+    return Manifest(files, manifest.manifest_length)
+
+
+class TieredAppend(_FastAppendFiles):
+    """A fast append whose data manifests are merged by ``plan``. ``operation`` is ``append`` for an
+    append; ``mutations.RowDelta`` (``overwrite``) builds on it."""
+
+    def __init__(self, transaction: Transaction, snapshot_properties: dict[str, str],
+                 operation: Operation = Operation.APPEND) -> None:
+        super().__init__(operation, transaction, transaction._table.io, snapshot_properties=snapshot_properties)
+        properties = transaction.table_metadata.properties
+        self._merge_enabled = property_as_bool(properties, TableProperties.MANIFEST_MERGE_ENABLED,
+                                               TableProperties.MANIFEST_MERGE_ENABLED_DEFAULT)
+        self._fan_in = property_as_int(properties, TableProperties.MANIFEST_MIN_MERGE_COUNT,
+                                       TableProperties.MANIFEST_MIN_MERGE_COUNT_DEFAULT) or 2
+        self._target_bytes = property_as_int(properties, TableProperties.MANIFEST_TARGET_SIZE_BYTES,
+                                             TableProperties.MANIFEST_TARGET_SIZE_BYTES_DEFAULT) or 0
+
+    def _process_manifests(self, manifests: list[ManifestFile]) -> list[ManifestFile]:
+        if not self._merge_enabled:
+            return manifests
+        data = [m for m in manifests if m.content == ManifestContent.DATA]
+        deletes = [m for m in manifests if m.content != ManifestContent.DATA]
+        by_spec: dict[int, list[ManifestFile]] = defaultdict(list)
+        for m in data:
+            by_spec[m.partition_spec_id].append(m)
+        writer = _ManifestMergeManager(self._target_bytes, self._fan_in, True, self)
+        out: list[ManifestFile] = []
+        for spec_id, group in by_spec.items():
+            for members in plan([_describe(m) for m in group], self._fan_in, self._target_bytes):
+                if len(members) == 1:
+                    out.append(group[members[0]])
+                    continue
+                merged = writer._create_manifest(spec_id, [group[i] for i in members])
+                log.debug("snapshot %d: merged %d manifests into %s (%s files)", self._snapshot_id, len(members),
+                          merged.manifest_path, merged.existing_files_count)
+                out.append(merged)
+        return out + deletes

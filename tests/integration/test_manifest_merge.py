@@ -1,0 +1,82 @@
+"""frazil's commits merge data manifests by tiers (``iceberg/manifest_merge``), against a real
+SQLite catalog: every row and offset reads back, in the current snapshot and in older ones; each
+data file keeps the sequence number of the commit that added it (position deletes depend on it);
+the snapshot lists few manifests; ``commit.manifest-merge.enabled = false`` is obeyed. Spark reads
+merged manifests with deletes in tests/spark/test_mutations_spark.py."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from pyiceberg.catalog import Catalog
+
+import support
+from frazil import config
+from frazil.iceberg import catalog as iceberg_catalog
+from frazil.iceberg.committer import Committer
+from frazil.iceberg.offsets import Range
+from test_committer import TP, rows
+
+COMMITS = 70
+
+
+def table_with(tmp_path: Path, properties: dict[str, str]) -> tuple[Catalog, config.Config]:
+    cfg = support.load(support.write_config(tmp_path, "127.0.0.1:1", ["events"]))
+    catalog = iceberg_catalog.load(cfg.catalog)
+    table = iceberg_catalog.ensure_table(catalog, cfg.table)
+    with table.transaction() as tx:
+        tx.set_properties(properties)
+    return catalog, cfg
+
+
+def commit_all(catalog: Catalog, cfg: config.Config) -> dict[int, int]:
+    """COMMITS commits of 10 rows; returns the snapshot id of each commit's offsets end."""
+    committer = Committer(catalog, cfg.table.name, cfg.pipeline, sleep=lambda s: None)
+    ends = {}
+    for i in range(COMMITS):
+        result = committer.commit(rows(cfg, catalog, 10 * i, 10 * (i + 1)), {TP: Range(10 * i, 10 * (i + 1))}, f"c{i}")
+        assert result.snapshot_id is not None
+        ends[10 * (i + 1)] = result.snapshot_id
+    return ends
+
+
+@pytest.mark.integration
+def test_merged_manifests_hold_every_file_once_with_its_own_sequence_number(tmp_path: Path) -> None:
+    catalog, cfg = table_with(tmp_path, {"commit.manifest.min-count-to-merge": "2"})   # merges on most commits
+    ends = commit_all(catalog, cfg)
+    table = catalog.load_table(cfg.table.name)
+
+    counts = support.count_offsets(catalog, cfg.table.name)
+    assert sorted(counts) == [("events", 0, o) for o in range(10 * COMMITS)] and set(counts.values()) == {1}
+    manifests = table.current_snapshot().manifests(table.io)
+    assert len(manifests) <= math.ceil(math.log2(COMMITS)) + 1, [m.manifest_path for m in manifests]
+    assert sum(m.existing_files_count or 0 for m in manifests) > 0, "nothing was merged"
+
+    # each live entry: added by the snapshot whose commit wrote it, with that snapshot's sequence number
+    entries = table.inspect.entries().to_pylist()
+    assert len(entries) == COMMITS and {e["status"] for e in entries} <= {0, 1}   # existing or added
+    sequence = {s.snapshot_id: s.sequence_number for s in table.snapshots()}
+    by_file = {}
+    for e in entries:
+        assert e["sequence_number"] == e["file_sequence_number"] == sequence[e["snapshot_id"]], e
+        by_file[e["data_file"]["file_path"]] = e["snapshot_id"]
+    assert len(by_file) == COMMITS and sorted(by_file.values()) == sorted(ends.values())
+
+    # an older snapshot still reads as it was: merges write new manifests, never change old ones
+    for end in (10, 160, 330):
+        scanned = table.scan(snapshot_id=ends[end], selected_fields=("_kafka_offset",)).to_arrow()
+        assert sorted(scanned.column("_kafka_offset").to_pylist()) == list(range(end))
+
+
+@pytest.mark.integration
+def test_a_table_that_turns_merging_off_gets_a_manifest_per_commit(tmp_path: Path) -> None:
+    catalog, cfg = table_with(tmp_path, {"commit.manifest-merge.enabled": "false",
+                                         "commit.manifest.min-count-to-merge": "2"})
+    commit_all(catalog, cfg)
+    table = catalog.load_table(cfg.table.name)
+    manifests = table.current_snapshot().manifests(table.io)
+    assert len(manifests) == COMMITS and all(m.existing_files_count == 0 for m in manifests)
+    counts = support.count_offsets(catalog, cfg.table.name)
+    assert sorted(counts) == [("events", 0, o) for o in range(10 * COMMITS)]
