@@ -308,8 +308,11 @@ class Procs:
                 restarted(name)
 
     def stop_all(self, timeout: float = 90) -> dict[str, int]:
+        """SIGTERM to every process and their exit codes; one that had already ended because it
+        could not start under another fault's outage (``start_failed``, judged as ``supervise`` and
+        the rebalance storm judge it) is not counted."""
         with self.lock:
-            procs = list(self.current.values())
+            procs = [p for p in self.current.values() if p.alive() or not start_failed(p)]
         for proc in procs:
             proc.send(signal.SIGCONT)
             proc.send(signal.SIGTERM)
@@ -630,8 +633,15 @@ class Chaos:
             time.sleep(rng.uniform(0.2, 3.0))
             if rng.random() < 0.5:
                 proc.send(signal.SIGKILL)
-                proc.popen.wait()
-                steps.append(f"{name} killed")
+                code = proc.popen.wait()
+                if code == -signal.SIGKILL:
+                    steps.append(f"{name} killed")
+                elif start_failed(proc):   # it had ended before the kill: could not start under another fault
+                    self.procs.start_failures += 1
+                    steps.append(f"{name} could not start (exit {code}: another fault's outage)")
+                else:
+                    raise ChaosError(f"{name} exited by itself (code {code}) before its SIGKILL; its log {proc.log}:\n"
+                                     f"{proc.log.read_text(errors='replace')[-4000:]}")
                 continue
             proc.send(signal.SIGTERM)
             try:
