@@ -100,6 +100,7 @@ async def commit_cycles(catalog: Any, cfg: TableConfig, batch: pa.Table, cycles:
         maintainer = Maintainer.for_table(catalog, cfg.name, maintenance, spark_settings, CATALOG, Metrics("bench", cfg.name))
         task = asyncio.create_task(maintainer.run(stop))
     commit_ms: list[float] = []
+    most_snapshots = 0
     rows = batch.num_rows
     started = time.monotonic()
     for i in range(cycles):
@@ -109,6 +110,7 @@ async def commit_cycles(catalog: Any, cfg: TableConfig, batch: pa.Table, cycles:
         result = await asyncio.to_thread(committer.commit_files, files, {TP: Range(i * rows, (i + 1) * rows)},
                                          f"{cfg.name}-{i}")
         commit_ms.append(result.seconds * 1000)
+        most_snapshots = max(most_snapshots, result.snapshots)
         if maintainer is not None:
             maintainer.committed(result)
         if (i + 1) % 100 == 0:
@@ -130,7 +132,7 @@ async def commit_cycles(catalog: Any, cfg: TableConfig, batch: pa.Table, cycles:
         "commit_ms_p95": round(sorted(commit_ms)[int(0.95 * len(commit_ms))], 1),
         "commit_ms_max": round(max(commit_ms), 1),
         "commit_ms_by_100": [round(statistics.mean(commit_ms[i:i + 100]), 1) for i in range(0, len(commit_ms), 100)],
-        **metadata_size(table),
+        **metadata_size(table), "snapshots_max": most_snapshots,
         "maintenance_runs": len(runs), "maintenance_jobs": sum(len(r) for r in runs),
     }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 
@@ -11,7 +12,7 @@ from frazil.iceberg.committer import CommitResult
 from frazil.iceberg.expiry import Expired
 from frazil.metrics import Metrics
 from frazil.spark.jobs import JobResult, TableJobs
-from frazil.spark.maintainer import Maintainer
+from frazil.spark.maintainer import Maintainer, Maintainers
 from frazil.spark.schedule import Job, Schedule
 
 
@@ -102,3 +103,24 @@ async def test_expiry_runs_in_process_when_it_can_and_on_spark_when_it_cannot() 
     assert metrics.value("frazil_maintenance_runs_total", job="expire_snapshots_in_process", result="ok") == 1
     assert metrics.value("frazil_maintenance_runs_total", job="expire_snapshots_in_process", result="failed") == 1
     assert metrics.value("frazil_maintenance_runs_total", job="expire_snapshots", result="ok") == 2
+
+
+@pytest.mark.asyncio
+async def test_a_commit_that_makes_expiry_due_wakes_the_service_at_once() -> None:
+    """Commits back to back took a second's worth of snapshots past max_snapshots before the next
+    check; a commit that makes a job due now runs it at once, in one table's service and in the
+    pipeline's (``Maintainers``)."""
+    for wrapped in (False, True):
+        fake = FakeJobs()
+        m = Maintainer(Schedule(MaintenanceConfig(interval_s=1000, max_snapshots=10), 0.0), lambda: fake,  # type: ignore[arg-type, return-value]
+                       Metrics("p", "db.t"), snapshot_count=lambda: 5, clock=lambda: 1.0)
+        service = Maintainers({"db.t": m}) if wrapped else m
+        stop = asyncio.Event()
+        task = asyncio.create_task(service.run(stop))
+        await asyncio.sleep(0.05)   # past its first check: the next is CHECK_EVERY_S away
+        assert m.committed(result(9)) is False and fake.ran == []
+        service.committed(dataclasses.replace(result(11), table="db.t"))
+        await asyncio.sleep(0.2)
+        assert fake.ran == [(Job.EXPIRE,)], wrapped
+        stop.set()
+        await task

@@ -46,6 +46,7 @@ class Maintainer:
         self._expire_in_process = expire_in_process
         self._jobs: TableJobs | None = None
         self.runs: list[list[JobResult]] = []
+        self._wake = asyncio.Event()   # a commit made a job due: run it now, not at the next check
 
     @classmethod
     def for_table(cls, catalog: Catalog, table_name: str, cfg: MaintenanceConfig, spark_settings: Mapping[str, str],
@@ -68,14 +69,20 @@ class Maintainer:
                    delete_file_count=delete_file_count,
                    expire_in_process=expire_in_process if cfg.expire_in_process else None)
 
-    def committed(self, result: CommitResult) -> None:
-        """Called after every commit cycle with the snapshot count it saw (0: it landed nothing
-        and did not look)."""
+    def committed(self, result: CommitResult) -> bool:
+        """Called (on the event loop) after every commit cycle with the snapshot count it saw (0:
+        it landed nothing and did not look). True when that made a job due: ``run`` runs it at once
+        rather than at its next check (commits back to back outran expiry by a second's worth of
+        snapshots)."""
         if not result.snapshots:
-            return
+            return False
         self._schedule.snapshots = result.snapshots
         self._schedule.delete_files = result.delete_files
         self._metrics.snapshots.set(result.snapshots)
+        if self._schedule.due(self._clock()):
+            self._wake.set()
+            return True
+        return False
 
     def cancel(self) -> None:
         """Blocking: cancel the running job, if Spark has started (called once ingestion has stopped)."""
@@ -85,10 +92,7 @@ class Maintainer:
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             await self.run_due()
-            try:
-                await asyncio.wait_for(stop.wait(), CHECK_EVERY_S)
-            except TimeoutError:
-                pass
+            await _pause(stop, self._wake)
 
     async def run_due(self) -> None:
         """Run the jobs that are due now, if any."""
@@ -159,6 +163,7 @@ class Maintainers:
 
     def __init__(self, by_table: Mapping[str, Maintainer]) -> None:
         self._by_table = dict(by_table)
+        self._wake = asyncio.Event()
 
     def add(self, table: str, maintainer: Maintainer) -> None:
         """A table opened while running (named by the records)."""
@@ -166,8 +171,8 @@ class Maintainers:
 
     def committed(self, result: CommitResult) -> None:
         maintainer = self._by_table.get(result.table)
-        if maintainer is not None:
-            maintainer.committed(result)
+        if maintainer is not None and maintainer.committed(result):
+            self._wake.set()
 
     def cancel(self) -> None:
         for maintainer in self._by_table.values():
@@ -179,7 +184,15 @@ class Maintainers:
                 if stop.is_set():
                     break
                 await maintainer.run_due()
-            try:
-                await asyncio.wait_for(stop.wait(), CHECK_EVERY_S)
-            except TimeoutError:
-                pass
+            await _pause(stop, self._wake)
+
+
+async def _pause(stop: asyncio.Event, wake: asyncio.Event) -> None:
+    """Until ``stop`` or ``wake`` is set, ``CHECK_EVERY_S`` at most; clears ``wake``."""
+    waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())]
+    try:
+        await asyncio.wait(waits, timeout=CHECK_EVERY_S, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+    wake.clear()
