@@ -75,11 +75,27 @@ def test_full_manifests_and_manifests_without_counts_are_never_rewritten() -> No
     assert plan(listed, 4, EIGHT_MB) == [[0, 3, 5, 6], [1], [2], [4]]
 
 
-def test_a_merge_that_fills_a_manifest_closes_it() -> None:
-    manifests, rewrites = commits([1] * 300, 4, target=200 + ENTRY_BYTES * 32)
-    assert max(len(m) for m in manifests) <= 64
+def test_no_merge_makes_a_manifest_over_the_target() -> None:
+    target = 200 + ENTRY_BYTES * 32
+    manifests, rewrites = commits([1] * 300, 4, target=target)
+    assert max(200 + ENTRY_BYTES * len(m) for m in manifests) <= target
     assert sorted(f for m in manifests for f in m) == list(range(300))
-    assert max(rewrites) <= 3   # 1 -> 4 -> 16 -> 64 (full): never again
+    assert max(rewrites) <= 3   # 1 -> 4 -> 16 -> 32 (full): never again
+
+
+def test_manifests_near_the_target_are_not_merged_into_one_many_times_its_size() -> None:
+    """Sixteen manifests just under 8 MB (Spark's rewrite_manifests leaves such) and a commit's
+    new one: merged as they fit, never into one of 16 x 8 MB."""
+    near = [Manifest(3000, EIGHT_MB - 100_000)] * 16
+    small = [Manifest(1, 900)] * 16
+    groups = plan([Manifest(1, 900)] + near + small, 16, EIGHT_MB)
+    listed = [Manifest(1, 900)] + near + small
+    assert sorted(i for g in groups for i in g) == list(range(33))
+    for g in groups:
+        assert len(g) == 1 or sum(listed[i].length for i in g) <= EIGHT_MB, g
+    assert [g for g in groups if len(g) > 1] == [[0, *range(17, 33)]]   # the small ones, merged
+    half = [Manifest(300, EIGHT_MB // 3)] * 16   # three fit: merged three at a time
+    assert sorted(len(g) for g in plan(half, 16, EIGHT_MB)) == [1, 3, 3, 3, 3, 3]
 
 
 def test_nothing_merges_below_the_fan_in() -> None:

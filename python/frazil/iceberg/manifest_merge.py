@@ -13,12 +13,16 @@ Here data manifests merge by tier, as a log-structured merge tree merges its run
   tables: 16); the new manifest of a commit is tier 0;
 - when F manifests of one tier have gathered, they merge into one (of the next tier); that can
   cascade within one commit;
-- a manifest of ``commit.manifest.target-size-bytes`` or more is full and never rewritten; a
-  manifest that does not record its file counts (a v1 table's) is left alone.
+- a merge never makes a manifest over ``commit.manifest.target-size-bytes``: a due tier's
+  manifests are packed in order into bins of at most that size, and one that fits with no
+  neighbour (over half the target) is closed; a manifest at the target or over it is never
+  rewritten, nor one whose manifest-list entry lacks its file counts (optional in format v1).
 
 So each entry is rewritten once per tier, ``log_F(files)`` times in all rather than once every F
 commits, and a snapshot lists at most F - 1 manifests per tier. ``commit.manifest-merge.enabled =
-false`` turns merging off, as in pyiceberg. Delete manifests are never merged (pyiceberg's rule).
+false`` turns merging off, as in pyiceberg. Delete manifests are not merged (pyiceberg's rule;
+its merge writer writes data manifests): a keyed table still adds one per commit until
+maintenance rewrites its deletes (Java's appends merge them; not done here yet).
 
 ``plan`` is the pure decision; ``TieredAppend`` is pyiceberg's fast append with that plan, writing
 each merged manifest with pyiceberg's own merge writer (``_ManifestMergeManager._create_manifest``:
@@ -77,14 +81,29 @@ def plan(manifests: Sequence[Manifest], fan_in: int, target_bytes: int) -> list[
         due = [t for t, members in by_tier.items() if len(members) >= fan_in]
         if not due:
             break
-        chosen = set(by_tier[min(due)])
-        merged = (sorted(i for g in chosen for i in groups[g][0]), sum(groups[g][1] for g in chosen),
-                  sum(groups[g][2] for g in chosen))
-        groups = [group for g, group in enumerate(groups) if g not in chosen]
-        if merged[2] >= target_bytes:
-            done.append(merged[0])   # full: never merged again
-        else:
-            groups.append(merged)
+        chosen = by_tier[min(due)]
+        # packed in order into bins of at most target_bytes (the sum of the inputs' sizes bounds
+        # the merged one's): 16 manifests near the target (after Spark's rewrite_manifests, a
+        # backfill) never make one of 16 times the target
+        bins: list[list[int]] = []
+        size = 0
+        for g in chosen:
+            if bins and size + groups[g][2] <= target_bytes:
+                bins[-1].append(g)
+                size += groups[g][2]
+            else:
+                bins.append([g])
+                size = groups[g][2]
+        merging = set(chosen)
+        kept = [group for g, group in enumerate(groups) if g not in merging]
+        for members in bins:
+            merged = (sorted(i for g in members for i in groups[g][0]), sum(groups[g][1] for g in members),
+                      sum(groups[g][2] for g in members))
+            if len(members) > 1 or merged[2] <= target_bytes // 2:
+                kept.append(merged)
+            else:
+                done.append(merged[0])   # over half the target: it fits with no neighbour, never merged again
+        groups = kept
     return sorted(done + [members for members, _, _ in groups], key=lambda members: members[0])
 
 
