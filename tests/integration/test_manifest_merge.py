@@ -1,7 +1,8 @@
 """frazil's commits merge data manifests by tiers (``iceberg/manifest_merge``), against a real
 SQLite catalog: every row and offset reads back, in the current snapshot and in older ones; each
 data file keeps the sequence number of the commit that added it (position deletes depend on it);
-the snapshot lists few manifests; ``commit.manifest-merge.enabled = false`` is obeyed. Spark reads
+the snapshot lists few manifests; manifests of two partition specs are never merged together;
+``commit.manifest-merge.enabled = false`` is obeyed. Spark reads
 merged manifests with deletes in tests/spark/test_mutations_spark.py."""
 
 from __future__ import annotations
@@ -80,3 +81,26 @@ def test_a_table_that_turns_merging_off_gets_a_manifest_per_commit(tmp_path: Pat
     assert len(manifests) == COMMITS and all(m.existing_files_count == 0 for m in manifests)
     counts = support.count_offsets(catalog, cfg.table.name)
     assert sorted(counts) == [("events", 0, o) for o in range(10 * COMMITS)]
+
+
+@pytest.mark.integration
+def test_manifests_of_different_partition_specs_are_never_merged_together(tmp_path: Path) -> None:
+    """After the table's partition spec changes, the manifests of the old spec merge among
+    themselves and the new ones among themselves: a manifest holds the partition tuples of one spec."""
+    catalog, cfg = table_with(tmp_path, {"commit.manifest.min-count-to-merge": "2"})
+    committer = Committer(catalog, cfg.table.name, cfg.pipeline, sleep=lambda s: None)
+    for i in range(2 * COMMITS):
+        if i == COMMITS // 2:
+            with catalog.load_table(cfg.table.name).update_spec() as spec:
+                spec.add_identity("name")
+        committer.commit(rows(cfg, catalog, 10 * i, 10 * (i + 1)), {TP: Range(10 * i, 10 * (i + 1))}, f"c{i}")
+    table = catalog.load_table(cfg.table.name)
+    manifests = table.current_snapshot().manifests(table.io)
+    assert {m.partition_spec_id for m in manifests} == {0, 1}
+    assert sum(m.existing_files_count or 0 for m in manifests if m.partition_spec_id == 1) > 0, "new spec never merged"
+    for m in manifests:
+        for entry in m.fetch_manifest_entry(table.io):
+            assert entry.data_file.spec_id == m.partition_spec_id, (m.manifest_path, entry.data_file.file_path)
+            assert len(entry.data_file.partition) == (1 if m.partition_spec_id == 1 else 0)
+    counts = support.count_offsets(catalog, cfg.table.name)
+    assert sorted(counts) == [("events", 0, o) for o in range(20 * COMMITS)] and set(counts.values()) == {1}
