@@ -24,7 +24,7 @@ false`` turns merging off, as in pyiceberg. Delete manifests are not merged (pyi
 its merge writer writes data manifests): a keyed table still adds one per commit until
 maintenance rewrites its deletes (Java's appends merge them; not done here yet).
 
-``plan`` is the pure decision; ``TieredAppend`` is pyiceberg's fast append with that plan, writing
+``plan`` is the pure decision; ``TieredAppend`` is pyiceberg's merge append with that plan, writing
 each merged manifest with pyiceberg's own merge writer (``_ManifestMergeManager._create_manifest``:
 live entries of earlier snapshots become ``EXISTING`` with their sequence numbers kept). It relies
 on pyiceberg 0.12's snapshot producer internals, as ``mutations.RowDelta`` does; pyiceberg is pinned
@@ -39,10 +39,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pyiceberg.manifest import ManifestContent, ManifestFile
-from pyiceberg.table import TableProperties, Transaction
+from pyiceberg.table import Transaction
 from pyiceberg.table.snapshots import Operation
-from pyiceberg.table.update.snapshot import _FastAppendFiles, _ManifestMergeManager
-from pyiceberg.utils.properties import property_as_bool, property_as_int
+from pyiceberg.table.update.snapshot import _ManifestMergeManager, _MergeAppendFiles
 
 log = logging.getLogger(__name__)
 
@@ -113,33 +112,22 @@ def _describe(manifest: ManifestFile) -> Manifest:
     return Manifest(files, manifest.manifest_length)
 
 
-class TieredAppend(_FastAppendFiles):
-    """A fast append whose data manifests are merged by ``plan``. ``operation`` is ``append`` for an
-    append; ``mutations.RowDelta`` (``overwrite``) builds on it."""
+class TieredAppend(_MergeAppendFiles):
+    """pyiceberg's merge append (which reads the ``commit.manifest*`` properties) with its data
+    manifests merged by ``plan`` instead. ``operation`` is ``append`` for an append;
+    ``mutations.RowDelta`` (``overwrite``) builds on it."""
 
     def __init__(self, transaction: Transaction, snapshot_properties: dict[str, str],
                  operation: Operation = Operation.APPEND) -> None:
         super().__init__(operation, transaction, transaction._table.io, snapshot_properties=snapshot_properties)
-        properties = transaction.table_metadata.properties
-        self._merge_enabled = property_as_bool(properties, TableProperties.MANIFEST_MERGE_ENABLED,
-                                               TableProperties.MANIFEST_MERGE_ENABLED_DEFAULT)
-        self._fan_in = property_as_int(properties, TableProperties.MANIFEST_MIN_MERGE_COUNT,
-                                       TableProperties.MANIFEST_MIN_MERGE_COUNT_DEFAULT) or 2
-        self._target_bytes = property_as_int(properties, TableProperties.MANIFEST_TARGET_SIZE_BYTES,
-                                             TableProperties.MANIFEST_TARGET_SIZE_BYTES_DEFAULT) or 0
 
     def _process_manifests(self, manifests: list[ManifestFile]) -> list[ManifestFile]:
         if not self._merge_enabled:
             return manifests
-        data = [m for m in manifests if m.content == ManifestContent.DATA]
-        deletes = [m for m in manifests if m.content != ManifestContent.DATA]
-        by_spec: dict[int, list[ManifestFile]] = defaultdict(list)
-        for m in data:
-            by_spec[m.partition_spec_id].append(m)
-        writer = _ManifestMergeManager(self._target_bytes, self._fan_in, True, self)
+        writer = _ManifestMergeManager(self._target_size_bytes, self._min_count_to_merge, True, self)
         out: list[ManifestFile] = []
-        for spec_id, group in by_spec.items():
-            for members in plan([_describe(m) for m in group], self._fan_in, self._target_bytes):
+        for spec_id, group in writer._group_by_spec([m for m in manifests if m.content == ManifestContent.DATA]).items():
+            for members in plan([_describe(m) for m in group], self._min_count_to_merge, self._target_size_bytes):
                 if len(members) == 1:
                     out.append(group[members[0]])
                     continue
@@ -147,4 +135,4 @@ class TieredAppend(_FastAppendFiles):
                 log.debug("snapshot %d: merged %d manifests into %s (%s files)", self._snapshot_id, len(members),
                           merged.manifest_path, merged.existing_files_count)
                 out.append(merged)
-        return out + deletes
+        return out + [m for m in manifests if m.content != ManifestContent.DATA]
