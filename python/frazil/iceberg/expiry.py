@@ -26,12 +26,13 @@ compare-and-swap from this process's own commits.
 
 from __future__ import annotations
 
-import functools
 import logging
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import cachetools
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io import FileIO
@@ -94,7 +95,9 @@ def plan(metadata: TableMetadata, cfg: MaintenanceConfig, now_ms: int) -> Plan |
     return Plan(tuple(lineage[i].snapshot_id for i in chosen), current.snapshot_id)
 
 
-@functools.lru_cache(maxsize=8192)
+# by the list's path alone: every catalog load makes a new FileIO, so a cache keyed on it too
+# would never carry a kept snapshot's list from one expiry to the next
+@cachetools.cached(cachetools.LRUCache(maxsize=8192), key=lambda io, manifest_list: manifest_list, lock=threading.Lock())
 def _listed(io: FileIO, manifest_list: str) -> frozenset[str]:
     """The manifests a manifest list names (a manifest list never changes once written)."""
     return frozenset(m.manifest_path for m in read_manifest_list(io.new_input(manifest_list)))
