@@ -46,7 +46,9 @@ class Maintainer:
         self._expire_in_process = expire_in_process
         self._jobs: TableJobs | None = None
         self.runs: list[list[JobResult]] = []
-        self._wake = asyncio.Event()   # a commit made a job due: run it now, not at the next check
+        # set by a commit that made a job due: the running loop goes on at once, not at its next
+        # check; one event for every table of a pipeline (Maintainers shares its own)
+        self.wake = asyncio.Event()
 
     @classmethod
     def for_table(cls, catalog: Catalog, table_name: str, cfg: MaintenanceConfig, spark_settings: Mapping[str, str],
@@ -69,20 +71,17 @@ class Maintainer:
                    delete_file_count=delete_file_count,
                    expire_in_process=expire_in_process if cfg.expire_in_process else None)
 
-    def committed(self, result: CommitResult) -> bool:
+    def committed(self, result: CommitResult) -> None:
         """Called (on the event loop) after every commit cycle with the snapshot count it saw (0:
-        it landed nothing and did not look). True when that made a job due: ``run`` runs it at once
-        rather than at its next check (commits back to back outran expiry by a second's worth of
-        snapshots)."""
+        it landed nothing and did not look). A job it makes due runs at once rather than at the
+        next check (commits back to back outran expiry by a second's worth of snapshots)."""
         if not result.snapshots:
-            return False
+            return
         self._schedule.snapshots = result.snapshots
         self._schedule.delete_files = result.delete_files
         self._metrics.snapshots.set(result.snapshots)
         if self._schedule.due(self._clock()):
-            self._wake.set()
-            return True
-        return False
+            self.wake.set()
 
     def cancel(self) -> None:
         """Blocking: cancel the running job, if Spark has started (called once ingestion has stopped)."""
@@ -92,7 +91,7 @@ class Maintainer:
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             await self.run_due()
-            await _pause(stop, self._wake)
+            await _pause(stop, self.wake)
 
     async def run_due(self) -> None:
         """Run the jobs that are due now, if any."""
@@ -162,17 +161,20 @@ class Maintainers:
     time (they share one Spark session on a small machine)."""
 
     def __init__(self, by_table: Mapping[str, Maintainer]) -> None:
-        self._by_table = dict(by_table)
         self._wake = asyncio.Event()
+        self._by_table: dict[str, Maintainer] = {}
+        for table, maintainer in by_table.items():
+            self.add(table, maintainer)
 
     def add(self, table: str, maintainer: Maintainer) -> None:
         """A table opened while running (named by the records)."""
-        self._by_table.setdefault(table, maintainer)
+        if self._by_table.setdefault(table, maintainer) is maintainer:
+            maintainer.wake = self._wake
 
     def committed(self, result: CommitResult) -> None:
         maintainer = self._by_table.get(result.table)
-        if maintainer is not None and maintainer.committed(result):
-            self._wake.set()
+        if maintainer is not None:
+            maintainer.committed(result)
 
     def cancel(self) -> None:
         for maintainer in self._by_table.values():
