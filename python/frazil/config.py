@@ -81,6 +81,9 @@ class KafkaSecurity:
         return " ".join(parts)
 
 
+FETCH_MAX_BYTES = 8 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class KafkaConfig:
     bootstrap_servers: str
@@ -88,6 +91,9 @@ class KafkaConfig:
     group_id: str
     auto_offset_reset: str = "earliest"
     max_partition_fetch_bytes: int = 4 * 1024 * 1024   # the most one partition fetch returns: a poll's unit of work
+    # the most one fetch response carries, all partitions together: kept under glibc's 32 MiB mmap
+    # ceiling so each response's buffers come from reused heap, not freshly mapped (page-faulted) memory
+    fetch_max_bytes: int = FETCH_MAX_BYTES
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 3_000
     client_id: str = "frazil"
@@ -95,6 +101,12 @@ class KafkaConfig:
     metadata_max_age_ms: int = 30_000  # how often topic metadata is refreshed: new matching topics within this
     exclude_topics: tuple[str, ...] = ()   # never consumed, even when the pattern matches (the control topic)
     security: KafkaSecurity = KafkaSecurity()
+
+    def __post_init__(self) -> None:
+        if self.fetch_max_bytes < self.max_partition_fetch_bytes:
+            raise ConfigError(f"kafka.fetch_max_bytes ({self.fetch_max_bytes}) is below kafka.max_partition_fetch_bytes "
+                              f"({self.max_partition_fetch_bytes}): one fetch could not carry one partition's whole fetch; "
+                              "raise fetch_max_bytes or leave it out (it then follows max_partition_fetch_bytes)")
 
     def takes(self, topic: str) -> bool:
         """Whether ``topic`` is one of the pipeline's source topics."""
@@ -941,12 +953,14 @@ def parse(data: dict[str, Any], *, base: Path = Path("."), source: Path | None =
     reset = k.get("auto_offset_reset", str, "earliest")
     if reset not in ("earliest", "latest"):
         raise ConfigError(f"kafka.auto_offset_reset {reset!r} must be \"earliest\" or \"latest\"")
+    partition_fetch = k.positive("max_partition_fetch_bytes", int, 4 * 1024 * 1024)
     kafka = KafkaConfig(
         bootstrap_servers=k.get("bootstrap_servers", str, hint='e.g. "127.0.0.1:9092"'),
         topics=tuple(topics),
         group_id=k.get("group_id", str, f"frazil-{pipeline}"),
         auto_offset_reset=reset,
-        max_partition_fetch_bytes=k.positive("max_partition_fetch_bytes", int, 4 * 1024 * 1024),
+        max_partition_fetch_bytes=partition_fetch,
+        fetch_max_bytes=k.positive("fetch_max_bytes", int, max(FETCH_MAX_BYTES, partition_fetch)),
         session_timeout_ms=k.positive("session_timeout_ms", int, 10_000),
         heartbeat_interval_ms=k.positive("heartbeat_interval_ms", int, 3_000),
         client_id=k.get("client_id", str, f"frazil-{pipeline}"),

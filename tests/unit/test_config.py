@@ -30,6 +30,18 @@ def test_defaults_and_relative_paths(tmp_path: Path) -> None:
     assert cfg.catalog.properties["warehouse"] == f"file://{tmp_path}/warehouse"
 
 
+def test_fetch_size_stays_under_the_mmap_ceiling_and_never_below_one_partition_fetch(tmp_path: Path) -> None:
+    # 8 MiB by default: a whole fetch response under glibc's 32 MiB mmap threshold (its buffers reuse heap memory)
+    assert config.parse(MINIMAL, base=tmp_path).kafka.fetch_max_bytes == 8 << 20
+    # left out, it follows a larger partition fetch so one partition's fetch still fits
+    assert config.parse(with_("kafka", max_partition_fetch_bytes=16 << 20), base=tmp_path).kafka.fetch_max_bytes == 16 << 20
+    assert config.parse(with_("kafka", fetch_max_bytes=1 << 20, max_partition_fetch_bytes=1 << 20),
+                        base=tmp_path).kafka.fetch_max_bytes == 1 << 20
+    with pytest.raises(ConfigError, match=r"kafka.fetch_max_bytes \(1048576\) is below kafka.max_partition_fetch_bytes "
+                                          r"\(4194304\).*raise fetch_max_bytes or leave it out"):
+        config.parse(with_("kafka", fetch_max_bytes=1 << 20), base=tmp_path)
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [

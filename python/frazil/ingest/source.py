@@ -63,6 +63,7 @@ class KafkaSource:
             session_timeout_ms=cfg.session_timeout_ms,
             heartbeat_interval_ms=cfg.heartbeat_interval_ms,
             max_partition_fetch_bytes=cfg.max_partition_fetch_bytes,
+            fetch_max_bytes=cfg.fetch_max_bytes,
             metadata_max_age_ms=cfg.metadata_max_age_ms,   # how soon a new topic matching topic_pattern is seen
         )
         self.assignment: set[TP] = set()
