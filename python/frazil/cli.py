@@ -14,6 +14,10 @@ os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
 # the broker and the decode need.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+from frazil import malloc  # noqa: E402  (before the imports below allocate: the heap keeps what it frees)
+
+malloc.tune(os.environ)
+
 import argparse
 import asyncio
 import json
