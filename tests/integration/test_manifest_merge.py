@@ -16,6 +16,7 @@ from pyiceberg.catalog import Catalog
 import support
 from frazil import config
 from frazil.iceberg import catalog as iceberg_catalog
+from frazil.iceberg import manifest_merge
 from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import Range
 from test_committer import TP, rows
@@ -104,3 +105,27 @@ def test_manifests_of_different_partition_specs_are_never_merged_together(tmp_pa
             assert len(entry.data_file.partition) == (1 if m.partition_spec_id == 1 else 0)
     counts = support.count_offsets(catalog, cfg.table.name)
     assert sorted(counts) == [("events", 0, o) for o in range(20 * COMMITS)] and set(counts.values()) == {1}
+
+
+@pytest.mark.integration
+def test_a_merge_builds_the_entries_of_manifests_this_process_wrote_exactly_as_they_read_back(tmp_path: Path) -> None:
+    """A tier-0 merge takes its entries from the data files this process's appends wrote instead of
+    reading the small manifests back; each must equal what pyiceberg reads from the file."""
+    catalog, cfg = table_with(tmp_path, {"commit.manifest.min-count-to-merge": "1000"})   # nothing merges
+    committer = Committer(catalog, cfg.table.name, cfg.pipeline, sleep=lambda s: None)
+    for i in range(5):
+        committer.commit(rows(cfg, catalog, 10 * i, 10 * (i + 1)), {TP: Range(10 * i, 10 * (i + 1))}, f"c{i}")
+    table = catalog.load_table(cfg.table.name)
+    manifests = table.current_snapshot().manifests(table.io)
+    assert len(manifests) == 5
+    for manifest in manifests:
+        remembered = manifest_merge._entries_written(manifest)
+        assert remembered is not None, f"{manifest.manifest_path} was written here but not remembered"
+        assert manifest_merge._entries_written(manifest) is None   # taken out once used
+        on_disk = manifest.fetch_manifest_entry(table.io, discard_deleted=False)
+        assert len(remembered) == len(on_disk) >= 1
+        for mine, theirs in zip(remembered, on_disk):
+            assert (mine.status, mine.snapshot_id, mine.sequence_number, mine.file_sequence_number) == (
+                theirs.status, theirs.snapshot_id, theirs.sequence_number, theirs.file_sequence_number)
+            assert mine.data_file._data == theirs.data_file._data
+            assert mine.data_file.spec_id == theirs.data_file.spec_id

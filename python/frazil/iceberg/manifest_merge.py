@@ -24,6 +24,12 @@ false`` turns merging off, as in pyiceberg. Delete manifests are not merged (pyi
 its merge writer writes data manifests): a keyed table still adds one per commit until
 maintenance rewrites its deletes (Java's appends merge them; not done here yet).
 
+A merge takes in mostly tier-0 manifests, one per recent commit; reading each back cost ~1 ms in
+pyiceberg (Avro header, schema resolution), most of a merge. The data files of the manifests this
+process's appends wrote are kept until merged (``_WRITTEN``) and their entries rebuilt from them
+exactly as pyiceberg reads them back (tests/integration/test_manifest_merge.py compares the two);
+any other manifest is read from its file.
+
 ``plan`` is the pure decision; ``TieredAppend`` is pyiceberg's merge append with that plan, writing
 each merged manifest with pyiceberg's own merge writer (``_ManifestMergeManager._create_manifest``:
 live entries of earlier snapshots become ``EXISTING`` with their sequence numbers kept). It relies
@@ -36,9 +42,11 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Sequence
+import threading
 from dataclasses import dataclass
 
-from pyiceberg.manifest import ManifestContent, ManifestFile
+import cachetools
+from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestFile, _inherit_from_manifest
 from pyiceberg.table import Transaction
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _ManifestMergeManager, _MergeAppendFiles
@@ -112,6 +120,29 @@ def _describe(manifest: ManifestFile) -> Manifest:
     return Manifest(files, manifest.manifest_length)
 
 
+# The data files of the manifests this process's appends wrote and no merge has taken in yet, by
+# manifest path (written once, never changed): a tier-0 merge builds its entries from them instead
+# of reading F small Avro files back (~1 ms each in pyiceberg, most of a merge's cost). Taken out
+# when merged; bounded by data files, so a manifest nobody merges (a refused commit's) ages out.
+_WRITTEN: cachetools.LRUCache[str, tuple[int, tuple[DataFile, ...]]] = cachetools.LRUCache(
+    maxsize=4096, getsizeof=lambda written: max(1, len(written[1])))
+_WRITTEN_LOCK = threading.Lock()
+
+
+def _entries_written(manifest: ManifestFile) -> list[ManifestEntry] | None:
+    """The entries of a manifest this process wrote, as pyiceberg reads them back (status ADDED,
+    the writing snapshot's id, sequence numbers and spec inherited from the manifest list); None
+    when it is not one of them."""
+    with _WRITTEN_LOCK:
+        written = _WRITTEN.pop(manifest.manifest_path, None)
+    if written is None:
+        return None
+    snapshot_id, files = written
+    return [_inherit_from_manifest(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=snapshot_id,
+                                                           sequence_number=None, file_sequence_number=None,
+                                                           data_file=f), manifest) for f in files]
+
+
 class TieredAppend(_MergeAppendFiles):
     """pyiceberg's merge append (which reads the ``commit.manifest*`` properties) with its data
     manifests merged by ``plan`` instead. ``operation`` is ``append`` for an append;
@@ -121,9 +152,28 @@ class TieredAppend(_MergeAppendFiles):
                  operation: Operation = Operation.APPEND) -> None:
         super().__init__(operation, transaction, transaction._table.io, snapshot_properties=snapshot_properties)
 
+    remembers_written = True   # RowDelta (keyed tables) writes delete entries too: it reads its manifests back
+
+    def fetch_manifest_entry(self, manifest: ManifestFile, discard_deleted: bool = True) -> list[ManifestEntry]:
+        entries = _entries_written(manifest)
+        return entries if entries is not None else super().fetch_manifest_entry(manifest, discard_deleted)
+
+    def _remember_added(self, manifests: list[ManifestFile]) -> None:
+        """Keep the data files of the manifest this append just wrote (``_write_added_manifest``'s,
+        first in the list: ADDED entries of this snapshot only)."""
+        files = tuple(self._added_data_files)
+        new = manifests[0] if manifests else None
+        if (not self.remembers_written or new is None or new.content != ManifestContent.DATA or not files
+                or new.added_snapshot_id != self._snapshot_id or new.added_files_count != len(files)
+                or new.existing_files_count or new.deleted_files_count):
+            return
+        with _WRITTEN_LOCK:
+            _WRITTEN[new.manifest_path] = (self._snapshot_id, files)
+
     def _process_manifests(self, manifests: list[ManifestFile]) -> list[ManifestFile]:
         if not self._merge_enabled:
             return manifests
+        self._remember_added(manifests)
         writer = _ManifestMergeManager(self._target_size_bytes, self._min_count_to_merge, True, self)
         out: list[ManifestFile] = []
         for spec_id, group in writer._group_by_spec([m for m in manifests if m.content == ManifestContent.DATA]).items():

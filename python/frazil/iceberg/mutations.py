@@ -358,6 +358,8 @@ class RowDelta(TieredAppend):
     (``_manifests``, ``_summary``, ``_added_data_files``): pyiceberg is pinned, and
     tests/spark/test_mutations_spark.py reads the result with pyiceberg and Spark."""
 
+    remembers_written = False   # its data manifests may carry DELETED entries: merges read them back
+
     def __init__(self, transaction: Transaction, snapshot_properties: dict[str, str]) -> None:
         super().__init__(transaction, snapshot_properties, Operation.OVERWRITE)
         self._added_delete_files: list[DataFile] = []
