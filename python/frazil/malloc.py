@@ -9,7 +9,8 @@ of frazil's system time on the benchmark's wide records (docs/benchmarks.md). Ke
 lets that memory be reused. The peak RSS it costs is at most the trim threshold above what was in
 use; measured, the peak did not move.
 
-A user's own ``MALLOC_*`` variables or ``GLIBC_TUNABLES`` win: then nothing is changed. Off glibc
+A user's own ``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_MMAP_THRESHOLD_`` or ``GLIBC_TUNABLES`` wins:
+then nothing is changed. Off glibc
 (musl, macOS) there is no ``mallopt`` and nothing is changed.
 """
 
@@ -27,9 +28,12 @@ TRIM_THRESHOLD = 128 << 20
 MMAP_THRESHOLD = 32 << 20   # the ceiling of glibc's own moving threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX)
 
 
+USER_SETTINGS = ("GLIBC_TUNABLES", "MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_")
+
+
 def settings(environ: Mapping[str, str]) -> dict[int, int]:
     """The mallopt parameters to set: none when the environment already tunes malloc."""
-    if "GLIBC_TUNABLES" in environ or any(k in environ for k in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_")):
+    if any(name in environ for name in USER_SETTINGS):
         return {}
     return {M_TRIM_THRESHOLD: TRIM_THRESHOLD, M_MMAP_THRESHOLD: MMAP_THRESHOLD}
 

@@ -14,7 +14,6 @@ import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError, KafkaTimeoutError, NodeNotReadyError, TopicAuthorizationFailedError
 
-from frazil.config import KafkaConfig
 from frazil.errors import TopicMismatchError
 from frazil.ingest import source as source_mod
 from frazil.ingest.source import KafkaSource
@@ -72,15 +71,3 @@ def test_an_error_no_retry_can_fix_is_raised_at_once() -> None:
     with pytest.raises(TopicAuthorizationFailedError):
         asyncio.run(source(consumer, 900.0)._check_within_log({TP}, {TP: 40}))
     assert consumer.calls == 1
-
-
-
-def test_the_consumer_asks_for_at_most_the_configured_bytes_per_fetch_response() -> None:
-    async def build() -> tuple[int, int]:
-        cfg = KafkaConfig(bootstrap_servers="127.0.0.1:1", topics=("t",), group_id="g", fetch_max_bytes=12 << 20)
-        made = KafkaSource(cfg, on_assigned=None, on_positioned=None, on_revoked=None)  # type: ignore[arg-type]
-        sizes = made._consumer._fetch_max_bytes, made._consumer._max_partition_fetch_bytes
-        await made._consumer.stop()   # never started: this closes it
-        return sizes
-
-    assert asyncio.run(build()) == (12 << 20, 4 << 20)   # aiokafka's own default is 50 MiB

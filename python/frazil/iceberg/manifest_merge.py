@@ -40,9 +40,9 @@ and tests/integration/test_manifest_merge.py reads every commit back (the plan: 
 from __future__ import annotations
 
 import logging
+import threading
 from collections import defaultdict
 from collections.abc import Sequence
-import threading
 from dataclasses import dataclass
 
 import cachetools
