@@ -4,10 +4,12 @@ SQLite catalog, on the checked pyiceberg version. What another process commits i
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyiceberg
@@ -16,6 +18,7 @@ from pyiceberg import serializers
 from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.types import LongType, NestedField, StringType
 
 from frazil.config import CatalogConfig
@@ -86,6 +89,43 @@ def test_every_kept_metadata_is_what_its_file_holds(catalog: Catalog) -> None:
     current = table.current_snapshot()
     assert current is not None and current.snapshot_id == first and table.scan().to_arrow().num_rows == 1
 
+
+
+def test_a_written_metadata_file_is_pyiceberg_json_with_each_snapshot_serialized_once(
+        catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The JSON frazil writes is the object pyiceberg's own write makes (with and without None
+    values: ``legacy-current-snapshot-id``), and a commit serializes only its new snapshot. A v1
+    table is written by pyiceberg's serializer as it is (v1 drops the snapshots' sequence numbers)."""
+    table = catalog.create_table("db.t", SCHEMA)
+    table.append(pa.table({"id": [1], "s": ["a"]}))
+    committer = Committer(catalog, "db.t", "p")
+    for i in range(3):
+        committer.commit(pa.table({"id": [10 + i], "s": [str(i)]}), {("topic", 0): Range(i, i + 1)}, f"c-{i}")
+    catalog.load_table("db.t").delete("id = 10")
+    metadata = catalog.load_table("db.t").metadata
+    assert len(metadata.snapshots) >= 5
+    for exclude_none in (True, False):
+        mine = json.loads(metadata_cache.metadata_json(metadata, exclude_none))
+        assert mine == json.loads(metadata.model_dump_json(exclude_none=exclude_none))
+
+    made: list[int] = []
+    original = Snapshot.model_dump_json
+
+    def counted(self: Snapshot, **kwargs: Any) -> str:
+        made.append(self.snapshot_id)
+        return original(self, **kwargs)
+
+    monkeypatch.setattr(Snapshot, "model_dump_json", counted)
+    result = committer.commit(pa.table({"id": [20], "s": ["x"]}), {("topic", 0): Range(3, 4)}, "c-3")
+    assert made == [result.snapshot_id]
+    table = catalog.load_table("db.t")
+    assert parsed(table.metadata_location, catalog) == table.metadata
+
+    v1 = catalog.create_table("db.v1", SCHEMA, properties={"format-version": "1"})
+    v1.append(pa.table({"id": [1], "s": ["a"]}))
+    metadata = catalog.load_table("db.v1").metadata
+    assert metadata.format_version == 1
+    assert metadata_cache.metadata_json(metadata, True) == metadata.model_dump_json(exclude_none=True)
 
 def test_a_commit_parses_no_metadata_file(catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
     catalog.create_table("db.t", SCHEMA)

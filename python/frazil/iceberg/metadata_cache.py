@@ -14,33 +14,36 @@ is still the catalog's: only the parse is saved. A location another process wrot
 the first time it is read. The metadata models are frozen and never changed in place
 (``metadata_copies``), so the kept objects are shared as they are.
 
-Bounded: at most ``MAX_ENTRIES`` files and ``MAX_BYTES`` of their JSON, least recently used out
-first. Only installed for the pyiceberg version whose serializers were checked (``CHECKED``);
-``tests/integration/test_metadata_cache.py`` fails on another one.
+Writing is the same story in reverse: each commit serialized every snapshot of the history again.
+A snapshot never changes either, so each one's JSON is made once and kept (``metadata_json``); the
+file holds the same JSON object as pyiceberg's own write, with the snapshots as its last key.
+
+Bounded: at most ``MAX_ENTRIES`` files and ``MAX_BYTES`` of their JSON, and ``MAX_SNAPSHOTS``
+snapshots' JSON, least recently used out first. Only installed for the pyiceberg version whose
+serializers were checked (``CHECKED``); ``tests/integration/test_metadata_cache.py`` fails on
+another one.
 """
 
 from __future__ import annotations
 
 import io
-import logging
 import threading
+import uuid
 from collections import OrderedDict
-from typing import Any
 
-import pyiceberg
+import cachetools
 from pyiceberg import serializers
 from pyiceberg.io import InputFile, OutputFile
 from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.typedef import UTF8
+from pyiceberg.utils.config import Config
 
-log = logging.getLogger(__name__)
+from frazil.iceberg import pinned
 
 CHECKED = "0.12.0"
 MAX_ENTRIES = 128
 MAX_BYTES = 64 * 2**20
-
-_write_original = serializers.ToOutputFile.table_metadata
-
 
 class _Kept:
     """Locations and their metadata, least recently used first."""
@@ -104,53 +107,59 @@ def _read(input_file: InputFile, encoding: str = UTF8) -> TableMetadata:
     return metadata
 
 
-class _Counting:
-    """An output stream that counts what goes through it."""
-
-    def __init__(self, stream: Any) -> None:
-        self._stream, self.written = stream, 0
-
-    def write(self, data: bytes) -> int:
-        self.written += len(data)
-        return int(self._stream.write(data))
-
-    def __enter__(self) -> _Counting:
-        self._stream.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stream.__exit__(*exc)
+# The JSON of each snapshot written, by (table uuid, snapshot id, manifest list, exclude_none). A
+# metadata write serialized every snapshot of the history again, through pyiceberg's summary
+# serializer in Python: 0.5 ms a commit at 100 snapshots, against 0.1 ms at 10. A snapshot never
+# changes, so its JSON is made once.
+MAX_SNAPSHOTS = 16_384
+_snapshot_json: cachetools.LRUCache[tuple[uuid.UUID, int, str, bool], str] = cachetools.LRUCache(maxsize=MAX_SNAPSHOTS)
+_snapshot_json_lock = threading.Lock()
 
 
-class _CountingOutput:
-    def __init__(self, output: OutputFile) -> None:
-        self._output: OutputFile = output
-        self.stream: _Counting | None = None
-        self.location = output.location
+def _snapshot(table_uuid: uuid.UUID, snapshot: Snapshot, exclude_none: bool) -> str:
+    key = (table_uuid, snapshot.snapshot_id, snapshot.manifest_list, exclude_none)
+    with _snapshot_json_lock:
+        found = _snapshot_json.get(key)
+    if found is None:
+        found = snapshot.model_dump_json(exclude_none=exclude_none)
+        with _snapshot_json_lock:
+            _snapshot_json[key] = found
+    return found
 
-    def create(self, overwrite: bool = False) -> _Counting:
-        stream = self.stream = _Counting(self._output.create(overwrite=overwrite))
-        return stream
+
+def metadata_json(metadata: TableMetadata, exclude_none: bool) -> str:
+    """``metadata`` as pyiceberg writes it (``model_dump_json``), each snapshot's JSON made once. Only
+    the order of the top-level keys differs: the snapshots come last. Format v2 only (v1 drops the
+    snapshots' sequence numbers, v3 is not written by pyiceberg 0.12)."""
+    if metadata.format_version != 2 or not metadata.snapshots:
+        return metadata.model_dump_json(exclude_none=exclude_none)
+    rest = metadata.model_dump_json(exclude_none=exclude_none, exclude={"snapshots"})
+    snapshots = ",".join(_snapshot(metadata.table_uuid, s, exclude_none) for s in metadata.snapshots)
+    return f'{rest[:-1]},"snapshots":[{snapshots}]}}'
 
 
 def _write(metadata: TableMetadata, output_file: OutputFile, overwrite: bool = False) -> None:
-    counting = _CountingOutput(output_file)
+    """pyiceberg's ``ToOutputFile.table_metadata``, with the snapshots' JSON kept (``metadata_json``);
+    what was written is kept as that location's metadata."""
+    # None is written where it must be, to write a missing current-snapshot-id as -1 (as pyiceberg does)
+    exclude_none = not Config().get_bool("legacy-current-snapshot-id")
+    data = serializers.Compressor.get_compressor(output_file.location).bytes_compressor()(
+        metadata_json(metadata, exclude_none).encode(UTF8))
     try:
-        _write_original(metadata, counting, overwrite)   # type: ignore[arg-type]
+        with output_file.create(overwrite=overwrite) as stream:
+            stream.write(data)
     except BaseException:
         kept.drop(output_file.location)   # the file is in doubt: the next read parses what is there
         raise
     # what was written is what a read gives back (tests/integration/test_metadata_cache.py)
-    if counting.stream is not None:
-        kept.put(output_file.location, metadata, counting.stream.written)
+    kept.put(output_file.location, metadata, len(data))
 
 
 def install() -> bool:
     """Keep parsed metadata by location, on the checked pyiceberg version only. Returns whether it
     is installed; idempotent."""
-    if pyiceberg.__version__ != CHECKED:
-        log.info("pyiceberg %s is not the version whose metadata serializers were checked (%s): every table load "
-                 "parses the metadata file again", pyiceberg.__version__, CHECKED)
+    if not pinned.on_checked_version(CHECKED, "metadata serializers", "every table load parses the metadata file "
+                                     "again, and every commit serializes the whole history"):
         return False
     serializers.FromInputFile.table_metadata = staticmethod(_read)   # type: ignore[method-assign]
     serializers.ToOutputFile.table_metadata = staticmethod(_write)   # type: ignore[method-assign]

@@ -18,13 +18,11 @@ one, so an upgrade is checked again before it ships.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
-import pyiceberg
 from pyiceberg.table.metadata import TableMetadataV1, TableMetadataV2, TableMetadataV3
 
-log = logging.getLogger(__name__)
+from frazil.iceberg import pinned
 
 CHECKED = "0.12.0"
 _CLASSES = (TableMetadataV1, TableMetadataV2, TableMetadataV3)
@@ -37,10 +35,8 @@ def _shared(self: Any, memo: dict[int, Any] | None = None) -> Any:
 def install() -> bool:
     """Share metadata instead of deep-copying it, on the checked pyiceberg version only. Returns
     whether it is installed; idempotent."""
-    if pyiceberg.__version__ != CHECKED:
-        log.info("pyiceberg %s is not the version whose metadata copies were checked (%s): commits copy the whole "
-                 "table metadata on every change, and cost more as the table's history grows", pyiceberg.__version__,
-                 CHECKED)
+    if not pinned.on_checked_version(CHECKED, "metadata copies", "commits copy the whole table metadata on every "
+                                     "change, and cost more as the table's history grows"):
         return False
     for cls in _CLASSES:
         cls.__deepcopy__ = _shared   # type: ignore[method-assign]
