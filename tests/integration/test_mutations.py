@@ -13,6 +13,7 @@ import pytest
 
 import changes
 import support
+import test_manifest_lists
 from frazil.local.kafka_broker import KafkaBroker
 
 pytestmark = [pytest.mark.integration]
@@ -35,3 +36,5 @@ def test_an_upsert_stream_with_tombstones_lands_the_latest_row_of_every_key(kafk
     table = catalog.load_table(cfg.table.name)
     deletes = int(table.current_snapshot().summary.additional_properties.get("total-position-deletes", "0"))
     assert deletes > 0, "updates must be position deletes, not rewrites"
+    # the manifest lists this process kept (delete manifests among them) are what their files hold
+    assert test_manifest_lists.assert_kept_lists_match(table) > 0

@@ -36,13 +36,13 @@ import cachetools
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io import FileIO
-from pyiceberg.manifest import read_manifest_list
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation, Snapshot, ancestors_of
 from pyiceberg.table.update import AssertRefSnapshotId, RemoveSnapshotsUpdate
 
 from frazil import faults
 from frazil.config import MaintenanceConfig
+from frazil.iceberg import manifest_lists
 from frazil.iceberg.committer import table_lock
 from frazil.spark.schedule import expire_before
 
@@ -99,8 +99,9 @@ def plan(metadata: TableMetadata, cfg: MaintenanceConfig, now_ms: int) -> Plan |
 # would never carry a kept snapshot's list from one expiry to the next
 @cachetools.cached(cachetools.LRUCache(maxsize=8192), key=lambda io, manifest_list: manifest_list, lock=threading.Lock())
 def _listed(io: FileIO, manifest_list: str) -> frozenset[str]:
-    """The manifests a manifest list names (a manifest list never changes once written)."""
-    return frozenset(m.manifest_path for m in read_manifest_list(io.new_input(manifest_list)))
+    """The manifests a manifest list names (a manifest list never changes once written; the lists
+    this process wrote are read from ``manifest_lists``, not from their files)."""
+    return frozenset(m.manifest_path for m in manifest_lists.read(io, manifest_list))
 
 
 def unreferenced(io: FileIO, removed: Iterable[Snapshot], kept: Iterable[Snapshot]) -> tuple[list[str], list[str]]:

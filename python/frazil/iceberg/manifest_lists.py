@@ -1,0 +1,105 @@
+"""Manifest lists kept by location, from the write that made them (installed by ``catalog.load``).
+
+Every append reads its parent snapshot's manifest list (pyiceberg's ``Snapshot.manifests``), and
+pyiceberg reads the file again on every call: the Avro header, its schema resolved again, then a
+record per manifest. That was about 1 ms of each commit, and it grew with the manifests the tiered
+merge leaves (20-30 by 1,000 commits, against 1-10 at a table's first commits; docs/benchmarks.md,
+"Commit cost"). The parent's list is nearly always the one this process wrote a commit earlier.
+
+A manifest list is never changed once written: its name carries the snapshot id, the attempt and a
+UUID. So the manifests a completed write put in a list are what every later read of it gives, and
+they are kept here by location, from the writer once it closed the file without an error. A list
+this process did not write (another process's commit, Spark's maintenance) is read from its file
+once and kept the same way. A list written for a commit that then lost its compare-and-swap is kept
+too, and is never asked for again: no snapshot names it.
+
+Bounded: at most ``MAX_WEIGHT`` manifests over all the kept lists (and one more for each list),
+least recently used out first. Only installed for the pyiceberg version whose writer and reader were
+checked (``CHECKED``); ``tests/integration/test_manifest_lists.py`` compares every kept list with
+pyiceberg's own read of the file, field by field, and fails on another version.
+"""
+
+from __future__ import annotations
+
+import threading
+from types import TracebackType
+
+import cachetools
+from pyiceberg import manifest as pyiceberg_manifest
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import ManifestFile, ManifestListWriter
+from pyiceberg.table import snapshots as pyiceberg_snapshots
+
+from frazil.iceberg import pinned
+
+CHECKED = "0.12.0"
+MAX_WEIGHT = 16_384   # manifests of all kept lists, plus one a list
+
+_read_original = pyiceberg_manifest._manifests
+_exit_original = ManifestListWriter.__exit__
+
+
+def new_cache(most: int) -> cachetools.LRUCache[str, tuple[ManifestFile, ...]]:
+    """Lists by location, weighed by their manifests plus one: at most ``most`` in all."""
+    return cachetools.LRUCache(maxsize=most, getsizeof=lambda manifests: len(manifests) + 1)
+
+
+_kept = new_cache(MAX_WEIGHT)
+_lock = threading.Lock()
+
+
+def kept(location: str) -> tuple[ManifestFile, ...] | None:
+    """The manifests of the list at ``location``, if it is kept."""
+    with _lock:
+        return _kept.get(location)
+
+
+def keep(location: str, manifests: tuple[ManifestFile, ...]) -> None:
+    with _lock:
+        try:
+            _kept[location] = manifests
+        except ValueError:   # heavier than the whole bound: read from its file each time
+            _kept.pop(location, None)
+
+
+def read(io: FileIO, manifest_list: str) -> tuple[ManifestFile, ...]:
+    """The manifests ``manifest_list`` names: kept, or read from the file (and kept)."""
+    manifests = kept(manifest_list)
+    if manifests is None:
+        manifests = tuple(_read_original(io, manifest_list))
+        keep(manifest_list, manifests)
+    return manifests
+
+
+def _add_manifests(self: ManifestListWriter, manifest_files: list[ManifestFile]) -> ManifestListWriter:
+    """pyiceberg's ``add_manifests``, remembering the manifests as written (sequence numbers assigned)."""
+    prepared = [self.prepare_manifest(manifest_file) for manifest_file in manifest_files]
+    self._writer.write_block(prepared)
+    written: list[ManifestFile] = self.__dict__.setdefault("_frazil_written", [])
+    written.extend(prepared)
+    return self
+
+
+def _exit(self: ManifestListWriter, exc_type: type[BaseException] | None, exc_value: BaseException | None,
+          traceback: TracebackType | None) -> None:
+    _exit_original(self, exc_type, exc_value, traceback)   # closes the file; a failure here keeps nothing
+    if exc_type is None:
+        keep(self._output_file.location, tuple(self.__dict__.get("_frazil_written", ())))
+
+
+def install() -> bool:
+    """Keep manifest lists by location, on the checked pyiceberg version only. Returns whether it
+    is installed; idempotent."""
+    if not pinned.on_checked_version(CHECKED, "manifest-list writer and reader",
+                                     "every commit reads its parent's manifest list from the file again"):
+        return False
+    pyiceberg_snapshots._manifests = read   # type: ignore[attr-defined]
+    ManifestListWriter.add_manifests = _add_manifests   # type: ignore[method-assign]
+    ManifestListWriter.__exit__ = _exit   # type: ignore[method-assign]
+    return True
+
+
+def installed() -> bool:
+    return (getattr(pyiceberg_snapshots, "_manifests", None) is read
+            and ManifestListWriter.__dict__["add_manifests"] is _add_manifests
+            and ManifestListWriter.__dict__["__exit__"] is _exit)
