@@ -16,7 +16,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 from frazil import faults
 from frazil.config import CatalogConfig, MaintenanceConfig
 from frazil.iceberg import catalog as iceberg_catalog
-from frazil.iceberg import expiry
+from frazil.iceberg import expiry, manifest_lists
 from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import Range
 
@@ -93,6 +93,9 @@ def test_an_append_only_history_is_expired_to_the_newest_half_and_only_unreferen
     # the removed snapshots' manifest lists are gone, and some manifests only they listed
     assert not any(exists(after, s.manifest_list) for s in removed)
     assert done.manifest_lists == len(removed) and done.manifests >= 1
+    # and no longer kept in memory; the kept history's lists are (read without their files)
+    assert not any(manifest_lists.kept(s.manifest_list) for s in removed)
+    assert all(manifest_lists.kept(s.manifest_list) for s in after.metadata.snapshots)
     # nothing the kept history references was deleted, and every row reads back, offsets included
     assert all(exists(after, path) for path in referenced(after))
     assert ids(after) == list(range(12))

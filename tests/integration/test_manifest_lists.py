@@ -11,12 +11,15 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pyarrow as pa
 import pyiceberg
 import pytest
 from pyiceberg import manifest as pyiceberg_manifest
 from pyiceberg.io import InputFile
 from pyiceberg.manifest import ManifestFile, read_manifest_list, write_manifest_list
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table
+from pyiceberg.types import LongType, NestedField
 
 import support
 from frazil.iceberg import manifest_lists
@@ -73,6 +76,30 @@ def test_every_kept_list_is_what_its_file_holds(tmp_path: Path) -> None:
     assert any(m.partitions for s in table.snapshots() for m in s.manifests(table.io)), "no partition summaries"
     assert assert_kept_lists_match(table) == len(table.snapshots())
 
+
+
+def test_a_v1_table_upgraded_to_v2_commits_on_its_kept_lists(tmp_path: Path) -> None:
+    """A v1 list's new manifests are written with unassigned sequence numbers and read back with 0:
+    such a list is kept from a read, never from the write. Upgraded to v2 (as Spark's
+    ``format-version`` property does), the table's next commit builds on the v1 parent list."""
+    catalog, cfg = table_with(tmp_path, {})
+    schema = Schema(NestedField(1, "id", LongType(), required=False))
+    catalog.create_table("db.v1", schema, properties={"format-version": "1"})
+    committer = Committer(catalog, "db.v1", "p", sleep=lambda s: None)
+    for i in range(3):
+        committer.commit(pa.table({"id": [i]}), {TP: Range(i, i + 1)}, f"v1-{i}")
+    table = catalog.load_table("db.v1")
+    assert table.metadata.format_version == 1
+    for snapshot in table.snapshots():
+        snapshot.manifests(table.io)
+    assert assert_kept_lists_match(table) == 3
+    with table.transaction() as tx:
+        tx.upgrade_table_version(format_version=2)
+    result = committer.commit(pa.table({"id": [3]}), {TP: Range(3, 4)}, "v2-3")
+    assert result.snapshot_id is not None
+    table = catalog.load_table("db.v1")
+    assert table.metadata.format_version == 2 and assert_kept_lists_match(table) == 4
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [0, 1, 2, 3]
 
 def test_a_commit_reads_no_manifest_list_this_process_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     catalog, cfg = table_with(tmp_path, {"commit.manifest.min-count-to-merge": "4"})

@@ -90,7 +90,6 @@ def test_every_kept_metadata_is_what_its_file_holds(catalog: Catalog) -> None:
     assert current is not None and current.snapshot_id == first and table.scan().to_arrow().num_rows == 1
 
 
-
 def test_a_written_metadata_file_is_pyiceberg_json_with_each_snapshot_serialized_once(
         catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
     """The JSON frazil writes is the object pyiceberg's own write makes (with and without None
@@ -126,6 +125,7 @@ def test_a_written_metadata_file_is_pyiceberg_json_with_each_snapshot_serialized
     metadata = catalog.load_table("db.v1").metadata
     assert metadata.format_version == 1
     assert metadata_cache.metadata_json(metadata, True) == metadata.model_dump_json(exclude_none=True)
+
 
 def test_a_commit_parses_no_metadata_file(catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> None:
     catalog.create_table("db.t", SCHEMA)

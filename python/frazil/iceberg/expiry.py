@@ -143,6 +143,7 @@ def expire(catalog: Catalog, table_name: str, cfg: MaintenanceConfig, *, now_ms:
     for path in [*lists, *manifests]:
         try:
             table.io.delete(path)
+            manifest_lists.forget(path)
         except Exception as exc:  # noqa: BLE001 - left for the full run's orphan removal
             failed += 1
             log.warning("table %s: could not delete %s after expiring its snapshots (%s: %s); the full "

@@ -11,7 +11,10 @@ UUID. So the manifests a completed write put in a list are what every later read
 they are kept here by location, from the writer once it closed the file without an error. A list
 this process did not write (another process's commit, Spark's maintenance) is read from its file
 once and kept the same way. A list written for a commit that then lost its compare-and-swap is kept
-too, and is never asked for again: no snapshot names it.
+too, and is never asked for again: no snapshot names it. The kept manifests are shared, as
+pyiceberg's own per-manifest cache shares them: nothing in pyiceberg or frazil changes a
+``ManifestFile`` once its list is written or read (``prepare_manifest`` assigns a new manifest's
+sequence numbers before the write).
 
 Bounded: at most ``MAX_WEIGHT`` manifests over all the kept lists (and one more for each list),
 least recently used out first. Only installed for the pyiceberg version whose writer and reader were
@@ -62,6 +65,12 @@ def keep(location: str, manifests: tuple[ManifestFile, ...]) -> None:
             _kept.pop(location, None)
 
 
+def forget(location: str) -> None:
+    """The list at ``location`` was deleted (snapshot expiry)."""
+    with _lock:
+        _kept.pop(location, None)
+
+
 def read(io: FileIO, manifest_list: str) -> tuple[ManifestFile, ...]:
     """The manifests ``manifest_list`` names: kept, or read from the file (and kept)."""
     manifests = kept(manifest_list)
@@ -83,7 +92,9 @@ def _add_manifests(self: ManifestListWriter, manifest_files: list[ManifestFile])
 def _exit(self: ManifestListWriter, exc_type: type[BaseException] | None, exc_value: BaseException | None,
           traceback: TracebackType | None) -> None:
     _exit_original(self, exc_type, exc_value, traceback)   # closes the file; a failure here keeps nothing
-    if exc_type is None:
+    # a v1 list's manifests are written with their sequence numbers unassigned (-1), and read back as
+    # 0: a v1 list is kept from its first read instead (a table upgraded to v2 builds on it)
+    if exc_type is None and self._format_version >= 2:
         keep(self._output_file.location, tuple(self.__dict__.get("_frazil_written", ())))
 
 
