@@ -27,12 +27,10 @@ compare-and-swap from this process's own commits.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import cachetools
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io import FileIO
@@ -95,12 +93,9 @@ def plan(metadata: TableMetadata, cfg: MaintenanceConfig, now_ms: int) -> Plan |
     return Plan(tuple(lineage[i].snapshot_id for i in chosen), current.snapshot_id)
 
 
-# by the list's path alone: every catalog load makes a new FileIO, so a cache keyed on it too
-# would never carry a kept snapshot's list from one expiry to the next
-@cachetools.cached(cachetools.LRUCache(maxsize=8192), key=lambda io, manifest_list: manifest_list, lock=threading.Lock())
 def _listed(io: FileIO, manifest_list: str) -> frozenset[str]:
-    """The manifests a manifest list names (a manifest list never changes once written; the lists
-    this process wrote are read from ``manifest_lists``, not from their files)."""
+    """The manifests a manifest list names, from the lists ``manifest_lists`` keeps (a list is
+    read from its file once)."""
     return frozenset(m.manifest_path for m in manifest_lists.read(io, manifest_list))
 
 
