@@ -16,19 +16,29 @@ pyiceberg's own per-manifest cache shares them: nothing in pyiceberg or frazil c
 ``ManifestFile`` once its list is written or read (``prepare_manifest`` assigns a new manifest's
 sequence numbers before the write).
 
+Writing a list encoded every manifest in it again with pyiceberg's pure-Python Avro writer, though
+all but the commit's new ones are the parent's, unchanged: 0.4 ms more per commit once the tiers hold
+20-30 manifests. A format v2 list's records are the manifests' own fields, sequence numbers assigned,
+so each manifest's encoded record is kept too (``_record``, by all the fields that make it) and the
+writer joins the kept bytes; only a commit's new manifests are encoded.
+
 Bounded: at most ``MAX_WEIGHT`` manifests over all the kept lists (and one more for each list),
-least recently used out first. Only installed for the pyiceberg version whose writer and reader were
+least recently used out first, and as many encoded records. Only installed for the pyiceberg version whose writer and reader were
 checked (``CHECKED``); ``tests/integration/test_manifest_lists.py`` compares every kept list with
 pyiceberg's own read of the file, field by field, and fails on another version.
 """
 
 from __future__ import annotations
 
+import io
 import threading
 from types import TracebackType
+from typing import Any
 
 import cachetools
 from pyiceberg import manifest as pyiceberg_manifest
+from pyiceberg.avro.encoder import BinaryEncoder
+from pyiceberg.avro.writer import Writer
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import ManifestFile, ManifestListWriter
 from pyiceberg.table import snapshots as pyiceberg_snapshots
@@ -80,9 +90,41 @@ def read(io: FileIO, manifest_list: str) -> tuple[ManifestFile, ...]:
     return manifests
 
 
+def _identity(manifest: ManifestFile) -> tuple[Any, ...]:
+    """Every field of a v2 manifest-list record but the partition summaries, which the manifest's
+    location and length fix (a manifest file is never rewritten)."""
+    return (manifest.manifest_path, manifest.manifest_length, manifest.partition_spec_id, manifest.content,
+            manifest.sequence_number, manifest.min_sequence_number, manifest.added_snapshot_id,
+            manifest.added_files_count, manifest.existing_files_count, manifest.deleted_files_count,
+            manifest.added_rows_count, manifest.existing_rows_count, manifest.deleted_rows_count, manifest.key_metadata)
+
+
+@cachetools.cached(cachetools.LRUCache(maxsize=MAX_WEIGHT), key=lambda writer, manifest: _identity(manifest),
+                   lock=threading.Lock(), info=True)
+def _record(writer: Writer, manifest: ManifestFile) -> bytes:
+    """``manifest``'s record in a v2 manifest list, as pyiceberg's ``writer`` encodes it."""
+    out = io.BytesIO()
+    writer.write(BinaryEncoder(out), manifest)
+    return out.getvalue()
+
+
+class _KeptRecords:
+    """Writes a v2 list's records from ``_record``: the bytes pyiceberg's own ``writer`` wrote. (Not
+    a pyiceberg ``Writer``: those are singletons, kept forever by their arguments.)"""
+
+    def __init__(self, writer: Writer) -> None:
+        self.writer = writer
+
+    def write(self, encoder: BinaryEncoder, val: Any) -> None:
+        encoder.write(_record(self.writer, val))
+
+
 def _add_manifests(self: ManifestListWriter, manifest_files: list[ManifestFile]) -> ManifestListWriter:
-    """pyiceberg's ``add_manifests``, remembering the manifests as written (sequence numbers assigned)."""
+    """pyiceberg's ``add_manifests``, remembering the manifests as written (sequence numbers assigned),
+    and a v2 list's records encoded once per manifest."""
     prepared = [self.prepare_manifest(manifest_file) for manifest_file in manifest_files]
+    if self._format_version == 2 and not isinstance(self._writer.writer, _KeptRecords):
+        self._writer.writer = _KeptRecords(self._writer.writer)   # type: ignore[assignment]
     self._writer.write_block(prepared)
     written: list[ManifestFile] = self.__dict__.setdefault("_frazil_written", [])
     written.extend(prepared)
