@@ -6,7 +6,10 @@
    the daemon's garbage-collector settings). With
    maintenance on, the daemon's own ``Maintainer`` runs beside the commits, as in ``frazil run``:
    expiry whenever a commit reports more than ``max_snapshots``, the full run every
-   ``interval_s``.
+   ``interval_s``. Before each run the disk is settled (``settle``): the "off" run leaves about
+   400 MB of files the kernel has not written yet, and its writeback 30 s later fell in the
+   second half of the "on" run and slowed those commits alone (last 10 at 1.3-1.5x the first 10,
+   against 0.9-1.1x settled; docs/benchmarks.md, "Commit cost").
 2. Small files: the table of the "off" run (one file per cycle) before and after one compaction.
 3. Bulk writes: the same Arrow batches written as data files in process (pyiceberg) and through
    Spark (``SparkWriter``), unpartitioned and by day; the session is started beforehand.
@@ -86,6 +89,28 @@ def metadata_size(table: Any) -> dict[str, int]:
     return {"metadata_json_bytes": Path(location).stat().st_size, "metadata_files": len(files),
             "metadata_folder_bytes": sum(p.stat().st_size for p in files), "snapshots": len(table.metadata.snapshots),
             "data_files": table.inspect.files().num_rows}
+
+
+def dirty_mb() -> float | None:
+    """The page cache's data not yet written to disk (Linux), in MiB."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("Dirty:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def settle() -> None:
+    """Write the page cache's dirty data out now, so an earlier run's writeback does not fall inside the next
+    run's timings."""
+    before = dirty_mb()
+    started = time.monotonic()
+    os.sync()
+    print(f"    disk settled: {before if before is not None else float('nan'):.0f} MiB written out in "
+          f"{time.monotonic() - started:.1f}s", flush=True)
 
 
 async def commit_cycles(catalog: Any, cfg: TableConfig, batch: pa.Table, cycles: int,
@@ -170,10 +195,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         tune_gc()   # as `frazil run` does once started: full collections then skip what start-up built
         maintenance = MaintenanceConfig(interval_s=args.interval_s, max_snapshots=args.max_snapshots, min_input_files=5)
         print(f"1/3 {args.cycles} commit cycles of {args.rows_per_cycle} rows, maintenance off", flush=True)
+        settle()
         off = await commit_cycles(catalog, table_config("off"), batch, args.cycles, None, spark_settings)
         print(f"    commit ms first10 {off['commit_ms_first10']}, last10 {off['commit_ms_last10']}", flush=True)
         print(f"1/3 {args.cycles} commit cycles, maintenance on (max_snapshots={args.max_snapshots}, "
               f"interval_s={args.interval_s:g}, Spark {args.master})", flush=True)
+        settle()
         on = await commit_cycles(catalog, table_config("on"), batch, args.cycles, maintenance, spark_settings)
         print(f"    commit ms first10 {on['commit_ms_first10']}, last10 {on['commit_ms_last10']}", flush=True)
 
