@@ -54,7 +54,7 @@ from pyiceberg.types import (
 
 from frazil.config import OP_COLUMN, CatalogConfig, DynamicConfig, MaintenanceConfig, TableConfig
 from frazil.errors import CatalogUnavailable, ConfigError
-from frazil.iceberg import manifest_lists, metadata_cache, metadata_copies, mutations
+from frazil.iceberg import data_file_records, manifest_lists, metadata_cache, metadata_copies, mutations
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +124,7 @@ def load(cfg: CatalogConfig, *, attempts: int = 5, busy_timeout_s: float | None 
     metadata_copies.install()
     metadata_cache.install()
     manifest_lists.install()
+    data_file_records.install()
     props = dict(cfg.properties)
     if busy_timeout_s is not None and props.get("uri", "").startswith("sqlite:") and "?" not in props["uri"]:
         props["uri"] += f"?timeout={busy_timeout_s:g}"

@@ -1,0 +1,95 @@
+"""Each data file's record in a manifest, encoded once (installed by ``catalog.load``).
+
+A tier-0 merge (``manifest_merge``) rewrites the entries of 16 one-file manifests into one, and
+pyiceberg encodes every entry again with its pure-Python Avro writer: about 0.13 ms an entry, half
+of a merge's 4-5 ms on the clickstream table (docs/benchmarks.md, "Commit cost"), and the one cost
+left that the last commits of a long run pay and the first ones do not. Most of an entry is its
+data file: path, counts, and five maps of column statistics. The rest (status, snapshot id,
+sequence numbers) is what a merge changes.
+
+A data file is never changed once written, and its path names it. So in a format v2 manifest its
+record is the same bytes in every manifest that lists it, under the same data-file schema (one
+per partition type). Each one is kept, by the path and the writer that encoded it, from the first
+manifest this process writes with it; the entry's other fields are encoded as pyiceberg does.
+
+Bounded: ``MAX_BYTES`` of records in all, least recently used out first (a record evicted is
+encoded again). Only installed for the pyiceberg version whose manifest writer was checked
+(``CHECKED``); ``tests/integration/test_data_file_records.py`` compares the files with pyiceberg's
+own, byte for byte, and fails on another version. Format v1 and v3 manifests keep pyiceberg's
+writer (v3 data files carry a row id inherited at write time).
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from typing import Any
+
+import cachetools
+from pyiceberg.avro.encoder import BinaryEncoder
+from pyiceberg.avro.file import AvroOutputFile
+from pyiceberg.avro.writer import StructWriter, Writer
+from pyiceberg.manifest import DEFAULT_READ_VERSION, MANIFEST_ENTRY_SCHEMAS, DataFile, ManifestEntry, ManifestWriter
+
+from frazil.iceberg import pinned
+
+CHECKED = "0.12.0"
+MAX_BYTES = 16 * 2**20
+
+_new_writer_original = ManifestWriter.new_writer
+# where an entry's data file is in the records pyiceberg writes (field id 2 of the entry schema)
+_DATA_FILE = [f.field_id for f in MANIFEST_ENTRY_SCHEMAS[DEFAULT_READ_VERSION].fields].index(2)
+
+
+# Keyed by the data file's path and the writer of its record: pyiceberg's writers are singletons,
+# one per schema, kept for the life of the process, so a writer's id names the schema for good.
+@cachetools.cached(cachetools.LRUCache(maxsize=MAX_BYTES, getsizeof=len), lock=threading.Lock(), info=True,
+                   key=lambda writer, data_file: (id(writer), data_file.file_path))
+def _record(writer: Writer, data_file: DataFile) -> bytes:
+    """``data_file``'s record, as pyiceberg's ``writer`` encodes it."""
+    out = io.BytesIO()
+    writer.write(BinaryEncoder(out), data_file)
+    return out.getvalue()
+
+
+class _KeptDataFile:
+    """Writes a data file's record from ``_record``. (Not a pyiceberg ``Writer``: those are
+    singletons, kept forever by their arguments.)"""
+
+    def __init__(self, writer: Writer) -> None:
+        self.writer = writer
+
+    def write(self, encoder: BinaryEncoder, data_file: DataFile) -> None:
+        encoder.write(_record(self.writer, data_file))
+
+
+class _Entries:
+    """pyiceberg's ``StructWriter`` for a manifest entry, the data file's record kept."""
+
+    def __init__(self, entry: StructWriter) -> None:
+        self.fields: tuple[tuple[int | None, Any], ...] = tuple(
+            (pos, _KeptDataFile(writer) if pos == _DATA_FILE else writer) for pos, writer in entry.field_writers)
+
+    def write(self, encoder: BinaryEncoder, entry: ManifestEntry) -> None:
+        for pos, writer in self.fields:
+            writer.write(encoder, entry[pos] if pos is not None else None)
+
+
+def _new_writer(self: ManifestWriter) -> AvroOutputFile[ManifestEntry]:
+    avro = _new_writer_original(self)
+    if self.version == 2 and isinstance(avro.writer, StructWriter):
+        avro.writer = _Entries(avro.writer)   # type: ignore[assignment]
+    return avro
+
+
+def install() -> bool:
+    """Keep data files' records, on the checked pyiceberg version only. Returns whether it is
+    installed; idempotent."""
+    if not pinned.on_checked_version(CHECKED, "manifest writer", "every manifest encodes each data file's record again"):
+        return False
+    ManifestWriter.new_writer = _new_writer   # type: ignore[method-assign]
+    return True
+
+
+def installed() -> bool:
+    return ManifestWriter.__dict__["new_writer"] is _new_writer
