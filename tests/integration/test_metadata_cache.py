@@ -120,6 +120,17 @@ def test_a_written_metadata_file_is_pyiceberg_json_with_each_snapshot_serialized
     table = catalog.load_table("db.t")
     assert parsed(table.metadata_location, catalog) == table.metadata
 
+    # the oldest snapshots expired: the next write's history no longer extends the last one's
+    oldest = [s.snapshot_id for s in table.snapshots()[:2]]
+    table.maintenance.expire_snapshots().by_ids(oldest).commit()
+    committer.commit(pa.table({"id": [21], "s": ["y"]}), {("topic", 0): Range(4, 5)}, "c-4")
+    table = catalog.load_table("db.t")
+    assert not {s.snapshot_id for s in table.snapshots()} & set(oldest)
+    assert parsed(table.metadata_location, catalog) == table.metadata
+    for exclude_none in (True, False):
+        mine = json.loads(metadata_cache.metadata_json(table.metadata, exclude_none))
+        assert mine == json.loads(table.metadata.model_dump_json(exclude_none=exclude_none))
+
     v1 = catalog.create_table("db.v1", SCHEMA, properties={"format-version": "1"})
     v1.append(pa.table({"id": [1], "s": ["a"]}))
     metadata = catalog.load_table("db.v1").metadata

@@ -34,7 +34,7 @@ from pyiceberg.typedef import Record
 
 from frazil import faults
 from frazil.errors import CommitOutcomeUnknown, FrazilError, OffsetGapError, OffsetOverlapError
-from frazil.iceberg import manifest_merge, mutations, offsets, writes
+from frazil.iceberg import history, manifest_merge, mutations, offsets, writes
 from frazil.iceberg.offsets import Range, TopicPartition, Verdict
 
 log = logging.getLogger(__name__)
@@ -148,13 +148,20 @@ def commit_id_of(snapshot: Snapshot) -> str | None:
     return snapshot.summary.additional_properties.get(offsets.COMMIT_ID_KEY) if snapshot.summary is not None else None
 
 
+def _with_commit_ids(ids: Mapping[str, int], snapshots: Sequence[Snapshot]) -> Mapping[str, int]:
+    added = {commit_id: s.snapshot_id for s in snapshots if (commit_id := commit_id_of(s)) is not None}
+    return {**ids, **added} if ids else added
+
+
+# Each attempt looks for its id among every snapshot, and the table's next metadata only appends
+# to the history: the ids are kept per table and extended with the new snapshots (history.Folded).
+_commit_ids: history.Folded[Mapping[str, int]] = history.Folded({}, _with_commit_ids)
+
+
 def find_commit(table: Table, commit_id: str) -> int | None:
-    """The snapshot id that carries ``commit_id`` in its summary, if the table has one (newest
-    first: a commit just made is found at once)."""
-    for snapshot in reversed(table.snapshots()):
-        if commit_id_of(snapshot) == commit_id:
-            return snapshot.snapshot_id
-    return None
+    """The snapshot id that carries ``commit_id`` in its summary, if the table has one (the newest
+    such snapshot)."""
+    return _commit_ids.of(table.metadata).get(commit_id)
 
 
 def seal_of(table: Table, snapshot_id: int) -> str | None:

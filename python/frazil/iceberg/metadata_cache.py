@@ -29,6 +29,7 @@ from __future__ import annotations
 import io
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 
 import cachetools
 from pyiceberg import serializers
@@ -38,7 +39,7 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.typedef import UTF8
 from pyiceberg.utils.config import Config
 
-from frazil.iceberg import pinned
+from frazil.iceberg import history, pinned
 
 CHECKED = "0.12.0"
 MAX_ENTRIES = 128
@@ -107,16 +108,28 @@ def _read(input_file: InputFile, encoding: str = UTF8) -> TableMetadata:
 
 
 # A metadata write serialized every snapshot of the history again, through pyiceberg's summary
-# serializer in Python: 0.5 ms a commit at 100 snapshots, against 0.1 ms at 10. A snapshot never
-# changes, so its JSON is made once, kept by its manifest list (which names the table's location,
-# the snapshot id, the attempt and a UUID) and exclude_none.
+# serializer in Python: 0.5 ms a commit at 100 snapshots, against 0.1 ms at 10. A snapshot's JSON is
+# made once, kept by its manifest list (which names the table's location, the snapshot id, the
+# attempt and a UUID), its parent and exclude_none: the parent is the one field pyiceberg changes in
+# a snapshot (expiry drops it when it removes the parent).
 MAX_SNAPSHOTS = 16_384
 
 
 @cachetools.cached(cachetools.LRUCache(maxsize=MAX_SNAPSHOTS), lock=threading.Lock(),
-                   key=lambda snapshot, exclude_none: (snapshot.manifest_list, exclude_none))
+                   key=lambda snapshot, exclude_none: (snapshot.manifest_list, snapshot.parent_snapshot_id, exclude_none))
 def _snapshot(snapshot: Snapshot, exclude_none: bool) -> str:
     return snapshot.model_dump_json(exclude_none=exclude_none)
+
+
+def _joined(exclude_none: bool) -> history.Folded[str]:
+    def extend(joined: str, snapshots: Sequence[Snapshot]) -> str:
+        return ",".join([*([joined] if joined else []), *(_snapshot(s, exclude_none) for s in snapshots)])
+    return history.Folded("", extend)
+
+
+# the snapshots' JSON array of each table's last write, extended with a commit's new snapshot
+# (joining 100 kept strings again was 0.08 ms a commit)
+_snapshots_json = {exclude_none: _joined(exclude_none) for exclude_none in (False, True)}
 
 
 def metadata_json(metadata: TableMetadata, exclude_none: bool) -> str:
@@ -126,8 +139,7 @@ def metadata_json(metadata: TableMetadata, exclude_none: bool) -> str:
     if metadata.format_version != 2 or not metadata.snapshots:
         return metadata.model_dump_json(exclude_none=exclude_none)
     rest = metadata.model_dump_json(exclude_none=exclude_none, exclude={"snapshots"})
-    snapshots = ",".join(_snapshot(s, exclude_none) for s in metadata.snapshots)
-    return f'{rest[:-1]},"snapshots":[{snapshots}]}}'
+    return f'{rest[:-1]},"snapshots":[{_snapshots_json[exclude_none].of(metadata)}]}}'
 
 
 def _write(metadata: TableMetadata, output_file: OutputFile, overwrite: bool = False) -> None:
