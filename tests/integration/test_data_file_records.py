@@ -8,10 +8,15 @@ from pathlib import Path
 
 import pyiceberg
 import pytest
-from pyiceberg.manifest import ManifestContent, ManifestEntry, ManifestWriter, write_manifest
+from pyiceberg.avro.resolver import construct_writer
+from pyiceberg.avro.writer import Writer
+from pyiceberg.manifest import (DataFile, DataFileContent, FileFormat, ManifestContent, ManifestEntry, ManifestWriter,
+                                data_file_with_partition, write_manifest)
 from pyiceberg.table import Table
+from pyiceberg.typedef import Record
+from pyiceberg.types import DoubleType, IcebergType, LongType, NestedField, StructType
 
-from frazil.iceberg import data_file_records
+from frazil.iceberg import avro_records, data_file_records
 from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import Range
 from test_committer import TP, rows
@@ -77,6 +82,22 @@ def test_a_merge_encodes_no_data_file_again(tmp_path: Path) -> None:
     assert snapshot is not None
     assert sorted(m.existing_files_count or 0 for m in snapshot.manifests(table.io)) == [0, 3, 3]   # two merges
     assert sorted(table.scan().to_arrow().column("_kafka_offset").to_pylist()) == list(range(90))
+
+
+def test_a_data_file_is_kept_apart_under_each_schema() -> None:
+    """The same path under another data-file schema (a partition field promoted from long to double)
+    is encoded again: the writer is part of the key."""
+    def writer(partition_type: IcebergType) -> Writer:
+        return construct_writer(data_file_with_partition(
+            format_version=2, partition_type=StructType(NestedField(1000, "p", partition_type, required=False))))
+
+    data_file = DataFile.from_args(content=DataFileContent.DATA, file_path="file:///promoted.parquet",
+                                   file_format=FileFormat.PARQUET, partition=Record(1), record_count=3, file_size_in_bytes=10)
+    as_long, as_double = writer(LongType()), writer(DoubleType())
+    assert as_long is writer(LongType())   # one writer per schema
+    kept = data_file_records._record(as_long, data_file), data_file_records._record(as_double, data_file)
+    assert kept == (avro_records.encode(as_long, data_file), avro_records.encode(as_double, data_file))
+    assert kept[0] != kept[1]
 
 
 def test_kept_records_are_bounded_by_their_bytes(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from copy import deepcopy
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,13 +17,15 @@ import pyiceberg
 import pytest
 from pyiceberg import manifest as pyiceberg_manifest
 from pyiceberg.io import InputFile
-from pyiceberg.manifest import ManifestFile, read_manifest_list, write_manifest_list
+from pyiceberg.avro.resolver import resolve_writer
+from pyiceberg.manifest import (DEFAULT_READ_VERSION, MANIFEST_LIST_FILE_SCHEMAS, ManifestFile, read_manifest_list,
+                                write_manifest_list)
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField
 
 import support
-from frazil.iceberg import manifest_lists
+from frazil.iceberg import avro_records, manifest_lists
 from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import Range
 from test_committer import TP, rows
@@ -175,6 +178,16 @@ def test_a_list_write_encodes_only_the_new_manifests_into_the_bytes_pyiceberg_wr
     before = manifest_lists._record.cache_info().misses
     assert written("kept", True) == written("pyiceberg", False)
     assert manifest_lists._record.cache_info().misses == before
+
+    # a manifest under another sequence number, or in a v1 list, is its own record
+    v2, v1 = (resolve_writer(record_schema=MANIFEST_LIST_FILE_SCHEMAS[DEFAULT_READ_VERSION],
+                             file_schema=MANIFEST_LIST_FILE_SCHEMAS[version]) for version in (2, 1))
+    renumbered = deepcopy(manifests[0])   # a copy() shares the record's fields
+    renumbered.sequence_number = manifests[0].sequence_number + 100
+    for writer, manifest in ((v2, manifests[0]), (v2, renumbered), (v1, manifests[0])):
+        assert manifest_lists._record(writer, manifest) == avro_records.encode(writer, manifest)
+    assert manifest_lists._record(v2, renumbered) != manifest_lists._record(v2, manifests[0])
+    assert manifest_lists._record(v1, manifests[0]) != manifest_lists._record(v2, manifests[0])
 
 
 def test_a_list_whose_write_failed_is_not_kept(tmp_path: Path) -> None:

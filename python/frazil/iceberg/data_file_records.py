@@ -9,8 +9,9 @@ sequence numbers) is what a merge changes.
 
 A data file is never changed once written, and its path names it. So in a format v2 manifest its
 record is the same bytes in every manifest that lists it, under the same data-file schema (one
-per partition type). Each one is kept, by the path and the writer that encoded it, from the first
-manifest this process writes with it; the entry's other fields are encoded as pyiceberg does.
+per partition type). Each one is kept, by the path and the writer that encoded it (the schema's
+structure), from the first manifest this process writes with it; the entry's other fields are
+encoded as pyiceberg does.
 
 Bounded: ``MAX_BYTES`` of records in all, least recently used out first (a record evicted is
 encoded again). Only installed for the pyiceberg version whose manifest writer was checked
@@ -21,7 +22,6 @@ writer (v3 data files carry a row id inherited at write time).
 
 from __future__ import annotations
 
-import io
 import threading
 from typing import Any
 
@@ -31,7 +31,7 @@ from pyiceberg.avro.file import AvroOutputFile
 from pyiceberg.avro.writer import StructWriter, Writer
 from pyiceberg.manifest import DEFAULT_READ_VERSION, MANIFEST_ENTRY_SCHEMAS, DataFile, ManifestEntry, ManifestWriter
 
-from frazil.iceberg import pinned
+from frazil.iceberg import avro_records, pinned
 
 CHECKED = "0.12.0"
 MAX_BYTES = 16 * 2**20
@@ -41,15 +41,11 @@ _new_writer_original = ManifestWriter.new_writer
 _DATA_FILE = [f.field_id for f in MANIFEST_ENTRY_SCHEMAS[DEFAULT_READ_VERSION].fields].index(2)
 
 
-# Keyed by the data file's path and the writer of its record: pyiceberg's writers are singletons,
-# one per schema, kept for the life of the process, so a writer's id names the schema for good.
-@cachetools.cached(cachetools.LRUCache(maxsize=MAX_BYTES, getsizeof=len), lock=threading.Lock(), info=True,
-                   key=lambda writer, data_file: (id(writer), data_file.file_path))
-def _record(writer: Writer, data_file: DataFile) -> bytes:
-    """``data_file``'s record, as pyiceberg's ``writer`` encodes it."""
-    out = io.BytesIO()
-    writer.write(BinaryEncoder(out), data_file)
-    return out.getvalue()
+# ``data_file``'s record, as pyiceberg's ``writer`` encodes it; keyed by the writer (the data-file
+# schema's structure) and the data file's path
+_record = cachetools.cached(cachetools.LRUCache(maxsize=MAX_BYTES, getsizeof=len), lock=threading.Lock(), info=True,
+                            key=lambda writer, data_file: (avro_records.writer_key(writer), data_file.file_path))(
+    avro_records.encode)
 
 
 class _KeptDataFile:

@@ -19,18 +19,18 @@ sequence numbers before the write).
 Writing a list encoded every manifest in it again with pyiceberg's pure-Python Avro writer, though
 all but the commit's new ones are the parent's, unchanged: 0.4 ms more per commit once the tiers hold
 20-30 manifests. A format v2 list's records are the manifests' own fields, sequence numbers assigned,
-so each manifest's encoded record is kept too (``_record``, by all the fields that make it) and the
-writer joins the kept bytes; only a commit's new manifests are encoded.
+so each manifest's encoded record is kept too (``_record``, by the writer and every field of the
+record but the partition summaries, which the manifest's path and length fix) and the writer joins
+the kept bytes; only a commit's new manifests are encoded.
 
 Bounded: at most ``MAX_WEIGHT`` manifests over all the kept lists (and one more for each list),
-least recently used out first, and as many encoded records. Only installed for the pyiceberg version whose writer and reader were
-checked (``CHECKED``); ``tests/integration/test_manifest_lists.py`` compares every kept list with
+least recently used out first, and as many encoded records. Only installed for the pyiceberg
+version whose writer and reader were checked (``CHECKED``); ``tests/integration/test_manifest_lists.py`` compares every kept list with
 pyiceberg's own read of the file, field by field, and fails on another version.
 """
 
 from __future__ import annotations
 
-import io
 import threading
 from types import TracebackType
 from typing import Any
@@ -43,7 +43,7 @@ from pyiceberg.io import FileIO
 from pyiceberg.manifest import ManifestFile, ManifestListWriter
 from pyiceberg.table import snapshots as pyiceberg_snapshots
 
-from frazil.iceberg import pinned
+from frazil.iceberg import avro_records, pinned
 
 CHECKED = "0.12.0"
 MAX_WEIGHT = 16_384   # manifests of all kept lists, plus one a list
@@ -99,13 +99,10 @@ def _identity(manifest: ManifestFile) -> tuple[Any, ...]:
             manifest.added_rows_count, manifest.existing_rows_count, manifest.deleted_rows_count, manifest.key_metadata)
 
 
-@cachetools.cached(cachetools.LRUCache(maxsize=MAX_WEIGHT), key=lambda writer, manifest: _identity(manifest),
-                   lock=threading.Lock(), info=True)
-def _record(writer: Writer, manifest: ManifestFile) -> bytes:
-    """``manifest``'s record in a v2 manifest list, as pyiceberg's ``writer`` encodes it."""
-    out = io.BytesIO()
-    writer.write(BinaryEncoder(out), manifest)
-    return out.getvalue()
+# ``manifest``'s record in a list, as pyiceberg's ``writer`` encodes it
+_record = cachetools.cached(cachetools.LRUCache(maxsize=MAX_WEIGHT), lock=threading.Lock(), info=True,
+                            key=lambda writer, manifest: (avro_records.writer_key(writer), _identity(manifest)))(
+    avro_records.encode)
 
 
 class _KeptRecords:

@@ -15,8 +15,11 @@ the first time it is read. The metadata models are frozen and never changed in p
 (``metadata_copies``), so the kept objects are shared as they are.
 
 Writing is the same story in reverse: each commit serialized every snapshot of the history again.
-A snapshot never changes either, so each one's JSON is made once and kept (``metadata_json``); the
-file holds the same JSON object as pyiceberg's own write, with the snapshots as its last key.
+A snapshot is never changed in place, and pyiceberg replaces one only to drop its parent id (expiry,
+when it removes the parent), so each one's JSON is made once and kept by its manifest list and
+parent (``metadata_json``), and the table's last snapshots array is extended with only the new ones
+(``history``); the file holds the same JSON object as pyiceberg's own write, with the snapshots as
+its last key.
 
 Bounded: at most ``MAX_ENTRIES`` files and ``MAX_BYTES`` of their JSON, and ``MAX_SNAPSHOTS``
 snapshots' JSON, least recently used out first. Only installed for the pyiceberg version whose
