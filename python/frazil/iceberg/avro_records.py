@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from pyiceberg.avro.encoder import BinaryEncoder
@@ -33,3 +34,15 @@ def encode(writer: Writer, value: Any) -> bytes:
     out = io.BytesIO()
     writer.write(BinaryEncoder(out), value)
     return out.getvalue()
+
+
+class Kept:
+    """A record writer that writes ``record(writer, value)``: the bytes pyiceberg's own ``writer``
+    encoded, kept by the caller's cache. (Not a pyiceberg ``Writer``: those are singletons, kept
+    forever by their arguments.)"""
+
+    def __init__(self, writer: Writer, record: Callable[[Writer, Any], bytes]) -> None:
+        self.writer, self._record = writer, record
+
+    def write(self, encoder: BinaryEncoder, value: Any) -> None:
+        encoder.write(self._record(self.writer, value))

@@ -22,7 +22,6 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-import cachetools
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
@@ -139,10 +138,6 @@ def refuse_passed_skip(table_name: str, stored: Mapping[TopicPartition, int], tp
                                  f"{offset} was landed or passed, skipping it now changes nothing")
 
 
-# A snapshot never changes, and every commit attempt looks through the whole history for its id
-# (reading a summary's properties through pydantic cost 0.25 ms a call at 100 snapshots): each
-# snapshot's commit id is read once, kept by its manifest list (which names the table and snapshot).
-@cachetools.cached(cachetools.LRUCache(maxsize=65_536), key=lambda snapshot: snapshot.manifest_list, lock=threading.Lock())
 def commit_id_of(snapshot: Snapshot) -> str | None:
     """The frazil commit id in ``snapshot``'s summary, if any."""
     return snapshot.summary.additional_properties.get(offsets.COMMIT_ID_KEY) if snapshot.summary is not None else None
@@ -153,8 +148,10 @@ def _with_commit_ids(ids: Mapping[str, int], snapshots: Sequence[Snapshot]) -> M
     return {**ids, **added} if ids else added
 
 
-# Each attempt looks for its id among every snapshot, and the table's next metadata only appends
-# to the history: the ids are kept per table and extended with the new snapshots (history.Folded).
+# Each attempt looks for its id among every snapshot (reading a summary's properties through
+# pydantic cost 0.25 ms a call at 100 snapshots), and the table's next metadata only appends to the
+# history: the ids are kept per table and extended with the new snapshots (history.Folded), so each
+# snapshot's id is read once, and again only after expiry or a rollback.
 _commit_ids: history.Folded[Mapping[str, int]] = history.Folded({}, _with_commit_ids)
 
 

@@ -28,8 +28,8 @@ from typing import Any
 import cachetools
 from pyiceberg.avro.encoder import BinaryEncoder
 from pyiceberg.avro.file import AvroOutputFile
-from pyiceberg.avro.writer import StructWriter, Writer
-from pyiceberg.manifest import DEFAULT_READ_VERSION, MANIFEST_ENTRY_SCHEMAS, DataFile, ManifestEntry, ManifestWriter
+from pyiceberg.avro.writer import StructWriter
+from pyiceberg.manifest import DEFAULT_READ_VERSION, MANIFEST_ENTRY_SCHEMAS, ManifestEntry, ManifestWriter
 
 from frazil.iceberg import avro_records, pinned
 
@@ -48,23 +48,12 @@ _record = cachetools.cached(cachetools.LRUCache(maxsize=MAX_BYTES, getsizeof=len
     avro_records.encode)
 
 
-class _KeptDataFile:
-    """Writes a data file's record from ``_record``. (Not a pyiceberg ``Writer``: those are
-    singletons, kept forever by their arguments.)"""
-
-    def __init__(self, writer: Writer) -> None:
-        self.writer = writer
-
-    def write(self, encoder: BinaryEncoder, data_file: DataFile) -> None:
-        encoder.write(_record(self.writer, data_file))
-
-
 class _Entries:
     """pyiceberg's ``StructWriter`` for a manifest entry, the data file's record kept."""
 
     def __init__(self, entry: StructWriter) -> None:
         self.fields: tuple[tuple[int | None, Any], ...] = tuple(
-            (pos, _KeptDataFile(writer) if pos == _DATA_FILE else writer) for pos, writer in entry.field_writers)
+            (pos, avro_records.Kept(writer, _record) if pos == _DATA_FILE else writer) for pos, writer in entry.field_writers)
 
     def write(self, encoder: BinaryEncoder, entry: ManifestEntry) -> None:
         for pos, writer in self.fields:

@@ -37,8 +37,6 @@ from typing import Any
 
 import cachetools
 from pyiceberg import manifest as pyiceberg_manifest
-from pyiceberg.avro.encoder import BinaryEncoder
-from pyiceberg.avro.writer import Writer
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import ManifestFile, ManifestListWriter
 from pyiceberg.table import snapshots as pyiceberg_snapshots
@@ -105,23 +103,12 @@ _record = cachetools.cached(cachetools.LRUCache(maxsize=MAX_WEIGHT), lock=thread
     avro_records.encode)
 
 
-class _KeptRecords:
-    """Writes a v2 list's records from ``_record``: the bytes pyiceberg's own ``writer`` wrote. (Not
-    a pyiceberg ``Writer``: those are singletons, kept forever by their arguments.)"""
-
-    def __init__(self, writer: Writer) -> None:
-        self.writer = writer
-
-    def write(self, encoder: BinaryEncoder, val: Any) -> None:
-        encoder.write(_record(self.writer, val))
-
-
 def _add_manifests(self: ManifestListWriter, manifest_files: list[ManifestFile]) -> ManifestListWriter:
     """pyiceberg's ``add_manifests``, remembering the manifests as written (sequence numbers assigned),
     and a v2 list's records encoded once per manifest."""
     prepared = [self.prepare_manifest(manifest_file) for manifest_file in manifest_files]
-    if self._format_version == 2 and not isinstance(self._writer.writer, _KeptRecords):
-        self._writer.writer = _KeptRecords(self._writer.writer)   # type: ignore[assignment]
+    if self._format_version == 2 and not isinstance(self._writer.writer, avro_records.Kept):
+        self._writer.writer = avro_records.Kept(self._writer.writer, _record)   # type: ignore[assignment]
     self._writer.write_block(prepared)
     written: list[ManifestFile] = self.__dict__.setdefault("_frazil_written", [])
     written.extend(prepared)
