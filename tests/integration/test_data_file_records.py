@@ -20,7 +20,7 @@ from frazil.iceberg import avro_records, data_file_records
 from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import Range
 from test_committer import TP, rows
-from test_manifest_merge import table_with
+from test_manifest_merge import commit_tens, table_with
 
 pytestmark = [pytest.mark.integration]
 
@@ -48,12 +48,7 @@ def test_every_manifest_is_byte_for_byte_what_pyiceberg_writes(tmp_path: Path, m
     """Merged and one-file manifests under two partition specs (two data-file schemas), entries added
     and existing, rewritten with the kept records and with pyiceberg's own writer."""
     catalog, cfg = table_with(tmp_path, {"commit.manifest.min-count-to-merge": "3"})
-    committer = Committer(catalog, cfg.table.name, cfg.pipeline, sleep=lambda s: None)
-    for i in range(10):
-        if i == 5:
-            with catalog.load_table(cfg.table.name).update_spec() as spec:
-                spec.add_identity("name")
-        committer.commit(rows(cfg, catalog, 10 * i, 10 * (i + 1)), {TP: Range(10 * i, 10 * (i + 1))}, f"c{i}")
+    commit_tens(catalog, cfg, 10, respec_at=5)
     table = catalog.load_table(cfg.table.name)
     snapshot = table.current_snapshot()
     assert snapshot is not None

@@ -29,7 +29,7 @@ from frazil.iceberg import avro_records, manifest_lists
 from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import Range
 from test_committer import TP, rows
-from test_manifest_merge import table_with
+from test_manifest_merge import commit_tens, table_with
 
 pytestmark = [pytest.mark.integration]
 
@@ -63,12 +63,7 @@ def test_every_kept_list_is_what_its_file_holds(tmp_path: Path) -> None:
     """Appends that merge manifests (tier 0 every other commit), a partition spec change (partition
     summaries with bounds), pyiceberg's own append and overwrite, and a rollback."""
     catalog, cfg = table_with(tmp_path, {"commit.manifest.min-count-to-merge": "2"})
-    committer = Committer(catalog, cfg.table.name, cfg.pipeline, sleep=lambda s: None)
-    for i in range(12):
-        if i == 6:
-            with catalog.load_table(cfg.table.name).update_spec() as spec:
-                spec.add_identity("name")
-        committer.commit(rows(cfg, catalog, 10 * i, 10 * (i + 1)), {TP: Range(10 * i, 10 * (i + 1))}, f"c{i}")
+    commit_tens(catalog, cfg, 12, respec_at=6)
     table = catalog.load_table(cfg.table.name)
     table.append(rows(cfg, catalog, 1000, 1010))
     table = catalog.load_table(cfg.table.name)

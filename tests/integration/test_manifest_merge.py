@@ -33,6 +33,17 @@ def table_with(tmp_path: Path, properties: dict[str, str]) -> tuple[Catalog, con
     return catalog, cfg
 
 
+def commit_tens(catalog: Catalog, cfg: config.Config, commits: int, *, respec_at: int | None = None) -> None:
+    """``commits`` commits of 10 rows each; before commit ``respec_at`` the table's partition spec
+    gains ``identity(name)``."""
+    committer = Committer(catalog, cfg.table.name, cfg.pipeline, sleep=lambda s: None)
+    for i in range(commits):
+        if i == respec_at:
+            with catalog.load_table(cfg.table.name).update_spec() as spec:
+                spec.add_identity("name")
+        committer.commit(rows(cfg, catalog, 10 * i, 10 * (i + 1)), {TP: Range(10 * i, 10 * (i + 1))}, f"c{i}")
+
+
 def commit_all(catalog: Catalog, cfg: config.Config) -> dict[int, int]:
     """COMMITS commits of 10 rows; returns the snapshot id of each commit's offsets end."""
     committer = Committer(catalog, cfg.table.name, cfg.pipeline, sleep=lambda s: None)
@@ -89,12 +100,7 @@ def test_manifests_of_different_partition_specs_are_never_merged_together(tmp_pa
     """After the table's partition spec changes, the manifests of the old spec merge among
     themselves and the new ones among themselves: a manifest holds the partition tuples of one spec."""
     catalog, cfg = table_with(tmp_path, {"commit.manifest.min-count-to-merge": "2"})
-    committer = Committer(catalog, cfg.table.name, cfg.pipeline, sleep=lambda s: None)
-    for i in range(2 * COMMITS):
-        if i == COMMITS // 2:
-            with catalog.load_table(cfg.table.name).update_spec() as spec:
-                spec.add_identity("name")
-        committer.commit(rows(cfg, catalog, 10 * i, 10 * (i + 1)), {TP: Range(10 * i, 10 * (i + 1))}, f"c{i}")
+    commit_tens(catalog, cfg, 2 * COMMITS, respec_at=COMMITS // 2)
     table = catalog.load_table(cfg.table.name)
     manifests = table.current_snapshot().manifests(table.io)
     assert {m.partition_spec_id for m in manifests} == {0, 1}
