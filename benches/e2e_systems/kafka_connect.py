@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from frazil.local import maven
+from frazil.spark import maven
 
 CONNECT_VERSION = "4.1.2"
 ICEBERG_VERSION = "1.11.0"

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from frazil.local import maven
+from frazil.spark import maven
 
 log = logging.getLogger(__name__)
 

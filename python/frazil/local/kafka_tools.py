@@ -9,7 +9,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from frazil.local import maven
+from frazil.spark import maven
 from frazil.local.kafka_broker import KAFKA_VERSION, BrokerError
 from frazil.local.kafka_broker import ensure_jars as broker_jars
 

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from frazil.local import maven
+from frazil.spark import maven
 from frazil.local.kafka_broker import free_port
 from frazil.local.server import ServerProcess
 

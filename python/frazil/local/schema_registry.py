@@ -25,7 +25,7 @@ from pathlib import Path
 
 import requests
 
-from frazil.local import maven
+from frazil.spark import maven
 from frazil.local.kafka_broker import free_port
 from frazil.local.server import ServerProcess
 

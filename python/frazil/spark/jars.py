@@ -19,7 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from frazil.local import maven
+from frazil.spark import maven
 
 SPARK_VERSION = "4.1.3"
 ICEBERG_VERSION = "1.11.0"
