@@ -42,10 +42,10 @@ spark-fetch: $(VENV)/.venv-ok ## fetch the Spark jars into $(FRAZIL_CACHE)
 	$(PY) -m frazil.spark.jars fetch --kafka
 
 kafka-fetch: $(VENV)/.venv-ok ## fetch the Kafka broker jars into $(FRAZIL_CACHE)
-	$(PY) -m frazil.local.kafka_broker fetch
+	PYTHONPATH=dev $(PY) -m frazil_dev.kafka_broker fetch
 
 demo: build ## end to end: local Kafka, 200k sample events, frazil run, results and a query
-	$(PY) -m frazil.cli demo --records $${DEMO_RECORDS:-200000}
+	PYTHONPATH=dev $(PY) -m frazil_dev.demo --records $${DEMO_RECORDS:-200000}
 
 test-rust: ## Rust unit tests of the native core
 	cargo test -q --no-default-features -p frazil-native
@@ -58,14 +58,14 @@ typecheck: build ## mypy --strict on python/frazil
 
 test-python: build ## Python tests: unit, native, integration (real Kafka + catalog), Spark, chaos
 	$(PY) -m frazil.spark.jars fetch --aws >/dev/null
-	$(PY) -m frazil.local.rest_catalog >/dev/null
+	PYTHONPATH=dev $(PY) -m frazil_dev.rest_catalog >/dev/null
 	$(PY) -m pytest $${PYTEST_ARGS:-}
 
 test: test-rust stubtest typecheck test-python ## everything CI runs
 
 chaos: build ## the seeded chaos run: 500 faults of every kind, several at once; independent verifier; benches/results/chaos.json
 	$(PY) -m frazil.spark.jars fetch >/dev/null
-	PYTHONPATH=tests $(PY) -m harness.chaos $${CHAOS_ARGS:-}
+	PYTHONPATH=tests:dev $(PY) -m harness.chaos $${CHAOS_ARGS:-}
 
 chaos-tests: build ## the crash, zombie and outage tests alone, verbose
 	$(PY) -m pytest tests/chaos -v -s
@@ -93,10 +93,10 @@ bench-ingest-txlog: build ## ingest throughput with the transaction log fsynced 
 	$(PY) benches/ingest_txlog.py
 
 eos: build ## 3 distributed workers, 1M records, 30+ SIGKILLs; independent count; benches/results/eos.json
-	PYTHONPATH=tests $(PY) -m harness.eos --records $${EOS_RECORDS:-1000000} --kills $${EOS_KILLS:-30}
+	PYTHONPATH=tests:dev $(PY) -m harness.eos --records $${EOS_RECORDS:-1000000} --kills $${EOS_KILLS:-30}
 
 outage: build ## 60 s catalog outage under steady load; writes benches/results/outage.json
-	PYTHONPATH=tests $(PY) -m harness.outage --outage-s $${OUTAGE_S:-60}
+	PYTHONPATH=tests:dev $(PY) -m harness.outage --outage-s $${OUTAGE_S:-60}
 
 clean: ## remove build output, the virtualenv and local run folders
 	rm -rf target $(VENV) .run python/frazil/*.so

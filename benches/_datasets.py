@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from frazil.demo import COUNTRIES
-from frazil.demo import CLICKSTREAM_COLUMNS, sample_events
+import _dev  # noqa: F401 - dev/ on the path, for frazil_dev
+from frazil_dev.demo import COUNTRIES
+from frazil_dev.demo import CLICKSTREAM_COLUMNS, sample_events
 
 # (name, frazil type, required)
 Column = tuple[str, str, bool]

@@ -55,12 +55,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 import _datasets
+import _dev  # noqa: F401 - dev/ on the path, for frazil_dev
 import _profile
 import _results
 from _procmon import TreeMonitor
-from frazil.demo import create_topic, produce
-from frazil.local.kafka_broker import KafkaBroker
 from frazil.status import end_offsets
+from frazil_dev.demo import create_topic, produce
+from frazil_dev.kafka_broker import KafkaBroker
 
 HERE = Path(__file__).resolve().parent
 PARTITIONS = 12

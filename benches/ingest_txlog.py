@@ -20,13 +20,14 @@ import sys
 import time
 from pathlib import Path
 
+import _dev  # noqa: F401 - dev/ on the path, for frazil_dev
 import _results
 from frazil import config as config_mod
-from frazil.demo import CLICKSTREAM_COLUMNS, create_topic, produce, sample_events
-from frazil.local.kafka_broker import KafkaBroker
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
 from frazil.status import end_offsets
+from frazil_dev.demo import CLICKSTREAM_COLUMNS, create_topic, produce, sample_events
+from frazil_dev.kafka_broker import KafkaBroker
 
 CONFIG = """\
 [pipeline]

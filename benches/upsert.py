@@ -72,15 +72,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import _dev  # noqa: F401 - dev/ on the path, for frazil_dev
 import _results
 from _procmon import TreeMonitor
 from e2e_systems.spark_ss_merge import committed_offsets
 from frazil.config import STAGING_SUFFIX
-from frazil.demo import create_topic
 from frazil.iceberg import offsets as frazil_offsets
-from frazil.local.kafka_broker import KafkaBroker
 from frazil.spark.merge import merged_key, merged_mark
 from frazil.status import end_offsets
+from frazil_dev.demo import create_topic
+from frazil_dev.kafka_broker import KafkaBroker
 
 HERE = Path(__file__).resolve().parent
 CATALOG = "frazil"

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from frazil.local.kafka_broker import KafkaBroker
-from frazil.local.postgres import PostgresServer
-from frazil.local.rest_catalog import RestCatalogServer
-from frazil.local.s3 import S3Server
-from frazil.local.schema_registry import SchemaRegistry
+from frazil_dev.kafka_broker import KafkaBroker
+from frazil_dev.postgres import PostgresServer
+from frazil_dev.rest_catalog import RestCatalogServer
+from frazil_dev.s3 import S3Server
+from frazil_dev.schema_registry import SchemaRegistry
 
 
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> Mapping[str, object]:

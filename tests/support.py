@@ -15,11 +15,11 @@ from pyiceberg.catalog import Catalog
 from frazil import config as config_mod
 from frazil import daemon
 from frazil.config import Config
-from frazil import demo
-from frazil.demo import create_topic
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
 from frazil.status import end_offsets
+from frazil_dev import demo
+from frazil_dev.demo import create_topic
 
 __all__ = ["create_topic", "end_offsets"]
 

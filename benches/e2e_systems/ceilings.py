@@ -3,7 +3,7 @@
 - ``consume``: aiokafka reads every record of the topic and does nothing with it (the bytes are
   counted). frazil consumes with the same client, so this bounds it.
 - ``fetch``: Kafka's own consumer performance tool (``org.apache.kafka.tools.ConsumerPerformance``
-  from Maven Central's ``kafka-tools`` jar, on the broker's classpath; ``frazil.local.kafka_tools``)
+  from Maven Central's ``kafka-tools`` jar, on the broker's classpath; ``frazil_dev.kafka_tools``)
   reads the topic read_committed with frazil's 4 MiB partition fetch size: the fetch ceiling of a
   Java client on this machine and broker. Its own fetch time is reported (start-up and group join
   left out); bytes are keys plus values.
@@ -61,7 +61,9 @@ async def consume(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def fetch(job: dict[str, Any]) -> dict[str, Any]:
-    from frazil.local import kafka_tools
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import _dev  # noqa: F401 - dev/ on the path, for frazil_dev
+    from frazil_dev import kafka_tools
 
     rate = kafka_tools.consume_rate(job["bootstrap"], job["topic"], job["records"], group=job["name"],
                                     workdir=Path(job["workdir"]), timeout_s=600)

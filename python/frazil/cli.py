@@ -555,13 +555,6 @@ def _backfill(args: argparse.Namespace) -> int:
     return 0
 
 
-def _demo(args: argparse.Namespace) -> int:
-    from frazil import demo
-
-    logs.setup("WARNING")
-    return demo.main(records=args.records, workdir=args.workdir)
-
-
 def _quiet_kafka_client() -> None:
     """For one-shot commands: aiokafka's own connection errors reach the user as one line of ours
     (``kafka_clients.connect`` keeps the reason), not as log lines before it."""
@@ -636,10 +629,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-rows", type=int, default=2_000_000, help="rows per flush (default 2,000,000)")
     p.add_argument("--memory-mb", type=int, default=2048, help="memory budget for the buffer (default 2048)")
     p.set_defaults(func=_backfill)
-    p = sub.add_parser("demo", help="end to end on a local broker and warehouse (used by make demo)")
-    p.add_argument("--records", type=int, default=200_000)
-    p.add_argument("--workdir", type=Path, default=Path(".run/demo"))
-    p.set_defaults(func=_demo)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from harness import eos
-from frazil.local.kafka_broker import KafkaBroker
 from frazil.status import end_offsets
+from frazil_dev.kafka_broker import KafkaBroker
 
 pytestmark = [pytest.mark.chaos]
 

@@ -21,7 +21,7 @@ import pytest
 
 import changes
 import support
-from frazil.local.kafka_broker import KafkaBroker
+from frazil_dev.kafka_broker import KafkaBroker
 
 pytestmark = [pytest.mark.chaos]
 

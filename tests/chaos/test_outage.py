@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from frazil.local.kafka_broker import KafkaBroker
+from frazil_dev.kafka_broker import KafkaBroker
 from harness.outage import MODES, run
 
 pytestmark = [pytest.mark.chaos]

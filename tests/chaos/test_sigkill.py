@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 import support
-from frazil.local.kafka_broker import KafkaBroker
 from frazil.txlog import recover
+from frazil_dev.kafka_broker import KafkaBroker
 
 pytestmark = [pytest.mark.chaos]
 

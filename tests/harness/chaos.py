@@ -3,7 +3,7 @@ fault points, several at once, into a distributed pipeline of three tables (two 
 by one topic with fan-out, schema evolution and dead letters; one upsert table with tombstones)
 on the real broker and catalog with Spark maintenance on; then an independent verifier.
 
-    PYTHONPATH=tests python -m harness.chaos [--faults 500] [--seed N]   # make chaos
+    PYTHONPATH=tests:dev python -m harness.chaos [--faults 500] [--seed N]   # make chaos
 
 Seeded: the seed picks every fault, its time, its victim and the data, so a failing run replays
 (timing on a busy machine still varies; the seed is printed first and kept in the report). The
@@ -39,12 +39,12 @@ from typing import Any
 
 import frazil
 from frazil import faults as fault_points
-from frazil.demo import create_topic
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
 from frazil.config import CatalogConfig
-from frazil.local.kafka_broker import KafkaBroker
 from frazil.status import end_offsets
+from frazil_dev.demo import create_topic
+from frazil_dev.kafka_broker import KafkaBroker
 
 log = logging.getLogger("chaos")
 

@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from frazil import config as config_mod
-from frazil.demo import create_topic, produce
-from frazil.local.kafka_broker import KafkaBroker
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
 from frazil.status import end_offsets
+from frazil_dev.demo import create_topic, produce
+from frazil_dev.kafka_broker import KafkaBroker
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ and pauses from its log, waits until the table holds everything, and counts ever
 (partition, offset) in the table with an independent scan. In either coordination mode: single
 (worker and coordinator in process) or distributed (the same roles over the control topic).
 
-    PYTHONPATH=tests python -m harness.outage [--mode both] [--outage-s 60] [--budget-mb 32] [--out benches/results/outage.json]
+    PYTHONPATH=tests:dev python -m harness.outage [--mode both] [--outage-s 60] [--budget-mb 32] [--out benches/results/outage.json]
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from frazil import config as config_mod
-from frazil.demo import CLICKSTREAM_COLUMNS, create_topic, sample_events
-from frazil.local.kafka_broker import free_port
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
 from frazil.status import end_offsets
+from frazil_dev.demo import CLICKSTREAM_COLUMNS, create_topic, sample_events
+from frazil_dev.kafka_broker import free_port
 
 PARTITIONS = 4
 MODES = ("single", "distributed")
@@ -229,7 +229,7 @@ def run(bootstrap: str, workdir: Path, *, mode: str = "single", outage_s: float 
 
 
 def main() -> int:
-    from frazil.local.kafka_broker import KafkaBroker
+    from frazil_dev.kafka_broker import KafkaBroker
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=[*MODES, "both"], default="both")

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from frazil.local.kafka_broker import free_port
+from frazil_dev.kafka_broker import free_port
 
 START_TIMEOUT_S = 60.0
 

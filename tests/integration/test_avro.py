@@ -20,8 +20,8 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 import support
-from frazil.local.kafka_broker import KafkaBroker
-from frazil.local.schema_registry import SchemaRegistry
+from frazil_dev.kafka_broker import KafkaBroker
+from frazil_dev.schema_registry import SchemaRegistry
 from pyiceberg.types import IntegerType, LongType, StructType
 from test_dead_letters import dead_letters, run, source_of
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import support
-from frazil.local.kafka_broker import KafkaBroker
+from frazil_dev.kafka_broker import KafkaBroker
 
 pytestmark = [pytest.mark.integration]
 

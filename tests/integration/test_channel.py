@@ -6,8 +6,8 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from frazil.coordination.channel import ControlChannel
-from frazil.local.kafka_broker import KafkaBroker
 from frazil.events import Assignment, DataComplete, DataWritten, EventDecodeError, OffsetRange, StartCommit
+from frazil_dev.kafka_broker import KafkaBroker
 
 pytestmark = pytest.mark.integration
 

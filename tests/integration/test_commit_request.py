@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from harness import eos
-from frazil.local.kafka_broker import KafkaBroker, free_port
 from harness.outage import scrape
 from frazil.status import end_offsets
+from frazil_dev.kafka_broker import KafkaBroker, free_port
 
 pytestmark = pytest.mark.integration
 

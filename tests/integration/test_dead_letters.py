@@ -22,7 +22,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 import support
 from frazil.config import Config
-from frazil.local.kafka_broker import KafkaBroker
+from frazil_dev.kafka_broker import KafkaBroker
 
 pytestmark = [pytest.mark.integration]
 

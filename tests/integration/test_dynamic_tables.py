@@ -17,7 +17,7 @@ from pyiceberg.types import DoubleType, ListType, LongType, StringType, StructTy
 
 import support
 from frazil.iceberg.offsets import COMMIT_ID_KEY
-from frazil.local.kafka_broker import KafkaBroker
+from frazil_dev.kafka_broker import KafkaBroker
 from routed import run_frazil
 from support import wait_for
 

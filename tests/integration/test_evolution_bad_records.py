@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import support
-from frazil.local.kafka_broker import KafkaBroker
+from frazil_dev.kafka_broker import KafkaBroker
 from test_dead_letters import dead_letters, source_of
 
 pytestmark = [pytest.mark.integration]

@@ -14,7 +14,7 @@ import pytest
 import changes
 import support
 import test_manifest_lists
-from frazil.local.kafka_broker import KafkaBroker
+from frazil_dev.kafka_broker import KafkaBroker
 
 pytestmark = [pytest.mark.integration]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import support
-from frazil.local.kafka_broker import SASL_PASSWORD, SASL_USER, KafkaBroker, free_port
+from frazil_dev.kafka_broker import SASL_PASSWORD, SASL_USER, KafkaBroker, free_port
 
 PARTITIONS = 2
 

@@ -14,9 +14,9 @@ from aiokafka.structs import OffsetAndMetadata
 import support
 from frazil import daemon, faults
 from frazil.config import Config
-from frazil.local.kafka_broker import KafkaBroker
 from frazil.errors import CommitOutcomeUnknown, RecordDecodeError
 from frazil.iceberg import offsets
+from frazil_dev.kafka_broker import KafkaBroker
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 _ids = itertools.count()
@@ -103,7 +103,7 @@ async def test_resumes_from_the_table_not_from_kafka(kafka: KafkaBroker, tmp_pat
 
 
 async def test_metrics_count_what_happened(kafka: KafkaBroker, tmp_path: Path) -> None:
-    from frazil.local.kafka_broker import free_port
+    from frazil_dev.kafka_broker import free_port
     from harness.outage import scrape
 
     (topic,) = await new_topics(kafka, 1, 3)

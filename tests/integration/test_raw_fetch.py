@@ -22,8 +22,8 @@ import support
 from frazil.errors import CorruptBatchError
 from frazil.ingest import fetch
 from frazil.kafka_clients import stop_client
-from frazil.local import kafka_tools
-from frazil.local.kafka_broker import KafkaBroker
+from frazil_dev import kafka_tools
+from frazil_dev.kafka_broker import KafkaBroker
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 _ids = itertools.count()

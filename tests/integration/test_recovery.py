@@ -19,9 +19,9 @@ import pytest
 
 import support
 from frazil.config import Config
-from frazil.local.kafka_broker import KafkaBroker
 from frazil.iceberg import offsets
 from frazil.txlog import recover
+from frazil_dev.kafka_broker import KafkaBroker
 
 pytestmark = [pytest.mark.integration]
 

@@ -16,7 +16,7 @@ from pyiceberg.exceptions import CommitFailedException
 
 import support
 from frazil.config import Config
-from frazil.local.kafka_broker import KafkaBroker
+from frazil_dev.kafka_broker import KafkaBroker
 from routed import running
 
 pytestmark = [pytest.mark.integration]

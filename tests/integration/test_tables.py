@@ -16,7 +16,7 @@ import pytest
 
 import support
 from frazil.iceberg import offsets
-from frazil.local.kafka_broker import KafkaBroker
+from frazil_dev.kafka_broker import KafkaBroker
 from routed import (KINDS, TABLES, check_every_table, config, produce, run_frazil, value,
                     wait_until_every_table_holds_its_records)
 

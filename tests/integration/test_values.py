@@ -18,7 +18,7 @@ import pytest
 import support
 from frazil import daemon
 from frazil.errors import RecordDecodeError
-from frazil.local.kafka_broker import KafkaBroker
+from frazil_dev.kafka_broker import KafkaBroker
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
 

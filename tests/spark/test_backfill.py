@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import support
-from frazil.local.kafka_broker import KafkaBroker
+from frazil_dev.kafka_broker import KafkaBroker
 from harness.spark_cluster import SparkCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]

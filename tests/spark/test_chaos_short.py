@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from frazil.local.kafka_broker import KafkaBroker
+from frazil_dev.kafka_broker import KafkaBroker
 from harness import chaos
 
 pytestmark = [pytest.mark.chaos, pytest.mark.spark, pytest.mark.integration]

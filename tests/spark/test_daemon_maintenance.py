@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 import support
-from frazil.local.kafka_broker import KafkaBroker
 from frazil.spark import session
+from frazil_dev.kafka_broker import KafkaBroker
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

@@ -26,7 +26,7 @@ from pyiceberg.types import DecimalType, DoubleType, FloatType, IntegerType, Lon
 import support
 from frazil.config import CatalogConfig
 from frazil.iceberg.catalog import META_COLUMNS
-from frazil.local.kafka_broker import KafkaBroker
+from frazil_dev.kafka_broker import KafkaBroker
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

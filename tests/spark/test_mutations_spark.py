@@ -22,10 +22,10 @@ import pytest
 import changes
 import support
 from frazil.config import CatalogConfig, MaintenanceConfig
-from frazil.local.kafka_broker import KafkaBroker
 from frazil.spark import merge
 from frazil.spark.jobs import TableJobs
 from frazil.spark.schedule import Job
+from frazil_dev.kafka_broker import KafkaBroker
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

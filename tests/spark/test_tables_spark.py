@@ -13,7 +13,7 @@ import pytest
 
 import support
 from frazil.config import CatalogConfig
-from frazil.local.kafka_broker import KafkaBroker
+from frazil_dev.kafka_broker import KafkaBroker
 from routed import TABLES, config, produce, run_frazil, wait_until_every_table_holds_its_records
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]

@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from frazil.local.kafka_broker import free_port
-from frazil.local.server import ServerProcess
+from frazil_dev.kafka_broker import free_port
+from frazil_dev.server import ServerProcess
 
 ACCESS_KEY = "frazil-test"
 SECRET_KEY = "frazil-test-secret"

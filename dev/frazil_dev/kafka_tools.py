@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from frazil.spark import maven
-from frazil.local.kafka_broker import KAFKA_VERSION, BrokerError
-from frazil.local.kafka_broker import ensure_jars as broker_jars
+from frazil_dev.kafka_broker import KAFKA_VERSION, BrokerError
+from frazil_dev.kafka_broker import ensure_jars as broker_jars
 
 
 def classpath(version: str = KAFKA_VERSION) -> str:

@@ -1,12 +1,15 @@
-"""``frazil demo``: the whole path on this machine, from an empty folder to a queried table.
+"""The demo: the whole path on this machine, from an empty folder to a queried table.
 
 Starts a local Kafka broker, creates a topic, produces sample clickstream events, runs
 ``frazil run`` as its own process until the table holds every event, prints what landed and a
 sample query, and stops everything. Each run starts from a fresh broker and warehouse.
+
+    python -m frazil_dev.demo [--records 200000] [--workdir .run/demo]   # make demo
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import random
@@ -22,7 +25,7 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 
-from frazil.local.kafka_broker import KafkaBroker
+from frazil_dev.kafka_broker import KafkaBroker
 
 TOPIC = "clickstream"
 PARTITIONS = 6
@@ -242,5 +245,16 @@ def main(*, records: int, workdir: Path) -> int:
     return 0 if ok else 1
 
 
+def cli(argv: list[str] | None = None) -> int:
+    from frazil import logs
+
+    parser = argparse.ArgumentParser(prog="python -m frazil_dev.demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--workdir", type=Path, default=Path(".run/demo"))
+    args = parser.parse_args(argv)
+    logs.setup("WARNING")
+    return main(records=args.records, workdir=args.workdir)
+
+
 if __name__ == "__main__":
-    sys.exit(main(records=int(sys.argv[1]) if len(sys.argv) > 1 else 200_000, workdir=Path(".run/demo")))
+    sys.exit(cli())

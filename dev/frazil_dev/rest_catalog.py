@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from frazil.spark import maven
-from frazil.local.kafka_broker import free_port
-from frazil.local.server import ServerProcess
+from frazil_dev.kafka_broker import free_port
+from frazil_dev.server import ServerProcess
 
 ICEBERG_VERSION = "1.11.0"   # the Iceberg Spark runtime's version (spark/jars.py)
 # Iceberg 1.11.0's own choices for the fixture (its gradle/libs.versions.toml)

@@ -11,10 +11,11 @@ Library use::
     with KafkaBroker.start(workdir) as broker:
         print(broker.bootstrap)
 
-Command line (used by ``make demo``)::
+Command line (``dev`` on ``PYTHONPATH``; ``make kafka-fetch`` runs ``fetch``)::
 
-    python -m frazil.local.kafka_broker start --dir .run/kafka   # prints the bootstrap
-    python -m frazil.local.kafka_broker stop --dir .run/kafka
+    python -m frazil_dev.kafka_broker fetch                      # the jars into the cache
+    python -m frazil_dev.kafka_broker start --dir .run/kafka   # prints the bootstrap
+    python -m frazil_dev.kafka_broker stop --dir .run/kafka
 """
 
 from __future__ import annotations
@@ -309,7 +310,7 @@ class KafkaBroker:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m frazil.local.kafka_broker", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m frazil_dev.kafka_broker", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     for name in ("start", "stop", "fetch"):
         p = sub.add_parser(name)

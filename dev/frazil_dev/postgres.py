@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from frazil.local.kafka_broker import free_port
+from frazil_dev.kafka_broker import free_port
 
 USER = "frazil"
 PASSWORD = "frazil-test-pg"

@@ -26,8 +26,8 @@ from pathlib import Path
 import requests
 
 from frazil.spark import maven
-from frazil.local.kafka_broker import free_port
-from frazil.local.server import ServerProcess
+from frazil_dev.kafka_broker import free_port
+from frazil_dev.server import ServerProcess
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,14 @@
+"""frazil's development package: what the tests, the benchmarks, the chaos harnesses and
+``make demo`` start on this machine, kept out of the product. It is not in the wheel, and
+nothing under ``python/frazil`` may import it (``tests/unit/test_product_imports.py``).
+
+- test servers: a single-node Kafka broker with SASL and TLS listeners (``kafka_broker``) and
+  Kafka's own Java producer and consumer tools (``kafka_tools``); PostgreSQL (``postgres``);
+  Apache Iceberg's REST catalog fixture (``rest_catalog``); S3 through moto (``s3``); a
+  Confluent-compatible schema registry (``schema_registry``); what the HTTP ones share (``server``);
+- the demo (``demo``, ``python -m frazil_dev.demo``).
+
+Importable with ``dev`` on the path: pytest's ``pythonpath``, ``PYTHONPATH`` in the Makefile's
+targets, and ``benches/_dev.py`` for the benchmarks. Jars come through ``frazil.spark.maven``
+into the same cache as Spark's.
+"""
