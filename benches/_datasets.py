@@ -18,8 +18,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 import _dev  # noqa: F401 - dev/ on the path, for frazil_dev
-from frazil_dev.demo import COUNTRIES
-from frazil_dev.demo import CLICKSTREAM_COLUMNS, sample_events
+from frazil_dev.workload import CLICKSTREAM_COLUMNS, COUNTRIES, sample_events
 
 # (name, frazil type, required)
 Column = tuple[str, str, bool]

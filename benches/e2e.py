@@ -60,8 +60,8 @@ import _profile
 import _results
 from _procmon import TreeMonitor
 from frazil.status import end_offsets
-from frazil_dev.demo import create_topic, produce
 from frazil_dev.kafka_broker import KafkaBroker
+from frazil_dev.workload import create_topic, produce
 
 HERE = Path(__file__).resolve().parent
 PARTITIONS = 12

@@ -26,8 +26,8 @@ from frazil import config as config_mod
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
 from frazil.status import end_offsets
-from frazil_dev.demo import CLICKSTREAM_COLUMNS, create_topic, produce, sample_events
 from frazil_dev.kafka_broker import KafkaBroker
+from frazil_dev.workload import CLICKSTREAM_COLUMNS, create_topic, produce, sample_events
 
 CONFIG = """\
 [pipeline]

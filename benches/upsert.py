@@ -80,8 +80,8 @@ from frazil.config import STAGING_SUFFIX
 from frazil.iceberg import offsets as frazil_offsets
 from frazil.spark.merge import merged_key, merged_mark
 from frazil.status import end_offsets
-from frazil_dev.demo import create_topic
 from frazil_dev.kafka_broker import KafkaBroker
+from frazil_dev.workload import create_topic
 
 HERE = Path(__file__).resolve().parent
 CATALOG = "frazil"

@@ -18,8 +18,8 @@ from frazil.config import Config
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
 from frazil.status import end_offsets
-from frazil_dev import demo
-from frazil_dev.demo import create_topic
+from frazil_dev import workload
+from frazil_dev.workload import create_topic
 
 __all__ = ["create_topic", "end_offsets"]
 
@@ -81,7 +81,7 @@ def record(i: int) -> bytes:
 
 async def produce(bootstrap: str, topic: str, values: Iterable[bytes], partitions: int) -> int:
     """Round-robin ``values`` over the partitions (the demo's producer, without progress output)."""
-    return await demo.produce(bootstrap, topic, values, partitions=partitions, label=None)
+    return await workload.produce(bootstrap, topic, values, partitions=partitions, label=None)
 
 
 def catalog_of(cfg: Config) -> Catalog:

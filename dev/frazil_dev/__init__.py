@@ -6,7 +6,9 @@ nothing under ``python/frazil`` may import it (``tests/unit/test_product_imports
   Kafka's own Java producer and consumer tools (``kafka_tools``); PostgreSQL (``postgres``);
   Apache Iceberg's REST catalog fixture (``rest_catalog``); S3 through moto (``s3``); a
   Confluent-compatible schema registry (``schema_registry``); what the HTTP ones share (``server``);
-- the demo (``demo``, ``python -m frazil_dev.demo``).
+- the sample workload (``workload``): seeded clickstream events with their columns, topic
+  creation and a round-robin producer, shared by the demo, tests, harnesses and benches;
+- the demo (``demo``, ``python -m frazil_dev.demo``, ``make demo``).
 
 Importable with ``dev`` on the path: pytest's ``pythonpath``, ``PYTHONPATH`` in the Makefile's
 targets, and ``benches/_dev.py`` for the benchmarks. Jars come through ``frazil.spark.maven``

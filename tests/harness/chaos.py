@@ -43,8 +43,8 @@ from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
 from frazil.config import CatalogConfig
 from frazil.status import end_offsets
-from frazil_dev.demo import create_topic
 from frazil_dev.kafka_broker import KafkaBroker
+from frazil_dev.workload import create_topic
 
 log = logging.getLogger("chaos")
 

@@ -32,8 +32,8 @@ from frazil import config as config_mod
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
 from frazil.status import end_offsets
-from frazil_dev.demo import create_topic, produce
 from frazil_dev.kafka_broker import KafkaBroker
+from frazil_dev.workload import create_topic, produce
 
 log = logging.getLogger(__name__)
 

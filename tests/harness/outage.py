@@ -29,8 +29,8 @@ from frazil import config as config_mod
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
 from frazil.status import end_offsets
-from frazil_dev.demo import CLICKSTREAM_COLUMNS, create_topic, sample_events
 from frazil_dev.kafka_broker import free_port
+from frazil_dev.workload import CLICKSTREAM_COLUMNS, create_topic, sample_events
 
 PARTITIONS = 4
 MODES = ("single", "distributed")
