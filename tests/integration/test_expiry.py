@@ -16,9 +16,10 @@ from pyiceberg.types import LongType, NestedField, StringType
 from frazil import faults
 from frazil.config import CatalogConfig, MaintenanceConfig
 from frazil.iceberg import catalog as iceberg_catalog
-from frazil.iceberg import expiry, manifest_lists
+from frazil.iceberg import expiry
 from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import Range
+from frazil.iceberg.pyiceberg_patches import manifest_lists
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "s", StringType(), required=False))
 CFG = MaintenanceConfig(max_snapshots=6)

@@ -1,5 +1,5 @@
-"""Manifest lists kept by location (``iceberg/manifest_lists.py``) change no result: against a real
-SQLite catalog, on the checked pyiceberg version. Every kept list equals pyiceberg's own read of
+"""Manifest lists kept by location (``iceberg/pyiceberg_patches/manifest_lists.py``) change no result: against a real
+SQLite catalog, on a tested pyiceberg release. Every kept list equals pyiceberg's own read of
 the file, field by field; a commit reads no list file this process wrote; a list another process
 wrote is read from its file. Keyed tables' lists (delete manifests) are checked the same way in
 tests/integration/test_mutations.py."""
@@ -25,7 +25,8 @@ from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField
 
 import support
-from frazil.iceberg import avro_records, manifest_lists
+from frazil.iceberg import pyiceberg_patches
+from frazil.iceberg.pyiceberg_patches import avro_records, manifest_lists
 from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import Range
 from test_committer import TP, rows
@@ -52,9 +53,9 @@ def assert_kept_lists_match(table: Table) -> int:
 def test_the_pyiceberg_version_is_the_one_whose_manifest_list_code_was_checked(tmp_path: Path) -> None:
     """An upgrade fails here: check that ``Snapshot.manifests`` still reads through
     ``pyiceberg.table.snapshots._manifests``, that ``ManifestListWriter.add_manifests`` still only
-    prepares and writes its manifests, and that manifest lists are still never rewritten; then change
-    CHECKED."""
-    assert pyiceberg.__version__ == manifest_lists.CHECKED
+    prepares and writes its manifests, and that manifest lists are still never rewritten; then add the
+    release to pyiceberg_patches.TESTED."""
+    assert pyiceberg.__version__ in pyiceberg_patches.TESTED
     table_with(tmp_path, {})   # catalog.load installs it
     assert manifest_lists.installed()
 

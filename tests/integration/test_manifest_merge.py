@@ -1,4 +1,4 @@
-"""frazil's commits merge data manifests by tiers (``iceberg/manifest_merge``), against a real
+"""frazil's commits merge data manifests by tiers (``iceberg/pyiceberg_patches/manifest_merge``), against a real
 SQLite catalog: every row and offset reads back, in the current snapshot and in older ones; each
 data file keeps the sequence number of the commit that added it (position deletes depend on it);
 the snapshot lists few manifests; manifests of two partition specs are never merged together;
@@ -16,9 +16,9 @@ from pyiceberg.catalog import Catalog
 import support
 from frazil import config
 from frazil.iceberg import catalog as iceberg_catalog
-from frazil.iceberg import manifest_merge
 from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import Range
+from frazil.iceberg.pyiceberg_patches import manifest_merge
 from test_committer import TP, rows
 
 COMMITS = 70

@@ -1,5 +1,5 @@
-"""Sharing pyiceberg's table metadata instead of deep-copying it (``iceberg/metadata_copies.py``)
-changes no result: against a real SQLite catalog, on the checked pyiceberg version."""
+"""Sharing pyiceberg's table metadata instead of deep-copying it (``iceberg/pyiceberg_patches/metadata_copies.py``)
+changes no result: against a real SQLite catalog, on a tested pyiceberg release."""
 
 from __future__ import annotations
 
@@ -15,12 +15,14 @@ from pyiceberg.schema import Schema
 from pyiceberg.table.update import SetPropertiesUpdate, update_table_metadata
 from pyiceberg.types import LongType, NestedField, StringType
 
-from frazil.iceberg import metadata_copies
+from frazil.iceberg import pyiceberg_patches
+from frazil.iceberg.pyiceberg_patches import metadata_copies
 
 
 @pytest.fixture
 def catalog(tmp_path: Path) -> Catalog:
-    assert metadata_copies.install() and metadata_copies.installed()
+    pyiceberg_patches.install_all()
+    assert metadata_copies.installed()
     catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/wh")
     catalog.create_namespace("db")
     return catalog
@@ -28,8 +30,9 @@ def catalog(tmp_path: Path) -> Catalog:
 
 def test_the_pyiceberg_version_is_the_one_whose_copies_were_checked() -> None:
     """An upgrade fails here: check again that metadata models are frozen, that updates build new
-    containers, and that update_table_metadata is the only deep copy; then change CHECKED."""
-    assert pyiceberg.__version__ == metadata_copies.CHECKED
+    containers, and that update_table_metadata is the only deep copy; then add the release to
+    pyiceberg_patches.TESTED."""
+    assert pyiceberg.__version__ in pyiceberg_patches.TESTED
 
 
 def test_update_table_metadata_is_pyicebergs_only_deep_copy_of_metadata() -> None:

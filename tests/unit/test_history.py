@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from frazil.iceberg.history import Folded
+from frazil.iceberg.pyiceberg_patches.history import Folded
 
 
 def snap(n: int, parent: int | None = None) -> Any:

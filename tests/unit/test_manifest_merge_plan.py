@@ -1,4 +1,4 @@
-"""The tiered manifest-merge plan (``iceberg/manifest_merge.plan``): each data file's entry is
+"""The tiered manifest-merge plan (``iceberg/pyiceberg_patches/manifest_merge.plan``): each data file's entry is
 rewritten once per tier, not once every few commits; a snapshot lists a bounded number of
 manifests; full manifests and manifests without file counts are never rewritten."""
 
@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from frazil.iceberg.manifest_merge import Manifest, plan, tier
+from frazil.iceberg.pyiceberg_patches.manifest_merge import Manifest, plan, tier
 
 ENTRY_BYTES = 700   # about what one data file's entry takes in a manifest
 EIGHT_MB = 8 * 1024 * 1024

@@ -54,7 +54,8 @@ from pyiceberg.types import (
 
 from frazil.config import OP_COLUMN, CatalogConfig, DynamicConfig, MaintenanceConfig, TableConfig
 from frazil.errors import CatalogUnavailable, ConfigError
-from frazil.iceberg import data_file_records, manifest_lists, metadata_cache, metadata_copies, mutations
+from frazil.iceberg import mutations
+from frazil.iceberg.pyiceberg_patches import install_all
 
 log = logging.getLogger(__name__)
 
@@ -121,10 +122,7 @@ def load(cfg: CatalogConfig, *, attempts: int = 5, busy_timeout_s: float | None 
     ``attempts``: SQLite catalogs are retried (processes starting together race to create its
     tables). ``busy_timeout_s``: how long a SQLite statement waits for a lock (sqlite3's default is
     5 s per statement); one-shot commands fail fast instead of waiting out an outage."""
-    metadata_copies.install()
-    metadata_cache.install()
-    manifest_lists.install()
-    data_file_records.install()
+    install_all()   # raises on a pyiceberg release frazil's changes to it were not tested with
     props = dict(cfg.properties)
     if busy_timeout_s is not None and props.get("uri", "").startswith("sqlite:") and "?" not in props["uri"]:
         props["uri"] += f"?timeout={busy_timeout_s:g}"

@@ -33,8 +33,9 @@ from pyiceberg.typedef import Record
 
 from frazil import faults
 from frazil.errors import CommitOutcomeUnknown, FrazilError, OffsetGapError, OffsetOverlapError
-from frazil.iceberg import history, manifest_merge, mutations, offsets, writes
+from frazil.iceberg import mutations, offsets, writes
 from frazil.iceberg.offsets import Range, TopicPartition, Verdict
+from frazil.iceberg.pyiceberg_patches import history, manifest_merge
 
 log = logging.getLogger(__name__)
 

@@ -40,8 +40,8 @@ from pyiceberg.table.update import AssertRefSnapshotId, RemoveSnapshotsUpdate
 
 from frazil import faults
 from frazil.config import MaintenanceConfig
-from frazil.iceberg import manifest_lists
 from frazil.iceberg.committer import table_lock
+from frazil.iceberg.pyiceberg_patches import manifest_lists
 from frazil.spark.schedule import expire_before
 
 log = logging.getLogger(__name__)

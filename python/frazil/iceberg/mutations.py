@@ -13,7 +13,7 @@ one snapshot (docs/position-deletes.md). No equality deletes: pyiceberg cannot r
 - :func:`plan` decides, for one commit attempt, which positions to delete: the committed row of
   every key the new files touch, and the older of two changes to one key in new files of
   different workers. :func:`write_position_deletes` writes them; :class:`RowDelta` commits data
-  and deletes in one snapshot.
+  and deletes in one snapshot (a pyiceberg snapshot producer: ``pyiceberg_patches/row_delta.py``).
 """
 
 from __future__ import annotations
@@ -24,30 +24,22 @@ import struct
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import schema_to_pyarrow
-from pyiceberg.manifest import (
-    DataFile,
-    DataFileContent,
-    FileFormat,
-    ManifestContent,
-    ManifestEntry,
-    ManifestEntryStatus,
-    ManifestFile,
-    ManifestWriterV2,
-)
-from pyiceberg.table import Table, Transaction
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation, ancestors_of
 from pyiceberg.typedef import Record
 
 from frazil import _native
 from frazil.iceberg import offsets
-from frazil.iceberg.manifest_merge import TieredAppend
+# the snapshot producer is a change to pyiceberg internals (pyiceberg_patches/row_delta.py); named here
+# as part of this module's story, and for the committer's ``mutations.RowDelta``
+from frazil.iceberg.pyiceberg_patches.row_delta import RowDelta as RowDelta
 
 log = logging.getLogger(__name__)
 
@@ -339,56 +331,3 @@ def key_file_ref(table: Table, path: str, rows: int | None = None, size: int | N
         upper_bounds={}, key_metadata=None, split_offsets=None, equality_ids=None, sort_order_id=None)
     ref.spec_id = spec.spec_id
     return ref
-
-
-class _DeleteManifestWriter(ManifestWriterV2):
-    """pyiceberg's v2 manifest writer, as a DELETES manifest (in the manifest list and its metadata)."""
-
-    def content(self) -> ManifestContent:
-        return ManifestContent.DELETES
-
-    @property
-    def _meta(self) -> dict[str, str]:
-        return {**super()._meta, "content": "deletes"}
-
-
-class RowDelta(TieredAppend):
-    """An append of data files plus position-delete files, in one snapshot (operation
-    ``overwrite``, as Java's RowDelta); data manifests merge by tiers (``manifest_merge``). Relies on pyiceberg 0.12's snapshot producer internals
-    (``_manifests``, ``_summary``, ``_added_data_files``): pyiceberg is pinned, and
-    tests/spark/test_mutations_spark.py reads the result with pyiceberg and Spark."""
-
-    remembers_written = False   # its data manifests may carry DELETED entries: merges read them back
-
-    def __init__(self, transaction: Transaction, snapshot_properties: dict[str, str]) -> None:
-        super().__init__(transaction, snapshot_properties, Operation.OVERWRITE)
-        self._added_delete_files: list[DataFile] = []
-
-    def add_delete_file(self, delete_file: DataFile) -> RowDelta:
-        if delete_file.content != DataFileContent.POSITION_DELETES:
-            raise ValueError(f"{delete_file.file_path} is not a position-delete file")
-        self._added_delete_files.append(delete_file)
-        return self
-
-    def _manifests(self) -> list[ManifestFile]:
-        manifests = super()._manifests()
-        by_spec: dict[int, list[DataFile]] = {}
-        for f in self._added_delete_files:
-            by_spec.setdefault(f.spec_id or 0, []).append(f)
-        for spec_id, files in sorted(by_spec.items()):
-            writer = _DeleteManifestWriter(self.spec(spec_id), self.schema(), self.new_manifest_output(),
-                                           self._snapshot_id, self._compression)
-            with writer:
-                for f in files:
-                    writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id,
-                                                       sequence_number=None, file_sequence_number=None, data_file=f))
-            manifests.append(writer.to_manifest_file())
-        return manifests
-
-    def _summary(self, snapshot_properties: dict[str, str] = {}) -> Any:   # noqa: B006 - pyiceberg's signature
-        saved = self._added_data_files   # the summary collector counts delete files by their content
-        self._added_data_files = saved + self._added_delete_files
-        try:
-            return super()._summary(snapshot_properties)
-        finally:
-            self._added_data_files = saved

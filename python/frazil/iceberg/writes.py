@@ -29,19 +29,16 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.io import FileIO
-from pyiceberg.io.pyarrow import (
-    _dataframe_to_data_files,
-    _get_field_from_arrow_table,
-    bin_pack_arrow_table,
-    pyarrow_to_schema,
-    write_file,
-)
+from pyiceberg.io.pyarrow import bin_pack_arrow_table, pyarrow_to_schema, write_file
 from pyiceberg.manifest import DataFile
 from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
 from pyiceberg.table import DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE, TableProperties, WriteTask
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.utils.config import Config
 from pyiceberg.utils.properties import property_as_int
+
+# pyiceberg's private write helpers, from the package that holds every private pyiceberg name
+from frazil.iceberg.pyiceberg_patches.pyarrow_io import dataframe_to_data_files, field_from_arrow_table
 
 MAX_RUNS = 4096   # more runs of equal partition values than this: sorted first (one copy)
 # an unpartitioned flush of at least twice this many bytes (Arrow) is written as one file per core, at once
@@ -68,11 +65,11 @@ def data_files(metadata: TableMetadata, data: pa.Table, io: FileIO, write_uuid: 
     if spec.is_unpartitioned():
         files = min(os.cpu_count() or 1, data.num_rows, int(data.nbytes) // PARALLEL_MIN_BYTES)
         if files <= 1:
-            return list(_dataframe_to_data_files(table_metadata=metadata, df=data, io=io, write_uuid=write_uuid))
+            return list(dataframe_to_data_files(table_metadata=metadata, df=data, io=io, write_uuid=write_uuid))
         return _write_slices(metadata, data, io, write_uuid, [None], [_even_slices(data, files)])
     schema = metadata.schema()
     keys = [field.transform.pyarrow_transform(schema.find_field(field.source_id).field_type)(
-        _get_field_from_arrow_table(data, _column_name(metadata, field.source_id))) for field in spec.fields]
+        field_from_arrow_table(data, _column_name(metadata, field.source_id))) for field in spec.fields]
     starts = run_starts(keys)
     if len(starts) > MAX_RUNS:   # scattered: one sort, then every partition value is one run
         order = pc.sort_indices(pa.table({str(i): k for i, k in enumerate(keys)}),

@@ -10,6 +10,10 @@ differs from its last only by the snapshots appended (and those expiry removed f
 extends it with only the snapshots a later metadata appends. Anything else (snapshots expired or rolled
 back, a commit that lost its compare-and-swap) folds the whole history again. Pure: no I/O, the
 fold functions never change a value in place.
+
+Not a change to pyiceberg: it is here as ``metadata_cache``'s fold (the committer's commit-id lookup
+uses it too), and goes back beside the committer when ``metadata_cache`` is retired. ``folded`` is
+read by tests only (tests/unit/test_history.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Each data file's record in a manifest, encoded once (installed by ``catalog.load``).
+"""Each data file's record in a manifest, encoded once (installed by ``install_all``).
 
 A tier-0 merge (``manifest_merge``) rewrites the entries of 16 one-file manifests into one, and
 pyiceberg encodes every entry again with its pure-Python Avro writer: about 0.13 ms an entry, half
@@ -14,10 +14,14 @@ structure), from the first manifest this process writes with it; the entry's oth
 encoded as pyiceberg does.
 
 Bounded: ``MAX_BYTES`` of records in all, least recently used out first (a record evicted is
-encoded again). Only installed for the pyiceberg version whose manifest writer was checked
-(``CHECKED``); ``tests/integration/test_data_file_records.py`` compares the files with pyiceberg's
-own, byte for byte, and fails on another version. Format v1 and v3 manifests keep pyiceberg's
-writer (v3 data files carry a row id inherited at write time).
+encoded again). ``tests/integration/test_data_file_records.py`` compares the files with pyiceberg's
+own, byte for byte, and fails on a release not in ``TESTED``. Format v1 and v3 manifests keep
+pyiceberg's writer (v3 data files carry a row id inherited at write time). The statistics of
+``_record`` (``info=True``) are read by tests only.
+
+Retired by: a cache of encoded records in pyiceberg's Avro writer for values that never change
+(a data file under its path), or a native Avro writer (pyiceberg-core) fast enough not to need one;
+no upstream issue yet.
 """
 
 from __future__ import annotations
@@ -31,9 +35,8 @@ from pyiceberg.avro.file import AvroOutputFile
 from pyiceberg.avro.writer import StructWriter
 from pyiceberg.manifest import DEFAULT_READ_VERSION, MANIFEST_ENTRY_SCHEMAS, ManifestEntry, ManifestWriter
 
-from frazil.iceberg import avro_records, pinned
+from frazil.iceberg.pyiceberg_patches import avro_records
 
-CHECKED = "0.12.0"
 MAX_BYTES = 16 * 2**20
 
 _new_writer_original = ManifestWriter.new_writer
@@ -67,13 +70,9 @@ def _new_writer(self: ManifestWriter) -> AvroOutputFile[ManifestEntry]:
     return avro
 
 
-def install() -> bool:
-    """Keep data files' records, on the checked pyiceberg version only. Returns whether it is
-    installed; idempotent."""
-    if not pinned.on_checked_version(CHECKED, "manifest writer", "every manifest encodes each data file's record again"):
-        return False
+def install() -> None:
+    """Keep data files' records; idempotent. Called by ``install_all`` only, after its version check."""
     ManifestWriter.new_writer = _new_writer   # type: ignore[method-assign]
-    return True
 
 
 def installed() -> bool:

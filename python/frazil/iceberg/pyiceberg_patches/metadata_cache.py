@@ -1,4 +1,4 @@
-"""Parsed table metadata kept by file location, so a commit parses none (installed by ``catalog.load``).
+"""Parsed table metadata kept by file location, so a commit parses none (installed by ``install_all``).
 
 A catalog that keeps metadata in files (the SQL catalog, Hive, Glue) reads the current metadata
 file on every ``load_table``, and the SQL catalog loads the table again inside its own
@@ -22,9 +22,12 @@ parent (``metadata_json``), and the table's last snapshots array is extended wit
 its last key.
 
 Bounded: at most ``MAX_ENTRIES`` files and ``MAX_BYTES`` of their JSON, and ``MAX_SNAPSHOTS``
-snapshots' JSON, least recently used out first. Only installed for the pyiceberg version whose
-serializers were checked (``CHECKED``); ``tests/integration/test_metadata_cache.py`` fails on
-another one.
+snapshots' JSON, least recently used out first. ``tests/integration/test_metadata_cache.py`` checks
+every kept metadata against pyiceberg's own parse and write, and fails on a release not in ``TESTED``.
+
+Retired by: a metadata-by-location cache in pyiceberg's ``FromInputFile.table_metadata`` (no upstream
+issue yet; metadata files are immutable, as the manifests pyiceberg already caches), and a metadata
+write that does not serialize unchanged snapshots again (none either).
 """
 
 from __future__ import annotations
@@ -42,9 +45,8 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.typedef import UTF8
 from pyiceberg.utils.config import Config
 
-from frazil.iceberg import history, pinned
+from frazil.iceberg.pyiceberg_patches import history
 
-CHECKED = "0.12.0"
 MAX_ENTRIES = 128
 MAX_BYTES = 64 * 2**20
 
@@ -162,15 +164,11 @@ def _write(metadata: TableMetadata, output_file: OutputFile, overwrite: bool = F
     kept.put(output_file.location, metadata, len(data))
 
 
-def install() -> bool:
-    """Keep parsed metadata by location, on the checked pyiceberg version only. Returns whether it
-    is installed; idempotent."""
-    if not pinned.on_checked_version(CHECKED, "metadata serializers", "every table load parses the metadata file "
-                                     "again, and every commit serializes the whole history"):
-        return False
+def install() -> None:
+    """Keep parsed metadata by location; idempotent. Called by ``install_all`` only, after its
+    version check."""
     serializers.FromInputFile.table_metadata = staticmethod(_read)   # type: ignore[method-assign]
     serializers.ToOutputFile.table_metadata = staticmethod(_write)   # type: ignore[method-assign]
-    return True
 
 
 def installed() -> bool:

@@ -1,7 +1,9 @@
 """Avro records encoded by pyiceberg's own writers, for the caches of records that never change
 (``manifest_lists``: a manifest's record in a list; ``data_file_records``: a data file's record in a
 manifest). A kept record is keyed by what makes it and by ``writer_key`` of the writer that encoded
-it, so the same value under another schema is encoded again."""
+it, so the same value under another schema is encoded again.
+
+Retired with ``manifest_lists`` and ``data_file_records``, its only users."""
 
 from __future__ import annotations
 
