@@ -1,9 +1,10 @@
 """Every change frazil makes to pyiceberg's internals, installed by one call on tested releases only.
 
 A pyiceberg commit costs more with every snapshot in the table's history: 191 ms at a table's 10th
-commit and 548 ms at its 200th, before these changes (docs/benchmarks.md, "Commit cost"). These modules
-remove that growth. Each one changes pyiceberg internals. ``UPSTREAM.md`` says, for each, what it
-changes, what it saves, which upstream change would retire it and which test pins it:
+commit and 548 ms at its 200th, before these changes (docs/benchmarks.md, "Commit cost"). These
+modules remove that growth, each by changing or reaching into pyiceberg internals. ``UPSTREAM.md``
+says, for each, what it changes, what it saves, which upstream change would retire it and which
+test pins it:
 
 - ``metadata_copies``: table metadata is shared, not deep-copied, after each change;
 - ``metadata_cache``: parsed metadata is kept by file location, and each snapshot's JSON is written
@@ -17,13 +18,13 @@ changes, what it saves, which upstream change would retire it and which test pin
   named here so that this package holds frazil's whole private pyiceberg surface).
 
 **One policy: refuse to start on a pyiceberg release not in ``TESTED``.** ``install_all`` raises
-``UntestedPyiceberg``, naming the installed and the tested releases and what to install. The
-alternative, switching the patches off with a warning, is not possible. Keyed tables delete only
-through ``row_delta``, and every frazil commit goes through the tiered append; both subclass
-private pyiceberg classes, so frazil needs them. Running without the other patches keeps the data
-right, but brings back a commit cost that grows with the table's history, with nothing to say so
-but a log line. A daemon that starts and then falls behind its topics is worse than one that says
-what to install. The aiokafka hook (``ingest/fetch.py``) follows the same policy.
+``UntestedPyiceberg``, naming the installed and the tested releases and what to install.
+Switching the patches off with a warning instead is not open to all of them: keyed tables delete
+only through ``row_delta``, and every frazil commit goes through the tiered append; both subclass
+private pyiceberg classes and have no unpatched fallback. Switching off only the others would keep
+the data right but bring back a commit cost that grows with the table's history, with only a log
+line to say so. A daemon that starts and then falls behind its topics is worse than one that
+refuses and says what to install. The aiokafka hook (``ingest/fetch.py``) follows the same policy.
 ``pyproject.toml`` pins a range of releases; ``TESTED`` lists the ones that were checked.
 
 Everything here is used only after ``install_all`` has accepted the release:
