@@ -57,16 +57,13 @@ class _Kept:
         self._entries: OrderedDict[str, tuple[TableMetadata, int]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
-        self.hits = self.misses = 0
 
     def get(self, location: str) -> TableMetadata | None:
         with self._lock:
             entry = self._entries.get(location)
             if entry is None:
-                self.misses += 1
                 return None
             self._entries.move_to_end(location)
-            self.hits += 1
             return entry[0]
 
     def put(self, location: str, metadata: TableMetadata, size: int) -> None:
@@ -85,12 +82,6 @@ class _Kept:
             old = self._entries.pop(location, None)
             if old is not None:
                 self._bytes -= old[1]
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._bytes = 0
-            self.hits = self.misses = 0
 
     def __len__(self) -> int:
         return len(self._entries)
