@@ -33,7 +33,10 @@ pub enum Change<'a> {
     Upsert(&'a [u8]),
     Delete(&'a [u8]),
     /// Not a change this table can take: the field at fault (dotted path, "" for the value) and why.
-    Bad { field: String, reason: String },
+    Bad {
+        field: String,
+        reason: String,
+    },
 }
 
 pub fn split<'a>(value: &'a [u8], spec: &Spec) -> Change<'a> {
@@ -58,7 +61,10 @@ pub fn split<'a>(value: &'a [u8], spec: &Spec) -> Change<'a> {
     let op = match find(&entries, &spec.op).and_then(scalar) {
         Ok(Some(op)) => op,
         Ok(None) => {
-            return bad(&op_field, &format!("the change record has no operation field {op_field:?} (or it is null); {}", expected(spec)))
+            return bad(
+                &op_field,
+                &format!("the change record has no operation field {op_field:?} (or it is null); {}", expected(spec)),
+            )
         }
         Err(reason) => return bad(&op_field, &reason),
     };

@@ -70,7 +70,8 @@ impl KeyIndex {
         if let Some(&id) = self.file_ids.get(path) {
             return Ok(id);
         }
-        let id = u32::try_from(self.files.len()).map_err(|_| ArrowError::ComputeError("more than 2^32 data files".into()))?;
+        let id = u32::try_from(self.files.len())
+            .map_err(|_| ArrowError::ComputeError("more than 2^32 data files".into()))?;
         self.files.push(path.to_owned());
         self.file_ids.insert(path.to_owned(), id);
         Ok(id)
@@ -177,7 +178,8 @@ mod tests {
             Field::new("b", DataType::Utf8, false),
         ]));
         let mut index = KeyIndex::new(&schema).unwrap();
-        let cols: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(vec![1, 1])), Arc::new(StringArray::from(vec!["x", "y"]))];
+        let cols: Vec<ArrayRef> =
+            vec![Arc::new(Int64Array::from(vec![1, 1])), Arc::new(StringArray::from(vec!["x", "y"]))];
         index.add(&cols, "f", &[0, 1]).unwrap();
         let probe: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(vec![1])), Arc::new(StringArray::from(vec!["y"]))];
         assert_eq!(index.positions(&probe).unwrap(), vec![("f".into(), vec![1])]);

@@ -111,7 +111,10 @@ impl<'de> Visitor<'de> for Seek<'_> {
     }
 
     fn visit_f64<E>(self, v: f64) -> Result<Key, E> {
-        Ok(self.path.is_empty().then(|| serde_json::Number::from_f64(v).map_or_else(|| v.to_string(), |n| n.to_string())))
+        Ok(self
+            .path
+            .is_empty()
+            .then(|| serde_json::Number::from_f64(v).map_or_else(|| v.to_string(), |n| n.to_string())))
     }
 
     fn visit_unit<E>(self) -> Result<Key, E> {
@@ -147,7 +150,8 @@ mod tests {
 
     #[test]
     fn groups_by_key_tuple_in_first_seen_order() {
-        let values: Vec<&[u8]> = vec![br#"{"k": "b", "m": 1}"#, br#"{"k": "a"}"#, br#"{"k": "b", "m": 1}"#, br#"{"m": 2}"#];
+        let values: Vec<&[u8]> =
+            vec![br#"{"k": "b", "m": 1}"#, br#"{"k": "a"}"#, br#"{"k": "b", "m": 1}"#, br#"{"m": 2}"#];
         let groups = group(&values, &[path("k"), path("m")]).groups;
         assert_eq!(
             groups,

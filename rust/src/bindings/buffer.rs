@@ -8,8 +8,8 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use std::sync::Arc;
 
-use crate::buffer::avro::{self, Framing};
 use super::kafka::Fetched;
+use crate::buffer::avro::{self, Framing};
 use crate::buffer::{self, BufferError, Options, Records};
 
 create_exception!(_native, NativeError, PyException, "An error raised by frazil's native core.");
@@ -148,7 +148,14 @@ impl JsonBuffer {
 
     /// The records of ``fetched`` from index ``start`` on that have a value, decoded without the GIL.
     #[pyo3(signature = (*, topic, partition, fetched, start = 0))]
-    fn append_fetched(&self, py: Python<'_>, topic: &str, partition: i32, fetched: &Fetched, start: usize) -> PyResult<AppendResult> {
+    fn append_fetched(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        partition: i32,
+        fetched: &Fetched,
+        start: usize,
+    ) -> PyResult<AppendResult> {
         let (inner, fetched) = (&self.inner, &fetched.inner);
         let done = py.detach(|| inner.append_fetched(topic, partition, fetched, start)).map_err(buffer_err)?;
         to_result(py, done)
@@ -220,7 +227,8 @@ pub fn append_routed(
     if let Some(bad) = targets.iter().flat_map(|(_, idx)| idx.iter()).find(|&&i| i as usize >= n) {
         return Err(NativeError::new_err(format!("index {bad} is out of range for {n} records")));
     }
-    let buffers: Vec<(&buffer::JsonBuffer, &[u32])> = targets.iter().map(|(b, idx)| (&b.get().inner, idx.as_slice())).collect();
+    let buffers: Vec<(&buffer::JsonBuffer, &[u32])> =
+        targets.iter().map(|(b, idx)| (&b.get().inner, idx.as_slice())).collect();
     let done = py.detach(|| {
         let mut out = Vec::with_capacity(buffers.len());
         for (buf, idx) in &buffers {
@@ -247,7 +255,18 @@ fn to_result(py: Python<'_>, done: buffer::Appended) -> PyResult<AppendResult> {
     let errors = done
         .errors
         .into_iter()
-        .map(|e| Py::new(py, DecodeError { index: e.index, partition: e.partition, offset: e.offset, field: e.field, reason: e.reason }))
+        .map(|e| {
+            Py::new(
+                py,
+                DecodeError {
+                    index: e.index,
+                    partition: e.partition,
+                    offset: e.offset,
+                    field: e.field,
+                    reason: e.reason,
+                },
+            )
+        })
         .collect::<PyResult<_>>()?;
     let unknown_fields = done
         .unknown_fields
@@ -268,7 +287,13 @@ pub struct AvroBuffer {
 impl AvroBuffer {
     #[new]
     #[pyo3(signature = (*, schema, confluent, metadata_columns = false, max_bytes = None, shards = 16))]
-    fn new(schema: PyArrowType<Schema>, confluent: bool, metadata_columns: bool, max_bytes: Option<usize>, shards: usize) -> PyResult<Self> {
+    fn new(
+        schema: PyArrowType<Schema>,
+        confluent: bool,
+        metadata_columns: bool,
+        max_bytes: Option<usize>,
+        shards: usize,
+    ) -> PyResult<Self> {
         let options = Options { metadata_columns, max_bytes, shards, ..Options::default() };
         let framing = if confluent { Framing::Confluent } else { Framing::Plain };
         let inner = avro::AvroBuffer::new(Arc::new(schema.0), options, framing).map_err(arrow_err)?;
@@ -298,7 +323,14 @@ impl AvroBuffer {
         let inner = &self.inner;
         let done = py
             .detach(|| {
-                inner.append(&Records { topic, partition, offsets: &offsets, timestamps_ms: &timestamps_ms, keys: &keys, values: &values })
+                inner.append(&Records {
+                    topic,
+                    partition,
+                    offsets: &offsets,
+                    timestamps_ms: &timestamps_ms,
+                    keys: &keys,
+                    values: &values,
+                })
             })
             .map_err(buffer_err)?;
         to_result(py, done)

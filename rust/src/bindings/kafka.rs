@@ -61,14 +61,20 @@ pub fn read_fetch(
 
 fn fetch_err(e: FetchError) -> PyErr {
     let offset = match &e {
-        FetchError::Corrupt { base_offset, .. } | FetchError::Malformed { base_offset, .. } | FetchError::Unsupported { base_offset, .. } => {
-            *base_offset
-        }
+        FetchError::Corrupt { base_offset, .. }
+        | FetchError::Malformed { base_offset, .. }
+        | FetchError::Unsupported { base_offset, .. } => *base_offset,
     };
     CorruptBatchError::new_err((e.to_string(), offset))
 }
 
-type Columns<'py> = (Vec<i64>, Vec<i64>, Vec<Option<Bound<'py, PyBytes>>>, Vec<Option<Bound<'py, PyBytes>>>, Vec<Vec<(String, Option<Bound<'py, PyBytes>>)>>);
+type Columns<'py> = (
+    Vec<i64>,
+    Vec<i64>,
+    Vec<Option<Bound<'py, PyBytes>>>,
+    Vec<Option<Bound<'py, PyBytes>>>,
+    Vec<Vec<(String, Option<Bound<'py, PyBytes>>)>>,
+);
 
 #[pymethods]
 impl Fetched {
@@ -127,15 +133,24 @@ impl Fetched {
         let f = &self.inner;
         let indices: Vec<usize> = match offsets {
             None => (start.min(f.len())..f.len()).collect(),
-            Some(wanted) => wanted.iter().map(|&o| (o, f.index_of(o))).filter(|&(o, i)| i < f.len() && f.offsets()[i] == o).map(|(_, i)| i).collect(),
+            Some(wanted) => wanted
+                .iter()
+                .map(|&o| (o, f.index_of(o)))
+                .filter(|&(o, i)| i < f.len() && f.offsets()[i] == o)
+                .map(|(_, i)| i)
+                .collect(),
         };
         let bytes = |b: Option<&[u8]>| b.map(|b| PyBytes::new(py, b));
         let mut headers = Vec::with_capacity(indices.len());
         for &i in &indices {
             let mut these = Vec::new();
             for (k, v) in f.headers(i) {
-                let key = std::str::from_utf8(k)
-                    .map_err(|_| NativeError::new_err(format!("the record at offset {} has a header key that is not UTF-8", f.offsets()[i])))?;
+                let key = std::str::from_utf8(k).map_err(|_| {
+                    NativeError::new_err(format!(
+                        "the record at offset {} has a header key that is not UTF-8",
+                        f.offsets()[i]
+                    ))
+                })?;
                 these.push((key.to_owned(), bytes(v)));
             }
             headers.push(these);

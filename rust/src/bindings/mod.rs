@@ -7,7 +7,8 @@ mod keyindex;
 mod route;
 
 pub use buffer::{
-    append_routed, AppendResult, AvroBuffer, BufferFullError, DecodeError, JsonBuffer, NativeError, UnknownField, UnknownSchemaError,
+    append_routed, AppendResult, AvroBuffer, BufferFullError, DecodeError, JsonBuffer, NativeError, UnknownField,
+    UnknownSchemaError,
 };
 pub use changes::split_changes;
 pub use kafka::{read_fetch, CorruptBatchError, FetchSummary, Fetched};

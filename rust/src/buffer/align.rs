@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
+use arrow::array::ArrayData;
 use arrow::array::{make_array, ArrayRef, RecordBatch};
 use arrow::buffer::{BooleanBuffer, Buffer, MutableBuffer, NullBuffer};
-use arrow::array::ArrayData;
 use arrow::error::ArrowError;
 
 pub const ALIGNMENT: usize = 64;

@@ -20,8 +20,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
-use arrow::datatypes::Decimal128Type;
 use arrow::compute::{cast_with_options, concat_batches, CastOptions};
+use arrow::datatypes::Decimal128Type;
 use arrow::datatypes::{DataType, TimeUnit};
 use arrow::error::ArrowError;
 use arrow::util::display::FormatOptions;
@@ -117,12 +117,14 @@ impl AvroBuffer {
         self.writers.write().expect("writers lock poisoned").insert(id, Arc::new(Writer::Refused { field, reason }));
     }
 
-
     /// Decode one batch of records of one partition; thread-safe like [`JsonBuffer::append`].
     pub fn append<V: AsRef<[u8]>, K: AsRef<[u8]>>(&self, records: &Records<'_, V, K>) -> Result<Appended, BufferError> {
         let n = records.values.len();
         if records.offsets.len() != n || records.timestamps_ms.len() != n || records.keys.len() != n {
-            return Err(ArrowError::InvalidArgumentError("offsets, timestamps, keys and values must have the same length".into()).into());
+            return Err(ArrowError::InvalidArgumentError(
+                "offsets, timestamps, keys and values must have the same length".into(),
+            )
+            .into());
         }
         let mut out = Appended::default();
         // (index, schema id, datum), in offset order
@@ -187,7 +189,8 @@ impl AvroBuffer {
                 }
                 Writer::Readable { writer, reader } => {
                     for segment in run.chunks(SEGMENT) {
-                        let (batch, kept) = self.decode_segment(id, writer, reader, segment, records, &mut out.errors)?;
+                        let (batch, kept) =
+                            self.decode_segment(id, writer, reader, segment, records, &mut out.errors)?;
                         if !kept.is_empty() {
                             batches.push(batch);
                             good.extend(kept);
@@ -202,7 +205,8 @@ impl AvroBuffer {
             return Ok(out);
         }
         let target = self.core.value_schema().clone();
-        let decoded = if batches.len() == 1 { batches.pop().expect("one batch") } else { concat_batches(&target, &batches)? };
+        let decoded =
+            if batches.len() == 1 { batches.pop().expect("one batch") } else { concat_batches(&target, &batches)? };
         if decoded.num_rows() != good.len() {
             return Err(ArrowError::InvalidArgumentError(format!(
                 "decoded {} rows from {} values; refusing the batch",
@@ -249,12 +253,13 @@ impl AvroBuffer {
                 let mut alone = Vec::with_capacity(kept.len());
                 for &(i, datum) in &kept {
                     let mut single = build(id, writer, reader, 1)?;
-                    let result = decode_one(&mut single, datum).and_then(|()| {
-                        flush_cast(&mut single, self.core.value_schema()).map_err(|e| e.to_string())
-                    });
+                    let result = decode_one(&mut single, datum)
+                        .and_then(|()| flush_cast(&mut single, self.core.value_schema()).map_err(|e| e.to_string()));
                     match result {
                         Ok(_) => alone.push((i, datum)),
-                        Err(reason) => errors.push(self.core.record_error(records, i, String::new(), self.reason(id, reason))),
+                        Err(reason) => {
+                            errors.push(self.core.record_error(records, i, String::new(), self.reason(id, reason)))
+                        }
                     }
                 }
                 kept = alone;
@@ -283,7 +288,9 @@ fn exact_cast(from: &DataType, to: &DataType) -> bool {
     match (from, to) {
         _ if from == to => true,
         (Int32, Int64) | (Float32, Float64) | (Time32(TimeUnit::Millisecond), Time64(TimeUnit::Microsecond)) => true,
-        (Utf8 | LargeUtf8, Utf8 | LargeUtf8 | Utf8View) | (Binary | LargeBinary, Binary | LargeBinary | BinaryView) => true,
+        (Utf8 | LargeUtf8, Utf8 | LargeUtf8 | Utf8View) | (Binary | LargeBinary, Binary | LargeBinary | BinaryView) => {
+            true
+        }
         (Dictionary(_, value), Utf8 | LargeUtf8 | Utf8View) => matches!(value.as_ref(), Utf8 | LargeUtf8),
         (Timestamp(a, tz_a), Timestamp(TimeUnit::Microsecond, tz_b)) => {
             matches!(a, TimeUnit::Millisecond | TimeUnit::Microsecond) && tz_a.is_some() == tz_b.is_some()
@@ -291,7 +298,8 @@ fn exact_cast(from: &DataType, to: &DataType) -> bool {
         (Decimal128(p, s), Decimal128(q, t)) => s == t && p <= q,
         (List(a) | LargeList(a), List(b) | LargeList(b)) => exact_cast(a.data_type(), b.data_type()),
         (Struct(a), Struct(b)) => {
-            a.len() == b.len() && a.iter().zip(b.iter()).all(|(x, y)| x.name() == y.name() && exact_cast(x.data_type(), y.data_type()))
+            a.len() == b.len()
+                && a.iter().zip(b.iter()).all(|(x, y)| x.name() == y.name() && exact_cast(x.data_type(), y.data_type()))
         }
         (Map(a, _), Map(b, _)) => exact_cast(a.data_type(), b.data_type()),
         _ => false,
@@ -315,7 +323,8 @@ fn build(id: u32, writer: &AvroSchema, reader: &AvroSchema, capacity: usize) -> 
 fn decode_one(decoder: &mut Decoder, datum: &[u8]) -> Result<(), String> {
     let used = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decoder.decode(datum)))
         .map_err(|panic| {
-            let what = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned());
+            let what =
+                panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned());
             format!("the Avro decoder failed on it ({})", what.unwrap_or_default())
         })?
         .map_err(|e| e.to_string())?;
@@ -360,7 +369,9 @@ fn flush_cast(decoder: &mut Decoder, target: &arrow::datatypes::SchemaRef) -> Re
 /// digits wrongly (12345678 at precision 4 reads back as another number).
 fn fits_precision(array: &dyn Array) -> Result<(), ArrowError> {
     match array.data_type() {
-        DataType::Decimal128(precision, _) => array.as_primitive::<Decimal128Type>().validate_decimal_precision(*precision),
+        DataType::Decimal128(precision, _) => {
+            array.as_primitive::<Decimal128Type>().validate_decimal_precision(*precision)
+        }
         DataType::Struct(_) => array.as_struct().columns().iter().try_for_each(|c| fits_precision(c.as_ref())),
         DataType::List(_) => fits_precision(array.as_list::<i32>().values().as_ref()),
         DataType::LargeList(_) => fits_precision(array.as_list::<i64>().values().as_ref()),

@@ -15,8 +15,8 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, Decimal128Builder, FixedSizeBinaryBuilder, GenericBinaryBuilder, Int16Builder, Int32Builder, Int64Builder,
-    Int8Builder, OffsetSizeTrait, PrimitiveBuilder, TimestampMicrosecondArray, TimestampMillisecondArray,
+    ArrayRef, Decimal128Builder, FixedSizeBinaryBuilder, GenericBinaryBuilder, Int16Builder, Int32Builder,
+    Int64Builder, Int8Builder, OffsetSizeTrait, PrimitiveBuilder, TimestampMicrosecondArray, TimestampMillisecondArray,
     TimestampNanosecondArray, TimestampSecondArray,
 };
 use arrow::compute::kernels::cast_utils::string_to_timestamp_nanos;
@@ -47,7 +47,10 @@ impl DecoderFactory for Factory {
             None => false,
             Some("half_even") => true,
             Some(other) => {
-                return Err(ArrowError::SchemaError(format!("field {:?}: rounding {other:?} is not half_even", field.name())))
+                return Err(ArrowError::SchemaError(format!(
+                    "field {:?}: rounding {other:?} is not half_even",
+                    field.name()
+                )))
             }
         };
         Ok(match field.data_type() {
@@ -110,7 +113,9 @@ impl ArrayDecoder for Uuid {
         for &p in pos {
             match string_at(tape, p, "a UUID string")? {
                 Some(text) => builder.append_value(parse_uuid(text).ok_or_else(|| {
-                    ArrowError::JsonError(format!("expected a UUID like 123e4567-e89b-12d3-a456-426614174000, got {text:?}"))
+                    ArrowError::JsonError(format!(
+                        "expected a UUID like 123e4567-e89b-12d3-a456-426614174000, got {text:?}"
+                    ))
                 })?)?,
                 None => builder.append_null(),
             }
@@ -129,7 +134,11 @@ impl ArrayDecoder for FixedBase64 {
                 Some(text) => {
                     let bytes = base64_bytes(text)?;
                     if bytes.len() != self.0 as usize {
-                        return Err(ArrowError::JsonError(format!("expected {} bytes, got {} from {text:?}", self.0, bytes.len())));
+                        return Err(ArrowError::JsonError(format!(
+                            "expected {} bytes, got {} from {text:?}",
+                            self.0,
+                            bytes.len()
+                        )));
                     }
                     builder.append_value(&bytes)?;
                 }
@@ -340,8 +349,9 @@ impl ArrayDecoder for ExactDecimal {
         for &p in pos {
             match number_text(tape, p, "a decimal number")? {
                 Some(text) => {
-                    let value = scaled(text, scale, self.round)
-                        .map_err(|e| ArrowError::JsonError(format!("{e}; the column is decimal({precision}, {scale})")))?;
+                    let value = scaled(text, scale, self.round).map_err(|e| {
+                        ArrowError::JsonError(format!("{e}; the column is decimal({precision}, {scale})"))
+                    })?;
                     if value.abs() >= limit {
                         return Err(ArrowError::JsonError(format!(
                             "{text} has more than {} digit(s) before the decimal point; the column is decimal({precision}, {scale})",
@@ -398,7 +408,13 @@ pub(crate) fn iso_nanos(b: &[u8]) -> Option<i128> {
     let (hour, minute, second) = (num(&b[11..13])?, num(&b[14..16])?, num(&b[17..19])?);
     let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
     let month_days = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
-    if !(1..=12).contains(&month) || day < 1 || day > month_days[month as usize - 1] || hour > 23 || minute > 59 || second > 59 {
+    if !(1..=12).contains(&month)
+        || day < 1
+        || day > month_days[month as usize - 1]
+        || hour > 23
+        || minute > 59
+        || second > 59
+    {
         return None;
     }
     let mut at = 19;
@@ -419,7 +435,11 @@ pub(crate) fn iso_nanos(b: &[u8]) -> Option<i128> {
                 return None;
             }
             let seconds = h * 3600 + m * 60;
-            if *sign == b'+' { seconds } else { -seconds }
+            if *sign == b'+' {
+                seconds
+            } else {
+                -seconds
+            }
         }
         _ => return None,
     };
@@ -454,7 +474,10 @@ impl Timestamps {
             Some("us") => Some(TimeUnit::Microsecond),
             Some("ns") => Some(TimeUnit::Nanosecond),
             Some(other) => {
-                return Err(ArrowError::SchemaError(format!("field {:?}: unit {other:?} is not one of s, ms, us, ns", field.name())))
+                return Err(ArrowError::SchemaError(format!(
+                    "field {:?}: unit {other:?} is not one of s, ms, us, ns",
+                    field.name()
+                )))
             }
         };
         Ok(Some(Self { unit: *unit, tz: tz.clone(), sent }))
@@ -518,8 +541,11 @@ impl Timestamps {
                          \"us\", \"ns\") on the column, or send ISO-8601 text"
                     )));
                 };
-                let count = exact_scaled(text, 0).map_err(|e| ArrowError::JsonError(format!("{e}; {} since the epoch", unit_name(sent))))?;
-                let nanos = count.checked_mul(nanos_per(sent)).ok_or_else(|| ArrowError::JsonError(format!("{text} is too large")))?;
+                let count = exact_scaled(text, 0)
+                    .map_err(|e| ArrowError::JsonError(format!("{e}; {} since the epoch", unit_name(sent))))?;
+                let nanos = count
+                    .checked_mul(nanos_per(sent))
+                    .ok_or_else(|| ArrowError::JsonError(format!("{text} is too large")))?;
                 (nanos, format!("{text} {}", unit_name(sent)))
             }
             _ => return Err(tape.error(p, "an ISO-8601 timestamp or a number")),
@@ -534,9 +560,15 @@ impl ArrayDecoder for Timestamps {
         let tz = self.tz.clone();
         let array: ArrayRef = match self.unit {
             TimeUnit::Second => Arc::new(values.into_iter().collect::<TimestampSecondArray>().with_timezone_opt(tz)),
-            TimeUnit::Millisecond => Arc::new(values.into_iter().collect::<TimestampMillisecondArray>().with_timezone_opt(tz)),
-            TimeUnit::Microsecond => Arc::new(values.into_iter().collect::<TimestampMicrosecondArray>().with_timezone_opt(tz)),
-            TimeUnit::Nanosecond => Arc::new(values.into_iter().collect::<TimestampNanosecondArray>().with_timezone_opt(tz)),
+            TimeUnit::Millisecond => {
+                Arc::new(values.into_iter().collect::<TimestampMillisecondArray>().with_timezone_opt(tz))
+            }
+            TimeUnit::Microsecond => {
+                Arc::new(values.into_iter().collect::<TimestampMicrosecondArray>().with_timezone_opt(tz))
+            }
+            TimeUnit::Nanosecond => {
+                Arc::new(values.into_iter().collect::<TimestampNanosecondArray>().with_timezone_opt(tz))
+            }
         };
         Ok(array)
     }
@@ -587,8 +619,16 @@ mod tests {
             }
         }
         assert!(checked > 50_000, "only {checked} taken by the quick parser");
-        for text in ["2024-02-29T00:00:00Z", "2023-02-29T00:00:00Z", "1969-12-31T23:59:59.999999999Z", "0001-01-01T00:00:00Z",
-                     "2026-11-01T10:00:00.1234567891Z", "2026-11-01T24:00:00Z", "2026-11-01T10:00:60Z", "2026-11-01T10:00:00+24:00"] {
+        for text in [
+            "2024-02-29T00:00:00Z",
+            "2023-02-29T00:00:00Z",
+            "1969-12-31T23:59:59.999999999Z",
+            "0001-01-01T00:00:00Z",
+            "2026-11-01T10:00:00.1234567891Z",
+            "2026-11-01T24:00:00Z",
+            "2026-11-01T10:00:60Z",
+            "2026-11-01T10:00:00+24:00",
+        ] {
             let quick = iso_nanos(text.as_bytes());
             assert!(quick.is_none() || quick == string_to_timestamp_nanos(text).ok().map(i128::from), "{text}");
         }
@@ -643,7 +683,10 @@ mod tests {
         use crate::buffer::{JsonBuffer, Options, Records};
         use arrow::array::AsArray;
         use arrow::datatypes::{Field, Schema};
-        let schema = Arc::new(Schema::new(vec![Field::new("f", DataType::Float32, true), Field::new("d", DataType::Float64, true)]));
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("f", DataType::Float32, true),
+            Field::new("d", DataType::Float64, true),
+        ]));
         let buf = JsonBuffer::new(schema, Options::default()).unwrap();
         let values = [
             r#"{"f": 0.5, "d": 0.1}"#,
@@ -657,8 +700,18 @@ mod tests {
         let offsets: Vec<i64> = (0..values.len() as i64).collect();
         let keys: Vec<Option<Vec<u8>>> = vec![None; values.len()];
         let ts = vec![0; values.len()];
-        let out = buf.append(&Records { topic: "t", partition: 0, offsets: &offsets, timestamps_ms: &ts, keys: &keys, values: &values }).unwrap();
-        let got: Vec<(i64, &str, &str)> = out.errors.iter().map(|e| (e.offset, e.field.as_str(), e.reason.as_str())).collect();
+        let out = buf
+            .append(&Records {
+                topic: "t",
+                partition: 0,
+                offsets: &offsets,
+                timestamps_ms: &ts,
+                keys: &keys,
+                values: &values,
+            })
+            .unwrap();
+        let got: Vec<(i64, &str, &str)> =
+            out.errors.iter().map(|e| (e.offset, e.field.as_str(), e.reason.as_str())).collect();
         assert_eq!(got.len(), 4, "{got:?}");
         assert_eq!((got[0].0, got[0].1), (1, "f"));
         assert!(got[0].2.contains("1e39 is out of range for a float (32-bit)"), "{}", got[0].2);
@@ -691,7 +744,12 @@ mod tests {
         let want = [0x12, 0x3e, 0x45, 0x67, 0xe8, 0x9b, 0x12, 0xd3, 0xa4, 0x56, 0x42, 0x66, 0x14, 0x17, 0x40, 0x00];
         assert_eq!(parse_uuid("123e4567-e89b-12d3-a456-426614174000"), Some(want));
         assert_eq!(parse_uuid("123E4567E89B12D3A456426614174000"), Some(want));
-        for bad in ["", "123e4567-e89b-12d3-a456-42661417400", "123e4567ze89b-12d3-a456-426614174000", "g23e4567e89b12d3a456426614174000"] {
+        for bad in [
+            "",
+            "123e4567-e89b-12d3-a456-42661417400",
+            "123e4567ze89b-12d3-a456-426614174000",
+            "g23e4567e89b12d3a456426614174000",
+        ] {
             assert_eq!(parse_uuid(bad), None, "{bad}");
         }
     }

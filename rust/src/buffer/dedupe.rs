@@ -6,7 +6,9 @@ use arrow::array::{Array, BinaryArray, BooleanArray};
 
 /// For the rows of `entries` in order, whether each is the last one for its key. Rows without a
 /// key are always kept. Deterministic: replaying the same records gives the same rows.
-pub(crate) fn last_per_key<'a>(entries: impl Iterator<Item = (i32, &'a [i64], Option<&'a BinaryArray>)> + Clone) -> BooleanArray {
+pub(crate) fn last_per_key<'a>(
+    entries: impl Iterator<Item = (i32, &'a [i64], Option<&'a BinaryArray>)> + Clone,
+) -> BooleanArray {
     let mut winner: HashMap<&'a [u8], (i32, i64, usize)> = HashMap::new();
     let mut total = 0;
     for (partition, offsets, keys) in entries.clone() {

@@ -16,9 +16,8 @@ use std::sync::Arc;
 
 use arrow::array::{
     ArrayRef, BooleanArray, Float32Array, Float64Array, Int16Array, Int32Array, Int64Array, Int8Array, LargeListArray,
-    LargeStringArray, ListArray,
-    NullBufferBuilder, RecordBatch, StringArray, StructArray, TimestampMicrosecondArray, TimestampMillisecondArray,
-    TimestampNanosecondArray, TimestampSecondArray,
+    LargeStringArray, ListArray, NullBufferBuilder, RecordBatch, StringArray, StructArray, TimestampMicrosecondArray,
+    TimestampMillisecondArray, TimestampNanosecondArray, TimestampSecondArray,
 };
 use arrow::buffer::{BooleanBuffer, Buffer, OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{DataType, FieldRef, Fields, SchemaRef, TimeUnit};
@@ -28,7 +27,9 @@ use super::decoders::{Timestamps, ROUNDING_KEY};
 /// What the decoder reads for one field.
 enum Kind {
     /// Text, with 64-bit offsets when `large` (pyiceberg's tables use large strings).
-    Utf8 { large: bool },
+    Utf8 {
+        large: bool,
+    },
     /// An integer of `bits` bits (8, 16, 32, 64), exactly.
     Int(u8),
     F64,
@@ -36,7 +37,11 @@ enum Kind {
     Bool,
     Timestamp(Timestamps, TimeUnit, Option<Arc<str>>),
     Struct(Vec<Spec>),
-    List { item: Box<Spec>, field: FieldRef, large: bool },
+    List {
+        item: Box<Spec>,
+        field: FieldRef,
+        large: bool,
+    },
 }
 
 struct Spec {
@@ -67,14 +72,22 @@ impl Spec {
             DataType::Timestamp(unit, tz) => Kind::Timestamp(Timestamps::of(field).ok()??, *unit, tz.clone()),
             DataType::Struct(children) => Kind::Struct(children.iter().map(Spec::of).collect::<Option<_>>()?),
             DataType::List(item) => Kind::List { item: Box::new(Spec::of(item)?), field: item.clone(), large: false },
-            DataType::LargeList(item) => Kind::List { item: Box::new(Spec::of(item)?), field: item.clone(), large: true },
+            DataType::LargeList(item) => {
+                Kind::List { item: Box::new(Spec::of(item)?), field: item.clone(), large: true }
+            }
             _ => return None,
         };
         let has_required = match &kind {
             Kind::Struct(children) => children.iter().any(|c| !c.nullable || c.has_required),
             _ => false,
         };
-        Some(Spec { name: field.name().as_bytes().into(), nullable: field.is_nullable(), has_required, kind, field: field.clone() })
+        Some(Spec {
+            name: field.name().as_bytes().into(),
+            nullable: field.is_nullable(),
+            has_required,
+            kind,
+            field: field.clone(),
+        })
     }
 }
 
@@ -99,7 +112,12 @@ impl FastDecoder {
 
     /// The rows of `values` at `indices`, in order, or None when any of them is not one this
     /// decoder reads plainly (the batch is then the arrow-json path's).
-    pub(crate) fn decode<'v>(&self, value: impl Fn(usize) -> &'v [u8], indices: &[usize], schema: &SchemaRef) -> Option<RecordBatch> {
+    pub(crate) fn decode<'v>(
+        &self,
+        value: impl Fn(usize) -> &'v [u8],
+        indices: &[usize],
+        schema: &SchemaRef,
+    ) -> Option<RecordBatch> {
         let mut state = Object::new(&self.columns, indices.len());
         for &i in indices {
             let mut p = Parser { s: value(i), at: 0 };
@@ -226,16 +244,28 @@ struct Column {
 impl Column {
     fn new(spec: &Spec, rows: usize) -> Self {
         let values = match &spec.kind {
-            Kind::Utf8 { .. } => Values::Utf8 { offsets: { let mut o = Vec::with_capacity(rows + 1); o.push(0); o }, data: Vec::with_capacity(rows * 16) },
+            Kind::Utf8 { .. } => Values::Utf8 {
+                offsets: {
+                    let mut o = Vec::with_capacity(rows + 1);
+                    o.push(0);
+                    o
+                },
+                data: Vec::with_capacity(rows * 16),
+            },
             Kind::Int(_) => Values::Int(Vec::with_capacity(rows)),
             Kind::F64 => Values::F64(Vec::with_capacity(rows)),
             Kind::F32 => Values::F32(Vec::with_capacity(rows)),
             Kind::Bool => Values::Bool(Vec::with_capacity(rows)),
             Kind::Timestamp(..) => Values::Timestamp(Vec::with_capacity(rows)),
             Kind::Struct(children) => Values::Struct(Box::new(Object::new(children, rows))),
-            Kind::List { item, .. } => {
-                Values::List { offsets: { let mut o = Vec::with_capacity(rows + 1); o.push(0); o }, item: Box::new(Column::new(item, rows)) }
-            }
+            Kind::List { item, .. } => Values::List {
+                offsets: {
+                    let mut o = Vec::with_capacity(rows + 1);
+                    o.push(0);
+                    o
+                },
+                item: Box::new(Column::new(item, rows)),
+            },
         };
         Column { values, nulls: NullBufferBuilder::new(rows) }
     }
@@ -345,12 +375,22 @@ impl Column {
                     // SAFETY: every string was checked UTF-8 when read (Parser::string_into), and the
                     // offsets start at 0 and only grow up to the data's length
                     Arc::new(unsafe {
-                        LargeStringArray::new_unchecked(OffsetBuffer::new_unchecked(ScalarBuffer::from(offsets)), data, nulls)
+                        LargeStringArray::new_unchecked(
+                            OffsetBuffer::new_unchecked(ScalarBuffer::from(offsets)),
+                            data,
+                            nulls,
+                        )
                     })
                 } else {
                     let offsets: Vec<i32> = offsets.into_iter().map(i32::try_from).collect::<Result<_, _>>().ok()?;
                     // SAFETY: as above
-                    Arc::new(unsafe { StringArray::new_unchecked(OffsetBuffer::new_unchecked(ScalarBuffer::from(offsets)), data, nulls) })
+                    Arc::new(unsafe {
+                        StringArray::new_unchecked(
+                            OffsetBuffer::new_unchecked(ScalarBuffer::from(offsets)),
+                            data,
+                            nulls,
+                        )
+                    })
                 }
             }
             (Values::Int(v), Kind::Int(bits)) => match bits {
@@ -366,9 +406,15 @@ impl Column {
                 let v = ScalarBuffer::from(v);
                 match unit {
                     TimeUnit::Second => Arc::new(TimestampSecondArray::new(v, nulls).with_timezone_opt(tz.clone())),
-                    TimeUnit::Millisecond => Arc::new(TimestampMillisecondArray::new(v, nulls).with_timezone_opt(tz.clone())),
-                    TimeUnit::Microsecond => Arc::new(TimestampMicrosecondArray::new(v, nulls).with_timezone_opt(tz.clone())),
-                    TimeUnit::Nanosecond => Arc::new(TimestampNanosecondArray::new(v, nulls).with_timezone_opt(tz.clone())),
+                    TimeUnit::Millisecond => {
+                        Arc::new(TimestampMillisecondArray::new(v, nulls).with_timezone_opt(tz.clone()))
+                    }
+                    TimeUnit::Microsecond => {
+                        Arc::new(TimestampMicrosecondArray::new(v, nulls).with_timezone_opt(tz.clone()))
+                    }
+                    TimeUnit::Nanosecond => {
+                        Arc::new(TimestampNanosecondArray::new(v, nulls).with_timezone_opt(tz.clone()))
+                    }
                 }
             }
             (Values::Struct(object), Kind::Struct(children)) => {
@@ -378,10 +424,26 @@ impl Column {
             (Values::List { offsets, item }, Kind::List { item: item_spec, field, large }) => {
                 let values = item.finish(item_spec)?;
                 if *large {
-                    Arc::new(LargeListArray::try_new(field.clone(), OffsetBuffer::new(ScalarBuffer::from(offsets)), values, nulls).ok()?)
+                    Arc::new(
+                        LargeListArray::try_new(
+                            field.clone(),
+                            OffsetBuffer::new(ScalarBuffer::from(offsets)),
+                            values,
+                            nulls,
+                        )
+                        .ok()?,
+                    )
                 } else {
                     let offsets: Vec<i32> = offsets.into_iter().map(i32::try_from).collect::<Result<_, _>>().ok()?;
-                    Arc::new(ListArray::try_new(field.clone(), OffsetBuffer::new(ScalarBuffer::from(offsets)), values, nulls).ok()?)
+                    Arc::new(
+                        ListArray::try_new(
+                            field.clone(),
+                            OffsetBuffer::new(ScalarBuffer::from(offsets)),
+                            values,
+                            nulls,
+                        )
+                        .ok()?,
+                    )
                 }
             }
             _ => return None,

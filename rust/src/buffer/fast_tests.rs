@@ -42,12 +42,12 @@ fn plain_values_land_with_escapes_and_any_field_order() {
 #[test]
 fn anything_not_plain_is_left_to_arrow_json() {
     for value in [
-        r#"{"id": 1, "id": 2}"#,          // a repeated field
-        r#"{"id": "1"}"#,                  // a number as text
-        r#"{"s": "x"}"#,                   // a required field missing
-        r#"{"id": 1, "r": {}}"#,           // a required field of a struct missing
-        r#"{"id": 1, "r": null}"#,         // a null struct over a required field (Arrow masks it; arrow-json does)
-        r#"{"id": 01}"#,                   // not a JSON number
+        r#"{"id": 1, "id": 2}"#,   // a repeated field
+        r#"{"id": "1"}"#,          // a number as text
+        r#"{"s": "x"}"#,           // a required field missing
+        r#"{"id": 1, "r": {}}"#,   // a required field of a struct missing
+        r#"{"id": 1, "r": null}"#, // a null struct over a required field (Arrow masks it; arrow-json does)
+        r#"{"id": 01}"#,           // not a JSON number
         r#"{"id": 1.}"#,
         r#"{"id": 1.5}"#,                  // a fraction: the exact path says why
         r#"{"id": 1, "s": "\ud800"}"#,     // a lone surrogate
@@ -59,7 +59,8 @@ fn anything_not_plain_is_left_to_arrow_json() {
         assert!(decode(true, &[r#"{"id": 5, "r": {"k": 5}}"#, value]).is_none(), "{value}");
     }
     // not strict: an unknown field is checked and skipped
-    let batch = decode(false, &[r#"{"id": 1, "other": {"a": [1, "x", null]}, "s": "t", "r": {"k": 0}}"#]).expect("skipped");
+    let batch =
+        decode(false, &[r#"{"id": 1, "other": {"a": [1, "x", null]}, "s": "t", "r": {"k": 0}}"#]).expect("skipped");
     assert_eq!(batch.column(1).as_string::<i64>().value(0), "t");
     assert!(decode(false, &[r#"{"id": 1, "other": [1,}, "r": {"k": 0}}"#]).is_none());
 }

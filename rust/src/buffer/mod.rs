@@ -21,8 +21,8 @@ pub(crate) use validate::explain_syntax;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use arrow::array::{ArrayRef, BinaryArray, Int32Array, Int64Array, RecordBatch, StringArray};
 use arrow::array::TimestampMillisecondArray;
+use arrow::array::{ArrayRef, BinaryArray, Int32Array, Int64Array, RecordBatch, StringArray};
 use arrow::compute::{cast, concat_batches};
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use arrow::error::ArrowError;
@@ -69,7 +69,11 @@ pub struct Appended {
 #[derive(Debug)]
 pub enum BufferError {
     /// Appending would pass the byte cap; nothing was appended. Drain, then try again.
-    Full { needed: usize, used: usize, cap: usize },
+    Full {
+        needed: usize,
+        used: usize,
+        cap: usize,
+    },
     /// Avro values name writer schemas the buffer has not been given; nothing was appended.
     /// Register them (or refuse them), then append again.
     UnknownSchemas(Vec<u32>),
@@ -83,7 +87,9 @@ impl std::fmt::Display for BufferError {
                 f,
                 "buffer full: appending needs {needed} bytes, {used} of {cap} are in use; drain the buffer first"
             ),
-            BufferError::UnknownSchemas(ids) => write!(f, "unknown Avro writer schema id(s) {ids:?}; register them, then append again"),
+            BufferError::UnknownSchemas(ids) => {
+                write!(f, "unknown Avro writer schema id(s) {ids:?}; register them, then append again")
+            }
             BufferError::Arrow(e) => write!(f, "{e}"),
         }
     }
@@ -254,7 +260,9 @@ impl JsonBuffer {
             match validate::check(value.as_ref(), self.value_schema.fields(), report, self.options.fold_case) {
                 Ok(checked) => {
                     // a field that differs from a column only in case is a bad record, never dropped
-                    let near = unknown.iter().find_map(|path| validate::near_miss(self.value_schema.fields(), path).map(|c| (path, c)));
+                    let near = unknown
+                        .iter()
+                        .find_map(|path| validate::near_miss(self.value_schema.fields(), path).map(|c| (path, c)));
                     if let Some((path, column)) = near {
                         out.errors.push(self.record_error(records, i, path.clone(), validate::case_reason(&column)));
                         continue;
@@ -263,7 +271,11 @@ impl JsonBuffer {
                     if let Checked::Rewritten(utf8) = checked {
                         rewritten.push((i, utf8));
                     }
-                    out.unknown_fields.extend(unknown.drain(..).map(|path| UnknownField { index: i, offset: records.offsets[i], path }));
+                    out.unknown_fields.extend(unknown.drain(..).map(|path| UnknownField {
+                        index: i,
+                        offset: records.offsets[i],
+                        path,
+                    }));
                 }
                 Err(reason) => out.errors.push(self.record_error(records, i, String::new(), reason)),
             }
@@ -318,7 +330,13 @@ impl JsonBuffer {
     /// The records of `fetched` from index `from` on that have a value (a null value is a
     /// tombstone, not a row), decoded as [`Self::append`] does, straight from the fetched bytes.
     /// An error's `index` counts the records handed on, not the fetch's; its offset is the record's.
-    pub fn append_fetched(&self, topic: &str, partition: i32, fetched: &Fetched, from: usize) -> Result<Appended, BufferError> {
+    pub fn append_fetched(
+        &self,
+        topic: &str,
+        partition: i32,
+        fetched: &Fetched,
+        from: usize,
+    ) -> Result<Appended, BufferError> {
         let taken = Taken::of(fetched, from);
         self.append(&taken.records(topic, partition))
     }
@@ -402,7 +420,8 @@ impl JsonBuffer {
 
     /// One aligned batch from `run`, which is left empty (its batches freed).
     fn glue(&self, run: &mut Vec<RecordBatch>) -> Result<RecordBatch, ArrowError> {
-        let batch = if run.len() == 1 { run.pop().expect("one batch") } else { concat_batches(&self.schema, run.iter())? };
+        let batch =
+            if run.len() == 1 { run.pop().expect("one batch") } else { concat_batches(&self.schema, run.iter())? };
         run.clear();
         align::align_batch(batch)
     }
@@ -422,7 +441,8 @@ impl JsonBuffer {
     fn concat(&self, entries: &[Entry]) -> Result<RecordBatch, ArrowError> {
         let mut batch = concat_batches(&self.schema, entries.iter().map(|e| &e.batch))?;
         if self.options.dedupe_by_key {
-            let keep = dedupe::last_per_key(entries.iter().map(|e| (e.partition, e.offsets.as_slice(), e.keys.as_ref())));
+            let keep =
+                dedupe::last_per_key(entries.iter().map(|e| (e.partition, e.offsets.as_slice(), e.keys.as_ref())));
             batch = arrow::compute::filter_record_batch(&batch, &keep)?;
         }
         align::align_batch(batch)
@@ -471,16 +491,27 @@ impl JsonBuffer {
     /// Decodes `indices` of `values`; a panic inside arrow-json becomes an error, so the slow
     /// path can pin it on the record that caused it instead of taking the process down.
     fn decode_all<V: AsRef<[u8]>>(&self, values: &Values<'_, V>, indices: &[usize]) -> Result<RecordBatch, ArrowError> {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.decode_unchecked(values, indices))).unwrap_or_else(|panic| {
-            let what = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned());
-            Err(ArrowError::JsonError(format!("the JSON decoder failed on this value ({})", what.unwrap_or_default())))
-        })
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.decode_unchecked(values, indices)))
+            .unwrap_or_else(|panic| {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned());
+                Err(ArrowError::JsonError(format!(
+                    "the JSON decoder failed on this value ({})",
+                    what.unwrap_or_default()
+                )))
+            })
     }
 
     /// Feeds the values to one arrow-json decoder, checking after each that it added exactly one
     /// complete row: a value holding two objects, or one whose text runs into the next value,
     /// fails the call (the slow path then finds it) instead of shifting rows against offsets.
-    fn decode_unchecked<V: AsRef<[u8]>>(&self, values: &Values<'_, V>, indices: &[usize]) -> Result<RecordBatch, ArrowError> {
+    fn decode_unchecked<V: AsRef<[u8]>>(
+        &self,
+        values: &Values<'_, V>,
+        indices: &[usize],
+    ) -> Result<RecordBatch, ArrowError> {
         // One spare row, so a value with a second object is seen rather than left unconsumed.
         let mut decoder = self.decoder(indices.len() + 1)?;
         self.feed(&mut decoder, values, indices)
@@ -488,7 +519,12 @@ impl JsonBuffer {
 
     /// [`Self::decode_unchecked`] with a decoder of at least `indices.len() + 1` rows that holds
     /// nothing; after an error it holds a partial tape and must not be used again.
-    fn feed<V: AsRef<[u8]>>(&self, decoder: &mut Decoder, values: &Values<'_, V>, indices: &[usize]) -> Result<RecordBatch, ArrowError> {
+    fn feed<V: AsRef<[u8]>>(
+        &self,
+        decoder: &mut Decoder,
+        values: &Values<'_, V>,
+        indices: &[usize],
+    ) -> Result<RecordBatch, ArrowError> {
         let not_one = || ArrowError::JsonError("value is not exactly one JSON object".into());
         for (k, &i) in indices.iter().enumerate() {
             let value = values.get(i);
@@ -534,7 +570,11 @@ impl JsonBuffer {
                 ),
                 _ => Arc::new(keys()),
             };
-            columns.push(if column.data_type() == field.data_type() { column } else { cast(&column, field.data_type())? });
+            columns.push(if column.data_type() == field.data_type() {
+                column
+            } else {
+                cast(&column, field.data_type())?
+            });
         }
         let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
         let offsets: Vec<i64> = rows.iter().map(|&i| records.offsets[i]).collect();
@@ -618,8 +658,12 @@ pub(crate) struct Taken<'f> {
 impl<'f> Taken<'f> {
     pub(crate) fn of(fetched: &'f Fetched, from: usize) -> Self {
         let n = fetched.len().saturating_sub(from);
-        let mut out =
-            Taken { offsets: Vec::with_capacity(n), timestamps_ms: Vec::with_capacity(n), keys: Vec::with_capacity(n), values: Vec::with_capacity(n) };
+        let mut out = Taken {
+            offsets: Vec::with_capacity(n),
+            timestamps_ms: Vec::with_capacity(n),
+            keys: Vec::with_capacity(n),
+            values: Vec::with_capacity(n),
+        };
         for i in from..fetched.len() {
             if let Some(value) = fetched.value(i) {
                 out.offsets.push(fetched.offsets()[i]);
@@ -632,7 +676,14 @@ impl<'f> Taken<'f> {
     }
 
     pub(crate) fn records<'a>(&'a self, topic: &'a str, partition: i32) -> Records<'a, &'f [u8], &'f [u8]> {
-        Records { topic, partition, offsets: &self.offsets, timestamps_ms: &self.timestamps_ms, keys: &self.keys, values: &self.values }
+        Records {
+            topic,
+            partition,
+            offsets: &self.offsets,
+            timestamps_ms: &self.timestamps_ms,
+            keys: &self.keys,
+            values: &self.values,
+        }
     }
 }
 

@@ -10,11 +10,7 @@ fn schema(meta: bool) -> SchemaRef {
     let mut fields = vec![
         Field::new("id", DataType::Int64, false),
         Field::new("name", DataType::Utf8, true),
-        Field::new(
-            "inner",
-            DataType::Struct(vec![Field::new("score", DataType::Float64, true)].into()),
-            true,
-        ),
+        Field::new("inner", DataType::Struct(vec![Field::new("score", DataType::Float64, true)].into()), true),
     ];
     if meta {
         fields.push(Field::new(META_TOPIC, DataType::Utf8, false));
@@ -28,7 +24,8 @@ fn schema(meta: bool) -> SchemaRef {
 
 fn append(buf: &JsonBuffer, offsets: &[i64], values: &[&str]) -> Vec<RecordError> {
     let timestamps: Vec<i64> = offsets.iter().map(|o| 1_700_000_000_000 + o).collect();
-    let keys: Vec<Option<Vec<u8>>> = offsets.iter().map(|o| if o % 2 == 0 { Some(o.to_string().into_bytes()) } else { None }).collect();
+    let keys: Vec<Option<Vec<u8>>> =
+        offsets.iter().map(|o| if o % 2 == 0 { Some(o.to_string().into_bytes()) } else { None }).collect();
     let records = Records { topic: "t", partition: 3, offsets, timestamps_ms: &timestamps, keys: &keys, values };
     buf.append(&records).unwrap().errors
 }
@@ -36,7 +33,8 @@ fn append(buf: &JsonBuffer, offsets: &[i64], values: &[&str]) -> Vec<RecordError
 #[test]
 fn decodes_values_and_metadata() {
     let buf = JsonBuffer::new(schema(true), meta()).unwrap();
-    let errors = append(&buf, &[10, 11], &[r#"{"id": 1, "name": "a", "inner": {"score": 1.5}}"#, r#"{"id": 2, "extra": true}"#]);
+    let errors =
+        append(&buf, &[10, 11], &[r#"{"id": 1, "name": "a", "inner": {"score": 1.5}}"#, r#"{"id": 2, "extra": true}"#]);
     assert!(errors.is_empty());
     assert_eq!(buf.rows(), 2);
     assert!(buf.bytes() > 0);
@@ -78,7 +76,10 @@ fn missing_required_field_is_a_record_error() {
     let errors = append(&buf, &[0, 1], &[r#"{"name": "no id"}"#, r#"{"id": 7}"#]);
     assert_eq!(errors.len(), 1);
     assert_eq!(errors[0].offset, 0);
-    assert_eq!((errors[0].field.as_str(), errors[0].reason.as_str()), ("id", "is required, and the record has no value for it (missing or null)"));
+    assert_eq!(
+        (errors[0].field.as_str(), errors[0].reason.as_str()),
+        ("id", "is required, and the record has no value for it (missing or null)")
+    );
     assert_eq!(buf.rows(), 1);
 }
 
@@ -104,8 +105,16 @@ fn values_land_exactly_as_sent_or_the_record_is_bad() {
     let bad = [
         (r#"{"n": 7.9}"#, "n", "7.9 has a fractional part; the column is a long (64-bit)"),
         (r#"{"i": 2147483648}"#, "i", "2147483648 does not fit an int (32-bit)"),
-        (r#"{"d": 1.239}"#, "d", "1.239 has more than 2 digit(s) after the decimal point; the column is decimal(10, 2)"),
-        (r#"{"d": "123456789"}"#, "d", "123456789 has more than 8 digit(s) before the decimal point; the column is decimal(10, 2)"),
+        (
+            r#"{"d": 1.239}"#,
+            "d",
+            "1.239 has more than 2 digit(s) after the decimal point; the column is decimal(10, 2)",
+        ),
+        (
+            r#"{"d": "123456789"}"#,
+            "d",
+            "123456789 has more than 8 digit(s) before the decimal point; the column is decimal(10, 2)",
+        ),
         (r#"{"tz": 1704103200000}"#, "tz", "1704103200000 is a number, and the column declares no unit"),
         (r#"{"tz": "2024-01-01T10:00:00"}"#, "tz", "has no UTC offset"),
         (r#"{"local": "2024-01-01T10:00:00Z"}"#, "local", "has a UTC offset"),
@@ -127,9 +136,9 @@ fn values_land_exactly_as_sent_or_the_record_is_bad() {
     assert_eq!(batch.column(1).as_primitive::<arrow::datatypes::Int32Type>().value(0), -12);
     assert_eq!(batch.column(2).as_primitive::<arrow::datatypes::Decimal128Type>().values(), &[150, -5]);
     let us = |c: usize| batch.column(c).as_primitive::<arrow::datatypes::TimestampMicrosecondType>().values().to_vec();
-    assert_eq!(us(3), vec![1_704_096_000_000_000, 1_704_096_000_000_001]);   // 08:00 UTC both
-    assert_eq!(us(4)[0], 1_704_103_200_000_000);   // 10:00 local, kept as written
-    assert_eq!(us(5)[0], 1_704_103_200_123_000);   // milliseconds, as declared
+    assert_eq!(us(3), vec![1_704_096_000_000_000, 1_704_096_000_000_001]); // 08:00 UTC both
+    assert_eq!(us(4)[0], 1_704_103_200_000_000); // 10:00 local, kept as written
+    assert_eq!(us(5)[0], 1_704_103_200_123_000); // milliseconds, as declared
     assert_eq!(batch.schema(), strict_schema());
 }
 
@@ -143,7 +152,8 @@ fn metadata_columns_must_be_in_the_schema() {
 fn mismatched_lengths_are_rejected() {
     let buf = JsonBuffer::new(schema(false), Options::default()).unwrap();
     let keys: Vec<Option<Vec<u8>>> = vec![None];
-    let records = Records { topic: "t", partition: 0, offsets: &[1, 2], timestamps_ms: &[0], keys: &keys, values: &["{}"] };
+    let records =
+        Records { topic: "t", partition: 0, offsets: &[1, 2], timestamps_ms: &[0], keys: &keys, values: &["{}"] };
     assert!(buf.append(&records).is_err());
 }
 
@@ -152,7 +162,12 @@ fn escaped_surrogate_pairs_decode_to_the_right_character() {
     let schema = Arc::new(Schema::new(vec![Field::new("name", DataType::Utf8, true)]));
     let buf = JsonBuffer::new(schema, Options::default()).unwrap();
     // U+10000, U+20000 (high half D840, misread by arrow-json 60), U+E0100, and plain text
-    let values = [r#"{"name": "\ud800\udc00"}"#, r#"{"name": "\uD840\uDC00"}"#, r#"{"name": "\udb40\udd00"}"#, r#"{"name": "a\u00e9"}"#];
+    let values = [
+        r#"{"name": "\ud800\udc00"}"#,
+        r#"{"name": "\uD840\uDC00"}"#,
+        r#"{"name": "\udb40\udd00"}"#,
+        r#"{"name": "a\u00e9"}"#,
+    ];
     assert!(append(&buf, &[0, 1, 2, 3], &values).is_empty());
     let batch = buf.drain().unwrap().unwrap();
     let names: Vec<&str> = batch.column(0).as_string::<i32>().iter().map(|s| s.unwrap()).collect();
@@ -169,8 +184,12 @@ fn rewritten_values_keep_doubles_bit_for_bit() {
     assert_eq!(batch.column(0).as_primitive::<arrow::datatypes::Float64Type>().value(0), 5.1085747145855235e-182);
 }
 
-
-fn records<'a>(partition: i32, offsets: &'a [i64], keys: &'a [Option<Vec<u8>>], values: &'a [String]) -> Records<'a, String, Vec<u8>> {
+fn records<'a>(
+    partition: i32,
+    offsets: &'a [i64],
+    keys: &'a [Option<Vec<u8>>],
+    values: &'a [String],
+) -> Records<'a, String, Vec<u8>> {
     Records { topic: "t", partition, offsets, timestamps_ms: offsets, keys, values }
 }
 
@@ -247,11 +266,13 @@ fn last_writer_wins_by_key_in_offset_order() {
 #[test]
 fn unknown_fields_are_reported_when_asked() {
     let buf = JsonBuffer::new(schema(false), Options { report_unknown_fields: true, ..Options::default() }).unwrap();
-    let values = [r#"{"id": 1, "colour": "red"}"#.to_string(), r#"{"id": 2, "inner": {"score": 1, "rank": 3}}"#.to_string()];
+    let values =
+        [r#"{"id": 1, "colour": "red"}"#.to_string(), r#"{"id": 2, "inner": {"score": 1, "rank": 3}}"#.to_string()];
     let keys = vec![None, None];
     let got = buf.append(&records(0, &[5, 6], &keys, &values)).unwrap();
     assert_eq!(got.rows, 2);
-    let paths: Vec<(usize, i64, &str)> = got.unknown_fields.iter().map(|u| (u.index, u.offset, u.path.as_str())).collect();
+    let paths: Vec<(usize, i64, &str)> =
+        got.unknown_fields.iter().map(|u| (u.index, u.offset, u.path.as_str())).collect();
     assert_eq!(paths, vec![(0, 5, "colour"), (1, 6, "inner.rank")]);
 }
 
@@ -283,7 +304,9 @@ fn rewritten_values_keep_map_entry_order() {
     let map = DataType::Map(
         Arc::new(Field::new(
             "entries",
-            DataType::Struct(vec![Field::new("key", DataType::Utf8, false), Field::new("value", DataType::Int64, true)].into()),
+            DataType::Struct(
+                vec![Field::new("key", DataType::Utf8, false), Field::new("value", DataType::Int64, true)].into(),
+            ),
             false,
         )),
         false,
@@ -300,7 +323,9 @@ fn rewritten_values_keep_map_entry_order() {
 #[test]
 fn uuid_binary_and_fixed_decode_from_text_and_reject_the_rest() {
     let uuid = Field::new("u", DataType::FixedSizeBinary(16), true).with_metadata(
-        [("ARROW:extension:name".to_string(), "arrow.uuid".to_string())].into_iter().collect::<std::collections::HashMap<_, _>>(),
+        [("ARROW:extension:name".to_string(), "arrow.uuid".to_string())]
+            .into_iter()
+            .collect::<std::collections::HashMap<_, _>>(),
     );
     let schema = Arc::new(Schema::new(vec![
         uuid,
@@ -336,7 +361,11 @@ fn values_that_spill_into_each_other_never_shift_rows() {
     let buf = JsonBuffer::new(schema(true), meta()).unwrap();
     // 0 leaves a string open that 1 would close; 2 holds two objects. Fed together they make
     // as many rows as values, which a row count alone would accept.
-    let errors = append(&buf, &[0, 1, 2, 3], &[r#"{"id": 1, "name": "}"#, r#"{","id": 2}"#, r#"{"id": 3}{"id": 4}"#, r#"{"id": 5}"#]);
+    let errors = append(
+        &buf,
+        &[0, 1, 2, 3],
+        &[r#"{"id": 1, "name": "}"#, r#"{","id": 2}"#, r#"{"id": 3}{"id": 4}"#, r#"{"id": 5}"#],
+    );
     assert_eq!(errors.iter().map(|e| e.offset).collect::<Vec<_>>(), vec![0, 1, 2]);
     assert!(errors.iter().all(|e| e.reason.contains("JSON")), "{errors:?}");
     let batch = buf.drain().unwrap().unwrap();
@@ -423,7 +452,10 @@ fn a_few_bad_records_among_many_are_found_and_every_other_row_kept_in_order() {
         .collect();
     let refs: Vec<&str> = values.iter().map(String::as_str).collect();
     let errors = append(&buf, &offsets, &refs);
-    assert_eq!(errors.iter().map(|e| (e.offset, e.field.as_str())).collect::<Vec<_>>(), vec![(3, "id"), (500, "id"), (640, "id"), (999, "id")]);
+    assert_eq!(
+        errors.iter().map(|e| (e.offset, e.field.as_str())).collect::<Vec<_>>(),
+        vec![(3, "id"), (500, "id"), (640, "id"), (999, "id")]
+    );
     let batch = buf.drain().unwrap().unwrap();
     let kept: Vec<i64> = batch.column_by_name(META_OFFSET).unwrap().as_primitive::<Int64Type>().values().to_vec();
     let want: Vec<i64> = offsets.iter().copied().filter(|o| ![3, 500, 640, 999].contains(o)).collect();

@@ -38,7 +38,8 @@ pub(crate) fn check(
     if unknown.is_none() && !surrogate && !fold_case {
         return Ok(Checked::Ok);
     }
-    let mut parsed: serde_json::Value = serde_json::from_slice(value).map_err(|e| format!("value is not valid JSON: {e}"))?;
+    let mut parsed: serde_json::Value =
+        serde_json::from_slice(value).map_err(|e| format!("value is not valid JSON: {e}"))?;
     let folded = fold_case && fold_keys(&mut parsed, fields, "")?;
     if let Some(out) = unknown {
         collect_unknown(&parsed, fields, "", out);
@@ -53,7 +54,7 @@ pub(crate) fn check(
 pub(crate) fn explain_syntax(value: &[u8]) -> Option<String> {
     match serde_json::from_slice::<IgnoredAny>(value) {
         Err(e) => Some(format!("value is not valid JSON: {e}")),
-        Ok(_) if value.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') => None,   // one object: no second parse
+        Ok(_) if value.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') => None, // one object: no second parse
         Ok(_) => match serde_json::from_slice::<serde_json::Value>(value) {
             Ok(serde_json::Value::Object(_)) => None,
             Ok(other) => Some(format!("value is JSON but not an object (found {})", json_kind(&other))),
@@ -94,7 +95,9 @@ fn fold_keys(value: &mut serde_json::Value, fields: &Fields, prefix: &str) -> Re
         let Some(child) = map.get_mut(field.name()) else { continue };
         let path = if prefix.is_empty() { field.name().clone() } else { format!("{prefix}.{}", field.name()) };
         match (field.data_type(), child) {
-            (DataType::Struct(inner), child @ serde_json::Value::Object(_)) => changed |= fold_keys(child, inner, &path)?,
+            (DataType::Struct(inner), child @ serde_json::Value::Object(_)) => {
+                changed |= fold_keys(child, inner, &path)?
+            }
             (DataType::List(item) | DataType::LargeList(item), serde_json::Value::Array(items)) => {
                 if let DataType::Struct(inner) = item.data_type() {
                     for (i, element) in items.iter_mut().enumerate() {
@@ -261,7 +264,9 @@ mod tests {
     #[test]
     fn unknown_fields_are_listed_with_paths() {
         let mut out = Vec::new();
-        check(br#"{"a": {"b": 1, "c": 2}, "l": [{"b": 1}, {"z": 0}], "new": true}"#, &fields(), Some(&mut out), false).ok().unwrap();
+        check(br#"{"a": {"b": 1, "c": 2}, "l": [{"b": 1}, {"z": 0}], "new": true}"#, &fields(), Some(&mut out), false)
+            .ok()
+            .unwrap();
         assert_eq!(out, vec!["a.c", "l[1].z", "new"]);
     }
 
@@ -278,7 +283,8 @@ mod tests {
     #[test]
     fn folding_renames_case_misses_at_every_level_and_refuses_two_spellings() {
         let f = fields();
-        let Ok(Checked::Rewritten(out)) = check(br#"{"A": {"B": 1}, "L": [{"b": 2}, {"B": 3}]}"#, &f, None, true) else {
+        let Ok(Checked::Rewritten(out)) = check(br#"{"A": {"B": 1}, "L": [{"b": 2}, {"B": 3}]}"#, &f, None, true)
+        else {
             panic!("expected a rewrite")
         };
         assert_eq!(String::from_utf8(out).unwrap(), r#"{"a":{"b":1},"l":[{"b":2},{"b":3}]}"#);
@@ -295,7 +301,8 @@ mod tests {
 
     #[test]
     fn split_field_reads_nested_paths() {
-        let (f, r) = split_field("Json error: whilst decoding field 'a': whilst decoding field 'b': expected i64 got \"x\"");
+        let (f, r) =
+            split_field("Json error: whilst decoding field 'a': whilst decoding field 'b': expected i64 got \"x\"");
         assert_eq!(f, "a.b");
         assert_eq!(r, "expected i64 got \"x\"");
     }

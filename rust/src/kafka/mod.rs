@@ -290,7 +290,9 @@ impl Fetched {
             let producer_id = be_i64(batch, 43);
             let count = be_i32(batch, 57);
             if count < 0 || last_offset_delta < 0 {
-                return Err(malformed(format!("it says it holds {count} records up to offset delta {last_offset_delta}")));
+                return Err(malformed(format!(
+                    "it says it holds {count} records up to offset delta {last_offset_delta}"
+                )));
             }
             let batch_next = base_offset + i64::from(last_offset_delta) + 1;
             out.stats.batches += 1;
@@ -301,7 +303,8 @@ impl Fetched {
                 while let Some((producer, _)) = aborted.next_if(|&(_, first)| first <= base_offset) {
                     aborting.insert(producer);
                 }
-                if attributes & CONTROL != 0 && control_type(&batch[BATCH_HEADER..]).map_err(malformed)? == ABORT_MARKER {
+                if attributes & CONTROL != 0 && control_type(&batch[BATCH_HEADER..]).map_err(malformed)? == ABORT_MARKER
+                {
                     aborting.remove(&producer_id);
                 }
                 if attributes & TRANSACTIONAL != 0 && aborting.contains(&producer_id) {
@@ -328,8 +331,18 @@ impl Fetched {
             };
             let stop = if codec == Codec::None { end } else { records.len() };
             let log_append = attributes & TIMESTAMP_LOG_APPEND != 0;
-            out.read_records(records, start, stop, segment, count as usize, base_offset, base_timestamp, max_timestamp, log_append)
-                .map_err(malformed)?;
+            out.read_records(
+                records,
+                start,
+                stop,
+                segment,
+                count as usize,
+                base_offset,
+                base_timestamp,
+                max_timestamp,
+                log_append,
+            )
+            .map_err(malformed)?;
             out.next_offset = out.next_offset.max(batch_next);
         }
         out.inflated = inflated;

@@ -145,7 +145,10 @@ fn control(base_offset: i64, producer_id: i64, kind: i16) -> Vec<u8> {
     let mut key = 0i16.to_be_bytes().to_vec();
     key.extend_from_slice(&kind.to_be_bytes());
     let value = [0u8, 0, 0, 0, 0, 0];
-    let mut b = batch(base_offset, vec![Rec { offset_delta: 0, timestamp_delta: 0, key: Some(&key), value: Some(&value), headers: vec![] }]);
+    let mut b = batch(
+        base_offset,
+        vec![Rec { offset_delta: 0, timestamp_delta: 0, key: Some(&key), value: Some(&value), headers: vec![] }],
+    );
     b.attributes = CONTROL | TRANSACTIONAL;
     b.producer_id = producer_id;
     encode(&b)
@@ -175,8 +178,20 @@ fn plain_batches_give_offsets_timestamps_keys_values_and_headers() {
     let mut data = encode(&batch(
         100,
         vec![
-            Rec { offset_delta: 0, timestamp_delta: 0, key: Some(b"k0"), value: Some(b"{\"a\":1}"), headers: vec![("h", Some(b"x"))] },
-            Rec { offset_delta: 1, timestamp_delta: 7, key: None, value: None, headers: vec![("h", None), ("g", Some(b""))] },
+            Rec {
+                offset_delta: 0,
+                timestamp_delta: 0,
+                key: Some(b"k0"),
+                value: Some(b"{\"a\":1}"),
+                headers: vec![("h", Some(b"x"))],
+            },
+            Rec {
+                offset_delta: 1,
+                timestamp_delta: 7,
+                key: None,
+                value: None,
+                headers: vec![("h", None), ("g", Some(b""))],
+            },
         ],
     ));
     data.extend(encode(&batch(102, vec![rec(0, Some(b"{}"))])));
@@ -197,7 +212,8 @@ fn plain_batches_give_offsets_timestamps_keys_values_and_headers() {
 
 #[test]
 fn every_codec_reads_back_the_same_records() {
-    let big: Vec<Vec<u8>> = (0..500).map(|i| format!("{{\"id\":{i},\"pad\":\"{}\"}}", "x".repeat(i % 50)).into_bytes()).collect();
+    let big: Vec<Vec<u8>> =
+        (0..500).map(|i| format!("{{\"id\":{i},\"pad\":\"{}\"}}", "x".repeat(i % 50)).into_bytes()).collect();
     for codec in [Codec::None, Codec::Gzip, Codec::Snappy, Codec::Lz4, Codec::Zstd] {
         let mut b = batch(7, big.iter().enumerate().map(|(i, v)| rec(i as i32, Some(v))).collect());
         b.codec = codec;

@@ -86,7 +86,8 @@ fn two_writer_schemas_in_one_batch_keep_offset_order_and_convert_millis_exactly(
     let buf = buffer(Framing::Confluent);
     buf.register(1, V1, READ_V1).unwrap();
     buf.register(2, V2, READ_V2).unwrap();
-    let values = [confluent(1, &v1(1, "/a")), confluent(2, &v2(2, "/b", 1_700_000_000_123)), confluent(1, &v1(3, "/c"))];
+    let values =
+        [confluent(1, &v1(1, "/a")), confluent(2, &v2(2, "/b", 1_700_000_000_123)), confluent(1, &v1(3, "/c"))];
     let done = append(&buf, &values).unwrap();
     assert_eq!((done.rows, done.errors.len()), (3, 0));
     let batch = buf.core().drain().unwrap().unwrap();
