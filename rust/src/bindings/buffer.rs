@@ -92,7 +92,7 @@ pub struct JsonBuffer {
 impl JsonBuffer {
     #[new]
     #[pyo3(signature = (*, schema, metadata_columns = false, max_bytes = None, shards = 16, report_unknown_fields = false, dedupe_by_key = false, reject_unknown_fields = false, fold_case = false, single_pass = true))]
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)] // one argument per keyword of the Python signature
     fn new(
         schema: PyArrowType<Schema>,
         metadata_columns: bool,
@@ -119,7 +119,7 @@ impl JsonBuffer {
     }
 
     #[pyo3(signature = (*, topic, partition, offsets, timestamps_ms, keys, values))]
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)] // one argument per keyword of the Python signature
     fn append(
         &self,
         py: Python<'_>,
@@ -209,7 +209,7 @@ impl JsonBuffer {
 /// give each buffer once, without a byte cap.
 #[pyfunction]
 #[pyo3(signature = (*, topic, partition, offsets, timestamps_ms, keys, values, targets))]
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments)] // one argument per keyword of the Python signature
 pub fn append_routed(
     py: Python<'_>,
     topic: &str,
@@ -309,7 +309,7 @@ impl AvroBuffer {
     }
 
     #[pyo3(signature = (*, topic, partition, offsets, timestamps_ms, keys, values))]
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)] // one argument per keyword of the Python signature
     fn append(
         &self,
         py: Python<'_>,

@@ -4,12 +4,15 @@ use pyo3::types::PyBytes;
 
 use crate::changes::{self, Change, Spec};
 
+/// What [`split_changes`] returns: the kinds, the rows, the bad records.
+type Split<'py> = (Bound<'py, PyBytes>, Vec<Option<Bound<'py, PyBytes>>>, Vec<(usize, String, String)>);
+
 /// Per record: its kind (``b"\x01"`` upsert, ``b"\x02"`` delete, ``b"\x00"`` bad) in one bytes
 /// object, its row as a slice of the value (None when bad), and the bad ones as
 /// ``(index, field, reason)``. Runs without the GIL; only the rows are copied out.
 #[pyfunction]
 #[pyo3(signature = (values, *, op, after, before, upsert_ops, delete_ops, unwrap_envelope))]
-#[allow(clippy::type_complexity, clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments)] // one argument per keyword of the Python signature
 pub fn split_changes<'py>(
     py: Python<'py>,
     values: Vec<PyBackedBytes>,
@@ -19,7 +22,7 @@ pub fn split_changes<'py>(
     upsert_ops: Vec<String>,
     delete_ops: Vec<String>,
     unwrap_envelope: bool,
-) -> (Bound<'py, PyBytes>, Vec<Option<Bound<'py, PyBytes>>>, Vec<(usize, String, String)>) {
+) -> Split<'py> {
     let spec = Spec { op, after, before, upsert_ops, delete_ops, unwrap_envelope };
     let found: Vec<Change> = py.detach(|| values.iter().map(|v| changes::split(v, &spec)).collect());
     let mut kinds = Vec::with_capacity(found.len());

@@ -1,7 +1,10 @@
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 
-use crate::route;
+use crate::route::{self, Key};
+
+/// What [`route_groups`] returns: the groups (keys, indices), the malformed values (index, why).
+type Grouped = (Vec<(Vec<Key>, Vec<u32>)>, Vec<(u32, String)>);
 
 /// Records grouped by the values at ``paths`` (each a list of field names) of their JSON values:
 /// ``([(keys, indices), ...], [(index, reason), ...])``, groups in order of first appearance, a key
@@ -9,12 +12,7 @@ use crate::route;
 /// that are not one JSON object, with why. Runs without the GIL.
 #[pyfunction]
 #[pyo3(signature = (values, paths))]
-#[allow(clippy::type_complexity)]
-pub fn route_groups(
-    py: Python<'_>,
-    values: Vec<PyBackedBytes>,
-    paths: Vec<Vec<String>>,
-) -> (Vec<(Vec<Option<String>>, Vec<u32>)>, Vec<(u32, String)>) {
+pub fn route_groups(py: Python<'_>, values: Vec<PyBackedBytes>, paths: Vec<Vec<String>>) -> Grouped {
     let found = py.detach(|| route::group(&values, &paths));
     (found.groups, found.malformed)
 }

@@ -12,7 +12,7 @@ use arrow::error::ArrowError;
 pub const ALIGNMENT: usize = 64;
 
 pub(crate) fn is_aligned(buffer: &Buffer) -> bool {
-    buffer.is_empty() || buffer.as_ptr() as usize % ALIGNMENT == 0
+    buffer.is_empty() || (buffer.as_ptr() as usize).is_multiple_of(ALIGNMENT)
 }
 
 fn aligned(buffer: &Buffer) -> Buffer {

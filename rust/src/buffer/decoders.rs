@@ -484,7 +484,7 @@ impl Timestamps {
     }
 
     /// ISO-8601 text in the column's unit.
-    pub(crate) fn from_text(&self, text: &str) -> Result<i64, ArrowError> {
+    pub(crate) fn parse_text(&self, text: &str) -> Result<i64, ArrowError> {
         let nanos = self.text_nanos(text)?;
         self.in_unit(nanos, || format!("{text:?}"))
     }

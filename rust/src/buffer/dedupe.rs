@@ -52,7 +52,7 @@ mod tests {
         let a = BinaryArray::from(vec![Some(&b"k1"[..]), Some(b"k2"), None]);
         let b = BinaryArray::from(vec![Some(&b"k1"[..]), Some(b"k2")]);
         // entry 1: partition 0 offsets 10..12; entry 2 arrived later but holds older offsets
-        let entries = vec![(0, &[10_i64, 11, 12][..], Some(&a)), (0, &[3_i64, 20][..], Some(&b))];
+        let entries = [(0, &[10_i64, 11, 12][..], Some(&a)), (0, &[3_i64, 20][..], Some(&b))];
         let keep = last_per_key(entries.iter().copied());
         assert_eq!(keep.values().iter().collect::<Vec<_>>(), vec![true, false, true, false, true]);
     }

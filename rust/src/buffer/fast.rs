@@ -336,7 +336,7 @@ impl Column {
             },
             (Values::Timestamp(v), Kind::Timestamp(decoder, ..)) => {
                 let text = p.plain_string()?;
-                v.push(decoder.from_text(text).ok()?);
+                v.push(decoder.parse_text(text).ok()?);
             }
             (Values::Struct(object), Kind::Struct(children)) => object.read(p, children, true)?,
             (Values::List { offsets, item }, Kind::List { item: item_spec, .. }) => {

@@ -581,7 +581,7 @@ impl JsonBuffer {
         let keys = self.options.dedupe_by_key.then(keys);
         let bytes = batch.get_array_memory_size()
             + offsets.capacity() * std::mem::size_of::<i64>()
-            + keys.as_ref().map_or(0, |k| arrow::array::Array::get_array_memory_size(k));
+            + keys.as_ref().map_or(0, arrow::array::Array::get_array_memory_size);
         Ok(Entry { batch, partition: records.partition, offsets, keys, bytes })
     }
 }

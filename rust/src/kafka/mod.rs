@@ -229,6 +229,17 @@ fn be_i64(b: &[u8], at: usize) -> i64 {
     i64::from_be_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
+/// What the records of a batch are read against, from its header.
+#[derive(Clone, Copy)]
+struct BatchHead {
+    count: usize,
+    base_offset: i64,
+    base_timestamp: i64,
+    max_timestamp: i64,
+    /// Every record's timestamp is the batch's max timestamp (the broker's append time).
+    log_append: bool,
+}
+
 impl Fetched {
     /// Reads one partition's record set as fetched. A batch that fails its checksum, is not well
     /// formed or is in an older message format refuses the whole fetch.
@@ -331,37 +342,25 @@ impl Fetched {
             };
             let stop = if codec == Codec::None { end } else { records.len() };
             let log_append = attributes & TIMESTAMP_LOG_APPEND != 0;
-            out.read_records(
-                records,
-                start,
-                stop,
-                segment,
-                count as usize,
-                base_offset,
-                base_timestamp,
-                max_timestamp,
-                log_append,
-            )
-            .map_err(malformed)?;
+            let head = BatchHead { count: count as usize, base_offset, base_timestamp, max_timestamp, log_append };
+            out.read_records(records, start, stop, segment, head).map_err(malformed)?;
             out.next_offset = out.next_offset.max(batch_next);
         }
         out.inflated = inflated;
         Ok(out)
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// The records of one batch, `records[start..stop]`; `segment` names those bytes (0: the fetched
+    /// ones, n: the n-th inflated batch).
     fn read_records(
         &mut self,
         records: &[u8],
         start: usize,
         stop: usize,
         segment: u32,
-        count: usize,
-        base_offset: i64,
-        base_timestamp: i64,
-        max_timestamp: i64,
-        log_append: bool,
+        head: BatchHead,
     ) -> Result<(), String> {
+        let BatchHead { count, base_offset, base_timestamp, max_timestamp, log_append } = head;
         let mut r = Reader { data: &records[..stop], at: start };
         // a count no bigger than the bytes allow (one record takes at least 7 bytes)
         let room = count.min((stop - start) / 7 + 1);
