@@ -1,43 +1,14 @@
 use arrow::datatypes::Schema;
-use arrow::error::ArrowError;
 use arrow::pyarrow::PyArrowType;
 use arrow::record_batch::RecordBatch;
-use pyo3::create_exception;
-use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use std::sync::Arc;
 
+use super::errors::{arrow_err, buffer_err, NativeError};
 use super::kafka::Fetched;
 use crate::buffer::avro::{self, Framing};
 use crate::buffer::{self, BufferError, Options, Records};
-
-create_exception!(_native, NativeError, PyException, "An error raised by frazil's native core.");
-create_exception!(
-    _native,
-    BufferFullError,
-    NativeError,
-    "Appending would pass the buffer's byte cap; nothing was appended. Drain, then try again."
-);
-
-create_exception!(
-    _native,
-    UnknownSchemaError,
-    NativeError,
-    "Avro values name writer schemas the buffer has not been given; nothing was appended. Register or refuse them, then append again."
-);
-
-fn arrow_err(e: ArrowError) -> PyErr {
-    NativeError::new_err(e.to_string())
-}
-
-fn buffer_err(e: BufferError) -> PyErr {
-    match e {
-        BufferError::Full { needed, used, cap } => BufferFullError::new_err((e.to_string(), needed, used, cap)),
-        BufferError::UnknownSchemas(ref ids) => UnknownSchemaError::new_err((e.to_string(), ids.clone())),
-        BufferError::Arrow(e) => arrow_err(e),
-    }
-}
 
 /// A record that could not be decoded; the batch it came in was kept without it.
 #[pyclass(module = "frazil._native", frozen, get_all)]

@@ -1,19 +1,11 @@
 use std::sync::Arc;
 
-use pyo3::create_exception;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::PyBytes;
 
-use super::buffer::NativeError;
-use crate::kafka::{self, FetchError, FetchOptions};
-
-create_exception!(
-    _native,
-    CorruptBatchError,
-    NativeError,
-    "A fetched record batch cannot be read (a CRC-32C mismatch, a malformed batch, an older message format); nothing of the fetch was taken."
-);
+use super::errors::{fetch_err, NativeError};
+use crate::kafka::{self, FetchOptions};
 
 /// The fetched bytes, kept alive while records point into them.
 struct Held(PyBackedBytes);
@@ -57,15 +49,6 @@ pub fn read_fetch(
     let source: kafka::Source = Arc::new(Held(data));
     let inner = py.detach(|| kafka::Fetched::parse(source, &options)).map_err(fetch_err)?;
     Ok(Fetched { inner })
-}
-
-fn fetch_err(e: FetchError) -> PyErr {
-    let offset = match &e {
-        FetchError::Corrupt { base_offset, .. }
-        | FetchError::Malformed { base_offset, .. }
-        | FetchError::Unsupported { base_offset, .. } => *base_offset,
-    };
-    CorruptBatchError::new_err((e.to_string(), offset))
 }
 
 type Columns<'py> = (

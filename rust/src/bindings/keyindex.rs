@@ -6,7 +6,7 @@ use arrow::pyarrow::PyArrowType;
 use arrow::record_batch::RecordBatch;
 use pyo3::prelude::*;
 
-use super::buffer::NativeError;
+use super::errors::{arrow_err, NativeError};
 use crate::keyindex;
 
 /// Per committed key of a keyed table (its identifier columns), the data file and row position
@@ -42,26 +42,26 @@ impl KeyIndex {
     #[new]
     fn new(schema: PyArrowType<Schema>) -> PyResult<Self> {
         let schema = Arc::new(schema.0);
-        let inner = keyindex::KeyIndex::new(&schema).map_err(|e| NativeError::new_err(e.to_string()))?;
+        let inner = keyindex::KeyIndex::new(&schema).map_err(arrow_err)?;
         Ok(Self { inner: Mutex::new(inner), schema })
     }
 
     /// The rows of ``keys`` are at ``positions`` of data file ``path``.
     fn add(&self, py: Python<'_>, keys: PyArrowType<RecordBatch>, path: &str, positions: Vec<u32>) -> PyResult<()> {
         let columns = self.columns(&keys.0)?;
-        py.detach(|| self.lock().add(&columns, path, &positions)).map_err(|e| NativeError::new_err(e.to_string()))
+        py.detach(|| self.lock().add(&columns, path, &positions)).map_err(arrow_err)
     }
 
     /// Every committed position of ``keys`` as ``[(path, positions), ...]``, sorted.
     fn positions(&self, py: Python<'_>, keys: PyArrowType<RecordBatch>) -> PyResult<Vec<(String, Vec<u32>)>> {
         let columns = self.columns(&keys.0)?;
-        py.detach(|| self.lock().positions(&columns)).map_err(|e| NativeError::new_err(e.to_string()))
+        py.detach(|| self.lock().positions(&columns)).map_err(arrow_err)
     }
 
     /// ``keys`` are no longer in the table.
     fn forget(&self, py: Python<'_>, keys: PyArrowType<RecordBatch>) -> PyResult<()> {
         let columns = self.columns(&keys.0)?;
-        py.detach(|| self.lock().forget(&columns)).map_err(|e| NativeError::new_err(e.to_string()))
+        py.detach(|| self.lock().forget(&columns)).map_err(arrow_err)
     }
 
     fn __len__(&self) -> usize {

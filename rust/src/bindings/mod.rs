@@ -2,15 +2,14 @@
 
 mod buffer;
 mod changes;
+mod errors;
 mod kafka;
 mod keyindex;
 mod route;
 
-pub use buffer::{
-    append_routed, AppendResult, AvroBuffer, BufferFullError, DecodeError, JsonBuffer, NativeError, UnknownField,
-    UnknownSchemaError,
-};
+pub use buffer::{append_routed, AppendResult, AvroBuffer, DecodeError, JsonBuffer, UnknownField};
 pub use changes::split_changes;
-pub use kafka::{read_fetch, CorruptBatchError, FetchSummary, Fetched};
+pub use errors::{BufferFullError, CorruptBatchError, NativeError, UnknownSchemaError};
+pub use kafka::{read_fetch, FetchSummary, Fetched};
 pub use keyindex::KeyIndex;
 pub use route::route_groups;
