@@ -28,7 +28,9 @@ from frazil.coordination.recovery import open_and_settle
 from frazil.coordination.service import CoordinatorService, worker_channel
 from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import TopicPartition
-from frazil.ingest.pipeline import Pipeline, Stats
+from frazil.ingest import assemble
+from frazil.ingest.loop import Pipeline, Source
+from frazil.metrics import Stats
 from frazil.metrics import serve as serve_metrics
 from frazil.spark import session as spark_session
 from frazil.spark.bulk import SparkWriter
@@ -124,41 +126,46 @@ async def open_tables(cfg: Config) -> tuple[Catalog, dict[str, Table]]:
 
 async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartition, int] | None = None,
                 from_offsets: Mapping[TopicPartition, int] | None = None,
-                notifier: systemd.Notifier | None = None) -> Stats:
+                notifier: systemd.Notifier | None = None, source: Source | None = None) -> Stats:
     """Run the pipeline (and table maintenance, when on) until ``stop`` is set, or until every
     partition of ``until`` was read up to its offset; in single mode the buffered rows are
     committed before returning.
 
     One commit path in both modes: the worker role (in the pipeline) answers the coordinator role
     over a channel, in process in single mode, on the control topic in distributed mode. The
-    process's transaction log is settled first, before anything is read from Kafka."""
+    process's transaction log is settled first, before anything is read from Kafka. ``source``:
+    where records come from (default: the consumer group of ``cfg.kafka``)."""
     check_spark(cfg)
     catalog, tables = await open_tables(cfg)
     journal = await asyncio.to_thread(
         open_and_settle, cfg.txlog_dir, JournalPolicy(fsync=cfg.txlog_fsync),
         lambda name: Committer(catalog, name, cfg.pipeline, max_attempts=cfg.max_commit_attempts))
     try:
-        return await _serve(cfg, catalog, tables, journal, stop, until, from_offsets, notifier or systemd.Notifier({}))
+        return await _serve(cfg, catalog, tables, journal, stop, until, from_offsets, notifier or systemd.Notifier({}),
+                            source)
     finally:
         journal.close()
 
 
 async def _serve(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], journal: Journal, stop: asyncio.Event,
                  until: Mapping[TopicPartition, int] | None, from_offsets: Mapping[TopicPartition, int] | None,
-                 notifier: systemd.Notifier) -> Stats:
+                 notifier: systemd.Notifier, source: Source | None) -> Stats:
     bulk = SparkWriter(spark_session.for_config(cfg), cfg.catalog.name) if cfg.spark.bulk_min_rows else None
     distributed = cfg.coordination.mode == "distributed"
     local = None if distributed else LocalTopic()
     channel = worker_channel(cfg, local)
     await channel.start()
-    pipeline = Pipeline(cfg, catalog, tables, bulk=bulk, channel=channel, journal=journal, drain_on_stop=not distributed)
+    metrics = assemble.metrics(cfg)
+
     def maintainer_for(name: str) -> Maintainer:
         return Maintainer.for_table(catalog, name, cfg.maintenance, spark_session.for_config(cfg), cfg.catalog.name,
-                                    pipeline.metrics)
+                                    metrics)
 
     maintainer = Maintainers({name: maintainer_for(name) for name in tables}) if cfg.maintenance.enabled else None
-    if maintainer is not None:
-        pipeline.on_new_table = lambda name: maintainer.add(name, maintainer_for(name))
+    pipeline = assemble.pipeline(cfg, catalog, tables, bulk=bulk, channel=channel, journal=journal, metrics=metrics,
+                                 drain_on_stop=not distributed,
+                                 on_new_table=None if maintainer is None
+                                 else lambda name: maintainer.add(name, maintainer_for(name)), source=source)
     coordinator_stop = asyncio.Event()   # set once the worker has drained: single mode drains through it
     service = CoordinatorService(cfg, catalog, pipeline.assignment, pipeline.metrics, journal=journal, local=local,
                                  on_committed=maintainer.committed if maintainer is not None else None)

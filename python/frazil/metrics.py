@@ -6,9 +6,31 @@ docs/operations.md. Labels carry the pipeline and the table, never unbounded val
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+
+@dataclass
+class Stats:
+    """What one run did, summed up in its last log line and the service status (the metrics count
+    the same events for Prometheus)."""
+
+    records_in: int = 0
+    records_skipped: int = 0
+    records_unrouted: int = 0     # read, and taken by no table (routing)
+    records_tombstones: int = 0   # read with a null value (append mode: landed nowhere)
+    records_skipped_on_request: int = 0   # left out of a table because an operator said so (frazil offsets --skip)
+    records_bad: int = 0          # could not become a row; held for the dead-letter topic
+    rows_committed: int = 0
+    commits: int = 0
+    failed_commits: int = 0
+    pauses: int = 0
+    assignments: int = 0
+    started: float = field(default_factory=time.monotonic)
+
 
 
 class Metrics:

@@ -59,7 +59,7 @@ async def test_values_land_as_sent_and_tombstones_are_counted_not_a_stop(kafka: 
     await support.produce(kafka.bootstrap, topic, values, 2)
     cfg = support.load(config(tmp_path, kafka.bootstrap, topic))
     ends = await support.end_offsets(kafka.bootstrap, [topic])
-    with caplog.at_level(logging.INFO, logger="frazil.ingest.pipeline"):
+    with caplog.at_level(logging.INFO, logger="frazil.ingest.loop"):
         await support.run_until_committed(cfg, ends)
     rows = support.catalog_of(cfg).load_table("db.values").scan().to_arrow().sort_by("id").to_pylist()
     assert [r["id"] for r in rows] == [i for i in range(300) if i % 10 != 9]

@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pyarrow as pa
 
-from frazil.ingest.conform import conform
+from frazil.buffers.conform import conform
 
 OLD = pa.schema([pa.field("id", pa.int32()), pa.field("price", pa.decimal128(6, 2)),
                  pa.field("geo", pa.struct([pa.field("lat", pa.float64())])),

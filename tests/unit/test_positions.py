@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from frazil.iceberg.offsets import Range
-from frazil.ingest.positions import Positions
+from collections.abc import Callable
+
+from frazil.buffers.positions import Positions, Takers, resume_at
 
 A, B = ("t", 0), ("t", 1)
 
@@ -41,20 +43,39 @@ def test_forgetting_drops_the_buffer_and_unpositions_the_partitions() -> None:
     assert p.partitions() == set() and p.next_offsets() == {}
 
 
-def test_resume_at_the_lowest_need_of_any_table_or_the_watermark_whichever_is_higher() -> None:
-    from frazil.ingest.positions import resume_at
+def every(*names: str) -> Callable[[str], Takers]:
+    """Routing where each of ``names`` takes every topic."""
+    return lambda topic: Takers(names)
 
+
+def test_resume_at_the_lowest_need_of_any_table_or_the_watermark_whichever_is_higher() -> None:
     C = ("u", 0)
     # one table, no watermark (a table written before watermarks): its offsets, as always
-    assert resume_at([A, B], {"ns.a": {A: 100}}, {}) == {A: 100}
+    assert resume_at([A, B], {"ns.a": {A: 100}}, {}, every("ns.a")) == {A: 100}
     # two tables: the one behind decides...
-    assert resume_at([A], {"ns.a": {A: 100}, "ns.b": {A: 40}}, {A: 10}) == {A: 40}
+    assert resume_at([A], {"ns.a": {A: 100}, "ns.b": {A: 40}}, {A: 10}, every("ns.a", "ns.b")) == {A: 40}
     # ...unless the watermark says everything below it is in every table (ns.b took nothing since 40)
-    assert resume_at([A], {"ns.a": {A: 100}, "ns.b": {A: 40}}, {A: 90}) == {A: 90}
+    assert resume_at([A], {"ns.a": {A: 100}, "ns.b": {A: 40}}, {A: 90}, every("ns.a", "ns.b")) == {A: 90}
     # a table with no offset for a partition took none of its records: it needs the watermark
-    assert resume_at([A], {"ns.a": {A: 100}, "ns.b": {}}, {A: 70}) == {A: 70}
+    assert resume_at([A], {"ns.a": {A: 100}, "ns.b": {}}, {A: 70}, every("ns.a", "ns.b")) == {A: 70}
     # no table and no watermark knows the partition: it starts at auto_offset_reset
-    assert resume_at([C], {"ns.a": {A: 100}}, {A: 70}) == {}
+    assert resume_at([C], {"ns.a": {A: 100}}, {A: 70}, every("ns.a")) == {}
     # a watermark but no table offsets (every record so far was routed nowhere)
-    assert resume_at([A], {"ns.a": {}, "ns.b": {}}, {A: 55}) == {A: 55}
-    assert resume_at([A], {}, {A: 55}) == {A: 55}
+    assert resume_at([A], {"ns.a": {}, "ns.b": {}}, {A: 55}, every("ns.a", "ns.b")) == {A: 55}
+    assert resume_at([A], {}, {A: 55}, every()) == {A: 55}
+
+
+def test_a_table_that_never_takes_a_topic_needs_none_of_its_records() -> None:
+    C = ("u", 0)
+    by_topic = {"t": Takers(("ns.t",)), "u": Takers(("ns.u",))}
+    # the watermark is a cycle behind: each topic resumes where its own table is
+    stored = {"ns.t": {A: 500, B: 480}, "ns.u": {C: 90}}
+    assert resume_at([A, B, C], stored, {A: 0, B: 0, C: 0}, by_topic.__getitem__) == {A: 500, B: 480, C: 90}
+
+
+def test_tables_named_by_the_records_may_need_anything_above_the_watermark() -> None:
+    named = {"t": Takers(("ns.static",), by_values=True)}
+    assert resume_at([A], {"ns.static": {A: 500}, "ns.named_a": {A: 400}}, {A: 300}, named.__getitem__) == {A: 300}
+    # named by the topic alone, the one table it names decides
+    one = {"t": Takers(("ns.t",))}
+    assert resume_at([A], {"ns.t": {A: 400}}, {A: 300}, one.__getitem__) == {A: 400}

@@ -30,17 +30,18 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
-import pyarrow as pa
 from aiokafka.errors import KafkaError
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
 from frazil import faults
+from frazil.buffers.state import Buffers
+from frazil.buffers.targets import Target
 from frazil.config import Config
+from frazil.coordination.batch import Batch, Part
 from frazil.coordination.channel import Received
 from frazil.errors import CatalogUnavailable, CommitOutcomeUnknown, FrazilError
 from frazil.events.payloads import (
@@ -49,7 +50,6 @@ from frazil.events.payloads import (
     CommitRequest,
     DataComplete,
     DataWritten,
-    DeadLetter,
     OffsetRange,
     Payload,
     StartCommit,
@@ -57,14 +57,10 @@ from frazil.events.payloads import (
 from frazil.flow.outage import Outage
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import mutations
-from frazil.ingest import changes
 from frazil.iceberg.datafiles import to_ref
 from frazil.iceberg.offsets import Range, TopicPartition
-from frazil.ingest.conform import conform
-from frazil.ingest.positions import Positions
-from frazil.ingest.source import KafkaSource
-from frazil.ingest.targets import Target, Targets
-from frazil.metrics import Metrics
+from frazil.ingest import changes
+from frazil.metrics import Metrics, Stats
 from frazil.spark.bulk import SparkWriter
 from frazil.txlog import Journal
 from frazil.txlog import records as txrecords
@@ -83,136 +79,33 @@ class WorkerChannel(Protocol):
     async def reset_producer(self) -> None: ...
 
 
-@dataclass
-class Stats:
-    records_in: int = 0
-    records_skipped: int = 0
-    records_unrouted: int = 0     # read, and taken by no table (routing)
-    records_tombstones: int = 0   # read with a null value (append mode: landed nowhere)
-    records_skipped_on_request: int = 0   # left out of a table because an operator said so (frazil offsets --skip)
-    records_bad: int = 0          # could not become a row; held for the dead-letter topic
-    rows_committed: int = 0
-    commits: int = 0
-    failed_commits: int = 0
-    pauses: int = 0
-    assignments: int = 0
-    started: float = field(default_factory=time.monotonic)
-
-
-@dataclass(frozen=True)
-class Part:
-    """One table's rows of a batch, not yet landed: ``data`` until its data files are written
-    (and logged), then ``files``. A part whose files wait to land (a failed commit) keeps the rows
-    its table takes meanwhile in ``later``, unwritten, so one table's outage piles up no files and
-    holds back no other table; they are written once the files have landed."""
-
-    table: str
-    data: pa.Table | None
-    ranges: dict[TopicPartition, Range]     # what ``files``, or else ``data``, cover
-    rows: int
-    files: tuple[DataFile, ...] = ()
-    nbytes: int = 0     # of ``data``, counted once (the loop asks on every pass; pyarrow walks every chunk)
-    later: Part | None = None
-    # per partition, where the batch it was taken from started: no record of it below that is
-    # waiting for this part (its ``ranges`` start lower, at the table's offset, when the table
-    # took none of the records between)
-    since: dict[TopicPartition, int] = dataclasses.field(default_factory=dict)
-    # the bad records of ``ranges`` (on_bad_record = "dead_letter"): reported with the files, sent to
-    # the dead-letter topic by the coordinator once they land. A part may hold only bad records.
-    dead: tuple[DeadLetter, ...] = ()
-    # a keyed table's deletes (their keys), beside the upserts in ``data``; written as a key file
-    deletes: pa.Table | None = None
+class SourceControl(Protocol):
+    """What the worker needs of the Kafka source: which partitions this process owns and in which
+    group generation, moving them (a rewind), and the group's low watermark."""
 
     @property
-    def paths(self) -> list[str]:
-        return [f.file_path for f in self.files]
-
+    def assignment(self) -> set[TopicPartition]: ...
     @property
-    def total_rows(self) -> int:
-        return self.rows + (self.later.rows if self.later else 0)
-
-    @property
-    def total_dead(self) -> int:
-        return len(self.dead) + (self.later.total_dead if self.later else 0)
-
-    @property
-    def data_bytes(self) -> int:
-        return (self.nbytes if self.data is not None else 0) + (self.later.data_bytes if self.later else 0)
-
-    def waits_from(self, tp: TopicPartition) -> int | None:
-        """The first offset of ``tp`` this part (or its ``later``) may hold and has not landed."""
-        starts = [s for s in (self.since.get(tp), self.later.waits_from(tp) if self.later else None) if s is not None]
-        return min(starts, default=None)
-
-    def merge(self, newer: Part) -> Part:
-        """This part with ``newer``, the rows its table took after it. Not written yet: one part,
-        each partition's range from this start to ``newer``'s end. Written: ``newer`` waits in
-        ``later``, its ranges starting where these files end."""
-        if self.files:
-            starts = {tp: Range(self.ranges[tp].end, r.end) if tp in self.ranges else r for tp, r in newer.ranges.items()}
-            newer = dataclasses.replace(newer, ranges=starts)
-            return dataclasses.replace(self, later=self.later.merge(newer) if self.later else newer)
-        assert self.data is not None and newer.data is not None
-        ranges = {**newer.ranges, **{tp: Range(r.start, newer.ranges[tp].end) if tp in newer.ranges else r
-                                     for tp, r in self.ranges.items()}}
-        since = {**newer.since, **{tp: min(s, newer.since.get(tp, s)) for tp, s in self.since.items()}}
-        # the table may have evolved between the two: the rows go under the newer schema
-        deletes = [d for d in (self.deletes, newer.deletes) if d is not None]
-        return Part(self.table, conform([self.data, newer.data], newer.data.schema), ranges, self.rows + newer.rows,
-                    nbytes=self.nbytes + newer.nbytes, since=since, dead=self.dead + newer.dead,
-                    deletes=pa.concat_tables(deletes) if deletes else None)
-
-
-@dataclass(frozen=True)
-class Batch:
-    """Records taken from the source, ``ranges`` per partition (for the watermark), as one part per
-    table that took rows and has not landed them yet."""
-
-    ranges: dict[TopicPartition, Range]
-    parts: dict[str, Part]
-
-    @property
-    def rows(self) -> int:
-        return sum(p.total_rows for p in self.parts.values())
-
-    @property
-    def files(self) -> int:
-        return sum(len(p.files) for p in self.parts.values())
-
-    @property
-    def nbytes(self) -> int:
-        return sum(p.data_bytes for p in self.parts.values())
-
-    def merge(self, newer: Batch) -> Batch:
-        """A held batch with the records taken since: each partition's range from this start to
-        ``newer``'s end (the watermark stays at what is not landed yet), each table's part merged."""
-        ranges = {**newer.ranges, **{tp: Range(r.start, newer.ranges[tp].end) if tp in newer.ranges else r
-                                      for tp, r in self.ranges.items()}}
-        parts = dict(self.parts)
-        for name, part in newer.parts.items():
-            parts[name] = parts[name].merge(part) if name in parts else part
-        return Batch(ranges, parts)
+    def generation(self) -> int: ...
+    async def seek(self, tps: set[TopicPartition], offsets: Mapping[TopicPartition, int]) -> None: ...
+    async def commit_low_watermark(self, offsets: Mapping[TopicPartition, int]) -> None: ...
 
 
 class Worker:
-    def __init__(self, cfg: Config, *, targets: Targets, channel: WorkerChannel, journal: Journal,
-                 positions: Positions, source: KafkaSource, metrics: Metrics, stats: Stats,
-                 bulk: SparkWriter | None = None) -> None:
-        self._cfg, self._targets, self._channel = cfg, targets, channel
-        self._journal, self._positions, self._source = journal, positions, source
-        self._metrics, self._stats, self._bulk = metrics, stats, bulk
+    def __init__(self, cfg: Config, *, buffers: Buffers, channel: WorkerChannel, journal: Journal,
+                 source: SourceControl, metrics: Metrics, stats: Stats, bulk: SparkWriter | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``buffers``: what the ingest loop fills (the worker takes batches from it under its
+        lock); ``clock``: monotonic seconds (the outage clock, the request timer, the timings)."""
+        self._cfg, self._buffers, self._targets, self._channel = cfg, buffers, buffers.targets, channel
+        self._journal, self._positions, self._source = journal, buffers.positions, source
+        self._metrics, self._stats, self._bulk, self._clock = metrics, stats, bulk, clock
         self.batch: Batch | None = None
         self.in_flight: str | None = None         # the commit id the batch was last reported under
         self.reported: frozenset[str] = frozenset()   # the tables whose parts it reported
         self._sat_out = False                      # a table's files could not be written for that reply
-        self.last_record_ms: int | None = None
         self.outage = Outage(cfg.outage_timeout_s)
         self._requested: float | None = None      # when a CommitRequest went out, not yet answered
-        # held by the pipeline while it appends a poll's records (its appends await: opening a table,
-        # asking the schema registry, changing a schema) and here while the buffers and positions
-        # are taken or reset: a batch is never taken between a buffer's append and the positions
-        # that count its records
-        self.appending = asyncio.Lock()
         self.writing_bytes = 0   # an estimate of what the Parquet writers hold while a batch is written
 
     @property
@@ -250,14 +143,14 @@ class Worker:
         return self._requested is None or now - self._requested >= self._cfg.coordination.commit_timeout_s
 
     async def request(self, reason: str) -> None:
-        self._requested = time.monotonic()
+        self._requested = self._clock()
         await self._channel.send([CommitRequest(reason)])
 
     async def reply(self, commit_id: str, sent_ms: int | None = None) -> None:
         """The batch (drained now if there is none), written as data files per table and reported
         with its ranges, and every owned partition reported complete with its watermark: one
         transaction."""
-        started = time.monotonic()
+        started = self._clock()
         waited_ms = max(0, int(time.time() * 1000) - sent_ms) if sent_ms is not None else 0
         self._requested = None
         if self.in_flight is not None:   # its CommitComplete never came (the coordinator changed)
@@ -265,13 +158,13 @@ class Worker:
         if not self._positions.partitions() and not self._source.assignment:
             return  # not positioned yet: the coordinator waits for our partitions or times out
         if self._positions.buffered and self._worth_taking():
-            async with self.appending:
+            async with self._buffers.lock:
                 taken_now = self._take()
             if taken_now is not None:
                 # a held batch (a table's commit or write failed) takes the new rows too: the other
                 # tables go on landing while it waits
                 self.batch = taken_now if self.batch is None else self.batch.merge(taken_now)
-        taken = time.monotonic()
+        taken = self._clock()
         loaded_s = wrote_s = 0.0
         generation = self._source.generation
         payloads: list[Payload] = []
@@ -305,9 +198,9 @@ class Worker:
             self.reported = frozenset(batch.parts) - frozenset(failures)
             self.in_flight = commit_id if self.reported else None
         owned = tuple(Assignment(t, p, generation, self._watermark((t, p))) for t, p in sorted(self._source.assignment))
-        payloads.append(DataComplete(commit_id, owned, self.last_record_ms))
+        payloads.append(DataComplete(commit_id, owned, self._buffers.last_record_ms))
         faults.hit("worker.before_reply")
-        logged = time.monotonic()
+        logged = self._clock()
         try:
             await self._channel.send(payloads, fault_point="worker.in_reply_transaction")
         except KafkaError as exc:
@@ -325,7 +218,7 @@ class Worker:
         elif batch is not None and not batch.parts:
             self.batch = None   # every record of it was routed to no table: nothing to land
         faults.hit("worker.after_reply")
-        now = time.monotonic()
+        now = self._clock()
         sent = [batch.parts[name] for name in sorted(self.reported)] if batch else []
         log.info("replied to commit %s: %d rows in %d file(s)%s for %d table(s), %d partition(s), generation %d; %d ms "
                  "after StartCommit (drain %.0f, load %.0f, write %.0f, log %.0f, send %.0f ms)", commit_id,
@@ -355,14 +248,14 @@ class Worker:
         for name, part in sorted(batch.parts.items()):
             target = self._targets[name]
             try:
-                began = time.monotonic()
+                began = self._clock()
                 tables[name] = table = target.load()
-                loaded_s += time.monotonic() - began
+                loaded_s += self._clock() - began
                 if not part.files and part.rows:   # held files are reported as they are; rows taken since wait in ``later``
                     assert part.data is not None
-                    began = time.monotonic()
+                    began = self._clock()
                     files = self._write_files(target, table, part, commit_id)
-                    took = time.monotonic() - began
+                    took = self._clock() - began
                     wrote_s += took
                     self._metrics.flushed(name, took, [f.file_size_in_bytes for f in files])
                     part = dataclasses.replace(part, data=None, files=tuple(files), nbytes=0, deletes=None)
@@ -394,7 +287,7 @@ class Worker:
         commit_id, self.in_flight = self.in_flight, None
         batch = self.batch
         assert commit_id is not None and batch is not None
-        started = time.monotonic()
+        started = self._clock()
         # a part that was not reported (its write failed) waits for the next reply as it is
         kept: dict[str, Part] = {n: p for n, p in batch.parts.items() if n not in self.reported}
         why: list[tuple[str, BaseException]] = []
@@ -443,7 +336,7 @@ class Worker:
         if landed:
             await asyncio.to_thread(self._journal.append, landed)
         self.batch = dataclasses.replace(batch, parts=kept) if kept else None
-        logged = time.monotonic()
+        logged = self._clock()
         if not why and not self._sat_out:   # a cycle in which every table we hold landed
             lasted = self.outage.ended(logged)
             if lasted is not None:
@@ -459,7 +352,7 @@ class Worker:
                 self._not_landed(commit_id, why[0][1], "; ".join(w for w, _ in why), answered=True)
             return
         log.info("commit %s settled: %d rows landed in %d table(s) (offsets and log %.0f, low watermark %.0f ms)",
-                 commit_id, batch.rows, len(batch.parts), 1000 * (logged - started), 1000 * (time.monotonic() - logged))
+                 commit_id, batch.rows, len(batch.parts), 1000 * (logged - started), 1000 * (self._clock() - logged))
 
     def _read_offsets(self, names: list[str]) -> dict[str, dict[TopicPartition, int] | Exception]:
         """Blocking. Each table's offsets, or why they could not be read."""
@@ -483,7 +376,7 @@ class Worker:
     def _not_landed(self, commit_id: str, exc: BaseException, what: str, *, answered: bool) -> None:
         """A cycle our batch did not (wholly) land in (storage or catalog down): keep what did not,
         say so loudly, and stop after ``outage_timeout_s`` (rule 8)."""
-        now = time.monotonic()
+        now = self._clock()
         failing = self.outage.failed(now)
         self._stats.failed_commits += 1
         self._metrics.commit("failed")
@@ -558,7 +451,7 @@ class Worker:
         """Where ``tps`` are read from: every table's offsets and watermark (rule 2). The catalog
         or storage failing (an outage, a locked catalog) is waited out, as commits are: read again
         with backoff, loudly, for up to ``outage_timeout_s``; nothing is consumed meanwhile."""
-        started = time.monotonic()
+        started = self._clock()
         attempt = 0
         while True:
             try:
@@ -566,7 +459,7 @@ class Worker:
             except FrazilError:
                 raise   # frazil's own verdicts (a gap, a mismatch) are not an outage
             except Exception as exc:  # noqa: BLE001 - the catalog or storage, unreachable for now
-                failing = time.monotonic() - started
+                failing = self._clock() - started
                 if failing > self._cfg.outage_timeout_s:
                     raise CatalogUnavailable(
                         f"cannot read the tables' offsets for {len(tps)} assigned partition(s) for {failing:.0f}s "
@@ -582,21 +475,21 @@ class Worker:
 
     async def rewind(self) -> None:
         """Drop what is buffered and held and read every positioned partition again from the tables."""
-        async with self.appending:   # held for no await: the pipeline takes nothing of tps until positioned
+        async with self._buffers.lock:   # held for no await: the loop takes nothing of tps until positioned
             tps = self._positions.partitions()
-            self.drop()
-            self._positions.forget(tps)
+            self.drop(tps)
         resume = await self.position(tps)
         await self._source.seek(tps, resume)
         self._positions.positioned(tps, resume)
 
-    def drop(self) -> None:
+    def drop(self, tps: set[TopicPartition] | None = None) -> None:
         """Forget the buffers, the batch and the reply in flight (a rebalance, a rewind); their
-        records are read again from the tables' offsets."""
+        records are read again from the tables' offsets. ``tps`` (default: every partition) take
+        nothing until they are positioned again. Call with the buffers' lock held."""
         if self.batch is not None:
             self._journal.append([txrecords.settled(name, part.paths, "abandoned")
                                   for name, part in sorted(self.batch.parts.items()) if part.files])
-        self._targets.clear()
+        self._buffers.drop(tps)
         self.batch = None
         self.in_flight = None
         self.reported = frozenset()

@@ -13,10 +13,14 @@ from frazil.errors import FrazilError
 
 
 class KafkaRecord(Protocol):
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
 
 
 # A steady trickle appends a few rows per partition per poll: 10,000 rows came as ~1,000 batches,

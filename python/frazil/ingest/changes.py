@@ -16,7 +16,7 @@ from frazil import _native
 from frazil.config import OP_COLUMN, ChangesConfig
 from frazil.iceberg.catalog import META_COLUMNS
 from frazil.ingest.buffer import KafkaRecord, RecordBuffer, RecordProblem, values_of
-from frazil.ingest.conform import conform
+from frazil.buffers.conform import conform
 
 UPSERT, DELETE = 1, 2
 

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from frazil import _native
+from frazil.buffers.positions import Takers
 from frazil.config import DynamicConfig, TableConfig, normalise
 
 Key = str | None
@@ -74,9 +75,25 @@ class Router:
         self._rules = tuple(_Rule(t.name, re.compile(t.topics) if t.topics else None, t.route_field,
                                   re.compile(t.route) if t.route_field else None) for t in tables)
         self._dynamic = dynamic
+        self._static = frozenset(t.name for t in tables)
         self._dynamic_topics = re.compile(dynamic.topics) if dynamic is not None and dynamic.topics else None
         self._topics: dict[str, TopicRoute] = {}
         self._decided: dict[tuple[str, tuple[Key, ...]], tuple[tuple[str, ...], str | None]] = {}
+
+    def takers(self, topic: str) -> Takers:
+        """The tables that may take records of ``topic``: static routing decided by the topic, and
+        whether tables named by the records' values (``[dynamic]`` by a field) may too."""
+        route = self.for_topic(topic)
+        return Takers(tuple(dict.fromkeys([*route.always, *(r.table for r in route.rules)])), route.dynamic is not None)
+
+    def takes(self, topic: str, table: str) -> bool:
+        """Whether table ``table`` may take records of ``topic`` (a record without a value, such as
+        a tombstone, goes to these: there is no value to route by)."""
+        takers = self.takers(topic)
+        if table in takers.tables:
+            return True
+        return (takers.by_values and self._dynamic is not None and table not in self._static
+                and self._dynamic.matches(table))
 
     def for_topic(self, topic: str) -> TopicRoute:
         route = self._topics.get(topic)

@@ -46,11 +46,12 @@ class KafkaSource:
     records read natively (``ingest/fetch.py``).
     """
 
-    def __init__(self, cfg: KafkaConfig, *, on_assigned: OnAssigned, on_positioned: OnPositioned,
-                 on_revoked: OnRevoked, outage_timeout_s: float = 900.0) -> None:
-        self._cfg, self._on_assigned, self._on_revoked = cfg, on_assigned, on_revoked
+    def __init__(self, cfg: KafkaConfig, *, outage_timeout_s: float = 900.0) -> None:
+        self._cfg = cfg
         self._outage_timeout_s = outage_timeout_s   # how long a broker outage while positioning is waited out
-        self._on_positioned = on_positioned
+        self._on_assigned: OnAssigned | None = None
+        self._on_revoked: OnRevoked | None = None
+        self._on_positioned: OnPositioned | None = None
         fetch.install()
         self._consumer = AIOKafkaConsumer(
             **options(cfg),
@@ -76,7 +77,15 @@ class KafkaSource:
         self._failure: BaseException | None = None
         self.paused = False
 
+    def listen(self, *, on_assigned: OnAssigned, on_positioned: OnPositioned, on_revoked: OnRevoked) -> None:
+        """Who is told of rebalances: ``on_assigned`` says where each assigned partition resumes
+        (the tables' offsets), ``on_positioned`` is told once they were sought there (records of
+        them may be taken from then on), ``on_revoked`` before partitions go. Before :meth:`start`."""
+        self._on_assigned, self._on_positioned, self._on_revoked = on_assigned, on_positioned, on_revoked
+
     async def start(self) -> None:
+        if self._on_assigned is None:
+            raise RuntimeError("KafkaSource.listen() comes before start(): rebalances need their handlers")
         await connect(self._consumer, self._cfg)
         cfg = self._cfg
         if cfg.topic_pattern:
@@ -142,6 +151,7 @@ class KafkaSource:
         if not self.rebalancing:
             self._before, self.rebalancing = set(self.assignment), True
         self.assignment -= tps
+        assert self._on_revoked is not None
         try:
             await self._on_revoked(tps)
         except BaseException as exc:
@@ -156,6 +166,7 @@ class KafkaSource:
         self.generation = int(getattr(self._consumer._coordinator, "generation", -1))
         log.info("assigned %d partition(s) in generation %d: %s", len(tps), self.generation,
                  ", ".join(f"{t}[{p}]" for t, p in sorted(tps)[:12]) + (" ..." if len(tps) > 12 else ""))
+        assert self._on_assigned is not None and self._on_positioned is not None
         try:
             stored = await self._on_assigned(tps)
             await self.seek(tps, stored)

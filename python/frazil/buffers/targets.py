@@ -5,7 +5,7 @@ record below them: rule 2, table by table)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -20,8 +20,8 @@ from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import TopicPartition, merge_progress
 from frazil.ingest.buffer import AvroRecordBuffer, RecordBuffer
 from frazil.ingest.changes import ChangeBuffer, staging_buffer_schema
-from frazil.ingest.conform import conform
-from frazil.ingest.positions import resume_at
+from frazil.buffers.conform import conform
+from frazil.buffers.positions import Takers, resume_at
 
 log = logging.getLogger(__name__)
 
@@ -92,15 +92,17 @@ class Target:
 class Targets:
     """Every table of the pipeline, by name, in config order."""
 
-    def __init__(self, cfg: Config, catalog: Catalog, tables: Mapping[str, Table]) -> None:
+    def __init__(self, cfg: Config, catalog: Catalog, tables: Mapping[str, Table],
+                 takers: Callable[[str], Takers]) -> None:
         """``tables``: each configured table as ``ensure_table`` left it. With one table its buffer
         has the memory budget as a hard cap; with several, the pipeline checks their sum once per
         poll (a fan-out must land in every table's buffer or in none), so the buffers can pass the
-        budget by one poll's records."""
+        budget by one poll's records. ``takers``: which tables may take a topic's records
+        (routing), for where a partition resumes."""
         # One declared table and nothing else: its buffer has the budget as a hard cap. Otherwise
         # (several buffers, or tables opened later) the pipeline checks their sum once per poll.
         self.single = len(cfg.tables) == 1 and cfg.dynamic is None and bool(cfg.tables[0].columns)
-        self._dynamic = cfg.dynamic is not None
+        self._takers = takers
         self._budget = cfg.memory_budget_bytes
         self._values = cfg.values
         self._catalog, self._max_attempts = catalog, cfg.max_commit_attempts
@@ -109,8 +111,6 @@ class Targets:
             t.name: Target(t, Committer(catalog, t.name, cfg.pipeline, max_attempts=cfg.max_commit_attempts),
                            self.buffer_for(t, tables[t.name], inferred=not t.columns), tables[t.name])
             for t in cfg.tables if t.name in tables}
-        # configured tables that do not exist yet (created on their first records): they need the watermark
-        self._unopened = {t.name for t in cfg.tables if t.name not in tables}
         for name, table in tables.items():   # named by the records, created by an earlier run
             if name not in self._by_name and cfg.dynamic is not None:
                 self.add(cfg.dynamic.table_config(name), table, inferred=not cfg.dynamic.columns, floors=False)
@@ -129,7 +129,6 @@ class Targets:
 
     def add_built(self, target: Target) -> None:
         self._by_name[target.name] = target
-        self._unopened.discard(target.name)
 
     def build(self, cfg: TableConfig, table: Table, *, inferred: bool, floors: bool = True) -> Target:
         """Blocking. A table named by the records, with its floors from its offsets (``floors``:
@@ -191,7 +190,8 @@ class Targets:
 
     def read_positions(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """Blocking. Read every table's offsets and watermark; set each table's floors; return
-        where each of ``tps`` is read from (rule 2; partitions no table knows are left out)."""
+        where each of ``tps`` is read from (rule 2, ``positions.resume_at``; partitions nothing
+        knows are left out)."""
         tps = set(tps)
         stored: dict[str, dict[TopicPartition, int]] = {}
         marks = []
@@ -200,10 +200,7 @@ class Targets:
             stored[target.name] = offsets
             marks.append(progress)
             target.floors = {tp: o for tp, o in offsets.items() if tp in tps}
-        # With tables named by the records, tables not opened yet in this run may need any offset
-        # above the watermark: resume at it (each opened table then skips what it holds).
-        return resume_at(tps, {} if self._dynamic else {**stored, **{name: {} for name in self._unopened}},
-                         merge_progress(*marks))
+        return resume_at(tps, stored, merge_progress(*marks), self._takers)
 
 
 def _strict(table: str) -> str:

@@ -8,7 +8,8 @@ of other partitions are not taken (rule 2), and never one below what is already 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 from frazil.iceberg.offsets import Range, TopicPartition
 
@@ -83,26 +84,40 @@ class Positions:
                 self._start.pop(tp, None)
 
 
+@dataclass(frozen=True)
+class Takers:
+    """The tables that may take a topic's records (routing decides, ``ingest/routing.py``):
+    ``tables`` by name, and, when ``by_values``, tables the ``[dynamic]`` template names from a
+    record's fields (not all known: any of them may need what the watermark says)."""
+
+    tables: tuple[str, ...]
+    by_values: bool = False
+
+
 def resume_at(tps: Iterable[TopicPartition], stored: Mapping[str, Mapping[TopicPartition, int]],
-              progress: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+              progress: Mapping[TopicPartition, int], takers: Callable[[str], Takers]) -> dict[TopicPartition, int]:
     """Rule 2 with several tables: where each partition is read from again.
 
     ``stored`` holds each table's offsets (the next offset it needs per partition), ``progress``
     the pipeline's own low watermark kept with them (every record below it is in every table that
-    takes it, or was taken by none). A table with no offset for a partition has taken none of its
-    records yet, so it needs what the watermark says. The answer is the lowest position any table
-    still needs, or the watermark, whichever is higher; a partition no table and no watermark knows
-    is left out (it starts at ``auto_offset_reset``). Each table then skips records below its own
-    offset."""
+    takes it, or was taken by none), ``takers`` which tables may take a topic's records. A table
+    that takes the topic and has no offset for a partition has taken none of its records yet, so
+    it needs what the watermark says; so may a table the records name (``[dynamic]`` by a field).
+    A table that never takes the topic needs nothing of it. The answer is the lowest position any
+    of them still needs, or the watermark, whichever is higher; a partition nothing knows is left
+    out (it starts at ``auto_offset_reset``). Each table then skips records below its own offset."""
     out: dict[TopicPartition, int] = {}
     for tp in tps:
         watermark = progress.get(tp)
-        needs = [offsets.get(tp, watermark) for offsets in stored.values()]
+        who = takers(tp[0])
+        needs = [stored.get(name, {}).get(tp, watermark) for name in who.tables]
+        if who.by_values:
+            needs.append(watermark)
         known = [n for n in needs if n is not None]
         if watermark is None:
             if known:
                 out[tp] = min(known)
-        elif not needs:
+        elif not known:
             out[tp] = watermark
         else:
             out[tp] = max(watermark, min(known))

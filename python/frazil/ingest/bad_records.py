@@ -1,0 +1,102 @@
+"""Bad records: records that cannot become a row of a table they go to. With ``on_bad_record =
+"fail"`` the first one stops the pipeline, naming the record, the field and the fix; with
+``"dead_letter"`` each is held with its table's rows (its range counts it as consumed) and the
+coordinator sends it to the dead-letter topic once that commit lands. Never a silent drop.
+
+Records that routing itself finds bad (a template field naming no table, a value that is not a
+JSON object where a route field must be read, a table named by the records that cannot be opened)
+go with the commits of the pipeline's first declared table, its *carrier*: always the same one,
+so across restarts its offsets say which were counted."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from frazil.ingest.buffer import RecordProblem
+from frazil.buffers.state import Buffers
+from frazil.buffers.targets import Target
+from frazil.config import Config
+from frazil.errors import RecordDecodeError
+from frazil.events.payloads import DeadLetter
+from frazil.iceberg.offsets import TopicPartition
+from frazil.ingest.fetch import Record
+from frazil.metrics import Metrics, Stats
+
+log = logging.getLogger(__name__)
+
+
+class BadRecords:
+    def __init__(self, cfg: Config, buffers: Buffers, metrics: Metrics, stats: Stats) -> None:
+        self._cfg, self._buffers, self._metrics, self._stats = cfg, buffers, metrics, stats
+        self.dead_letter = cfg.on_bad_record == "dead_letter"
+        self._several = not buffers.targets.single   # messages name the table when there may be several
+
+    def found(self, name: str, tp: TopicPartition, errors: Sequence[RecordProblem], *, what: str = "") -> None:
+        """``errors``: records of ``tp`` that table ``name`` could not take (``what``: "tombstone"
+        when they were tombstones). Stops the pipeline, or holds them for the dead-letter topic."""
+        if not errors:
+            return
+        first = errors[0]
+        self._metrics.records_bad.inc(len(errors))
+        if not self.dead_letter:
+            for_table = f" ({what} for table {name})" if what else (f" (for table {name})" if self._several else "")
+            raise decode_error(tp, first, len(errors) - 1, for_table)
+        # not in the buffer: held with its rows, and sent once the range they share has landed
+        self._buffers.targets[name].dead.extend(DeadLetter(tp[0], tp[1], e.offset, e.field, e.reason) for e in errors)
+        self._stats.records_bad += len(errors)
+        log.debug("%s[%d]: %d bad record(s) for %s, first at offset %d (field %r: %s); held for the dead-letter "
+                  "topic", tp[0], tp[1], len(errors), name, first.offset, first.field, first.reason)
+
+    def carrier(self) -> Target | None:
+        """The table whose commits count the records routing finds bad: the first declared one."""
+        first = self._cfg.tables[0].name if self._cfg.tables else None
+        targets = self._buffers.targets
+        return targets[first] if first is not None and first in targets else None
+
+    def for_routing(self, tp: TopicPartition, records: Sequence[Record], members: Sequence[int], field: str,
+                    reason: str, *, meant_for: str) -> list[DeadLetter]:
+        """``records`` at ``members`` are bad records for routing itself (``meant_for``: the table
+        they name, which cannot be opened; "" for none). With ``on_bad_record = "fail"`` the
+        pipeline stops on the first. With ``"dead_letter"`` they are returned for
+        :meth:`hold_for_routing`, less those below the carrier's offsets (counted before); without
+        a carrier open, the pipeline stops, saying so."""
+        first = records[members[0]]
+        carrier = self.carrier()
+        if not self.dead_letter or carrier is None:
+            why = "" if not self.dead_letter else (
+                "; on_bad_record = \"dead_letter\" counts records that routing finds bad in the commits of the "
+                "pipeline's first declared table, and "
+                + (f"{self._cfg.tables[0].name} is not open yet" if self._cfg.tables else "there is none: declare one "
+                   "([table] or [[tables]], with its columns)"))
+            more = f" ({len(members) - 1} more such record(s) in the same batch)" if len(members) > 1 else ""
+            raise RecordDecodeError(topic=tp[0], partition=tp[1], offset=first.offset, field=field,
+                                    reason=reason + more + why)
+        floor = carrier.floors.get(tp)
+        return [DeadLetter(tp[0], tp[1], records[i].offset, field, reason, meant_for) for i in members
+                if floor is None or records[i].offset >= floor]
+
+    def hold_for_routing(self, tp: TopicPartition, letters: list[DeadLetter]) -> None:
+        """Records routing found bad go with the carrier's commits: its range of ``tp`` covers them."""
+        carrier = self.carrier()
+        assert carrier is not None   # for_routing checked
+        letters.sort(key=lambda d: d.offset)
+        carrier.dead.extend(letters)
+        self._buffers.positions.table_took(carrier.name, tp)   # its commit counts them
+        self._metrics.records_bad.inc(len(letters))
+        self._stats.records_bad += len(letters)
+        log.debug("%s[%d]: %d bad record(s) for routing, first at offset %d (%s: %s); held with %s for the dead-letter "
+                  "topic", tp[0], tp[1], len(letters), letters[0].offset, letters[0].meant_for or "no table",
+                  letters[0].reason, carrier.name)
+
+    @property
+    def held(self) -> int:
+        """Bad records buffered for the dead-letter topic (none to count unless they go there)."""
+        return self._buffers.targets.dead_letters if self.dead_letter else 0
+
+
+def decode_error(tp: TopicPartition, first: RecordProblem, more: int, suffix: str = "") -> RecordDecodeError:
+    """The error that stops the pipeline at ``first`` (``more`` bad records followed it)."""
+    return RecordDecodeError(topic=tp[0], partition=tp[1], offset=first.offset, field=first.field,
+                             reason=first.reason + (f" ({more} more bad record(s) in the same batch)" if more else "")
+                             + suffix)

@@ -1,0 +1,185 @@
+"""Schema changes asked by the records (``unknown_fields = "evolve"``), one path for JSON and Avro.
+
+JSON: the records that did not fit a table show what they need (a new field, a number an ``int``
+cannot hold); :class:`Evolver` makes that change once across every process (a change another
+process made first is taken, not made again) and appends them again, up to ``EVOLVE_ROUNDS`` times
+(a record shows one problem at a time). Avro: each writer schema is decided before its records go
+in (``ingest/avro.py``): registered, refused (its records are bad records) or, with ``evolve``,
+the table changed first. Either way a change swaps the table's buffer for one of the new schema;
+the rows buffered so far are carried and written under the new schema (``buffers/targets.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+
+from frazil import _native
+from frazil.buffers.state import Buffers
+from frazil.buffers.targets import Target, value_options
+from frazil.config import Config
+from frazil.errors import FrazilError
+from frazil.iceberg import catalog as iceberg_catalog
+from frazil.iceberg import evolution, inference
+from frazil.iceberg.offsets import TopicPartition
+from frazil.ingest import avro
+from frazil.ingest.buffer import AvroRecordBuffer, RecordBuffer, RecordProblem
+from frazil.ingest.fetch import Record
+from frazil.ingest.registry import Unusable, WriterSchemas
+from frazil.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+EVOLVE_ROUNDS = 8   # schema changes one batch may make, one problem per record at a time
+MAX_SCHEMA_CHANGES = 100   # Avro: schema changes one batch may make (each writer schema id may ask for one)
+
+
+class Evolver:
+    def __init__(self, cfg: Config, buffers: Buffers, metrics: Metrics) -> None:
+        self._cfg, self._targets, self._metrics = cfg, buffers.targets, metrics
+        self.writers = WriterSchemas(cfg.values) if cfg.values.avro else None   # Avro values: writer schemas by id
+
+    async def rescue(self, name: str, tp: TopicPartition, records: Sequence[Record], errors: list[RecordProblem],
+                     decoded_by: RecordBuffer) -> list[RecordProblem]:
+        """JSON, ``unknown_fields = "evolve"``: the ``records`` of ``tp`` that did not fit table
+        ``name`` (``errors``, from buffer ``decoded_by``) change its schema where the evolution
+        rules allow, and are appended again. Returns the ones that still do not fit: bad records."""
+        target = self._targets[name]
+        if target.buffer is not decoded_by:
+            # A poll's fetches are decoded at once: another partition's records changed the schema
+            # after these were decoded under the old one. Tried again under the new one first; only
+            # what still does not fit asks for a change of its own.
+            failed = {e.offset for e in errors}
+            errors = target.buffer.append(tp[0], tp[1], [r for r in records if r.offset in failed])
+        for _ in range(EVOLVE_ROUNDS):
+            if not errors:
+                return errors
+            failed = {e.offset for e in errors}
+            still = await self._evolve_once(target, tp, [r for r in records if r.offset in failed], errors)
+            if still is None:   # the schema did not change: they are bad records
+                return errors
+            errors = still
+        return errors
+
+    async def _evolve_once(self, target: Target, tp: TopicPartition, failed: list[Record],
+                           errors: list[RecordProblem]) -> list[RecordProblem] | None:
+        """One round (``iceberg/evolution.py``): the change ``failed`` ask for, then ``failed``
+        appended again; what still does not fit, or None when the schema did not change."""
+        # records with a field the table lacks first: their shape is what the change is made of; a
+        # record that disagrees with them (bad for its own reason) is left out of the shape
+        columns = {f.name for f in target.table.schema().fields}
+        unknown = {e.offset for e in errors if e.field.split(".", 1)[0] not in columns}
+        ordered = sorted(failed, key=lambda r: r.offset not in unknown)
+        shape = inference.infer_lenient([r.value for r in ordered if r.value is not None], maps=target.cfg.maps)
+        problems = [(e.field, e.reason) for e in errors]
+        if not evolution.plan(target.table.schema(), shape, problems):
+            return None   # nothing the schema as last loaded lacks (a change made elsewhere would show here)
+        before = target.buffer.schema
+        where = f"{tp[0]}[{tp[1]}]@{errors[0].offset}"
+        changed = await self._change(target, lambda schema: evolution.plan(schema, shape, problems), where)
+        if changed is None or iceberg_catalog.arrow_schema(changed, value_options(target.cfg)) == before:
+            return None   # nothing to change: bad records
+        return target.buffer.append(tp[0], tp[1], failed)
+
+    async def append_avro(self, name: str, tp: TopicPartition, records: list[Record]) -> list[RecordProblem]:
+        """Avro ``records`` of ``tp`` into table ``name``'s buffer; writer schemas it has not seen
+        are fetched and decided first (:meth:`_learn`), and the append is made again. Each schema
+        change is progress (a batch may hold many writer schemas); a round that changes nothing
+        decides every id, so the append after it cannot name an unknown one."""
+        changes = 0
+        while True:
+            try:
+                return self._targets[name].buffer.append(tp[0], tp[1], records)
+            except _native.UnknownSchemaError as exc:
+                ids = list(exc.args[1])
+            if not await self._learn(name, tp, records[0].offset, ids):
+                return self._targets[name].buffer.append(tp[0], tp[1], records)
+            changes += 1
+            if changes >= MAX_SCHEMA_CHANGES:
+                raise FrazilError(f"table {name}: the writer schemas of {tp[0]}[{tp[1]}] from offset {records[0].offset} "
+                                  f"changed the table's schema {changes} times in one batch; stopping rather than "
+                                  "going on changing it (see the log for the changes)")
+
+    async def _learn(self, name: str, tp: TopicPartition, offset: int, ids: list[int]) -> bool:
+        """Decide each writer schema in ``ids`` for table ``name``: register it, refuse it (its
+        records are bad records), or, with ``unknown_fields = "evolve"``, change the table first
+        (then the buffer is new, and every id is decided again on the next append: returns True)."""
+        assert self.writers is not None
+        target = self._targets[name]
+        buffer = target.buffer
+        assert isinstance(buffer, AvroRecordBuffer)
+        named = self._cfg.values.format == "avro-confluent"
+        for schema_id in ids:
+            where = f"writer schema {schema_id}" if named else "the writer schema"
+            writer = await asyncio.to_thread(self.writers.get, schema_id)   # SchemaRegistryError: stop, loudly
+            if isinstance(writer, Unusable):
+                buffer.refuse(schema_id, "", writer.reason)
+                continue
+            try:
+                parsed = avro.parse(writer)
+            except ValueError as exc:
+                buffer.refuse(schema_id, "", f"writer schema {schema_id}: {exc}")
+                continue
+            decision = self._decide(target, parsed)
+            if isinstance(decision, avro.Evolve):
+                def changes_for(schema: Schema, parsed: object = parsed) -> list[evolution.Change]:
+                    again = self._decide(target, parsed, schema)
+                    return list(again.changes) if isinstance(again, avro.Evolve) else []
+
+                before = target.table.schema().schema_id
+                changed = await self._change(target, changes_for,
+                                             f"{where} ({tp[0]}[{tp[1]}]@{offset})")
+                if changed is not None and changed.schema().schema_id != before:
+                    return True
+                decision = self._decide(target, parsed)
+                if isinstance(decision, avro.Evolve):
+                    change = decision.changes[0]
+                    decision = avro.Refused(".".join(change.path), f"{where} needs a schema change that cannot be "
+                                                                   f"made ({change}); see the log")
+            if isinstance(decision, avro.Refused):
+                log.warning("table %s: %s (first at %s[%d]@%d) is refused, its records are bad records: field %r: %s",
+                            name, where, tp[0], tp[1], offset, decision.field, decision.reason)
+                buffer.refuse(schema_id, decision.field, f"{decision.reason} ({where})")
+                continue
+            try:
+                buffer.register(schema_id, decision.writer, decision.reader, len(decision.ignored))
+            except FrazilError as exc:
+                buffer.refuse(schema_id, "", str(exc))
+                continue
+            log.info("table %s: reading %s from %s[%d]@%d%s", name, where, tp[0], tp[1], offset,
+                     f" (ignoring its field(s) {', '.join(decision.ignored)})" if decision.ignored else "")
+        return False
+
+    def _decide(self, target: Target, writer: object, schema: Schema | None = None
+                ) -> avro.Readable | avro.Refused | avro.Evolve:
+        return avro.resolve(writer, target.table.schema() if schema is None else schema,
+                            exclude=tuple(m[0] for m in iceberg_catalog.META_COLUMNS) if target.cfg.metadata_columns else (),
+                            unknown_fields=target.cfg.unknown_fields, case_insensitive=target.cfg.case_insensitive)
+
+    async def _change(self, target: Target, changes_for: Callable[[Schema], list[evolution.Change]], why: str) -> Table | None:
+        """Make the changes ``changes_for`` asks of ``target``'s table, once across every process
+        (``why``: what asked, for the log). The table as it now is, its buffer swapped for one of
+        the new schema; None when the change cannot be made (the records stay bad records)."""
+        before = target.table.schema().schema_id
+        try:
+            table, made = await asyncio.to_thread(evolution.apply, target.committer.load, changes_for)
+        except evolution.EvolutionError as exc:
+            log.warning("table %s: %s asks for a schema change that cannot be made: %s", target.name, why, exc)
+            return None
+        if not made and table.schema().schema_id == before:
+            return table
+        if made:
+            self._metrics.schema_changes.inc(len(made))
+            added = any(c.kind == "add" for c in made)
+            log.warning("table %s: schema evolved to id %d for %s: %s; %d buffered row(s) go under it%s", target.name,
+                        table.schema().schema_id, why, evolution.describe(made), target.rows,
+                        " (NULL in the added columns)" if added else " (their values unchanged)")
+        else:
+            log.info("table %s: schema id %d, changed by another writer, taken for %s", target.name,
+                     table.schema().schema_id, why)
+        self._targets.evolved(target, table)
+        return table

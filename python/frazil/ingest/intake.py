@@ -1,0 +1,278 @@
+"""Intake: a poll's partition fetches into the tables' buffers.
+
+For each fetch, what is taken is decided once: the records from the partition's position on
+(rule 2 for the pipeline: never one a table already holds, nor one already buffered), and per
+table from its own floor on, less an operator's skips (:class:`~frazil.ingest.fanout.Take`). A
+fetch whose records all go to the same open plain tables by topic (JSON values) is decoded straight
+from the fetched bytes, every such fetch of a poll at once on one thread per core, off the GIL;
+the rest is looked at record by record (``ingest/fanout.py``). After each append its bad records
+are settled: a schema change where the table evolves (``ingest/evolve.py``), then the dead-letter
+topic or a stop (``ingest/bad_records.py``).
+
+Intake never pauses the source: it says when the buffers were full (the loop applies
+backpressure), and a fetch it could not take is sought back and fetched again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
+
+from frazil import _native
+from frazil.buffers.state import Buffers
+from frazil.config import Config
+from frazil.errors import FrazilError
+from frazil.iceberg.offsets import TopicPartition
+from frazil.ingest.bad_records import BadRecords
+from frazil.ingest.buffer import RecordBuffer, RecordProblem
+from frazil.ingest.changes import ChangeBuffer
+from frazil.ingest.evolve import Evolver
+from frazil.ingest.fanout import Appended, Fanout, Take
+from frazil.ingest.fetch import Chunk, Record
+from frazil.ingest.routing import Router
+from frazil.metrics import Metrics, Stats
+
+log = logging.getLogger(__name__)
+
+DECODE_THREADS = max(1, os.cpu_count() or 1)   # a poll's fetches decoded at once
+# bad records held before a cycle is asked for: a reply names each one (~100-300 bytes on the control topic)
+MAX_DEAD_LETTERS = 2_000
+
+
+class Seeker(Protocol):
+    def seek_back(self, tp: TopicPartition, offset: int) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class _Direct:
+    """A partition fetch going straight to ``tables`` from index ``start`` (``summary``)."""
+
+    tp: TopicPartition
+    chunk: Chunk
+    start: int
+    summary: _native.FetchSummary
+    tables: tuple[str, ...]
+
+
+_Decoded = tuple[str, _native.FetchSummary, list[RecordProblem], RecordBuffer]
+
+
+class Intake:
+    def __init__(self, cfg: Config, buffers: Buffers, router: Router, source: Seeker, *, fanout: Fanout,
+                 evolver: Evolver, bad: BadRecords, metrics: Metrics, stats: Stats,
+                 letters_elsewhere: Callable[[], int] = lambda: 0) -> None:
+        """``letters_elsewhere``: bad records held past the buffers (in the worker's batch), which
+        count toward ``MAX_DEAD_LETTERS`` too."""
+        self._cfg, self._buffers, self._targets, self._positions = cfg, buffers, buffers.targets, buffers.positions
+        self._router, self._source, self._fanout, self._evolver, self._bad = router, source, fanout, evolver, bad
+        self._metrics, self._stats = metrics, stats
+        self._letters_elsewhere = letters_elsewhere
+        self._budget = cfg.memory_budget_bytes
+
+    def letters_held(self) -> int:
+        """Bad records buffered and in the batch; none to count unless they go to a dead-letter topic."""
+        return self._bad.held + self._letters_elsewhere() if self._bad.dead_letter else 0
+
+    async def take(self, batches: Mapping[TopicPartition, list[Chunk]]) -> bool:
+        """Take a poll's partition fetches: in rounds of one fetch per partition (a partition's next
+        fetch only after its last one was taken). Returns whether the buffers were full: something
+        was left to be fetched again."""
+        async with self._buffers.lock:   # no batch is taken, and no partition dropped, halfway through
+            return await self._take(batches)
+
+    async def _take(self, batches: Mapping[TopicPartition, list[Chunk]]) -> bool:
+        full = False
+        # several buffers: their sum against the budget, once per poll (it can pass it by one poll's records)
+        room = self._targets.single or self._targets.bytes < self._budget
+        pending = {tp: list(chunks) for tp, chunks in batches.items()}
+        while pending:
+            direct: list[_Direct] = []
+            for tp in list(pending):
+                chunk = pending[tp].pop(0)
+                if not pending[tp]:
+                    del pending[tp]
+                if not self._positions.is_positioned(tp):  # not yet, or revoked while the fetch was in flight
+                    pending.pop(tp, None)
+                    continue
+                admitted = self._admit(tp, chunk, refuse=full or not room)
+                if admitted is None or admitted is False:   # left to be fetched again
+                    full = full or admitted is None
+                    pending.pop(tp, None)
+                    continue
+                if admitted is True:   # nothing in it the tables do not hold
+                    continue
+                start, summary = admitted
+                tables = self._direct_tables(tp)
+                if tables is not None:
+                    direct.append(_Direct(tp, chunk, start, summary, tables))
+                elif not await self._one_by_one(tp, chunk, start, summary):
+                    full = True
+                    pending.pop(tp, None)
+            for job, outcome in zip(direct, await self._decode(direct), strict=True):
+                if outcome is None:   # the buffer's hard cap refused it whole: fetched again once there is room
+                    self._source.seek_back(job.tp, job.summary.first_offset)
+                    full = True
+                    pending.pop(job.tp, None)
+                    continue
+                rows = job.summary.records - job.summary.tombstones
+                if not job.tables and rows:
+                    self._stats.records_unrouted += rows
+                    self._metrics.records_unrouted.inc(rows)
+                    log.debug("%s[%d]: %d record(s) from offset %d taken by no table", job.tp[0], job.tp[1], rows,
+                              job.summary.first_offset)
+                lookup = functools.partial(_records_at, job.chunk)
+                for name, these, errors, buffer in outcome:
+                    await self._settle(job.tp, Appended(name, errors, these.records - these.tombstones,
+                                                        these.value_bytes, lookup, buffer))
+                self._took(job.tp, job.chunk, job.summary)
+        return full
+
+    def _admit(self, tp: TopicPartition, chunk: Chunk, *, refuse: bool) -> tuple[int, _native.FetchSummary] | bool | None:
+        """What of one partition fetch is to be taken: ``(start, summary)``, the index of its first
+        record the tables do not hold yet and the counts from there; True when there is none;
+        False when it is left to be fetched again (too many bad records held), None when there is
+        no room for it (``refuse``; fetched again too)."""
+        fetched = chunk.fetched
+        # Rule 2: never take a record the table already holds, nor one already buffered.
+        start = 0
+        floor = self._positions.floor(tp)
+        if floor is not None:
+            start = fetched.index_of(floor)
+            if start:
+                if self._positions.is_buffering(tp):
+                    log.warning("%s[%d]: records from offset %d were delivered again below offset %d, which is "
+                                "buffered; skipped them", tp[0], tp[1], fetched.summary(0).first_offset, floor)
+                self._stats.records_skipped += start
+            if start == len(fetched):
+                return True
+        summary = fetched.summary(start)
+        if refuse:
+            self._source.seek_back(tp, summary.first_offset)
+            return None
+        if self.letters_held() >= MAX_DEAD_LETTERS:
+            # each held bad record names itself in a reply: fetched again once they have gone out
+            # (the full trigger has asked for a cycle)
+            self._source.seek_back(tp, summary.first_offset)
+            return False
+        return start, summary
+
+    def _direct_tables(self, tp: TopicPartition) -> tuple[str, ...] | None:
+        """The tables that take every record of ``tp`` when its records can go to them straight
+        from the fetch (JSON values, routed by topic alone, tables open and not keyed, no
+        operator's skips); None when the records must be looked at one by one first."""
+        if self._evolver.writers is not None:
+            return None
+        route = self._router.for_topic(tp[0])
+        if route.by_value:
+            return None
+        for name in route.always:
+            if name not in self._targets:
+                return None
+            target = self._targets[name]
+            if isinstance(target.buffer, ChangeBuffer) or target.skips(self._cfg.pipeline).get(tp):
+                return None
+        return route.always
+
+    async def _one_by_one(self, tp: TopicPartition, chunk: Chunk, start: int, summary: _native.FetchSummary) -> bool:
+        """A fetch whose records are looked at one by one; False when the buffer's hard cap
+        refused it (fetched again)."""
+        records = chunk.records(start)
+        values = [r for r in records if r.value is not None]
+        try:
+            appended = await self._fanout.route(tp, values) if values else []
+        except _native.BufferFullError:
+            # Nothing of this batch was taken (one table: the buffer's hard cap refused it whole).
+            self._source.seek_back(tp, summary.first_offset)
+            return False
+        for outcome in appended:
+            await self._settle(tp, outcome)
+        if len(values) < len(records):
+            for outcome in self._fanout.tombstones(tp, [r for r in records if r.value is None]):
+                await self._settle(tp, outcome)
+        self._took(tp, chunk, summary)
+        return True
+
+    async def _settle(self, tp: TopicPartition, appended: Appended) -> None:
+        """After an append: metrics, then its bad records: a schema change first when the table
+        evolves, then the dead-letter topic or a stop."""
+        name = appended.table
+        buffer = self._targets[name].buffer   # a schema change may have replaced it
+        if buffer.fields_ignored:
+            self._metrics.fields_ignored.inc(buffer.fields_ignored)
+            buffer.fields_ignored = 0
+        errors = appended.errors
+        if (errors and not appended.what and self._targets[name].cfg.unknown_fields == "evolve"
+                and self._evolver.writers is None):
+            errors = await self._evolver.rescue(name, tp, appended.lookup([e.offset for e in errors]), errors,
+                                                appended.decoded_by)
+        self._metrics.taken(name, appended.records - len(errors), appended.value_bytes)
+        self._bad.found(name, tp, errors, what=appended.what)
+        self._positions.table_took(name, tp)
+
+    def _took(self, tp: TopicPartition, chunk: Chunk, summary: _native.FetchSummary) -> None:
+        """A fetch's records from ``summary.first_offset`` on are in the buffers."""
+        # A null value (a tombstone, e.g. on a compacted topic) deletes a key: in a keyed table with
+        # tombstones = "delete" it deletes the row of its Kafka key; elsewhere there is nothing to
+        # land: accounted as read and counted, like a record no table takes.
+        if summary.tombstones:
+            self._stats.records_tombstones += summary.tombstones
+            self._metrics.tombstones.inc(summary.tombstones)
+            log.debug("%s[%d]: %d tombstone(s) (null values) among offsets %d..%d", tp[0], tp[1],
+                      summary.tombstones, summary.first_offset, summary.last_offset)
+        # the range reaches past the fetch's last whole batch: transaction markers and aborted or
+        # compacted-away offsets after the last record hold no record, and a table that stops
+        # short of them would show a lag of one forever on a transactional topic
+        self._positions.took(tp, summary.first_offset, chunk.fetched.next_offset - 1)
+        self._buffers.took_until(summary.max_timestamp_ms)
+        self._stats.records_in += summary.records
+        self._metrics.records_consumed.inc(summary.records)
+
+    async def _decode(self, jobs: Sequence[_Direct]) -> list[list[_Decoded] | None]:
+        """Every fetch of ``jobs`` into each of its tables' buffers, straight from the fetched
+        bytes, each table skipping what it holds (rule 2): per job its tables' (name, counts, bad
+        records, the buffer that took them), or None when the buffer's hard cap refused it. The
+        decoding runs without the GIL on one thread per core (the loop goes on fetching and
+        heartbeating meanwhile)."""
+        work: list[tuple[int, str, RecordBuffer, int, _native.FetchSummary]] = []
+        for i, job in enumerate(jobs):
+            fetched = job.chunk.fetched
+            for name in job.tables:
+                target = self._targets[name]
+                begin = Take.of(target, job.tp, self._cfg.pipeline).begin(fetched, job.start, job.summary.first_offset)
+                these = job.summary if begin == job.start else fetched.summary(begin)
+                if these.records > these.tombstones:
+                    work.append((i, name, target.buffer, begin, these))
+        results: list[list[RecordProblem] | None] = [None] * len(work)
+
+        def run(items: range) -> None:
+            for k in items:
+                i, _, buffer, begin, _ = work[k]
+                try:
+                    results[k] = buffer.append_fetched(jobs[i].tp[0], jobs[i].tp[1], jobs[i].chunk.fetched, begin)
+                except _native.BufferFullError:
+                    results[k] = None
+
+        threads = min(DECODE_THREADS, len(work))
+        if threads:
+            await asyncio.gather(*(asyncio.to_thread(run, range(t, len(work), threads)) for t in range(threads)))
+        out: list[list[_Decoded] | None] = [[] for _ in jobs]
+        for (i, name, buffer, _, these), errors in zip(work, results, strict=True):
+            done = out[i]
+            if errors is None and len(jobs[i].tables) > 1:
+                # several tables never have a cap (targets.py): a refusal here would leave some appended
+                raise FrazilError(f"table {name}: its buffer refused a fetch of {jobs[i].tp[0]}[{jobs[i].tp[1]}] that "
+                                  "other tables took; stopping rather than taking it twice")
+            if errors is None or done is None:
+                out[i] = None
+                continue
+            done.append((name, these, errors, buffer))
+        return out
+
+
+def _records_at(chunk: Chunk, offsets: list[int]) -> list[Record]:
+    return list(chunk.records(offsets=sorted(offsets)))

@@ -1,0 +1,123 @@
+"""The ingest loop, the worker and the in-process coordinator together, in single mode, fed by a
+fake Kafka source (batches built by aiokafka's batch builder, read natively) into a SQLite catalog
+in a temporary folder: no broker. What a user depends on: every record lands once, bad records
+stop the pipeline naming them, routed tables take what routing gives them, and a restart reads
+each partition from where the tables need it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from fakes import FakeSource, json_records
+
+import support
+from frazil import daemon
+from frazil.config import Config
+from frazil.errors import RecordDecodeError
+from frazil.iceberg import catalog as iceberg_catalog
+
+pytestmark = pytest.mark.asyncio
+
+
+def config(tmp_path: Path, extra: str = "", *, table: str = "db.events", topics: tuple[str, ...] = ("t",)) -> Config:
+    return support.load(support.write_config(tmp_path, "127.0.0.1:1", list(topics), table=table, interval=0.2,
+                                             extra=extra))
+
+
+async def run_until(cfg: Config, source: FakeSource, done: Callable[[], bool], timeout: float = 60) -> None:
+    """Serve ``cfg`` from ``source`` until ``done`` (then drain and stop)."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(daemon.serve(cfg, stop, source=source))
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not done() and not task.done():
+        assert asyncio.get_running_loop().time() < deadline, "the loop did not get there in time"
+        await asyncio.sleep(0.05)
+    stop.set()
+    await task
+
+
+def counts(cfg: Config, table: str) -> dict[tuple[str, int, int], int]:
+    catalog = iceberg_catalog.load(cfg.catalog)
+    try:
+        return dict(support.count_offsets(catalog, table))
+    finally:
+        support.close_catalog(catalog)
+
+
+def rows(n: int, first: int = 0) -> list[dict[str, object] | None]:
+    return [{"id": i, "name": f"n{i}", "amount": i * 0.5, "at": "2026-11-01T10:00:00Z"} for i in range(first, first + n)]
+
+
+async def test_every_record_of_every_partition_lands_once_and_a_restart_takes_only_new_ones(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    logs = {("t", 0): json_records(rows(230)), ("t", 1): json_records(rows(170, 1000))}
+    source = FakeSource(logs, per_fetch=40)
+    await run_until(cfg, source, source.read_to_end)
+    assert counts(cfg, "db.events") == {("t", p, r[0]): 1 for (_, p), records in logs.items() for r in records}
+    # more records arrive; the next run starts where the table is and fetches nothing twice
+    logs[("t", 0)] += json_records(rows(60, 5000), first=230)
+    again = FakeSource(logs, per_fetch=40)
+    await run_until(cfg, again, again.read_to_end)
+    assert [f for f in again.fetched if f[0] == ("t", 0)][0][1] == 230
+    assert [f for f in again.fetched if f[0] == ("t", 1)] == []
+    assert sum(counts(cfg, "db.events").values()) == 460 and set(counts(cfg, "db.events").values()) == {1}
+
+
+async def test_a_bad_record_stops_the_pipeline_naming_it_and_nothing_after_it_lands(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    values = rows(20)
+    values[7] = {"id": "seven", "name": "x", "amount": 1.0, "at": "2026-11-01T10:00:00Z"}
+    source = FakeSource({("t", 0): json_records(values)}, per_fetch=50)
+    with pytest.raises(RecordDecodeError) as caught:
+        await run_until(cfg, source, lambda: False, timeout=30)
+    assert (caught.value.topic, caught.value.partition, caught.value.offset, caught.value.field) == ("t", 0, 7, "id")
+    assert counts(cfg, "db.events") == {}
+
+
+async def test_routed_tables_take_what_routing_gives_them_and_the_rest_is_counted_as_read(tmp_path: Path) -> None:
+    tables = """
+[[tables]]
+name = "db.eu"
+route_field = "region"
+route = "eu-.*"
+columns = [{name = "id", type = "long", required = true}, {name = "region", type = "string"}]
+
+[[tables]]
+name = "db.us"
+route_field = "region"
+route = "us"
+columns = [{name = "id", type = "long", required = true}, {name = "region", type = "string"}]
+"""
+    path = tmp_path / "frazil.toml"
+    support.write_config(tmp_path, "127.0.0.1:1", ["t"], interval=0.2)
+    text = path.read_text()
+    path.write_text(text[:text.index("[table]")] + tables + text[text.index("[maintenance]"):])
+    cfg = support.load(path)
+    regions = ["eu-west", "us", "ap", "eu-north", "us"] * 20
+    source = FakeSource({("t", 0): json_records([{"id": i, "region": r} for i, r in enumerate(regions)])}, per_fetch=33)
+    await run_until(cfg, source, source.read_to_end)
+    eu, us = counts(cfg, "db.eu"), counts(cfg, "db.us")
+    assert sorted(o for _, _, o in eu) == [i for i, r in enumerate(regions) if r.startswith("eu-")]
+    assert sorted(o for _, _, o in us) == [i for i, r in enumerate(regions) if r == "us"]
+    assert set(eu.values()) == set(us.values()) == {1}
+
+
+async def test_tombstones_are_counted_as_read_and_land_nowhere_in_an_append_table(tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    values: list[dict[str, object] | None] = list(rows(10))
+    values[3] = values[8] = None
+    source = FakeSource({("t", 0): json_records(values)})
+    await run_until(cfg, source, source.read_to_end)
+    assert sorted(o for _, _, o in counts(cfg, "db.events")) == [0, 1, 2, 4, 5, 6, 7, 9]
+
+
+async def test_fetch_of_serves_the_bytes_a_broker_would() -> None:
+    from fakes import fetch_of
+
+    chunk = fetch_of("t", 3, json_records([{"a": 1}, None], first=40))
+    assert [(r.offset, r.value) for r in chunk.records()] == [(40, json.dumps({"a": 1}).encode()), (41, None)]
+
