@@ -443,3 +443,39 @@ async def test_a_taken_over_cycle_whose_bad_records_only_a_dropped_reply_carried
         assert [(d.partition, d.offset) for _, _, ds in letters.sent for d in ds] == ([(0, 3)] if landed else [])
         assert channel.payloads(CommitToTable) == ([CommitToTable("old-1", "db.t", 42, None)] if landed else [])
         assert len(channel.payloads(CommitComplete)) == 1
+
+
+class TwoTables(FakeChannel):
+    """One worker's reply to two tables, with the watermark as it is and as it will be once landed."""
+
+    async def send(self, payloads: list[Payload]) -> None:
+        for p in payloads:
+            self.log.append(Event("p", "coordinator", 0, payload=p))
+            if isinstance(p, StartCommit):
+                for table in ("db.a", "db.b"):
+                    self.log.append(Event("p", "w", 0, payload=DataWritten(
+                        p.commit_id, table, (DataFileRef(f"{table}.parquet", "PARQUET", 1, 1, 0),),
+                        (OffsetRange("t", 0, 10, 20, 1),))))
+                self.log.append(Event("p", "w", 0, payload=DataComplete(
+                    p.commit_id, (Assignment("t", 0, 1, progress=10, landed=20),), 100)))
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("failing, kept", [((), {"db.a": 10, "db.b": 20}), (("db.a",), {"db.b": 10}),
+                                           (("db.b",), {"db.a": 10})])
+async def test_only_the_last_commit_of_a_cycle_whose_other_commits_landed_keeps_the_landed_watermark(
+        failing: tuple[str, ...], kept: dict[str, int]) -> None:
+    """The watermark a reply will have once landed is true only when every table of the cycle
+    holds its part: the cycle's last commit, atomic with its own part, may keep it when every
+    commit before it landed; any other commit keeps the watermark as it was."""
+    stored: dict[str, int] = {}
+
+    def commit(table: TableCommit, commit_id: str, vtts: int | None) -> CommitResult:
+        if table.table in failing:
+            raise CommitOutcomeUnknown("catalog down")
+        stored[table.table] = dict(((t, p), o) for t, p, o in table.progress)[("t", 0)]
+        return CommitResult(commit_id, 42, 1, {("t", 0): 20}, 1, 0.01)
+
+    coordinator = Coordinator(TwoTables({}), "p", frozenset({("t", 0)}), commit, timeout_s=5)
+    await coordinator.cycle()
+    assert stored == kept

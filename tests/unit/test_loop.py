@@ -121,3 +121,67 @@ async def test_fetch_of_serves_the_bytes_a_broker_would() -> None:
     chunk = fetch_of("t", 3, json_records([{"a": 1}, None], first=40))
     assert [(r.offset, r.value) for r in chunk.records()] == [(40, json.dumps({"a": 1}).encode()), (41, None)]
 
+
+SEVERAL = """
+[pipeline]
+name = "p"
+commit_interval_s = 0.2
+
+[kafka]
+bootstrap_servers = "127.0.0.1:1"
+topics = ["a", "b", "d"]
+
+[catalog]
+properties = {{ uri = "sqlite:///{dir}/catalog.db", warehouse = "file://{dir}/warehouse" }}
+
+[maintenance]
+enabled = false
+
+[[tables]]
+name = "db.a"
+topics = "a"
+columns = [{{name = "id", type = "long", required = true}}, {{name = "kind", type = "string"}}]
+
+[[tables]]
+name = "db.b"
+topics = "b"
+columns = [{{name = "id", type = "long", required = true}}, {{name = "kind", type = "string"}}]
+
+[dynamic]
+table = "db.kind_{{kind}}"
+topics = "d"
+"""
+
+
+async def test_a_restart_fetches_no_record_every_table_taking_it_already_holds(tmp_path: Path) -> None:
+    """Tables taking different topics and tables named by the records: each restart reads each
+    partition from the lowest offset a table that takes it still needs, which after a drained
+    stop is where the last run ended, and the watermark it resumes from is kept with the data."""
+    path = tmp_path / "frazil.toml"
+    path.write_text(SEVERAL.format(dir=tmp_path))
+    cfg = support.load(path)
+    logs: dict[tuple[str, int], list[tuple[int, int, bytes | None, bytes | None]]] = {("a", 0): [], ("b", 0): [],
+                                                                                      ("d", 0): []}
+    expected: dict[str, set[int]] = {}
+    for run in range(4):
+        for topic, n in (("a", 70), ("b", 30 if run % 2 else 0), ("d", 50)):
+            first = len(logs[(topic, 0)])
+            values = [{"id": first + i, "kind": "xy"[(first + i) % 2]} for i in range(n)]
+            logs[(topic, 0)] += json_records(values, first=first)
+        ends = {tp: len(records) for tp, records in logs.items()}
+        source = FakeSource(logs, per_fetch=25)
+        await run_until(cfg, source, source.read_to_end)
+        if run:
+            for tp, first_offset, _ in source.fetched:
+                assert first_offset >= previous[tp], f"run {run} fetched {tp} from {first_offset}, below {previous[tp]}"
+        previous = ends
+    catalog = iceberg_catalog.load(cfg.catalog)
+    try:
+        landed = {name: support.count_offsets(catalog, name) for name in ("db.a", "db.b", "db.kind_x", "db.kind_y")}
+    finally:
+        support.close_catalog(catalog)
+    assert sorted(o for (_, _, o) in landed["db.a"]) == list(range(len(logs[("a", 0)])))
+    assert sorted(o for (_, _, o) in landed["db.b"]) == list(range(len(logs[("b", 0)])))
+    assert sorted([o for (_, _, o) in landed["db.kind_x"]] + [o for (_, _, o) in landed["db.kind_y"]]) == list(
+        range(len(logs[("d", 0)])))
+    assert {n for counts_ in landed.values() for n in counts_.values()} == {1}

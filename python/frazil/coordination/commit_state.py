@@ -40,6 +40,9 @@ class TableCommit:
     table_uuids: frozenset[str] = frozenset()   # what the workers wrote for ("" : not said)
     # the cycle's watermark, from every accepted DataComplete: kept with each table's offsets
     progress: tuple[tuple[str, int, int], ...] = ()
+    # the watermark once every table of the cycle has landed: kept instead by the cycle's last
+    # table commit when every commit before it landed (``Coordinator``)
+    landed: tuple[tuple[str, int, int], ...] = ()
     # the bad records of ``ranges``: to the dead-letter topic once this commit lands
     dead_letters: tuple[DeadLetter, ...] = ()
     # the bad records named by replies of this cycle dropped as an older generation: sent only when
@@ -130,7 +133,8 @@ class CommitState:
                 uuids.add(written.table_uuid)
                 dead.extend(written.dead_letters)
         progress = tuple(sorted((t, p, o) for (t, p), o in self.progress().items()))
-        return [TableCommit(t, tuple(f), tuple(r), frozenset(u), progress, _ordered(d),
+        landed = tuple(sorted((t, p, o) for (t, p), o in self.progress(landed=True).items()))
+        return [TableCommit(t, tuple(f), tuple(r), frozenset(u), progress, landed, _ordered(d),
                             _ordered(self._stale_letters.get(t, [])))
                 for t, (f, r, u, d) in sorted(by_table.items()) if f or r]
 
@@ -148,15 +152,17 @@ class CommitState:
                             seal=f"taken over; {len(letters)} bad record(s) of dropped replies")
                 for t, letters in sorted(self._stale_letters.items()) if letters and t not in data]
 
-    def progress(self) -> dict[TopicPartition, int]:
+    def progress(self, *, landed: bool = False) -> dict[TopicPartition, int]:
         """Per partition, the highest watermark an accepted reply reported (stale replies were
-        dropped with their generation; a watermark is never ahead of the truth, only behind)."""
+        dropped with their generation; a watermark is never ahead of the truth, only behind);
+        ``landed``: the one each reported for once its reply has landed, where it said."""
         out: dict[TopicPartition, int] = {}
         for complete in self._complete.values():
             for a in complete.assignments:
-                if a.progress is not None:
+                mark = a.landed if landed and a.landed is not None else a.progress
+                if mark is not None:
                     tp = (a.topic, a.partition)
-                    out[tp] = max(out.get(tp, a.progress), a.progress)
+                    out[tp] = max(out.get(tp, mark), mark)
         return out
 
     def valid_through_ms(self) -> int | None:

@@ -28,6 +28,7 @@ gap stops the coordinator (rule 3).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
@@ -212,7 +213,12 @@ class Coordinator:
         failed: list[str] = []
         tables = state.tables()
         began = time.monotonic()
-        for table in tables:
+        for i, table in enumerate(tables):
+            if i == len(tables) - 1 and len(results) == i and table.landed:
+                # every table before it landed: the cycle's last commit keeps the watermark the
+                # workers will have once it lands too (atomic with it), so a pipeline that goes
+                # idle or stops keeps a watermark that is not a cycle behind
+                table = dataclasses.replace(table, progress=table.landed)
             if table.dead_letters and self._dead_letters is None:
                 log.error("commit %s to %s refused: a worker reported %d bad record(s) for the dead-letter topic, "
                           "but this coordinator's pipeline.on_bad_record is not \"dead_letter\"; give every process "

@@ -197,7 +197,8 @@ class Worker:
                 payloads.append(DataWritten(commit_id, name, refs, ranges, str(table.metadata.table_uuid), part.dead))
             self.reported = frozenset(batch.parts) - frozenset(failures)
             self.in_flight = commit_id if self.reported else None
-        owned = tuple(Assignment(t, p, generation, self._watermark((t, p))) for t, p in sorted(self._source.assignment))
+        owned = tuple(Assignment(t, p, generation, self._watermark((t, p)), self._watermark((t, p), if_landed=True))
+                      for t, p in sorted(self._source.assignment))
         payloads.append(DataComplete(commit_id, owned, self._buffers.last_record_ms))
         faults.hit("worker.before_reply")
         logged = self._clock()
@@ -272,11 +273,16 @@ class Worker:
                     failures.setdefault(record["table"], exc)
         return batch, tables, loaded_s, wrote_s, failures
 
-    def _watermark(self, tp: TopicPartition) -> int | None:
+    def _watermark(self, tp: TopicPartition, *, if_landed: bool = False) -> int | None:
         """The first offset of ``tp`` not yet in every table that takes it: the oldest start of a
-        part that has not landed, else the next batch's start."""
-        waiting = [w for part in self.batch.parts.values() if (w := part.waits_from(tp)) is not None] \
-            if self.batch is not None else []
+        part that has not landed, else the next batch's start. ``if_landed``: as it will be once
+        every part of the reply just sent has landed (only what waits behind those parts, and the
+        parts not reported, hold it back)."""
+        waiting: list[int] = []
+        for name, part in self.batch.parts.items() if self.batch is not None else ():
+            held: Part | None = part.later if if_landed and name in self.reported else part
+            if held is not None and (w := held.waits_from(tp)) is not None:
+                waiting.append(w)
         return min(waiting) if waiting else self._positions.start(tp)
 
     async def settle(self, failed_tables: tuple[str, ...] = ()) -> None:

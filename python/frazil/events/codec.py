@@ -31,7 +31,7 @@ from frazil.events.payloads import (
 )
 
 MAGIC = 0xF7
-VERSION = 5
+VERSION = 6
 NAMESPACE = "io.frazil.events.v1"
 
 
@@ -125,9 +125,15 @@ SCHEMA_V5: dict[str, Any] = copy.deepcopy(SCHEMA_V4)
 _V5_RECORDS = {p["name"]: p for p in SCHEMA_V5["fields"][3]["type"]}
 _V5_RECORDS["DataWritten"]["fields"][-1]["type"]["items"]["fields"].append(_opt("meant_for", "string"))
 
+# Version 6: each Assignment also carries the watermark the partition will have once every part of
+# the reply has landed (a version-5 reply reads as None: the coordinator keeps the watermark as sent).
+SCHEMA_V6: dict[str, Any] = copy.deepcopy(SCHEMA_V5)
+_V6_RECORDS = {p["name"]: p for p in SCHEMA_V6["fields"][3]["type"]}
+_V6_RECORDS["DataComplete"]["fields"][1]["type"]["items"]["fields"].append(_opt("landed", "long"))
+
 # Every schema version this build can read, by the version byte. Add a version by adding its
 # writer schema here and making it the reader schema; never change a published one.
-_SCHEMAS = {1: SCHEMA_V1, 2: SCHEMA_V2, 3: SCHEMA_V3, 4: SCHEMA_V4, 5: SCHEMA_V5}
+_SCHEMAS = {1: SCHEMA_V1, 2: SCHEMA_V2, 3: SCHEMA_V3, 4: SCHEMA_V4, 5: SCHEMA_V5, 6: SCHEMA_V6}
 
 
 @functools.cache

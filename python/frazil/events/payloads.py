@@ -66,6 +66,8 @@ class Assignment:
     # the first offset of the partition the worker has not landed in every table that takes it
     # (its low watermark; None: not known yet, or a version-2 reply)
     progress: int | None = None
+    # the same once every part of this reply has landed (None: not known, or a version-5 reply)
+    landed: int | None = None
 
 
 @dataclass(frozen=True)
