@@ -546,11 +546,11 @@ def _maintain(args: argparse.Namespace) -> int:
 
 
 def _backfill(args: argparse.Namespace) -> int:
-    from frazil import daemon
+    from frazil.backfill import backfill
 
     cfg = config_mod.load(args.config)
     logs.setup(cfg.log_level, cfg.log_format)
-    stats = daemon.backfill(cfg, batch_rows=args.batch_rows, memory_mb=args.memory_mb)
+    stats = backfill(cfg, batch_rows=args.batch_rows, memory_mb=args.memory_mb)
     print(f"backfill {cfg.pipeline}: {stats.rows_committed} rows committed in {stats.commits} commit(s)")
     return 0
 
