@@ -33,9 +33,10 @@ import pyarrow as pa
 import pyarrow.json as pajson
 
 import _datasets
+import _dev  # noqa: F401 - dev/ on the path, for frazil_dev
 import _results
 from frazil import _native
-from frazil.demo import sample_events
+from frazil_dev.workload import sample_events
 
 CHUNK = 10_000
 BAD_EVERY = 100
