@@ -1,6 +1,6 @@
 """frazil's native core (Rust, pyo3 + arrow-rs). Heavy calls release the GIL."""
 
-from typing import final
+from typing import Literal, final
 
 import pyarrow as pa
 
@@ -105,7 +105,7 @@ class DecodeError:
 
 @final
 class UnknownField:
-    """A field of a record that the schema does not have (with ``report_unknown_fields``)."""
+    """A field of a record that the schema does not have (with ``unknown_fields="report"``)."""
 
     @property
     def index(self) -> int: ...
@@ -134,13 +134,21 @@ class JsonBuffer:
     ``_kafka_partition``, ``_kafka_offset``, ``_kafka_timestamp`` and ``_kafka_key``; they are
     filled from the record metadata, the other columns from the value. ``max_bytes`` is a hard
     cap on :attr:`bytes`; ``dedupe_by_key`` keeps the last record per key by (partition, offset)
-    at drain. ``report_unknown_fields`` lists fields the schema does not have (the row is kept);
-    ``reject_unknown_fields`` makes such a record a decode error naming the field (and a column
-    it differs from only in case). ``fold_case`` lands a field that differs from a column only in
-    case in that column (two spellings of one column in a record are a decode error).
+    at drain.
+
+    A value is stored exactly as sent, or its record is a decode error; a field is never dropped
+    without a word. A field the schema does not have: with ``unknown_fields="reject"`` (the
+    default) its record is a decode error naming the field's path (and the column it differs from
+    only in case, if any); with ``"report"`` the row is kept without it and the field is listed in
+    :attr:`AppendResult.unknown_fields`. A field that differs from a column only in case is a
+    decode error either way (it would land as NULL), unless ``fold_case``: then it lands in that
+    column (two spellings of one column in a record are a decode error). Any other
+    ``unknown_fields`` is a ValueError.
+
     ``single_pass`` reads plain values (strings, integers, floats, booleans, ISO-8601 timestamps,
-    structs and lists of them) in one pass instead of through arrow-json's tape: the same rows;
-    off only to compare the two.
+    structs and lists of them) in one pass instead of through arrow-json's tape, with
+    ``unknown_fields="reject"`` and without ``fold_case``: the same rows; off only to compare the
+    two.
     """
 
     def __new__(
@@ -150,9 +158,8 @@ class JsonBuffer:
         metadata_columns: bool = False,
         max_bytes: int | None = None,
         shards: int = 16,
-        report_unknown_fields: bool = False,
+        unknown_fields: Literal["reject", "report"] = "reject",
         dedupe_by_key: bool = False,
-        reject_unknown_fields: bool = False,
         fold_case: bool = False,
         single_pass: bool = True,
     ) -> JsonBuffer: ...

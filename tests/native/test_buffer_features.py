@@ -93,11 +93,61 @@ def test_last_writer_wins_by_key() -> None:
 
 
 def test_unknown_fields_are_reported_for_schema_evolution() -> None:
-    buf = _native.JsonBuffer(schema=FLAT, report_unknown_fields=True)
+    buf = _native.JsonBuffer(schema=FLAT, unknown_fields="report")
     result = append(buf, 0, [3], [b'{"id": 1, "colour": "red"}'])
-    assert result.rows == 1 and [(u.index, u.offset, u.path) for u in result.unknown_fields] == [(0, 3, "colour")]
-    quiet = _native.JsonBuffer(schema=FLAT)
-    assert append(quiet, 0, [3], [b'{"id": 1, "colour": "red"}']).unknown_fields == []
+    assert result.rows == 1 and not result.errors
+    assert [(u.index, u.offset, u.path) for u in result.unknown_fields] == [(0, 3, "colour")]
+    assert buf.drain().to_pylist() == [{"id": 1, "name": None}]   # type: ignore[union-attr]
+
+
+# The buffer on its own keeps the product's promise: a value is stored exactly as sent, or its
+# record is bad. These fail if the defaults ever drop a field again, or land a near miss as NULL.
+CAMEL = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("userId", pa.int64())])
+
+
+def test_by_default_an_unknown_field_is_a_bad_record_naming_it() -> None:
+    buf = _native.JsonBuffer(schema=FLAT)
+    result = append(buf, 0, [3, 4], [b'{"id": 1, "colour": "red"}', b'{"id": 2, "name": "kept"}'])
+    assert result.rows == 1 and result.unknown_fields == []
+    assert [(e.offset, e.field) for e in result.errors] == [(3, "colour")]
+    assert "no such column" in result.errors[0].reason
+    assert buf.drain().to_pylist() == [{"id": 2, "name": "kept"}]   # type: ignore[union-attr]
+
+
+def test_by_default_a_field_differing_from_a_column_only_in_case_is_a_bad_record_naming_both() -> None:
+    buf = _native.JsonBuffer(schema=CAMEL)
+    result = append(buf, 0, [7], [b'{"id": 1, "userid": 42}'])
+    assert result.rows == 0 and buf.rows == 0   # never a row with userId NULL
+    [error] = result.errors
+    assert (error.offset, error.field) == (7, "userid")
+    assert "'userId'" in error.reason and "case" in error.reason, error.reason
+
+
+def test_a_near_miss_is_a_bad_record_when_reporting_too_and_lands_only_with_fold_case() -> None:
+    reported = append(_native.JsonBuffer(schema=CAMEL, unknown_fields="report"), 0, [7], [b'{"id": 1, "userid": 42}'])
+    assert reported.rows == 0 and [e.field for e in reported.errors] == ["userid"]
+    assert "'userId'" in reported.errors[0].reason
+    folded = _native.JsonBuffer(schema=CAMEL, fold_case=True)
+    assert append(folded, 0, [7], [b'{"id": 1, "userid": 42}']).rows == 1
+    assert folded.drain().to_pylist() == [{"id": 1, "userId": 42}]   # type: ignore[union-attr]
+
+
+def test_appending_to_several_default_buffers_rejects_unknown_fields_in_each() -> None:
+    one, two = _native.JsonBuffer(schema=FLAT), _native.JsonBuffer(schema=CAMEL)
+    results = _native.append_routed(topic="t", partition=0, offsets=[0, 1], timestamps_ms=[0, 0], keys=[None, None],
+                                    values=[b'{"id": 1, "extra": 1}', b'{"id": 2, "userid": 3}'],
+                                    targets=[(one, [0, 1]), (two, [0, 1])])
+    assert [[(e.offset, e.field) for e in r.errors] for r in results] == [[(0, "extra"), (1, "userid")],
+                                                                         [(0, "extra"), (1, "userid")]]
+    assert one.rows == two.rows == 0
+
+
+def test_unknown_fields_is_reject_or_report_and_the_old_switches_are_gone() -> None:
+    with pytest.raises(ValueError, match='"reject" or "report"'):
+        _native.JsonBuffer(schema=FLAT, unknown_fields="ignore")   # type: ignore[arg-type]
+    for old in ("report_unknown_fields", "reject_unknown_fields"):
+        with pytest.raises(TypeError):
+            _native.JsonBuffer(schema=FLAT, **{old: True})   # type: ignore[arg-type]
 
 
 NESTED = pa.schema([
@@ -207,7 +257,8 @@ def test_append_routed_fans_one_batch_out_to_several_buffers_by_index() -> None:
             pa.field("_kafka_offset", pa.int64(), False), pa.field("_kafka_timestamp", pa.timestamp("us", tz="UTC"), False),
             pa.field("_kafka_key", pa.binary())]
     one = _native.JsonBuffer(schema=pa.schema(list(FLAT) + meta), metadata_columns=True)
-    two = _native.JsonBuffer(schema=pa.schema([pa.field("id", pa.int64())]), metadata_columns=False)
+    two = _native.JsonBuffer(schema=pa.schema([pa.field("id", pa.int64())]), metadata_columns=False,
+                             unknown_fields="report")   # the values' "name" is not a column of this one
     values = [json.dumps({"id": i, "name": f"n{i}"}).encode() for i in range(5)] + [b"{bad"]
     results = _native.append_routed(topic="t", partition=3, offsets=[10, 11, 12, 13, 14, 15], timestamps_ms=[0] * 6,
                                     keys=[b"k", None, None, None, None, None], values=values,

@@ -61,7 +61,7 @@ class RecordBuffer:
         try:
             self._native = _native.JsonBuffer(
                 schema=schema, metadata_columns=metadata_columns, max_bytes=max_bytes,
-                report_unknown_fields=self._ignore, reject_unknown_fields=not self._ignore, fold_case=case_insensitive)
+                unknown_fields="report" if self._ignore else "reject", fold_case=case_insensitive)
         except _native.NativeError as exc:
             raise FrazilError(f"the record buffer cannot use this table schema: {exc}") from exc
         self.schema = schema

@@ -1,6 +1,7 @@
 use arrow::datatypes::Schema;
 use arrow::pyarrow::PyArrowType;
 use arrow::record_batch::RecordBatch;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use std::sync::Arc;
@@ -8,7 +9,7 @@ use std::sync::Arc;
 use super::errors::{arrow_err, buffer_err, NativeError};
 use super::kafka::Fetched;
 use crate::buffer::avro::{self, Framing};
-use crate::buffer::{self, BufferError, Options, Records};
+use crate::buffer::{self, BufferError, Options, Records, UnknownFields};
 
 /// A record that could not be decoded; the batch it came in was kept without it.
 #[pyclass(module = "frazil._native", frozen, get_all)]
@@ -62,29 +63,24 @@ pub struct JsonBuffer {
 #[pymethods]
 impl JsonBuffer {
     #[new]
-    #[pyo3(signature = (*, schema, metadata_columns = false, max_bytes = None, shards = 16, report_unknown_fields = false, dedupe_by_key = false, reject_unknown_fields = false, fold_case = false, single_pass = true))]
+    #[pyo3(signature = (
+        *, schema, metadata_columns = false, max_bytes = None, shards = 16, unknown_fields = "reject",
+        dedupe_by_key = false, fold_case = false, single_pass = true
+    ))]
     #[allow(clippy::too_many_arguments)] // one argument per keyword of the Python signature
     fn new(
         schema: PyArrowType<Schema>,
         metadata_columns: bool,
         max_bytes: Option<usize>,
         shards: usize,
-        report_unknown_fields: bool,
+        unknown_fields: &str,
         dedupe_by_key: bool,
-        reject_unknown_fields: bool,
         fold_case: bool,
         single_pass: bool,
     ) -> PyResult<Self> {
-        let options = Options {
-            metadata_columns,
-            max_bytes,
-            shards,
-            report_unknown_fields,
-            dedupe_by_key,
-            reject_unknown_fields,
-            fold_case,
-            single_pass,
-        };
+        let unknown_fields = unknown_fields.parse::<UnknownFields>().map_err(PyValueError::new_err)?;
+        let options =
+            Options { metadata_columns, max_bytes, shards, unknown_fields, dedupe_by_key, fold_case, single_pass };
         let inner = buffer::JsonBuffer::new(Arc::new(schema.0), options).map_err(arrow_err)?;
         Ok(Self { inner })
     }

@@ -29,7 +29,7 @@ use arrow_avro::codec::Tz;
 use arrow_avro::reader::{Decoder, DecoderMode, ReaderBuilder};
 use arrow_avro::schema::{AvroSchema, Fingerprint, FingerprintAlgorithm, SchemaStore};
 
-use super::{Appended, BufferError, JsonBuffer, Options, RecordError, Records};
+use super::{Appended, BufferError, JsonBuffer, Options, RecordError, Records, UnknownFields};
 
 /// Records decoded by one arrow-avro decoder before it is flushed.
 const SEGMENT: usize = 256;
@@ -61,10 +61,10 @@ pub struct AvroBuffer {
 
 impl AvroBuffer {
     pub fn new(schema: arrow::datatypes::SchemaRef, options: Options, framing: Framing) -> Result<Self, ArrowError> {
-        if options.dedupe_by_key || options.fold_case || options.report_unknown_fields {
+        if options.dedupe_by_key || options.fold_case || options.unknown_fields == UnknownFields::Report {
             // decided per writer schema, not per record: the reader schema does it
             return Err(ArrowError::InvalidArgumentError(
-                "an Avro buffer takes no dedupe_by_key, fold_case or report_unknown_fields".into(),
+                "an Avro buffer takes no dedupe_by_key, fold_case or unknown_fields = report".into(),
             ));
         }
         Ok(Self { core: JsonBuffer::new(schema, options)?, framing, writers: RwLock::new(HashMap::new()) })

@@ -51,7 +51,7 @@ pub struct RecordError {
     pub reason: String,
 }
 
-/// A field in a record that the schema does not have (reported with `report_unknown_fields`).
+/// A field in a record that the schema does not have (reported with [`UnknownFields::Report`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnknownField {
     pub index: usize,
@@ -113,6 +113,32 @@ pub struct Records<'a, V: AsRef<[u8]>, K: AsRef<[u8]>> {
     pub values: &'a [V],
 }
 
+/// What a field that the schema does not have does to its record. There is no way to drop such a
+/// field without a word: a value is stored as sent, or its record is a bad record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UnknownFields {
+    /// The record is a bad record naming the field's path, and the column it differs from only
+    /// in case when there is one (arrow-json's strict mode, at no cost).
+    #[default]
+    Reject,
+    /// The row is kept without the field, which is listed in [`Appended::unknown_fields`] (each
+    /// value is parsed once more to find them; the single pass is off). A field that differs from
+    /// a column only in case is still a bad record: it would land as NULL.
+    Report,
+}
+
+impl std::str::FromStr for UnknownFields {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, String> {
+        match name {
+            "reject" => Ok(Self::Reject),
+            "report" => Ok(Self::Report),
+            other => Err(format!("unknown_fields must be \"reject\" or \"report\", not {other:?}")),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Options {
     /// Fill the five `_kafka_*` columns (they must be in the schema) from record metadata.
@@ -121,13 +147,10 @@ pub struct Options {
     pub max_bytes: Option<usize>,
     /// Number of shards; partitions map to `partition % shards`.
     pub shards: usize,
-    /// Report fields the schema does not know (for schema evolution) instead of ignoring them.
-    pub report_unknown_fields: bool,
+    /// A field the schema does not have: a bad record (the default), or reported with the row kept.
+    pub unknown_fields: UnknownFields,
     /// Keep only the last record per Kafka key, ordered by (partition, offset), at drain.
     pub dedupe_by_key: bool,
-    /// A field the schema does not have makes its record a bad record (arrow-json's strict mode,
-    /// at no cost), named with its path; one that differs from a column only in case says so.
-    pub reject_unknown_fields: bool,
     /// A field that differs from a column only in case lands in that column (each value is
     /// parsed once more to find such fields); two spellings of one column in a record are an error.
     pub fold_case: bool,
@@ -142,9 +165,8 @@ impl Default for Options {
             metadata_columns: false,
             max_bytes: None,
             shards: 16,
-            report_unknown_fields: false,
+            unknown_fields: UnknownFields::Reject,
             dedupe_by_key: false,
-            reject_unknown_fields: false,
             fold_case: false,
             single_pass: true,
         }
@@ -200,8 +222,9 @@ impl JsonBuffer {
         // Fail early on a schema the JSON decoder cannot handle.
         ReaderBuilder::new(value_schema.clone()).with_decoder_factory(Arc::new(decoders::Factory)).build_decoder()?;
         let shards = (0..options.shards).map(|_| Mutex::new(Vec::new())).collect();
-        let fast = (options.single_pass && !options.report_unknown_fields && !options.fold_case)
-            .then(|| fast::FastDecoder::for_fields(value_schema.fields(), options.reject_unknown_fields))
+        let reject = options.unknown_fields == UnknownFields::Reject;
+        let fast = (options.single_pass && reject && !options.fold_case)
+            .then(|| fast::FastDecoder::for_fields(value_schema.fields(), reject))
             .flatten();
         Ok(Self {
             schema,
@@ -256,7 +279,7 @@ impl JsonBuffer {
         let mut unknown = Vec::new();
         for (i, value) in records.values.iter().enumerate() {
             unknown.clear();
-            let report = self.options.report_unknown_fields.then_some(&mut unknown);
+            let report = (self.options.unknown_fields == UnknownFields::Report).then_some(&mut unknown);
             match validate::check(value.as_ref(), self.value_schema.fields(), report, self.options.fold_case) {
                 Ok(checked) => {
                     // a field that differs from a column only in case is a bad record, never dropped
@@ -484,7 +507,7 @@ impl JsonBuffer {
         ReaderBuilder::new(self.value_schema.clone())
             .with_batch_size(capacity.max(1))
             .with_decoder_factory(Arc::new(decoders::Factory))
-            .with_strict_mode(self.options.reject_unknown_fields)
+            .with_strict_mode(self.options.unknown_fields == UnknownFields::Reject)
             .build_decoder()
     }
 

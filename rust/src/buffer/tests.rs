@@ -32,7 +32,8 @@ fn append(buf: &JsonBuffer, offsets: &[i64], values: &[&str]) -> Vec<RecordError
 
 #[test]
 fn decodes_values_and_metadata() {
-    let buf = JsonBuffer::new(schema(true), meta()).unwrap();
+    // reported, so the record with a field the table lacks still lands
+    let buf = JsonBuffer::new(schema(true), Options { unknown_fields: UnknownFields::Report, ..meta() }).unwrap();
     let errors =
         append(&buf, &[10, 11], &[r#"{"id": 1, "name": "a", "inner": {"score": 1.5}}"#, r#"{"id": 2, "extra": true}"#]);
     assert!(errors.is_empty());
@@ -177,8 +178,8 @@ fn escaped_surrogate_pairs_decode_to_the_right_character() {
 #[test]
 fn rewritten_values_keep_doubles_bit_for_bit() {
     let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Float64, true)]));
-    let buf = JsonBuffer::new(schema, Options::default()).unwrap();
-    // the escaped surrogate in the key sends the value through the serde_json rewrite
+    let buf = JsonBuffer::new(schema, Options { unknown_fields: UnknownFields::Report, ..Options::default() }).unwrap();
+    // the escaped surrogate in the key (an unknown field, reported) sends the value through the serde_json rewrite
     assert!(append(&buf, &[0], &[r#"{"\ud800\udc00": 0, "x": 5.1085747145855235e-182}"#]).is_empty());
     let batch = buf.drain().unwrap().unwrap();
     assert_eq!(batch.column(0).as_primitive::<arrow::datatypes::Float64Type>().value(0), 5.1085747145855235e-182);
@@ -264,16 +265,32 @@ fn last_writer_wins_by_key_in_offset_order() {
 }
 
 #[test]
-fn unknown_fields_are_reported_when_asked() {
-    let buf = JsonBuffer::new(schema(false), Options { report_unknown_fields: true, ..Options::default() }).unwrap();
-    let values =
-        [r#"{"id": 1, "colour": "red"}"#.to_string(), r#"{"id": 2, "inner": {"score": 1, "rank": 3}}"#.to_string()];
-    let keys = vec![None, None];
-    let got = buf.append(&records(0, &[5, 6], &keys, &values)).unwrap();
+fn unknown_fields_are_reported_when_asked_and_near_misses_are_still_bad_records() {
+    let buf = JsonBuffer::new(schema(false), Options { unknown_fields: UnknownFields::Report, ..Options::default() })
+        .unwrap();
+    let values = [
+        r#"{"id": 1, "colour": "red"}"#.to_string(),
+        r#"{"id": 2, "inner": {"score": 1, "rank": 3}}"#.to_string(),
+        r#"{"id": 3, "Name": "would land as NULL"}"#.to_string(),
+    ];
+    let keys = vec![None, None, None];
+    let got = buf.append(&records(0, &[5, 6, 7], &keys, &values)).unwrap();
     assert_eq!(got.rows, 2);
     let paths: Vec<(usize, i64, &str)> =
         got.unknown_fields.iter().map(|u| (u.index, u.offset, u.path.as_str())).collect();
     assert_eq!(paths, vec![(0, 5, "colour"), (1, 6, "inner.rank")]);
+    let errors: Vec<(i64, &str)> = got.errors.iter().map(|e| (e.offset, e.field.as_str())).collect();
+    assert_eq!(errors, vec![(7, "Name")]);
+    assert!(got.errors[0].reason.starts_with("differs only in case from column 'name'"), "{}", got.errors[0].reason);
+}
+
+#[test]
+fn the_default_rejects_unknown_fields_and_parses_the_option_by_name() {
+    assert_eq!(Options::default().unknown_fields, UnknownFields::Reject);
+    assert_eq!("reject".parse(), Ok(UnknownFields::Reject));
+    assert_eq!("report".parse(), Ok(UnknownFields::Report));
+    let err = "ignore".parse::<UnknownFields>().unwrap_err();
+    assert!(err.contains(r#""reject" or "report""#), "{err}");
 }
 
 #[test]
@@ -418,8 +435,8 @@ fn drain_batches_glues_runs_of_small_batches_and_leaves_big_ones_alone() {
 }
 
 #[test]
-fn unknown_fields_are_bad_records_when_rejected_and_near_misses_say_so() {
-    let buf = JsonBuffer::new(schema(false), Options { reject_unknown_fields: true, ..Options::default() }).unwrap();
+fn unknown_fields_are_bad_records_by_default_and_near_misses_say_so() {
+    let buf = JsonBuffer::new(schema(false), Options::default()).unwrap();
     let errors = append(
         &buf,
         &[0, 1, 2, 3],
