@@ -21,9 +21,9 @@ from frazil import config
 from frazil.config import Config
 from frazil.errors import CatalogUnavailable, ConfigError, FrazilError
 from frazil.iceberg import catalog as iceberg_catalog
-from frazil.coordination.local import LocalTopic
 from frazil.coordination.recovery import open_and_settle
-from frazil.coordination.service import CoordinatorService, worker_channel
+from frazil.coordination import mode as modes
+from frazil.coordination.service import CoordinatorService
 from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import TopicPartition
 from frazil.ingest import assemble
@@ -148,9 +148,9 @@ async def _serve(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], jou
                  until: Mapping[TopicPartition, int] | None, from_offsets: Mapping[TopicPartition, int] | None,
                  notifier: systemd.Notifier, source: Source | None) -> Stats:
     bulk = SparkWriter(spark_session.for_config(cfg), cfg.catalog.name) if cfg.spark.bulk_min_rows else None
-    distributed = cfg.coordination.mode == "distributed"
-    local = None if distributed else LocalTopic()
-    channel = worker_channel(cfg, local)
+    mode = modes.for_config(cfg)
+    fence = not faults.off("fencing")   # off only under a fault-injection test that shows what fencing prevents
+    channel = mode.worker_channel(cfg)
     await channel.start()
     metrics = assemble.metrics(cfg)
 
@@ -160,11 +160,12 @@ async def _serve(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], jou
 
     maintainer = Maintainers({name: maintainer_for(name) for name in tables}) if cfg.maintenance.enabled else None
     pipeline = assemble.pipeline(cfg, catalog, tables, bulk=bulk, channel=channel, journal=journal, metrics=metrics,
-                                 drain_on_stop=not distributed,
+                                 drain_on_stop=mode.drain_on_stop,
                                  on_new_table=None if maintainer is None
                                  else lambda name: maintainer.add(name, maintainer_for(name)), source=source)
     coordinator_stop = asyncio.Event()   # set once the worker has drained: single mode drains through it
-    service = CoordinatorService(cfg, catalog, pipeline.assignment, pipeline.metrics, journal=journal, local=local,
+    service = CoordinatorService(cfg, catalog, pipeline.assignment, pipeline.metrics, journal=journal, mode=mode,
+                                 fence=fence,
                                  on_committed=maintainer.committed if maintainer is not None else None)
     coordination = asyncio.create_task(service.run(coordinator_stop))
     staged = [t for t in cfg.tables if t.changes is not None and t.changes.target]

@@ -78,16 +78,34 @@ class OffsetGapError(FrazilError):
     """A commit would leave records out of the table (rule 3: gap). Never committed."""
 
 
-class CommitOutcomeUnknown(FrazilError):
-    """A catalog commit did not land, or failed in a way that leaves its outcome unknown.
-    ``unresolved`` is True only when the outcome could not be checked (the table could not be
-    reloaded): then the commit id must be looked for again before its files count as not landed."""
+class CommitFailed(FrazilError):
+    """A commit did not land, and that is known: nothing was committed (data files could not be
+    written, the table could not be loaded, or every attempt lost the compare-and-swap or failed
+    and was looked up afterwards). Trying again is safe: the files are kept and reported again."""
 
     retriable = True
 
-    def __init__(self, message: str, *, unresolved: bool = False) -> None:
-        super().__init__(message)
-        self.unresolved = unresolved
+
+class CommitOutcomeUnknown(FrazilError):
+    """A catalog commit failed in a way that leaves its outcome unknown, and the table could not be
+    reloaded to look for its commit id (rule 5). Its files do not count as not landed: the commit
+    id is looked for again (the transaction log's intent, on restart), and a later commit of the
+    same ranges is refused by the table's offsets inside its compare-and-swap if it did land."""
+
+    retriable = True
+
+
+class OutageTimeout(FrazilError):
+    """Commits, or reading the tables' offsets, kept failing for ``pipeline.outage_timeout_s``: the
+    process stops rather than retry while the lag grows (rule 8). Nothing is lost: a restart, or
+    the partitions' next owner, resumes from the tables."""
+
+    exit_code = 4
+
+
+class BackfillIncomplete(FrazilError):
+    """A backfill stopped before landing everything up to the end offsets it started with.
+    Nothing is lost or doubled: running it again lands the rest."""
 
 
 class TopicMismatchError(FrazilError):
@@ -102,5 +120,37 @@ class CorruptJournalError(FrazilError):
 class SchemaRegistryError(FrazilError):
     """The schema registry could not be asked (unreachable, refused the credentials, answered
     nonsense) after the bounded retries. Nothing was taken past the records that need it."""
+
+    retriable = True
+
+
+class EventDecodeError(FrazilError):
+    """Bytes on the control topic that cannot be read as a frazil event."""
+
+
+class InferenceError(FrazilError):
+    """Records from which no table schema can be inferred; declare the table's columns instead."""
+
+
+class EvolutionError(FrazilError):
+    """The table's schema cannot take what the records ask (the records stay bad records)."""
+
+
+class TableMissingError(ConfigError):
+    """A table that does not exist and may not be created."""
+
+
+class UntestedPyiceberg(FrazilError):
+    """The installed pyiceberg is not a release frazil's changes to its internals were tested with."""
+
+
+class MaintenanceError(FrazilError):
+    """A maintenance job failed every attempt. Ingestion goes on; the job runs again at its next turn."""
+
+    retriable = True
+
+
+class BulkWriteError(FrazilError):
+    """Spark could not write the batch. Nothing was committed; the cycle retries it."""
 
     retriable = True

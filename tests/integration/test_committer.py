@@ -11,7 +11,7 @@ from pyiceberg.catalog import Catalog
 
 import support
 from frazil import config, faults
-from frazil.errors import CommitOutcomeUnknown, OffsetGapError, OffsetOverlapError
+from frazil.errors import CommitFailed, OffsetGapError, OffsetOverlapError
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
 from frazil.iceberg.committer import Committer
@@ -132,7 +132,7 @@ def test_failures_are_bounded_and_leave_no_offsets(setup) -> None:
     catalog, cfg = setup
     committer = Committer(catalog, cfg.table.name, cfg.pipeline, max_attempts=3, sleep=lambda s: None)
     faults.arm("commit.before_catalog", "raise")
-    with pytest.raises(CommitOutcomeUnknown, match="failed 3 times"):
+    with pytest.raises(CommitFailed, match="failed 3 times"):
         committer.commit(rows(cfg, catalog, 0, 10), {TP: Range(0, 10)}, "never")
     assert committer.stored_offsets() == {} and data_snapshots(catalog, cfg) == 0
 

@@ -14,7 +14,7 @@ from aiokafka.structs import OffsetAndMetadata
 import support
 from frazil import daemon, faults
 from frazil.config import Config
-from frazil.errors import CommitOutcomeUnknown, RecordDecodeError
+from frazil.errors import OutageTimeout, RecordDecodeError
 from frazil.iceberg import offsets
 from frazil_dev.kafka_broker import KafkaBroker
 
@@ -167,7 +167,7 @@ async def test_a_failing_commit_moves_no_offset_anywhere(kafka: KafkaBroker, tmp
     await support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(500)), 2)
     cfg = support.load(support.write_config(tmp_path, kafka.bootstrap, [topic], outage_timeout=3))
     faults.arm("commit.before_catalog", "raise")
-    with pytest.raises(CommitOutcomeUnknown, match="have failed for"):
+    with pytest.raises(OutageTimeout, match="have failed for"):
         await asyncio.wait_for(daemon.serve(cfg, asyncio.Event()), 120)
     ends = await support.end_offsets(kafka.bootstrap, [topic])
     assert support.stored(support.catalog_of(cfg), cfg) == {}

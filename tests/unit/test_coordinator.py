@@ -12,7 +12,7 @@ import pytest
 from frazil.coordination.channel import Received
 from frazil.coordination.commit_state import TableCommit
 from frazil.coordination.coordinator import Coordinator
-from frazil.errors import CommitOutcomeUnknown
+from frazil.errors import CommitFailed, OutageTimeout
 from frazil.events import (
     Assignment,
     CommitComplete,
@@ -74,7 +74,7 @@ class Tables:
     def __call__(self, table: TableCommit, commit_id: str, vtts: int | None) -> CommitResult:
         self.calls.append((table, commit_id))
         if self.fail:
-            raise CommitOutcomeUnknown("catalog down")
+            raise CommitFailed("catalog down")
         return CommitResult(commit_id, 42, sum(f.record_count for f in table.files),
                             {(r.topic, r.partition): r.end for r in table.ranges}, 1, 0.01)
 
@@ -128,7 +128,7 @@ async def test_a_failing_table_commit_is_carried_to_the_next_cycle_until_the_out
     assert channel.payloads(CommitComplete)[-1].failed_tables == ()
     await at(70, fail=True)
     await at(129, fail=True)   # 59 s into the second outage: still carried
-    with pytest.raises(CommitOutcomeUnknown, match="failed for 60s.*stopping the coordinator"):
+    with pytest.raises(OutageTimeout, match="failed for 60s.*stopping the coordinator"):
         await at(130, fail=True)
 
 
@@ -472,7 +472,7 @@ async def test_only_the_last_commit_of_a_cycle_whose_other_commits_landed_keeps_
 
     def commit(table: TableCommit, commit_id: str, vtts: int | None) -> CommitResult:
         if table.table in failing:
-            raise CommitOutcomeUnknown("catalog down")
+            raise CommitFailed("catalog down")
         stored[table.table] = dict(((t, p), o) for t, p, o in table.progress)[("t", 0)]
         return CommitResult(commit_id, 42, 1, {("t", 0): 20}, 1, 0.01)
 

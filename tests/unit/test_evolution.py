@@ -22,6 +22,7 @@ from pyiceberg.types import (
     StructType,
 )
 
+from frazil.errors import EvolutionError
 from frazil.iceberg import evolution, inference
 
 SCHEMA = Schema(
@@ -99,7 +100,7 @@ def test_a_change_iceberg_refuses_is_an_error_naming_it(tmp_path: Path) -> None:
     catalog.create_namespace("db")
     catalog.create_table("db.t", SCHEMA)
     bad = [evolution.Change("widen", ("geo", "lat"), BooleanType())]
-    with pytest.raises(evolution.EvolutionError, match="widened geo.lat boolean"):
+    with pytest.raises(EvolutionError, match="widened geo.lat boolean"):
         evolution.apply(lambda: catalog.load_table("db.t"), lambda s: bad)
 
 

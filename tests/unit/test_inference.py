@@ -6,7 +6,8 @@ import pytest
 from pyiceberg.types import (BooleanType, DoubleType, ListType, LongType, MapType, StringType, StructType,
                              TimestamptzType)
 
-from frazil.iceberg.inference import InferenceError, infer, schema
+from frazil.errors import InferenceError
+from frazil.iceberg.inference import infer, schema
 
 
 def values(*records: object) -> list[bytes]:

@@ -21,7 +21,8 @@ from frazil.config import CatalogConfig
 from frazil.errors import FrazilError
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import pyiceberg_patches
-from frazil.iceberg.pyiceberg_patches import UntestedPyiceberg, manifest_lists
+from frazil.errors import UntestedPyiceberg
+from frazil.iceberg.pyiceberg_patches import manifest_lists
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ROOT / "python" / "frazil"

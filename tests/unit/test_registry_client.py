@@ -20,6 +20,7 @@ import pytest
 
 from frazil.config import RegistryConfig, ValuesConfig
 from frazil.errors import SchemaRegistryError
+from frazil.flow import retry
 from frazil.ingest import registry
 from frazil.ingest.registry import Unusable, WriterSchemas
 
@@ -81,7 +82,7 @@ def url() -> Iterator[str]:
 
 @pytest.fixture(autouse=True)
 def quick(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(registry, "BACKOFF_S", 0.01)
+    monkeypatch.setattr(registry, "BACKOFF", retry.Backoff(0.01))
 
 
 def schemas(url: str, *, username: str = "u", password: str = "p", ca_file: str = "", attempts: int = 3) -> WriterSchemas:

@@ -11,6 +11,7 @@ import pytest
 from frazil import config
 from frazil.coordination import service as service_mod
 from frazil.errors import KafkaUnavailable, NotFound
+from frazil.flow import retry
 
 CFG = config.parse({
     "pipeline": {"name": "p"},
@@ -103,7 +104,7 @@ def test_a_coordinator_role_that_loses_kafka_starts_again_while_the_process_lead
         monkeypatch: pytest.MonkeyPatch, error: Any) -> None:
     """A broker restart under the coordinator role (its control-topic producer or dead-letter sink
     failing) stops the role, not the process: it starts again after a pause, as a new coordinator."""
-    monkeypatch.setattr(service_mod, "ROLE_RETRY_S", 0.01)
+    monkeypatch.setattr(service_mod, "ROLE_BACKOFF", retry.Backoff(0.01))
     svc = _leading_service()
     starts = {"n": 0}
     stop = asyncio.Event()
@@ -122,7 +123,7 @@ def test_a_coordinator_role_that_loses_kafka_starts_again_while_the_process_lead
 
 def test_a_coordinator_role_failing_for_its_own_reasons_or_past_the_outage_timeout_stops_the_process(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(service_mod, "ROLE_RETRY_S", 0.01)
+    monkeypatch.setattr(service_mod, "ROLE_BACKOFF", retry.Backoff(0.01))
 
     async def broken() -> None:
         raise ValueError("a bug")

@@ -15,6 +15,7 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError, KafkaTimeoutError, NodeNotReadyError, TopicAuthorizationFailedError
 
 from frazil.errors import TopicMismatchError
+from frazil.flow import retry
 from frazil.ingest import source as source_mod
 from frazil.ingest.source import KafkaSource
 
@@ -43,10 +44,7 @@ def source(consumer: FlakyConsumer, outage_timeout_s: float) -> KafkaSource:
 
 @pytest.fixture(autouse=True)
 def no_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
-    async def sleep(_: float) -> None:
-        return None
-
-    monkeypatch.setattr(source_mod.asyncio, "sleep", sleep)
+    monkeypatch.setattr(source_mod, "END_OFFSETS_BACKOFF", retry.Backoff(0.0))
 
 
 def test_a_broker_outage_while_positioning_is_waited_out_and_the_check_still_runs() -> None:

@@ -28,6 +28,7 @@ from frazil import faults
 from frazil.events import codec
 from frazil.config import KafkaConfig
 from frazil.events.payloads import Event, Payload
+from frazil.flow import retry
 from frazil.kafka_clients import close_quietly, connect, delivered, options, stop_client
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,7 @@ async def ensure_topic(kafka: KafkaConfig | str, topic: str, kind: str = "contro
 
 MAX_EVENT_BYTES = 16 * 1024 * 1024   # one event, before compression
 RESET_ATTEMPTS = 12   # a new control-topic producer's start, about 90 s of a broker away
+RESET_BACKOFF = retry.Backoff(2.0, 10.0)
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,7 @@ class ControlChannel:
         with contextlib.suppress(KafkaError):
             await stop_client(self._producer)
         self._producer = self._new_producer()
-        for attempt in range(1, RESET_ATTEMPTS + 1):   # the broker may be restarting: its start retried, bounded
+        async for attempt in retry.attempts_async(RESET_ATTEMPTS, RESET_BACKOFF):   # the broker may be restarting
             try:
                 await self._producer.start()
                 return
@@ -126,7 +128,6 @@ class ControlChannel:
                 with contextlib.suppress(KafkaError):
                     await stop_client(self._producer)
                 self._producer = self._new_producer()
-                await asyncio.sleep(min(2.0 * attempt, 10.0))
 
     async def stop(self) -> None:
         try:

@@ -44,7 +44,7 @@ from pyiceberg.catalog import Catalog
 from frazil import faults
 from frazil.coordination.channel import Received
 from frazil.coordination.commit_state import CommitState, Readiness, TableCommit, TopicPartition
-from frazil.errors import CommitOutcomeUnknown, FrazilError, OffsetGapError, OffsetOverlapError
+from frazil.errors import CommitFailed, CommitOutcomeUnknown, FrazilError, OffsetGapError, OffsetOverlapError, OutageTimeout
 from frazil.events.payloads import (
     CommitComplete,
     CommitRequest,
@@ -55,6 +55,7 @@ from frazil.events.payloads import (
     Payload,
     StartCommit,
 )
+from frazil.flow import retry
 from frazil.flow.outage import Outage
 from frazil.iceberg.committer import CommitResult, Committer
 from frazil.iceberg.datafiles import from_ref
@@ -67,6 +68,7 @@ from frazil.txlog import records as txrecords
 log = logging.getLogger(__name__)
 
 POLL_MS = 100
+SEAL_BACKOFF = retry.Backoff(1.0, 10.0)   # sealing a commit id through a catalog outage
 
 
 class Channel(Protocol):
@@ -235,7 +237,7 @@ class Coordinator:
             except OffsetGapError:
                 raise   # rule 3: never commit, stop loudly with the numbers
             except FrazilError as exc:
-                if table.dead_letters and isinstance(exc, CommitOutcomeUnknown) and exc.unresolved:
+                if table.dead_letters and isinstance(exc, CommitOutcomeUnknown):
                     # it may have landed: stop before CommitComplete, so the restart (its log) or the
                     # next coordinator (the open cycle) settles it by commit id and sends its bad records
                     raise CommitOutcomeUnknown(f"commit {state.commit_id} to {table.table}, which carries "
@@ -250,7 +252,7 @@ class Coordinator:
                 outage = self._outages.setdefault(table.table, Outage(self._outage_timeout_s))
                 failing = outage.failed(now_s)
                 if outage.expired(now_s):
-                    raise CommitOutcomeUnknown(
+                    raise OutageTimeout(
                         f"commits to {table.table} have failed for {failing:.0f}s (outage_timeout_s="
                         f"{self._outage_timeout_s:g}); stopping the coordinator. Nothing is lost: the table's offsets "
                         f"did not move. Last error: {exc}") from exc
@@ -297,21 +299,22 @@ class Coordinator:
         """Seal ``commit_id`` in ``table`` (``CommitState.seals``). Retried through a catalog outage
         while the cycle stays open (closing it unsealed would leave the hole the seal closes), up to
         ``outage_timeout_s``; then the coordinator stops and the next one takes the cycle over again."""
-        outage = Outage(self._outage_timeout_s)
-        while True:
-            try:
-                return await _finished(self._commit_table, table, commit_id, None,
-                                       on_stop=functools.partial(self._send_landed, commit_id, table))
-            except FrazilError as exc:
-                now_s = self._clock_ms() / 1000
-                failing = outage.failed(now_s)
-                if not exc.retriable or outage.expired(now_s):
-                    raise CommitOutcomeUnknown(f"commit {commit_id}: could not seal it in {table.table} ({exc}); "
-                                               "stopping the coordinator before the cycle is closed: the next one "
-                                               "takes it over again") from exc
-                log.error("commit %s: sealing it in %s failed (%s); trying again (failing for %.0fs of "
-                          "outage_timeout_s=%g)", commit_id, table.table, exc, failing, self._outage_timeout_s)
-                await asyncio.sleep(min(1.0 + failing / 4, 10.0))
+        def expired(exc: BaseException, failing: float) -> BaseException:
+            return OutageTimeout(f"commit {commit_id}: could not seal it in {table.table} for {failing:.0f}s ({exc}); "
+                                 "stopping the coordinator before the cycle is closed: the next one takes it over again")
+
+        try:
+            return await retry.wait_out(
+                lambda: _finished(self._commit_table, table, commit_id, None,
+                                  on_stop=functools.partial(self._send_landed, commit_id, table)),
+                what=f"commit {commit_id}: sealing it in {table.table} failed", timeout_s=self._outage_timeout_s,
+                backoff=SEAL_BACKOFF, clock=lambda: self._clock_ms() / 1000, expired=expired,
+                retriable=lambda exc: isinstance(exc, FrazilError) and exc.retriable)
+        except FrazilError as exc:
+            if isinstance(exc, OutageTimeout):
+                raise
+            raise FrazilError(f"commit {commit_id}: could not seal it in {table.table} ({exc}); stopping the "
+                              "coordinator before the cycle is closed: the next one takes it over again") from exc
 
     async def _send_landed(self, commit_id: str, table: TableCommit, result: CommitResult) -> None:
         """The bad records of ``table`` that its landed commit counts as consumed: only the ranges the
@@ -372,23 +375,24 @@ async def _finished(commit: CommitTable, table: TableCommit, commit_id: str, vtt
 
 
 def table_committer(catalog: Catalog, pipeline: str, *, max_attempts: int, journal: Journal | None = None,
-                    log_dead_letters: bool = False) -> CommitTable:
+                    log_dead_letters: bool = False, fence: bool = True) -> CommitTable:
     """Commits a cycle's files and ranges for one table through frazil's exactly-once committer.
     With a ``journal``: the commit's intent is logged before the catalog commit and its outcome
     after, so a process that dies in between settles it by commit id on restart (rule 5); with
     ``log_dead_letters`` (single mode) the intent carries the commit's bad records, sent at the
-    next start if the process dies before sending them."""
+    next start if the process dies before sending them. ``fence=False`` only for the fault-injection
+    test that shows what the contiguity check prevents."""
 
     indexes: dict[str, KeyIndex] = {}   # keyed tables' key indexes, kept from commit to commit
 
     def commit(table: TableCommit, commit_id: str, valid_through_ms: int | None) -> CommitResult:
-        committer = Committer(catalog, table.table, pipeline, max_attempts=max_attempts, indexes=indexes)
+        committer = Committer(catalog, table.table, pipeline, max_attempts=max_attempts, indexes=indexes, fence=fence)
         if table.seal:
             return committer.seal(commit_id, reason=table.seal)
         try:
             loaded = committer.load()
         except Exception as exc:  # noqa: BLE001 - catalog unreachable: nothing was attempted
-            raise CommitOutcomeUnknown(f"commit {commit_id}: cannot load {table.table} ({type(exc).__name__}: "
+            raise CommitFailed(f"commit {commit_id}: cannot load {table.table} ({type(exc).__name__}: "
                                        f"{exc}); nothing was committed") from exc
         foreign = table.table_uuids - {"", str(loaded.metadata.table_uuid)}
         if foreign:
@@ -429,9 +433,8 @@ def logged_commit(journal: Journal, committer: Committer, table: str, files: lis
     try:
         result = committer.commit_files(files, ranges, commit_id, valid_through_ms=valid_through_ms, loaded=loaded,
                                         progress=progress)
-    except CommitOutcomeUnknown as exc:
-        if not exc.unresolved:
-            journal.append([txrecords.outcome(commit_id, table, "failed")])
+    except CommitFailed:
+        journal.append([txrecords.outcome(commit_id, table, "failed")])
         raise
     except (OffsetOverlapError, OffsetGapError):
         journal.append([txrecords.outcome(commit_id, table, "abandoned")])

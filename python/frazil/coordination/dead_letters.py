@@ -39,12 +39,14 @@ from frazil.ingest.fetch import Record
 from frazil.kafka_clients import close_quietly, connect, options
 from frazil.kafka_clients import delivered as all_delivered
 from frazil.metrics import Metrics
+from frazil.flow import retry
 
 log = logging.getLogger(__name__)
 
 FETCH_TIMEOUT_S = 30.0   # reading one bad record back from the source
 SEEK_GAP = 500           # bad records further apart than this are read with a seek each
 POSITION_ATTEMPTS = 5
+POSITION_BACKOFF = retry.Backoff(0.5, 4.0)
 
 HEADER = "frazil."
 
@@ -150,7 +152,7 @@ class DeadLetterSink:
         """The group's dead-letter position of each of ``tps`` (absent: none sent yet). Asked for by
         partition: asked for everything, a broker whose group coordinator is loading or moving
         answers with an empty list, which would read as "nothing sent" and send it all again."""
-        for attempt in range(1, POSITION_ATTEMPTS + 1):
+        async for attempt in retry.attempts_async(POSITION_ATTEMPTS, POSITION_BACKOFF):
             try:
                 committed = await self._admin.list_consumer_group_offsets(group, partitions=sorted(tps))
             except KafkaError as exc:
@@ -169,7 +171,6 @@ class DeadLetterSink:
                 raise KafkaUnavailable(f"cannot read the dead-letter position of {group} ({why}) after "
                                        f"{POSITION_ATTEMPTS} tries; nothing was sent")
             log.warning("dead-letter position of %s: %s; try %d/%d", group, why, attempt, POSITION_ATTEMPTS)
-            await asyncio.sleep(0.5 * attempt)
         raise AssertionError("unreachable")
 
     async def _read_back(self, letters: Sequence[DeadLetter]) -> dict[tuple[str, int, int], Record]:

@@ -27,21 +27,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from collections.abc import Callable
 
+from aiokafka.errors import KafkaError, ProducerFenced, UnknownError
 from pyiceberg.catalog import Catalog
 
-from aiokafka.errors import KafkaError, ProducerFenced, UnknownError
-
-from frazil import faults
 from frazil.config import Config
-from frazil.errors import KafkaUnavailable, NotFound
-from frazil.coordination.channel import ControlChannel
 from frazil.coordination.commit_state import TopicPartition
 from frazil.coordination.coordinator import Coordinator, table_committer
 from frazil.coordination.dead_letters import DeadLetterSink
-from frazil.coordination.local import LocalChannel, LocalTopic
+from frazil.coordination.mode import Mode, election_partition, for_config
+from frazil.errors import KafkaUnavailable, NotFound
+from frazil.flow import retry
 from frazil.iceberg.committer import CommitResult
 from frazil.metrics import Metrics
 from frazil.status import partitions, source_topics
@@ -50,37 +47,19 @@ from frazil.txlog import Journal
 log = logging.getLogger(__name__)
 
 FENCED_PAUSE_S = 5.0
-ROLE_RETRY_S, ROLE_RETRY_MAX_S = 1.0, 30.0   # a coordinator role that lost Kafka starts again after these
-
-
-def election_partition(topics: tuple[str, ...]) -> TopicPartition:
-    return (topics[0], 0)
-
-
-def reply_transaction_timeout_ms(cfg: Config) -> int:
-    """A worker's reply transaction takes milliseconds; one left open (a paused worker) holds back
-    every reader of the control topic until the broker aborts it. So: the commit timeout (after it
-    the cycle has moved on anyway), at least 10 s for a slow broker."""
-    return max(10_000, int(cfg.coordination.commit_timeout_s * 1000))
-
-
-def worker_channel(cfg: Config, local: LocalTopic | None = None) -> ControlChannel | LocalChannel:
-    """The worker's end of the channel: ``local`` in single mode, else the control topic."""
-    member = f"worker-{uuid.uuid4().hex[:12]}"
-    if local is not None:
-        return LocalChannel(local, group=cfg.pipeline, member=member)
-    return ControlChannel(cfg.kafka, cfg.coordination.control_topic, group=cfg.pipeline,
-                          member=member, transactional_id=f"frazil-{cfg.pipeline}-{member}",
-                          transaction_timeout_ms=reply_transaction_timeout_ms(cfg))
+ROLE_BACKOFF = retry.Backoff(1.0, 30.0)   # a coordinator role that lost Kafka starts again after these
 
 
 class CoordinatorService:
     def __init__(self, cfg: Config, catalog: Catalog, assignment: Callable[[], set[TopicPartition]],
-                 metrics: Metrics | None = None, *, journal: Journal | None = None, local: LocalTopic | None = None,
-                 on_committed: Callable[[CommitResult], None] | None = None) -> None:
-        """``local`` given: single mode, coordinating over it; else distributed mode."""
+                 metrics: Metrics | None = None, *, journal: Journal | None = None, mode: Mode | None = None,
+                 fence: bool = True, on_committed: Callable[[CommitResult], None] | None = None) -> None:
+        """``mode``: single or distributed (default: as the config says; single mode's worker
+        shares its in-process channel, so the daemon passes the one it made). ``fence=False``
+        only for the fault-injection test that shows what fencing prevents."""
         self._cfg, self._catalog, self._assignment, self._metrics = cfg, catalog, assignment, metrics
-        self._journal, self._local, self._on_committed = journal, local, on_committed
+        self._journal, self._on_committed, self._fence = journal, on_committed, fence
+        self._mode: Mode = mode if mode is not None else for_config(cfg)
         self._topics: list[str] = list(cfg.kafka.topics)          # with a pattern: listed every refresh
         self._partitions: frozenset[TopicPartition] = frozenset()  # of the topics, for distributed cycles
         self.leading = False   # this process runs the coordinator role now (merges run only here)
@@ -91,7 +70,7 @@ class CoordinatorService:
         return election_partition(tuple(self._topics)) if self._topics else ("", -1)
 
     def _leads(self) -> bool:
-        return self._local is not None or self._election in self._assignment()
+        return self._mode.leads(self._assignment(), self._election)
 
     async def _refresh(self, stop: asyncio.Event) -> None:
         """Distributed mode with a topic pattern: list the matching topics and their partitions
@@ -120,7 +99,7 @@ class CoordinatorService:
         refresh = None
         failing_since: float | None = None
         landed_at_failure = restarts = 0
-        if self._local is None and self._cfg.kafka.topic_pattern:
+        if self._mode.lists_partitions and self._cfg.kafka.topic_pattern:
             refresh = asyncio.create_task(self._refresh(stop))
         try:
             while not stop.is_set():
@@ -129,10 +108,10 @@ class CoordinatorService:
                     refresh = None
                 leader = self._leads()
                 if leader and task is None and loop.time() >= not_before:
-                    if self._local is not None:
-                        log.info("coordinator: single mode; coordinating in this process")
-                    else:
+                    if self._mode.lists_partitions:
                         log.info("coordinator: this process owns %s[%d]; starting the coordinator", *self._election)
+                    else:
+                        log.info("coordinator: %s mode; coordinating in this process", self._mode.name)
                     task = asyncio.create_task(self._lead())
                 elif not leader and task is not None:
                     log.info("coordinator: %s[%d] moved to another process; stopping the coordinator", *self._election)
@@ -157,8 +136,8 @@ class CoordinatorService:
                             raise
                         if failing_since is None or self.cycles_landed > landed_at_failure:
                             failing_since, landed_at_failure, restarts = now, self.cycles_landed, 0
-                        pause = min(ROLE_RETRY_MAX_S, ROLE_RETRY_S * 2 ** restarts)
                         restarts += 1
+                        pause = ROLE_BACKOFF.delay(restarts)
                         log.warning("coordinator: lost Kafka (%s: %s); stopping this coordinator and starting it "
                                     "again in %.0fs if this process still leads (failing for %.0fs of "
                                     "outage_timeout_s=%g); the new one finishes the open cycle", type(exc).__name__,
@@ -173,35 +152,27 @@ class CoordinatorService:
             if task is not None:
                 await _end(task)
 
-    def _channel(self) -> ControlChannel | LocalChannel:
-        cfg, member = self._cfg, f"coordinator-{uuid.uuid4().hex[:12]}"
-        if self._local is not None:
-            return LocalChannel(self._local, group=cfg.pipeline, member=member, coordinator=True)
-        return ControlChannel(cfg.kafka, cfg.coordination.control_topic, group=cfg.pipeline,
-                              member=member, transactional_id=f"frazil-{cfg.pipeline}-coordinator",
-                              consumer_group=f"{cfg.kafka.group_id}-coordinator")
-
     async def _lead(self) -> None:
         cfg = self._cfg
-        channel = self._channel()
+        mode = self._mode
+        channel = mode.coordinator_channel(cfg)
         await channel.start()
         dead_letters = (DeadLetterSink(cfg.kafka, cfg.dead_letter_topic, cfg.pipeline, self._metrics)
                         if cfg.on_bad_record == "dead_letter" else None)
         try:
             if dead_letters is not None:
                 await dead_letters.start()
-            # single mode: the partitions this process owns (a cycle never waits for another process)
-            if self._local is None and not cfg.kafka.topic_pattern:   # the listed topics exist: we own one's partition
+            if mode.lists_partitions and not cfg.kafka.topic_pattern:   # the listed topics exist: we own one's partition
                 self._partitions = frozenset(await partitions(cfg.kafka, cfg.kafka.topics))
-            source: Callable[[], frozenset[TopicPartition]] = (
-                (lambda: frozenset(self._assignment())) if self._local is not None else (lambda: self._partitions))
-            coordinator = Coordinator(channel, cfg.pipeline, source,
-                                      table_committer(self._catalog, cfg.pipeline, max_attempts=cfg.max_commit_attempts,
-                                                      journal=self._journal, log_dead_letters=self._local is not None),
-                                      timeout_s=cfg.coordination.commit_timeout_s, fence=not faults.off("fencing"),
+            committer = table_committer(self._catalog, cfg.pipeline, max_attempts=cfg.max_commit_attempts,
+                                        journal=self._journal, log_dead_letters=mode.keeps_dead_letters,
+                                        fence=self._fence)
+            coordinator = Coordinator(channel, cfg.pipeline,
+                                      mode.cycle_partitions(self._assignment, lambda: self._partitions), committer,
+                                      timeout_s=cfg.coordination.commit_timeout_s, fence=self._fence,
                                       outage_timeout_s=cfg.outage_timeout_s, metrics=self._metrics,
-                                      senders=1 if self._local is not None else None, dead_letters=dead_letters,
-                                      journal=self._journal if self._local is not None else None)
+                                      senders=mode.senders, dead_letters=dead_letters,
+                                      journal=self._journal if mode.keeps_dead_letters else None)
             if self._metrics is not None:
                 self._metrics.coordinator.set(1)
             self.leading = True

@@ -43,7 +43,7 @@ from frazil.buffers.targets import Target
 from frazil.config import Config
 from frazil.coordination.batch import Batch, Part
 from frazil.coordination.channel import Received
-from frazil.errors import CatalogUnavailable, CommitOutcomeUnknown, FrazilError
+from frazil.errors import CatalogUnavailable, CommitFailed, FrazilError, OutageTimeout
 from frazil.events.payloads import (
     Assignment,
     CommitComplete,
@@ -54,6 +54,7 @@ from frazil.events.payloads import (
     Payload,
     StartCommit,
 )
+from frazil.flow import retry
 from frazil.flow.outage import Outage
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import mutations
@@ -66,7 +67,7 @@ from frazil.txlog import Journal
 from frazil.txlog import records as txrecords
 
 log = logging.getLogger(__name__)
-POSITION_RETRY_S, POSITION_RETRY_MAX_S = 0.5, 10.0   # reading assigned partitions' offsets in a catalog outage
+POSITION_BACKOFF = retry.Backoff(0.5, 10.0)   # reading assigned partitions' offsets in a catalog outage
 # What the Parquet writers hold while a batch is written, per byte of the batch's Arrow data: measured
 # 50-98 MB of resident memory for 243 MB flushes of clickstream and wide rows (pyarrow on jemalloc, cli.py).
 # Counted against memory_budget_mb while the write runs.
@@ -328,7 +329,7 @@ class Worker:
                 continue
             if name in failed_tables and all(stored.get(tp, r.start) == r.start for tp, r in part.ranges.items()):
                 kept[name] = part
-                why.append((f"could not land in {name}", CommitOutcomeUnknown(f"the coordinator could not commit {name}")))
+                why.append((f"could not land in {name}", CommitFailed(f"the coordinator could not commit {name}")))
                 continue
             log.warning("reply %s did not land in %s (table offset, reply end: %s); reading every partition again "
                         "from the tables", commit_id, name,
@@ -388,7 +389,7 @@ class Worker:
         self._metrics.commit("failed")
         tables = ", ".join(sorted(self.batch.parts)) if self.batch else "?"
         if self.outage.expired(now):
-            raise CommitOutcomeUnknown(
+            raise OutageTimeout(
                 f"commits to {tables} have failed for {failing:.0f}s (outage_timeout_s="
                 f"{self._cfg.outage_timeout_s:g}); stopping. Nothing is lost: a restart, or the partitions' next "
                 f"owner, resumes from the tables. Last error: {type(exc).__name__}: {exc}") from exc
@@ -457,27 +458,20 @@ class Worker:
         """Where ``tps`` are read from: every table's offsets and watermark (rule 2). The catalog
         or storage failing (an outage, a locked catalog) is waited out, as commits are: read again
         with backoff, loudly, for up to ``outage_timeout_s``; nothing is consumed meanwhile."""
-        started = self._clock()
-        attempt = 0
-        while True:
-            try:
-                return await asyncio.to_thread(self._targets.read_positions, tps)
-            except FrazilError:
-                raise   # frazil's own verdicts (a gap, a mismatch) are not an outage
-            except Exception as exc:  # noqa: BLE001 - the catalog or storage, unreachable for now
-                failing = self._clock() - started
-                if failing > self._cfg.outage_timeout_s:
-                    raise CatalogUnavailable(
-                        f"cannot read the tables' offsets for {len(tps)} assigned partition(s) for {failing:.0f}s "
-                        f"(outage_timeout_s={self._cfg.outage_timeout_s:g}): {type(exc).__name__}: {exc}. Nothing is "
-                        "lost: a restart reads them again") from exc
-                attempt += 1
-                pause = min(POSITION_RETRY_MAX_S, POSITION_RETRY_S * 2 ** (attempt - 1))
-                log.warning("cannot read the tables' offsets for %d assigned partition(s) (%s: %s); reading again in "
-                            "%.1fs, nothing is consumed meanwhile (failing for %.0fs of outage_timeout_s=%g)", len(tps),
-                            type(exc).__name__, str(exc).splitlines()[0][:300], pause, failing,
-                            self._cfg.outage_timeout_s)
-                await asyncio.sleep(pause)
+        timeout_s = self._cfg.outage_timeout_s
+
+        def expired(exc: BaseException, failing: float) -> BaseException:
+            return CatalogUnavailable(
+                f"cannot read the tables' offsets for {len(tps)} assigned partition(s) for {failing:.0f}s "
+                f"(outage_timeout_s={timeout_s:g}): {type(exc).__name__}: {exc}. Nothing is lost: a restart reads "
+                "them again")
+
+        return await retry.wait_out(
+            lambda: asyncio.to_thread(self._targets.read_positions, tps),
+            what=f"cannot read the tables' offsets for {len(tps)} assigned partition(s); nothing is consumed meanwhile",
+            timeout_s=timeout_s, backoff=POSITION_BACKOFF, clock=self._clock, expired=expired,
+            # frazil's own verdicts (a gap, a mismatch) are not an outage
+            retriable=lambda exc: not isinstance(exc, FrazilError))
 
     async def rewind(self) -> None:
         """Drop what is buffered and held and read every positioned partition again from the tables."""

@@ -1,6 +1,7 @@
 """Control-topic wire format: event payloads and their Avro codec. Pure, no I/O."""
 
-from frazil.events.codec import EventDecodeError, decode, encode
+from frazil.errors import EventDecodeError
+from frazil.events.codec import decode, encode
 from frazil.events.payloads import (
     Assignment,
     ColumnStat,

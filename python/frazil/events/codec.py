@@ -13,7 +13,7 @@ import functools
 import io
 from typing import Any
 
-from frazil.errors import FrazilError
+from frazil.errors import EventDecodeError
 from frazil.events.payloads import (
     Assignment,
     ColumnStat,
@@ -33,10 +33,6 @@ from frazil.events.payloads import (
 MAGIC = 0xF7
 VERSION = 6
 NAMESPACE = "io.frazil.events.v1"
-
-
-class EventDecodeError(FrazilError):
-    """Bytes on the control topic that cannot be read as a frazil event."""
 
 
 def _opt(name: str, avro_type: Any) -> dict[str, Any]:

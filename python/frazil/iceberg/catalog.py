@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -53,11 +52,14 @@ from pyiceberg.types import (
 )
 
 from frazil.config import OP_COLUMN, CatalogConfig, DynamicConfig, MaintenanceConfig, TableConfig
-from frazil.errors import CatalogUnavailable, ConfigError
+from frazil.errors import CatalogUnavailable, ConfigError, TableMissingError
+from frazil.flow import retry
 from frazil.iceberg import mutations
 from frazil.iceberg.pyiceberg_patches import install_all
 
 log = logging.getLogger(__name__)
+
+LOAD_BACKOFF = retry.Backoff(0.2, 1.0)   # SQLite catalogs of processes starting together race to create it
 
 META_COLUMNS: tuple[tuple[str, IcebergType, bool], ...] = (
     ("_kafka_topic", StringType(), True),
@@ -131,7 +133,7 @@ def load(cfg: CatalogConfig, *, attempts: int = 5, busy_timeout_s: float | None 
         if value.startswith(prefix):
             target = Path(value[len(prefix):])
             (target.parent if key == "uri" else target).mkdir(parents=True, exist_ok=True)
-    for attempt in range(1, attempts + 1):
+    for attempt in retry.attempts(attempts, LOAD_BACKOFF):
         try:
             return load_catalog(cfg.name, **props)
         except (ImportError, ValueError, TypeError, KeyError, SAArgumentError) as exc:   # a wrong uri, type or key
@@ -144,7 +146,6 @@ def load(cfg: CatalogConfig, *, attempts: int = 5, busy_timeout_s: float | None 
                                          "locked by another process) and the [catalog] properties") from None
             log.warning("loading catalog %s failed (%s: %s); retrying", cfg.name, type(exc).__name__,
                         str(exc).splitlines()[0][:200])
-            time.sleep(0.2 * attempt)
     raise AssertionError("unreachable")
 
 
@@ -201,10 +202,6 @@ def _transform(name: str, arg: str | None) -> Transform:  # type: ignore[type-ar
         return simple[name]
     width = int(arg or 0)
     return BucketTransform(width) if name.startswith("bucket") else TruncateTransform(width)
-
-
-class TableMissingError(ConfigError):
-    """A table that does not exist and may not be created."""
 
 
 _FITS = {  # the primitive Iceberg types each partition transform takes (config.py has the same by name)

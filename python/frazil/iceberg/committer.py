@@ -32,7 +32,8 @@ from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from pyiceberg.typedef import Record
 
 from frazil import faults
-from frazil.errors import CommitOutcomeUnknown, FrazilError, OffsetGapError, OffsetOverlapError
+from frazil.errors import CommitFailed, CommitOutcomeUnknown, FrazilError, OffsetGapError, OffsetOverlapError
+from frazil.flow import retry
 from frazil.iceberg import mutations, offsets, writes
 from frazil.iceberg.offsets import Range, TopicPartition, Verdict
 from frazil.iceberg.pyiceberg_patches import history, manifest_merge
@@ -172,12 +173,15 @@ def seal_of(table: Table, snapshot_id: int) -> str | None:
 class Committer:
     def __init__(self, catalog: Catalog, table_name: str, pipeline: str, *, max_attempts: int = 5,
                  backoff_s: float = 0.2, sleep: Callable[[float], None] = time.sleep,
-                 indexes: dict[str, mutations.KeyIndex] | None = None) -> None:
+                 indexes: dict[str, mutations.KeyIndex] | None = None, fence: bool = True) -> None:
         """``indexes``: key indexes of keyed tables by table name, shared by the committers of one
-        coordinator role (an index is rebuilt whenever its table has a snapshot it has not seen)."""
+        coordinator role (an index is rebuilt whenever its table has a snapshot it has not seen).
+        ``fence=False`` only for the fault-injection test that shows what the contiguity check
+        prevents (overlapping ranges are then committed)."""
         self._catalog, self._table_name, self._pipeline = catalog, table_name, pipeline
         self._said: str | None = None   # the rollback last warned about
-        self._max_attempts, self._backoff_s, self._sleep = max_attempts, backoff_s, sleep
+        self._max_attempts, self._backoff, self._sleep = max_attempts, retry.Backoff(backoff_s), sleep
+        self._fence = fence
         self._indexes = indexes if indexes is not None else {}
 
     def load(self) -> Table:
@@ -210,7 +214,7 @@ class Committer:
             table = table or self.load()
             return writes.data_files(table.metadata, data, table.io)
         except Exception as exc:  # noqa: BLE001
-            raise CommitOutcomeUnknown(f"could not write data files for {self._table_name}: "
+            raise CommitFailed(f"could not write data files for {self._table_name}: "
                                        f"{type(exc).__name__}: {exc}; nothing was committed") from exc
 
     def write_keys(self, keys: pa.Table, table: Table) -> DataFile:
@@ -218,7 +222,7 @@ class Committer:
         try:
             return mutations.key_file(table, keys)
         except Exception as exc:  # noqa: BLE001
-            raise CommitOutcomeUnknown(f"could not write the key file of deletes for {self._table_name}: "
+            raise CommitFailed(f"could not write the key file of deletes for {self._table_name}: "
                                        f"{type(exc).__name__}: {exc}; nothing was committed") from exc
 
     def files_at(self, paths: Sequence[str]) -> list[DataFile]:
@@ -249,7 +253,7 @@ class Committer:
         last_error: Exception | None = None
         sent = False   # a catalog commit was attempted by this call
         lock = table_lock(self._table_name)
-        for attempt in range(1, self._max_attempts + 1):
+        for attempt in retry.attempts(self._max_attempts, self._backoff, self._sleep):
             lock.acquire()   # released before the backoff: the in-process expiry may run then
             try:
                 try:
@@ -258,7 +262,6 @@ class Committer:
                     last_error = exc
                     log.warning("commit %s table=%s: cannot load the table on attempt %d/%d (%s: %s)", commit_id,
                                 self._table_name, attempt, self._max_attempts, type(exc).__name__, exc)
-                    self._sleep(self._backoff_s * 2 ** (attempt - 1))
                     continue
                 landed = find_commit(table, commit_id)
                 if landed is not None:  # an earlier attempt landed after all, or someone else landed it
@@ -271,7 +274,7 @@ class Committer:
                     # ranges read before the rollback: refused, so the workers read again from the data's offsets
                     raise OffsetOverlapError(f"commit {commit_id} to {self._table_name}: {found.rolled_back}. Nothing was "
                                              "committed; the partitions are read again from there")
-                if not faults.off("fencing"):
+                if self._fence:
                     self._check(decision, stored, ranges, commit_id)
                 if decision.all_committed:
                     log.info("commit %s table=%s: every range is already in the table, dropping %d rows",
@@ -347,8 +350,7 @@ class Committer:
                     return result
             finally:
                 lock.release()
-            self._sleep(self._backoff_s * 2 ** (attempt - 1))
-        raise CommitOutcomeUnknown(
+        raise CommitFailed(
             f"commit {commit_id} to {self._table_name} failed {self._max_attempts} times; last error: "
             f"{type(last_error).__name__}: {last_error}. Nothing was committed; check the catalog and restart."
         ) from last_error
@@ -365,7 +367,7 @@ class Committer:
         zombie landed first: its bad records are the caller's to send); the offsets do not move."""
         started = time.monotonic()
         last_error: Exception | None = None
-        for attempt in range(1, self._max_attempts + 1):
+        for attempt in retry.attempts(self._max_attempts, self._backoff, self._sleep):
             try:
                 table = self.load()
                 landed = find_commit(table, commit_id)
@@ -395,8 +397,8 @@ class Committer:
                 return CommitResult(commit_id, None, 0, self.held(committed).offsets, attempt,
                                     time.monotonic() - started, snapshots=len(committed.metadata.snapshots),
                                     table=self._table_name, delete_files=delete_files(committed))
-            self._sleep(self._backoff_s * 2 ** (attempt - 1))
-        raise CommitOutcomeUnknown(
+        unknown = not isinstance(last_error, CommitFailedException)   # the last attempt may have landed
+        raise (CommitOutcomeUnknown if unknown else CommitFailed)(
             f"could not seal commit {commit_id} in {self._table_name} in {self._max_attempts} attempts; last error: "
             f"{type(last_error).__name__}: {last_error}") from last_error
 
@@ -437,7 +439,7 @@ class Committer:
         try:
             committed = tx.commit_transaction()
         except CommitFailedException as exc:
-            raise CommitOutcomeUnknown(f"{self._table_name} changed while resetting its offsets ({exc}); nothing moved. "
+            raise CommitFailed(f"{self._table_name} changed while resetting its offsets ({exc}); nothing moved. "
                                        "Stop `frazil run` for the pipeline and try again") from exc
         for move in moves:
             log.warning("commit %s table=%s: offsets of %s[%d] reset by %s from %s to %d (%s); records in between are "
@@ -460,7 +462,7 @@ class Committer:
         try:
             tx.commit_transaction()
         except CommitFailedException as exc:
-            raise CommitOutcomeUnknown(f"{self._table_name} changed while noting the skip ({exc}); nothing changed. "
+            raise CommitFailed(f"{self._table_name} changed while noting the skip ({exc}); nothing changed. "
                                        "Stop `frazil run` for the pipeline and try again") from exc
         log.warning("table %s: %s[%d]@%d will be skipped by pipeline %s, as %s said (%s)", self._table_name, tp[0], tp[1],
                     offset, self._pipeline, by, reason)
@@ -506,17 +508,15 @@ class Committer:
 
     def _resolve(self, commit_id: str) -> int | None:
         """Rule 5: reload and look for the commit id, retrying the reload a few times."""
-        for attempt in range(1, self._max_attempts + 1):
+        for attempt in retry.attempts(self._max_attempts, self._backoff, self._sleep):
             try:
                 return find_commit(self.load(), commit_id)
             except Exception as exc:  # noqa: BLE001
                 log.warning("commit %s: cannot reload %s to resolve the outcome (%s); try %d/%d",
                             commit_id, self._table_name, exc, attempt, self._max_attempts)
-                self._sleep(self._backoff_s * 2 ** (attempt - 1))
         raise CommitOutcomeUnknown(
             f"commit {commit_id} to {self._table_name}: outcome unknown and the table cannot be reloaded; "
-            "restart frazil once the catalog is reachable, it resumes from the table's offsets", unresolved=True
-        )
+            "restart frazil once the catalog is reachable, it resumes from the table's offsets")
 
     def _check(self, decision: offsets.CommitPlan, stored: Mapping[TopicPartition, int],
                ranges: Mapping[TopicPartition, Range], commit_id: str) -> None:

@@ -38,7 +38,7 @@ from pyiceberg.types import (
     StructType,
 )
 
-from frazil.errors import FrazilError
+from frazil.errors import EvolutionError
 from frazil.iceberg import inference
 from frazil.iceberg.committer import no_inner_retry
 
@@ -51,10 +51,6 @@ _TOO_LARGE_INT = re.compile(r"^-?\d+ does not fit an int \(32-bit\)")
 _TOO_LARGE_FLOAT = re.compile(r"^\S+ is out of range for a float \(32-bit\)")
 MISSING_REQUIRED = "is required, and the record has no value for it"   # the native decoder's reason
 _DECIMAL_DIGITS = re.compile(r"^(-?\d+)(?:\.\d*)?(?:[eE][-+]?\d+)? has more than \d+ digit\(s\) before the decimal point")
-
-
-class EvolutionError(FrazilError):
-    """The table's schema cannot take what the records ask (the records stay bad records)."""
 
 
 @dataclass(frozen=True)

@@ -38,11 +38,7 @@ from pyiceberg.types import (
     StructType,
 )
 
-from frazil.errors import FrazilError
-
-
-class InferenceError(FrazilError):
-    """Records from which no table schema can be inferred; declare the table's columns instead."""
+from frazil.errors import InferenceError
 
 
 @dataclass

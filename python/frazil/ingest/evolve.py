@@ -22,7 +22,7 @@ from frazil import _native
 from frazil.buffers.state import Buffers
 from frazil.buffers.targets import Target, value_options
 from frazil.config import Config
-from frazil.errors import FrazilError
+from frazil.errors import EvolutionError, FrazilError
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import evolution, inference
 from frazil.iceberg.offsets import TopicPartition
@@ -167,7 +167,7 @@ class Evolver:
         before = target.table.schema().schema_id
         try:
             table, made = await asyncio.to_thread(evolution.apply, target.committer.load, changes_for)
-        except evolution.EvolutionError as exc:
+        except EvolutionError as exc:
             log.warning("table %s: %s asks for a schema change that cannot be made: %s", target.name, why, exc)
             return None
         if not made and table.schema().schema_id == before:

@@ -12,7 +12,7 @@ from pyiceberg.catalog import Catalog
 
 from frazil.buffers.state import Buffers
 from frazil.config import Config, TableConfig
-from frazil.errors import ConfigError, RecordDecodeError
+from frazil.errors import ConfigError, InferenceError, RecordDecodeError
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import inference
 from frazil.iceberg.offsets import TopicPartition
@@ -47,7 +47,7 @@ class Opener:
                                             iceberg_catalog.maintenance_properties(self._cfg.maintenance), schema=inferred)
             target = await asyncio.to_thread(self._targets.build, table_cfg, table, inferred=inferred is not None)
             self._targets.add_built(target)   # on the loop: worker threads iterate over copies
-        except (ConfigError, inference.InferenceError) as exc:
+        except (ConfigError, InferenceError) as exc:
             raise RecordDecodeError(topic=tp[0], partition=tp[1], offset=offset, field="",
                                     reason=f"it goes to table {name}, which cannot be opened: {exc}") from exc
         log.info("table %s: taking the records that name it (%d columns%s)", name, len(table.schema().fields),

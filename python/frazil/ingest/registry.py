@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from frazil.config import ValuesConfig
 from frazil.errors import SchemaRegistryError
+from frazil.flow import retry
 
 if TYPE_CHECKING:   # imported where a registry is used: a JSON pipeline's start-up does not pay for it
     import requests
@@ -29,8 +29,7 @@ log = logging.getLogger(__name__)
 
 PLAIN_ID = 0          # the id the schema file's schema goes under (the native buffer's PLAIN_ID)
 SCHEMA_NOT_FOUND = 40403   # the registry API's error_code for an unknown schema id (Confluent, Apicurio)
-BACKOFF_S = 0.5       # doubled after each failed attempt, at most MAX_BACKOFF_S
-MAX_BACKOFF_S = 8.0
+BACKOFF = retry.Backoff(0.5, 8.0)   # between attempts of one request
 
 
 @dataclass(frozen=True)
@@ -83,8 +82,8 @@ class WriterSchemas:
         registry = self._cfg.registry
         assert registry is not None and self._session is not None
         url = f"{registry.url}/schemas/ids/{schema_id}"
-        delay, last = BACKOFF_S, ""
-        for attempt in range(1, registry.max_attempts + 1):
+        last = ""
+        for attempt in retry.attempts(registry.max_attempts, BACKOFF):
             try:
                 answer = self._session.get(url, timeout=registry.timeout_s, verify=self._verify)
             except requests.RequestException as exc:
@@ -107,9 +106,7 @@ class WriterSchemas:
                 last = f"HTTP {answer.status_code}: {answer.text[:200]}"
             if attempt < registry.max_attempts:
                 log.warning("schema registry %s: schema id %d, attempt %d/%d failed (%s); retrying in %.1fs",
-                            registry.url, schema_id, attempt, registry.max_attempts, last, delay)
-                time.sleep(delay)
-                delay = min(delay * 2, MAX_BACKOFF_S)
+                            registry.url, schema_id, attempt, registry.max_attempts, last, BACKOFF.delay(attempt))
         raise SchemaRegistryError(f"the schema registry at {registry.url} could not be asked for schema id {schema_id} "
                                   f"({registry.max_attempts} attempts; last: {last}); the records that need it wait "
                                   "in Kafka: restart once it answers")

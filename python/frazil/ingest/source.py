@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
-import time
 from collections.abc import Awaitable, Callable, Mapping
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -15,12 +13,15 @@ from aiokafka.structs import OffsetAndMetadata
 
 from frazil.config import KafkaConfig
 from frazil.errors import TopicMismatchError
+from frazil.flow import retry
 from frazil.ingest import fetch
 from frazil.ingest.fetch import Chunk
 from frazil.kafka_clients import connect, options, stop_client
 from frazil.iceberg.offsets import TopicPartition as TP
 
 log = logging.getLogger(__name__)
+
+END_OFFSETS_BACKOFF = retry.Backoff(1.0, 5.0)   # a broker outage across a rebalance
 
 OnRevoked = Callable[[set[TP]], Awaitable[None]]
 OnAssigned = Callable[[set[TP]], Awaitable[Mapping[TP, int]]]
@@ -222,20 +223,11 @@ class KafkaSource:
         that had been working does not stop for a broker restart (the chaos run: a broker down
         twice in 40 s timed the call out and the worker exited). Past the bound, the error stops
         the process (exit status 3)."""
-        deadline = time.monotonic() + self._outage_timeout_s
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                ends: dict[TopicPartition, int] = await self._consumer.end_offsets(known)
-                if attempt > 1:
-                    log.warning("read the log ends of %d assigned partition(s) on attempt %d", len(known), attempt)
-                return ends
-            except KafkaError as exc:
-                if not (exc.retriable or isinstance(exc, KafkaTimeoutError)) or time.monotonic() >= deadline:
-                    raise
-                log.warning("could not read the log ends of %d assigned partition(s) (attempt %d: %s: %s); trying "
-                            "again, for up to outage_timeout_s=%g", len(known), attempt, type(exc).__name__, exc,
-                            self._outage_timeout_s)
-                await asyncio.sleep(min(attempt, 5))
+        def retriable(exc: BaseException) -> bool:
+            return isinstance(exc, KafkaError) and bool(exc.retriable or isinstance(exc, KafkaTimeoutError))
 
+        ends: dict[TopicPartition, int] = await retry.wait_out(
+            lambda: self._consumer.end_offsets(known),
+            what=f"could not read the log ends of {len(known)} assigned partition(s)", timeout_s=self._outage_timeout_s,
+            backoff=END_OFFSETS_BACKOFF, retriable=retriable, expired=lambda exc, failing: exc)
+        return ends

@@ -43,19 +43,13 @@ from pyiceberg.transforms import (
 from pyiceberg.typedef import Record
 from pyiceberg.types import FixedType, TimeType, UUIDType
 
-from frazil.errors import ConfigError, FrazilError
+from frazil.errors import BulkWriteError, ConfigError
 from frazil.spark import session
 from frazil.spark.jobs import describe
 
 log = logging.getLogger(__name__)
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
-
-
-class BulkWriteError(FrazilError):
-    """Spark could not write the batch. Nothing was committed; the cycle retries it."""
-
-    retriable = True
 
 
 def unsupported_columns(schema: Schema) -> list[str]:

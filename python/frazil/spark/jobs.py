@@ -20,17 +20,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from frazil.config import MaintenanceConfig
-from frazil.errors import FrazilError
+from frazil.errors import MaintenanceError
+from frazil.flow import retry
 from frazil.spark import schedule
 from frazil.spark.schedule import Job
 
 log = logging.getLogger(__name__)
-
-
-class MaintenanceError(FrazilError):
-    """A maintenance job failed every attempt. Ingestion goes on; the job runs again at its next turn."""
-
-    retriable = True
 
 
 @dataclass(frozen=True)
@@ -61,7 +56,8 @@ class TableJobs:
                  attempts: int = 3, backoff_s: float = 1.0, sleep: Callable[[float], None] = time.sleep,
                  clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self._spark, self._catalog, self._table, self._cfg = spark, catalog_name, table_name, cfg
-        self._attempts, self._backoff_s, self._sleep, self._clock_ms = attempts, backoff_s, sleep, clock_ms
+        self._attempts, self._sleep, self._clock_ms = attempts, sleep, clock_ms
+        self._backoff = retry.Backoff(backoff_s, 8 * backoff_s)
         self.cancelled = False
 
     def cancel(self) -> None:
@@ -95,7 +91,7 @@ class TableJobs:
             Job.MANIFESTS: self._rewrite_manifests, Job.EXPIRE: self._expire, Job.ORPHANS: self._remove_orphans,
         }[job]
         started = time.monotonic()
-        for attempt in range(1, self._attempts + 1):
+        for attempt in retry.attempts(self._attempts, self._backoff, self._sleep):
             try:
                 counts = action()
             except Exception as exc:  # noqa: BLE001 - py4j and Spark raise many kinds; all are retried
@@ -107,7 +103,6 @@ class TableJobs:
                                            f"{summary}") from exc
                 log.warning("%s on %s: attempt %d/%d failed (%s); retrying", job.value, self._table, attempt,
                             self._attempts, summary)
-                self._sleep(self._backoff_s * attempt)
                 continue
             result = JobResult(job, time.monotonic() - started, attempt, counts or {})
             log.info("maintenance %s on %s took %.1fs: %s", job.value, self._table, result.seconds,

@@ -41,15 +41,11 @@ from __future__ import annotations
 
 import pyiceberg
 
-from frazil.errors import FrazilError
+from frazil.errors import UntestedPyiceberg
 from frazil.iceberg.pyiceberg_patches import data_file_records, manifest_lists, metadata_cache, metadata_copies
 
 # the pyiceberg releases every module here was checked against, by the tests UPSTREAM.md names
 TESTED = frozenset({"0.12.0"})
-
-
-class UntestedPyiceberg(FrazilError):
-    """The installed pyiceberg is not a release frazil's changes to its internals were tested with."""
 
 
 def _release(version: str) -> tuple[int, ...]:
