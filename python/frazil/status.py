@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
 from aiokafka.errors import UnknownTopicOrPartitionError
+from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import ancestors_of
 
-from frazil.config import KafkaConfig
+from frazil.buffers.positions import resume_at
+from frazil.config import Config, KafkaConfig
 from frazil.errors import FrazilError, KafkaUnavailable, NotFound
-from frazil.iceberg.offsets import COMMIT_ID_KEY, PIPELINE_KEY, SEALED_KEY, VTTS_KEY, Held
+from frazil.iceberg.offsets import COMMIT_ID_KEY, PIPELINE_KEY, SEALED_KEY, VTTS_KEY, Held, merge_progress
 from frazil.kafka_clients import connect, options
+
+if TYPE_CHECKING:
+    from frazil.ingest.routing import Router
+
+TP = tuple[str, int]
 
 
 async def source_topics(cfg: KafkaConfig) -> list[str]:
@@ -105,13 +112,14 @@ class TableProgress:
 
     name: str
     exists: bool
-    offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    offsets: dict[TP, int] = field(default_factory=dict)
     snapshot_id: int | None = None      # the table's current snapshot (maybe maintenance's)
     commit_id: str = ""                 # the pipeline's last commit in the table's history
     committed_ms: int | None = None     # when it landed
     valid_through_ms: int | None = None   # its VTTS (full distributed commits only)
-    rows: int | None = None             # the table's rows now (snapshot summary)
+    rows: int | None = None             # the rows a reader sees now (``live_rows``)
     rolled_back: str | None = None
+    rows_exact: bool = True             # False: ``rows`` is an upper bound (``live_rows``)
 
 
 def table_progress(table: Table, pipeline: str, held: Held) -> TableProgress:
@@ -124,12 +132,106 @@ def table_progress(table: Table, pipeline: str, held: Held) -> TableProgress:
                 commit_id, committed_ms = extra.get(COMMIT_ID_KEY, ""), snapshot.timestamp_ms
                 vtts = int(extra[VTTS_KEY]) if VTTS_KEY in extra else None
                 break
-    rows = None
-    if current is not None and current.summary is not None and "total-records" in current.summary.additional_properties:
-        rows = int(current.summary.additional_properties["total-records"])
+    rows, exact = live_rows(current.summary.additional_properties if current is not None and current.summary is not None
+                            else {})
     return TableProgress(".".join(table.name()), True, held.offsets,
                          current.snapshot_id if current else None, commit_id, committed_ms, vtts, rows,
-                         held.rolled_back)
+                         held.rolled_back, exact)
+
+
+def live_rows(summary: Mapping[str, str]) -> tuple[int | None, bool]:
+    """The rows a reader sees in a snapshot, from its summary, and whether that is exact.
+
+    ``total-records`` counts every row of the data files, also the rows a keyed table's later
+    changes replaced or deleted: those are position deletes (one row each, ``total-position-deletes``),
+    so the live rows are the difference. frazil never writes equality deletes; when another writer
+    did (``total-equality-deletes``), one of them may delete any number of rows, and the count is an
+    upper bound. A compaction alone (``frazil compact``) leaves the position deletes of the files it
+    rewrote behind, still counted though they delete nothing, until ``rewrite_position_delete_files``
+    (the next full maintenance run) drops them: the count is low meanwhile."""
+    if "total-records" not in summary:
+        return None, True
+    deleted = int(summary.get("total-position-deletes", "0"))
+    return int(summary["total-records"]) - deleted, int(summary.get("total-equality-deletes", "0")) == 0
+
+
+def table_names(catalog: Catalog, cfg: Config, *, merge_targets: bool = False) -> list[str]:
+    """The pipeline's tables: the configured ones in config order (with ``merge_targets``, each
+    followed by the table its changes are merged into, which holds no offsets), then the tables
+    ``[dynamic]`` created that exist now."""
+    from frazil.iceberg.catalog import dynamic_tables
+
+    names = []
+    for t in cfg.tables:
+        names.append(t.name)
+        if merge_targets and t.changes is not None and t.changes.target:
+            names.append(t.changes.target)
+    if cfg.dynamic is not None:
+        names += dynamic_tables(catalog, cfg.dynamic)
+    return list(dict.fromkeys(names))
+
+
+def load_tables(catalog: Catalog, names: Iterable[str]) -> dict[str, Table | None]:
+    """Each of ``names`` loaded, or None when it does not exist (not created yet)."""
+    return {name: catalog.load_table(name) if catalog.table_exists(name) else None for name in names}
+
+
+Takes = Literal["every record", "some records", "no record"]
+
+
+def takes(router: Router, topic: str, table: str) -> Takes:
+    """What ``table`` takes of ``topic``, as routing decides: every record (the topic alone
+    decides), some (a route field, or the ``[dynamic]`` template's field, decides per record) or
+    none."""
+    if not router.takes(topic, table):
+        return "no record"
+    return "every record" if table in router.for_topic(topic).always else "some records"
+
+
+@dataclass(frozen=True)
+class PartitionRow:
+    """A source partition under one table: the table's offset, the log end, and what the table
+    takes of the topic (``no record``: offsets kept from a config that routed the topic there)."""
+
+    topic: str
+    partition: int
+    table_offset: int | None
+    end: int | None
+    takes: Takes
+
+    @property
+    def lag(self) -> int | None:
+        """Records from the table's offset to the log end: to land, when the table takes every
+        record; when it takes some, also the records it never takes (its offset moves only with a
+        record it takes), so at most that many; none for a topic it does not take."""
+        if self.end is None or self.takes == "no record":
+            return None
+        return self.end - (self.table_offset or 0)
+
+
+def table_partitions(table: str, stored: Mapping[TP, int], ends: Mapping[TP, int], router: Router) -> list[PartitionRow]:
+    """The partitions of the topics ``table`` may take (``ends``: every source partition and its
+    log end), and those it holds offsets for, each with what it takes of its topic."""
+    tps = set(stored) | {tp for tp in ends if router.takes(tp[0], table)}
+    return [PartitionRow(t, p, stored.get((t, p)), ends.get((t, p)), takes(router, t, table)) for t, p in sorted(tps)]
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Per source partition: the pipeline's watermark (every record below it is in every table
+    that takes it), and where a restart reads it from, as the worker decides it
+    (``buffers.positions.resume_at``); a partition missing from ``resume`` is new to every table
+    and starts at ``kafka.auto_offset_reset``."""
+
+    watermark: dict[TP, int]
+    resume: dict[TP, int]
+
+
+def restart(tps: Iterable[TP], held: Mapping[str, Held], router: Router) -> Restart:
+    """:class:`Restart` from what each existing table holds (``Committer.held``): the same inputs
+    the worker reads when it is assigned ``tps``."""
+    watermark = merge_progress(*(h.progress for h in held.values()))
+    return Restart(watermark, resume_at(tps, {name: h.offsets for name, h in held.items()}, watermark, router.takers))
 
 
 async def group_offsets(kafka: KafkaConfig, group: str, topics: Iterable[str]) -> dict[tuple[str, int], int]:

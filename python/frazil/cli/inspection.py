@@ -8,18 +8,21 @@ import asyncio
 import json
 import time
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from frazil import config as config_mod
 from frazil import logs
-from frazil.cli.oneshot import catalog_call, dash, load_catalog, quiet_kafka_client
+from frazil.cli.oneshot import catalog_call, dash, load_catalog, pipeline_tables, quiet_kafka_client
+
+if TYPE_CHECKING:
+    from frazil.status import PartitionRow
 
 
 def offsets(args: argparse.Namespace) -> int:
     from frazil.cli.actions import move_offsets
-    from frazil.iceberg import offsets
     from frazil.iceberg.committer import Committer
-    from frazil.status import end_offsets, source_topics
+    from frazil.ingest.routing import Router
+    from frazil.status import end_offsets, restart, source_topics, table_partitions
 
     cfg = config_mod.load(args.config)
     logs.setup("WARNING")
@@ -27,35 +30,57 @@ def offsets(args: argparse.Namespace) -> int:
     if args.reset or args.skip or args.from_group:
         return move_offsets(cfg, args)
     catalog = load_catalog(cfg)
+    tables = pipeline_tables(cfg, catalog)
     ends = asyncio.run(end_offsets(cfg.kafka, asyncio.run(source_topics(cfg.kafka))))
-    marks: list[dict[tuple[str, int], int]] = []
-    for table_cfg in cfg.tables:
-        if not catalog_call(cfg, partial(catalog.table_exists, table_cfg.name)):
-            print(f"{table_cfg.name}: not created yet (`frazil run` creates it)\n")
+    router = Router(cfg.tables, cfg.dynamic)
+    held = {name: Committer(catalog, name, cfg.pipeline).held(table) for name, table in tables.items()
+            if table is not None}
+    if not tables:
+        print("no table yet: [dynamic] creates each table when a record first names it\n")
+    for name, table in tables.items():
+        if table is None:
+            print(f"{name}: not created yet (`frazil run` creates it)\n")
             continue
-        table = catalog_call(cfg, partial(catalog.load_table, table_cfg.name))
-        found = Committer(catalog, table_cfg.name, cfg.pipeline).held(table)
-        stored = found.offsets
-        marks.append(found.progress)
+        found = held[name]
         if found.rolled_back:
-            print(f"{table_cfg.name}: {found.rolled_back}")
-        print(f"{table_cfg.name}\n{'topic':<24}{'partition':>10}{'table offset':>14}{'end offset':>12}{'lag':>10}")
-        for tp in sorted(set(stored) | set(ends)):
-            have, end = stored.get(tp), ends.get(tp)
-            lag = "" if end is None else str(end - (have or 0))
-            print(f"{tp[0]:<24}{tp[1]:>10}{'-' if have is None else have:>14}{'-' if end is None else end:>12}{lag:>10}")
-    mark = offsets.merge_progress(*marks)
-    if mark:
-        print("pipeline watermark (every record below it is in every table that takes it): "
-              + ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(mark.items())))
+            print(f"{name}: {found.rolled_back}")
+        print(name)
+        _print_partitions(name, table_partitions(name, found.offsets, ends, router), "end offset")
+    found_restart = restart(sorted(ends), held, router)
+    print(f"pipeline {cfg.pipeline}: the watermark (every record below it is in every table that takes it) and where "
+          "a restart reads each partition from")
+    print(f"  {'topic':<24}{'partition':>10}{'watermark':>12}{'resumes at':>12}{'end offset':>12}{'to read':>10}")
+    for tp, end in sorted(ends.items()):
+        at = found_restart.resume.get(tp)
+        print(f"  {tp[0]:<24}{tp[1]:>10}{dash(found_restart.watermark.get(tp)):>12}"
+              f"{cfg.kafka.auto_offset_reset if at is None else at:>12}{end:>12}{dash(None if at is None else end - at):>10}")
+    print("  a restart reads from the lowest offset a table that takes the topic still needs, never below the "
+          f"watermark, and each table skips what it holds; a partition no table knows starts at the "
+          f"{cfg.kafka.auto_offset_reset} offset (kafka.auto_offset_reset)")
     return 0
+
+
+def _print_partitions(table: str, rows: list[PartitionRow], end_label: str) -> None:
+    """A table's partitions with its offset, the log end and the lag, and what the marks mean."""
+    print(f"  {'topic':<24}{'partition':>10}{'table offset':>14}{end_label:>12}{'lag':>10}")
+    for r in rows:
+        lag = dash(r.lag) + ("*" if r.takes == "some records" and r.lag else "")
+        print(f"  {r.topic:<24}{r.partition:>10}{dash(r.table_offset):>14}{dash(r.end):>12}{lag:>10}")
+    some = sorted({r.topic for r in rows if r.takes == "some records" and r.lag})
+    if some:
+        print(f"  * {table} takes only some records of {', '.join(some)} (by a field of each record): its offset moves "
+              "only with a record it takes, so the lag counts the records it never takes too; the pipeline's "
+              "watermark says what has landed")
+    gone = sorted({r.topic for r in rows if r.takes == "no record"})
+    if gone:
+        print(f"  {table} takes no record of {', '.join(gone)} now: offsets kept from an earlier config")
 
 
 def status(args: argparse.Namespace) -> int:
     from frazil.coordination.mode import election_partition
-    from frazil.iceberg import catalog as iceberg_catalog
     from frazil.iceberg.committer import Committer
-    from frazil.status import end_offsets, group_members, source_topics, table_progress
+    from frazil.ingest.routing import Router
+    from frazil.status import end_offsets, group_members, source_topics, table_partitions, table_progress
 
     cfg = config_mod.load(args.config)
     logs.setup("WARNING")
@@ -64,25 +89,21 @@ def status(args: argparse.Namespace) -> int:
     ends = asyncio.run(end_offsets(cfg.kafka, topics)) if topics else {}
     members = asyncio.run(group_members(cfg.kafka, cfg.kafka.group_id))
     catalog = load_catalog(cfg)
-    names = [t.name for t in cfg.tables]
-    if cfg.dynamic is not None:
-        names += [n for n in catalog_call(cfg, partial(iceberg_catalog.dynamic_tables, catalog, cfg.dynamic))
-                  if n not in names]
+    router = Router(cfg.tables, cfg.dynamic)
     tables: list[dict[str, Any]] = []
-    for name in names:
-        if not catalog_call(cfg, partial(catalog.table_exists, name)):
+    rows_of: dict[str, list[PartitionRow]] = {}
+    for name, table in pipeline_tables(cfg, catalog).items():
+        if table is None:
             tables.append({"name": name, "exists": False})
             continue
-        table = catalog_call(cfg, partial(catalog.load_table, name))
         p = table_progress(table, cfg.pipeline, Committer(catalog, name, cfg.pipeline).held(table))
         merged = _merge_status(cfg, catalog, table)
+        rows = rows_of[name] = table_partitions(name, p.offsets, ends, router)
         tables.append({"name": name, "exists": True, "snapshot_id": p.snapshot_id, "commit_id": p.commit_id,
                        "committed_ms": p.committed_ms, "valid_through_ms": p.valid_through_ms, "rows": p.rows,
-                       "rolled_back": p.rolled_back, **({"merge": merged} if merged else {}),
-                       "partitions": [{"topic": t, "partition": n, "table_offset": p.offsets.get((t, n)),
-                                       "log_end": ends.get((t, n)),
-                                       "lag": None if (t, n) not in ends else ends[(t, n)] - p.offsets.get((t, n), 0)}
-                                      for t, n in sorted(set(p.offsets) | set(ends))]})
+                       "rows_exact": p.rows_exact, "rolled_back": p.rolled_back, **({"merge": merged} if merged else {}),
+                       "partitions": [{"topic": r.topic, "partition": r.partition, "table_offset": r.table_offset,
+                                       "log_end": r.end, "lag": r.lag, "takes": r.takes} for r in rows]})
     if cfg.coordination.mode == "distributed" and topics:
         election = election_partition(tuple(topics) if cfg.kafka.topic_pattern else cfg.kafka.topics)
         coordinator = next((m.client_id + "@" + m.host for m in members if election in m.partitions), None)
@@ -114,17 +135,15 @@ def status(args: argparse.Namespace) -> int:
             last = f"last commit {t['commit_id']} at {when}{vtts}"
         else:
             last = f"no commit of pipeline {cfg.pipeline} yet"
-        print(f"table {t['name']}: {last}; snapshot {dash(t['snapshot_id'])}, {dash(t['rows'])} rows")
+        count = f"{'' if t['rows_exact'] else 'at most '}{dash(t['rows'])} rows"
+        print(f"table {t['name']}: {last}; snapshot {dash(t['snapshot_id'])}, {count}")
         if t["rolled_back"]:
             print(f"  {t['rolled_back']}")
         if "merge" in t:
             m = t["merge"]
             print(f"  staging table of {m['into']}: merged through {m['merged']}; at most {m['waiting']} change(s) "
                   f"wait for the next Spark merge")
-        print(f"  {'topic':<24}{'partition':>10}{'table offset':>14}{'log end':>12}{'lag':>10}")
-        for r in t["partitions"]:
-            print(f"  {r['topic']:<24}{r['partition']:>10}{dash(r['table_offset']):>14}{dash(r['log_end']):>12}"
-                  f"{dash(r['lag']):>10}")
+        _print_partitions(t["name"], rows_of[t["name"]], "log end")
     if metrics is not None:
         print("metrics " + ", ".join(f"{k}={v}" for k, v in metrics.items()))
     return 0

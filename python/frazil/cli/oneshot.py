@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
 from frazil import config as config_mod
@@ -12,6 +13,7 @@ from frazil.errors import CatalogUnavailable, FrazilError, NotFound
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
 
 T = TypeVar("T")
 CATALOG_WAIT_S = 2.0   # one-shot commands: how long a locked SQLite catalog is waited for per statement
@@ -40,6 +42,15 @@ def catalog_call(cfg: config_mod.Config, call: Callable[[], T]) -> T:
         first = (str(exc).strip().splitlines() or [""])[0][:300]
         raise CatalogUnavailable(f"catalog {cfg.catalog.name} ({describe(cfg.catalog)}) did not answer: "
                                  f"{type(exc).__name__}: {first}") from None
+
+
+def pipeline_tables(cfg: config_mod.Config, catalog: Catalog, *, merge_targets: bool = False) -> dict[str, Table | None]:
+    """The pipeline's tables (``status.table_names``: configured, then ``[dynamic]``-created), each
+    loaded, or None when not created yet."""
+    from frazil import status
+
+    names = catalog_call(cfg, partial(status.table_names, catalog, cfg, merge_targets=merge_targets))
+    return catalog_call(cfg, partial(status.load_tables, catalog, names))
 
 
 def quiet_kafka_client() -> None:
