@@ -21,8 +21,11 @@ def _keyed(table: config_mod.TableConfig) -> str:
     if c is None:
         return ""
     what = "debezium" if c.op == ("op",) and c.after == ("after",) else f"field {'.'.join(c.op)}" if c.op else "the row"
-    merging = (f"merged by Spark into {c.target} every {c.merge_interval_s:g}s or {c.merge_min_changes} changes"
-               if c.target else "position deletes every commit")
+    if not c.target:
+        merging = "position deletes every commit"
+    else:   # spark/merge.py: due every merge_interval_s, or once merge_min_changes wait (0: the interval alone)
+        merging = (f"merged by Spark into {c.target} every {c.merge_interval_s:g}s when changes wait"
+                   + (f", or sooner once {c.merge_min_changes} changes wait" if c.merge_min_changes else ""))
     return (f"\n             mode={c.mode} ({what}) key={','.join(table.identifier_columns)} tombstones={c.tombstones}; "
             + merging)
 
