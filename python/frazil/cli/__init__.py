@@ -48,6 +48,11 @@ def _config_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", "-c", type=Path, default=Path("frazil.toml"), help="TOML config (default: frazil.toml)")
 
 
+def _table_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--table", default="", metavar="NAME",
+                   help="this table only (default: every table of the pipeline that exists)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="frazil", description="Kafka into Apache Iceberg, exactly once.")
     parser.add_argument("--version", action="version", version=f"frazil {version()}")
@@ -68,8 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     _config_arg(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.set_defaults(func=inspection.status)
-    p = sub.add_parser("offsets", help="each table's stored offsets against the topics' end offsets, and the pipeline's "
-                                       "watermark; --reset moves one forward past records skipped on purpose")
+    p = sub.add_parser("offsets", help="per table, the offsets of the partitions it may take against the end offsets; per "
+                                       "partition, the pipeline's watermark and where a restart resumes; --skip, "
+                                       "--reset and --from-group move a table's offsets forward on purpose")
     _config_arg(p)
     p.add_argument("--reset", default="", metavar="TOPIC:PARTITION=OFFSET",
                    help="move the table's offset of one partition forward to OFFSET (the records before it are never "
@@ -99,16 +105,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tail", type=int, default=20, help="how many of the last records to print (default 20)")
     p.set_defaults(func=inspection.txlog)
     jobs = "rewrite_data_files, rewrite_position_delete_files, rewrite_manifests, expire_snapshots, remove_orphan_files"
-    p = sub.add_parser("maintain", help=f"run table maintenance on Spark now: {jobs}")
+    p = sub.add_parser("maintain", help=f"run table maintenance on Spark now, on every table of the pipeline: {jobs}")
     _config_arg(p)
     p.add_argument("--jobs", default="", help=f"comma-separated subset of: {jobs} (default: all, in that order)")
     p.add_argument("--force", action="store_true",
                    help="remove orphan files even if the transaction log holds unsettled commits")
+    _table_arg(p)
     p.set_defaults(func=actions.maintain)
     p = sub.add_parser("compact", help="rewrite small data files into bigger ones (maintain --jobs rewrite_data_files)")
     _config_arg(p)
+    _table_arg(p)
     p.set_defaults(func=actions.maintain, jobs="rewrite_data_files", force=False)
-    p = sub.add_parser("backfill", help="land everything the topics hold now in big flushes written by Spark, then stop")
+    p = sub.add_parser("backfill", help="land everything the topics hold now in every table of the pipeline, in big "
+                                        "flushes written by Spark, then stop")
     _config_arg(p)
     p.add_argument("--batch-rows", type=int, default=2_000_000, help="rows per flush (default 2,000,000)")
     p.add_argument("--memory-mb", type=int, default=2048, help="memory budget for the buffer (default 2048)")

@@ -14,7 +14,7 @@ from functools import partial
 
 from frazil import config as config_mod
 from frazil import logs
-from frazil.cli.oneshot import catalog_call, dash, load_catalog
+from frazil.cli.oneshot import catalog_call, dash, load_catalog, pipeline_tables
 from frazil.errors import ConfigError, NotFound
 
 
@@ -38,6 +38,9 @@ def backfill(args: argparse.Namespace) -> int:
 
 
 def maintain(args: argparse.Namespace) -> int:
+    """``maintain`` (and ``compact``: ``--jobs rewrite_data_files``): the jobs on every table of the
+    pipeline that exists (configured, the tables their changes merge into, ``[dynamic]``-created),
+    or on the one ``--table`` names, one table after the other on one Spark session."""
     from frazil.spark import session
     from frazil.spark.jobs import TableJobs
     from frazil.spark.schedule import FULL_RUN, Job
@@ -50,28 +53,59 @@ def maintain(args: argparse.Namespace) -> int:
     if unknown:
         raise ConfigError(f"--jobs: unknown job(s) {', '.join(unknown)}; choose from {', '.join(j.value for j in FULL_RUN)}")
     jobs = tuple(Job(n) for n in names) if names else FULL_RUN
+    tables = _tables_to_maintain(cfg, args.table)
+    if not tables:
+        print(f"pipeline {cfg.pipeline} has no table yet; nothing to maintain")
+        return 0
     if Job.ORPHANS in jobs and cfg.txlog_dir.exists() and not args.force:
-        unresolved = recover(cfg.txlog_dir, read_only=True).state.unresolved()
+        unresolved = [i for i in recover(cfg.txlog_dir, read_only=True).state.unresolved().values()
+                      if i["table"] in tables]
         if unresolved:
-            raise ConfigError(f"the transaction log {cfg.txlog_dir} holds {len(unresolved)} commit(s) whose data files "
-                              "are written but not settled; removing orphan files now could delete them. Start "
-                              "`frazil run` once to settle them, or pass --force")
+            raise ConfigError(f"the transaction log {cfg.txlog_dir} holds {len(unresolved)} commit(s) to "
+                              f"{', '.join(sorted({i['table'] for i in unresolved}))} whose data files are written but "
+                              "not settled; removing orphan files now could delete them. Start `frazil run` once to "
+                              "settle them, or pass --force")
     missing = session.available()
     if missing:
         raise ConfigError(f"maintenance runs on Spark, but {missing}")
-    print(f"maintenance of {cfg.table.name}: {', '.join(j.value for j in jobs)} (starting Spark, {cfg.spark.master})",
+    print(f"maintenance of {', '.join(tables)}: {', '.join(j.value for j in jobs)} (starting Spark, {cfg.spark.master})",
           flush=True)
-    table_jobs = TableJobs(session.get(session.for_config(cfg)), cfg.catalog.name, cfg.table.name, cfg.maintenance)
+    failed_on: list[str] = []
     try:
-        results, failed = table_jobs.run(jobs)
+        spark = session.get(session.for_config(cfg))
+        for name in tables:
+            results, failed = TableJobs(spark, cfg.catalog.name, name, cfg.maintenance).run(jobs)
+            print(f"table {name}")
+            for r in results:
+                print(f"  {r.job.value:<32}{r.seconds:7.1f}s  " + (", ".join(f"{k}={v}" for k, v in r.counts.items())
+                                                                  or "nothing to do"))
+            for job in failed:
+                print(f"  {job.value:<32}  FAILED (see the log above)")
+            sys.stdout.flush()
+            if failed:
+                failed_on.append(name)
     finally:
         session.stop()
-    for r in results:
-        print(f"  {r.job.value:<32}{r.seconds:7.1f}s  " + (", ".join(f"{k}={v}" for k, v in r.counts.items())
-                                                          or "nothing to do"))
-    for job in failed:
-        print(f"  {job.value:<32}  FAILED (see the log above)")
-    return 1 if failed else 0
+    if failed_on and len(tables) > 1:
+        print(f"jobs failed on {len(failed_on)} of {len(tables)} table(s): {', '.join(failed_on)}")
+    return 1 if failed_on else 0
+
+
+def _tables_to_maintain(cfg: config_mod.Config, only: str) -> list[str]:
+    """The tables of the pipeline that exist, each said when it does not; ``only``: that one (an
+    unknown name or a table not created yet is exit 5)."""
+    tables = pipeline_tables(cfg, load_catalog(cfg), merge_targets=True)
+    if only:
+        if only not in tables:
+            raise NotFound(f"--table {only}: pipeline {cfg.pipeline} has no such table; its tables are "
+                           f"{', '.join(tables) or 'none yet'}")
+        if tables[only] is None:
+            raise NotFound(f"--table {only}: not created yet (`frazil run` creates it)")
+        return [only]
+    for name, table in tables.items():
+        if table is None:
+            print(f"table {name}: not created yet; nothing to maintain")
+    return [name for name, table in tables.items() if table is not None]
 
 
 def move_offsets(cfg: config_mod.Config, args: argparse.Namespace) -> int:
@@ -89,7 +123,8 @@ def move_offsets(cfg: config_mod.Config, args: argparse.Namespace) -> int:
     names = [t.name for t in cfg.tables]
     table_name = args.table or (names[0] if len(names) == 1 else "")
     if not table_name:
-        raise ConfigError(f"{option}: the pipeline has several tables ({', '.join(names)}); say which with --table")
+        raise ConfigError(f"{option}: " + (f"the pipeline has several tables ({', '.join(names)})" if names else
+                                           "the records name the pipeline's tables ([dynamic])") + "; say which with --table")
     if table_name not in names and cfg.dynamic is None:
         raise ConfigError(f"--table {table_name}: pipeline {cfg.pipeline} lands {', '.join(names)}, not that table")
     if not args.reason:
