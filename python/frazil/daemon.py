@@ -34,6 +34,7 @@ from frazil.spark import session as spark_session
 from frazil.spark.bulk import SparkWriter
 from frazil.spark.maintainer import Maintainer, Maintainers
 from frazil.spark.merge import Merger
+from frazil.status import partitions, source_topics
 from frazil.txlog import Journal, JournalPolicy
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,17 @@ def check_spark(cfg: Config) -> None:
     if missing:
         raise ConfigError(f"{' and '.join(uses)} need Spark, but {missing}; install it or set "
                           "[maintenance] enabled = false, [spark] bulk_min_rows = 0 and merge = \"native\"")
+
+
+async def check_sources(cfg: Config) -> None:
+    """Before anything is created or changed (the catalog, a table): the brokers answer with the
+    configured security (else KafkaUnavailable, exit status 3) and every listed topic exists (else
+    NotFound, exit status 5), in both modes. A topic pattern may match no topic yet: its topics
+    are picked up as they appear."""
+    if cfg.kafka.topics:
+        await partitions(cfg.kafka, cfg.kafka.topics)
+    else:
+        await source_topics(cfg.kafka)
 
 
 async def open_tables(cfg: Config) -> tuple[Catalog, dict[str, Table]]:
@@ -133,6 +145,8 @@ async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartiti
     process's transaction log is settled first, before anything is read from Kafka. ``source``:
     where records come from (default: the consumer group of ``cfg.kafka``)."""
     check_spark(cfg)
+    if source is None:
+        await check_sources(cfg)
     catalog, tables = await open_tables(cfg)
     journal = await asyncio.to_thread(
         open_and_settle, cfg.txlog_dir, JournalPolicy(fsync=cfg.txlog_fsync),

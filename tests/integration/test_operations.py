@@ -22,6 +22,8 @@ import pytest
 import support
 from frazil_dev.kafka_broker import SASL_PASSWORD, SASL_USER, KafkaBroker, free_port
 
+pytestmark = [pytest.mark.integration]
+
 PARTITIONS = 2
 
 
@@ -420,3 +422,21 @@ def test_run_against_an_unreachable_broker_exits_3_and_closes_every_client(tmp_p
     assert done.returncode == 3, done.stderr[-3000:]
     assert done.stderr.strip().splitlines()[-1].startswith("frazil: KafkaUnavailable: cannot reach Kafka"), done.stderr
     assert "Unclosed" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    # checked before anything changed: no catalog, no table was created
+    assert not (tmp_path / "warehouse").exists(), sorted(str(p) for p in tmp_path.rglob("*"))
+
+
+@pytest.mark.parametrize("mode", ["single", "distributed"])
+def test_run_with_a_listed_topic_that_does_not_exist_exits_5_at_once_and_creates_nothing(
+        kafka: KafkaBroker, tmp_path: Path, mode: str) -> None:
+    """The documented exit status 5, in both modes, before the catalog or a table is touched
+    (single mode used to keep running, logging the Kafka client's "not found in cluster metadata")."""
+    cfg = support.write_config(tmp_path, kafka.bootstrap, ["no-such-source-topic"],
+                               extra=f'\n[coordination]\nmode = "{mode}"\n')
+    started = time.monotonic()
+    done = frazil("run", "--config", str(cfg), cwd=tmp_path, timeout=60)
+    assert done.returncode == 5, done.stderr[-3000:]
+    assert time.monotonic() - started < 30, "it kept running"
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("frazil: NotFound:") and "no-such-source-topic" in last, done.stderr[-2000:]
+    assert not (tmp_path / "warehouse").exists(), sorted(str(p) for p in tmp_path.rglob("*"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -131,8 +132,9 @@ def load(cfg: CatalogConfig, *, attempts: int = 5, busy_timeout_s: float | None 
     for key, prefix in (("uri", "sqlite:///"), ("warehouse", "file://")):
         value = props.get(key, "")
         if value.startswith(prefix):
-            target = Path(value[len(prefix):])
-            (target.parent if key == "uri" else target).mkdir(parents=True, exist_ok=True)
+            path = Path(value[len(prefix):].split("?", 1)[0])
+            folder = path.parent if key == "uri" else path
+            _writable(cfg, key, folder, path if key == "uri" else None)
     for attempt in retry.attempts(attempts, LOAD_BACKOFF):
         try:
             return load_catalog(cfg.name, **props)
@@ -147,6 +149,23 @@ def load(cfg: CatalogConfig, *, attempts: int = 5, busy_timeout_s: float | None 
             log.warning("loading catalog %s failed (%s: %s); retrying", cfg.name, type(exc).__name__,
                         str(exc).splitlines()[0][:200])
     raise AssertionError("unreachable")
+
+
+def _writable(cfg: CatalogConfig, key: str, folder: Path, database: Path | None) -> None:
+    """A local catalog's folder (made if missing) and database file must be writable by this
+    process: a read-only one is a configuration error (exit status 2) naming the path, not an
+    outage (SQLite answers "attempt to write a readonly database" only once a table is made)."""
+    where = f"catalog {cfg.name}: [catalog] properties.{key}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot create {folder} ({exc.strerror}); make it writable by this user, or "
+                          "point it at a folder that is") from None
+    for path in (folder, *([database] if database is not None and database.exists() else [])):
+        if not os.access(path, os.W_OK | (os.X_OK if path.is_dir() else 0)):
+            raise ConfigError(f"{where}: {path} is not writable by this user (uid {os.getuid()}); frazil writes "
+                              "the catalog's database and the tables' files there. Fix its permissions or point "
+                              "it at a folder that is writable")
 
 
 def _iceberg_type(name: str) -> IcebergType:
