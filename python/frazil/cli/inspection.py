@@ -54,9 +54,9 @@ def offsets(args: argparse.Namespace) -> int:
         at = found_restart.resume.get(tp)
         print(f"  {tp[0]:<24}{tp[1]:>10}{dash(found_restart.watermark.get(tp)):>12}"
               f"{cfg.kafka.auto_offset_reset if at is None else at:>12}{end:>12}{dash(None if at is None else end - at):>10}")
-    print("  a restart reads from the lowest offset a table that takes the topic still needs, never below the "
-          f"watermark, and each table skips what it holds; a partition no table knows starts at the "
-          f"{cfg.kafka.auto_offset_reset} offset (kafka.auto_offset_reset)")
+    print("  a restart reads each partition from the lowest offset a table that takes its topic still needs, never\n"
+          "  below the watermark, and each table skips what it holds; a partition no table knows starts at the "
+          f"{cfg.kafka.auto_offset_reset} offset")
     return 0
 
 
@@ -66,11 +66,13 @@ def _print_partitions(table: str, rows: list[PartitionRow], end_label: str) -> N
     for r in rows:
         lag = dash(r.lag) + ("*" if r.takes == "some records" and r.lag else "")
         print(f"  {r.topic:<24}{r.partition:>10}{dash(r.table_offset):>14}{dash(r.end):>12}{lag:>10}")
+    if not rows:
+        print("  (it takes no record of the source topics now)")
     some = sorted({r.topic for r in rows if r.takes == "some records" and r.lag})
     if some:
-        print(f"  * {table} takes only some records of {', '.join(some)} (by a field of each record): its offset moves "
-              "only with a record it takes, so the lag counts the records it never takes too; the pipeline's "
-              "watermark says what has landed")
+        print(f"  * {table} takes only some records of {', '.join(some)} (a field of each record decides):\n"
+              "    its offset moves only with a record it takes, so the lag also counts records it never takes; "
+              "the pipeline's watermark (frazil offsets) says what has landed")
     gone = sorted({r.topic for r in rows if r.takes == "no record"})
     if gone:
         print(f"  {table} takes no record of {', '.join(gone)} now: offsets kept from an earlier config")
