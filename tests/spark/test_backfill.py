@@ -1,5 +1,6 @@
-"""``frazil backfill``: millions of records written by Spark, committed through the exactly-once path.
-Also on a Spark standalone cluster started from PySpark's own jars."""
+"""``frazil backfill``: millions of records written by Spark, committed through the exactly-once path;
+a routed pipeline's every table at once. Also on a Spark standalone cluster started from PySpark's
+own jars."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+import routed
 import support
+from frazil.iceberg import offsets
 from frazil_dev.kafka_broker import KafkaBroker
 from harness.spark_cluster import SparkCluster
 
@@ -65,6 +68,44 @@ def test_bulk_catch_up_of_millions_of_records_lands_each_once(kafka: KafkaBroker
     _run(config, log, "backfill")
     assert support.stored(catalog, cfg) == ends
     assert catalog.load_table(cfg.table.name).scan(selected_fields=("_kafka_offset",)).to_arrow().num_rows == BULK_RECORDS
+
+
+def test_a_backfill_lands_every_table_of_a_routed_pipeline_and_stops_at_the_watermark(kafka: KafkaBroker,
+                                                                                      tmp_path: Path) -> None:
+    """3 topics fanned out to 5 tables by topic and route field: every table holds exactly what its
+    rules take, once, all written by Spark. Then records none of them from the eu region: the table
+    that takes by region stays below the end offsets (its offset moves only with a record it takes),
+    the pipeline's watermark reaches them, so the backfill is done; a third finds nothing to land."""
+    topics = ["shop-orders-bf", "shop-payments-bf", "web-clicks-bf"]
+    for topic in topics:
+        asyncio.run(support.create_topic(kafka.bootstrap, topic, 2))
+    asyncio.run(routed.produce(kafka.bootstrap, topics, 0, 3000))
+    ends = asyncio.run(support.end_offsets(kafka.bootstrap, topics))
+    config = routed.config(tmp_path, kafka.bootstrap, topics, "routed-backfill", extra='[spark]\nmaster = "local[2]"\n')
+    config.write_text(config.read_text().replace("session_timeout_ms = 2000", "session_timeout_ms = 10000")
+                      .replace("heartbeat_interval_ms = 500", "heartbeat_interval_ms = 3000"))   # as above
+    cfg = support.load(config)
+    log = tmp_path / "frazil.log"
+    _run(config, log, "backfill", "--batch-rows", "4000")
+    rows = routed.check_every_table(cfg, ends)
+    assert rows["db.everything"] == sum(ends.values()) and all(rows.values()), rows
+    catalog = support.catalog_of(cfg)
+    for name, *_ in routed.TABLES:
+        files, bulk = _bulk_files(catalog, name)
+        assert files == bulk > 0, f"every data file of {name} was written by Spark"
+
+    not_eu = [routed.value(i) for i in range(100_000, 100_400) if routed.REGIONS[(i // 4) % 3] != "eu"]
+    asyncio.run(support.produce(kafka.bootstrap, "web-clicks-bf", not_eu, 2))
+    ends = asyncio.run(support.end_offsets(kafka.bootstrap, topics))
+    _run(config, log, "backfill")
+    rows = routed.check_every_table(cfg, ends)
+    held = {name: catalog.load_table(name).properties for name, *_ in routed.TABLES}
+    assert offsets.merge_progress(*(offsets.stored_progress(p, cfg.pipeline) for p in held.values())) == ends
+    web_eu = offsets.stored_offsets(held["db.web_eu"], cfg.pipeline)
+    assert all(web_eu[tp] < end for tp, end in ends.items() if tp[0] == "web-clicks-bf"), web_eu
+    text = _run(config, log, "backfill")
+    assert "nothing to land" in text, text[-2000:]
+    assert routed.check_every_table(cfg, ends) == rows
 
 
 def test_backfill_and_compaction_on_a_standalone_cluster(kafka: KafkaBroker, tmp_path: Path) -> None:
