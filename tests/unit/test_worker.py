@@ -5,6 +5,7 @@ source, a SQLite catalog in a temporary folder, and the coordinator's commit mad
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -174,3 +175,11 @@ async def test_a_full_buffer_asks_for_a_cycle_once_and_again_only_after_the_comm
     assert not worker.request_due(True, clock())
     clock.now += setup.cfg.coordination.commit_timeout_s
     assert worker.request_due(True, clock())
+
+
+async def test_an_outage_is_counted_from_the_start_of_the_first_cycle_that_failed(setup: Setup) -> None:
+    """As the coordinator counts it: both say the same duration for one outage."""
+    setup.take(0, 10)
+    await setup.worker.reply("c1", int(time.time() * 1000) - 4000)   # the cycle began 4 s before this answer
+    await setup.worker.handle(CommitComplete("c1", None, (TABLE,)))
+    assert setup.worker.outage.seconds(setup.clock()) == pytest.approx(4.0, abs=0.5)

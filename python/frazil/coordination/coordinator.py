@@ -250,7 +250,7 @@ class Coordinator:
                     continue
                 now_s = self._clock_ms() / 1000
                 outage = self._outages.setdefault(table.table, Outage(self._outage_timeout_s))
-                failing = outage.failed(now_s)
+                failing = outage.failed(now_s, began=state.started_ms / 1000)   # from the failed cycle's start
                 if outage.expired(now_s):
                     raise OutageTimeout(
                         f"commits to {table.table} have failed for {failing:.0f}s (outage_timeout_s="
@@ -264,8 +264,8 @@ class Coordinator:
                 continue
             lasted = self._outages[table.table].ended(self._clock_ms() / 1000) if table.table in self._outages else None
             if lasted is not None:
-                log.warning("commit %s to %s landed; the outage is over after %.0fs", state.commit_id, table.table,
-                            lasted)
+                log.warning("commit %s to %s landed; the outage is over after %.0fs (from the start of the first "
+                            "cycle that failed)", state.commit_id, table.table, lasted)
             self._count("already_landed" if result.found else "committed")
             if result.replaced and self._metrics is not None:
                 self._metrics.rows_replaced(table.table, result.replaced)

@@ -107,6 +107,9 @@ class Worker:
         self._sat_out = False                      # a table's files could not be written for that reply
         self.outage = Outage(cfg.outage_timeout_s)
         self._requested: float | None = None      # when a CommitRequest went out, not yet answered
+        # when the cycle last answered began (its StartCommit): an outage is counted from the first
+        # failed cycle's start, as the coordinator counts it, so both say the same duration
+        self._cycle_began: float | None = None
         self.writing_bytes = 0   # an estimate of what the Parquet writers hold while a batch is written
 
     @property
@@ -153,6 +156,7 @@ class Worker:
         transaction."""
         started = self._clock()
         waited_ms = max(0, int(time.time() * 1000) - sent_ms) if sent_ms is not None else 0
+        self._cycle_began = started - waited_ms / 1000   # when the coordinator started this cycle
         self._requested = None
         if self.in_flight is not None:   # its CommitComplete never came (the coordinator changed)
             await self.settle()
@@ -347,7 +351,8 @@ class Worker:
         if not why and not self._sat_out:   # a cycle in which every table we hold landed
             lasted = self.outage.ended(logged)
             if lasted is not None:
-                log.warning("commit %s landed after %.0fs of failures; the outage is over", commit_id, lasted)
+                log.warning("commit %s landed: the rows this worker held are in; the outage is over after %.0fs "
+                            "(from the start of the first cycle that failed)", commit_id, lasted)
         if done:
             await self.landed({tp: w for tp in batch.ranges if (w := self._watermark(tp)) is not None})
         if kept:
@@ -384,7 +389,7 @@ class Worker:
         """A cycle our batch did not (wholly) land in (storage or catalog down): keep what did not,
         say so loudly, and stop after ``outage_timeout_s`` (rule 8)."""
         now = self._clock()
-        failing = self.outage.failed(now)
+        failing = self.outage.failed(now, began=self._cycle_began)
         self._stats.failed_commits += 1
         self._metrics.commit("failed")
         tables = ", ".join(sorted(self.batch.parts)) if self.batch else "?"
