@@ -101,6 +101,26 @@ async def stop_client(client: Any) -> None:
         if task is not None and task.cancelling():
             raise
         log.debug("stopping %s: its own cancelled task's CancelledError, ignored", type(client).__name__)
+    finally:
+        _retrieve_transaction_error(client)
+
+
+def _retrieve_transaction_error(client: Any) -> None:
+    """A producer whose sender failed (a transactional one fenced by a newer producer with its
+    transactional id: a zombie's fate) leaves the error in futures nothing awaits (aiokafka 0.14,
+    pinned: ``TransactionManager.fatal_error`` makes a fresh transaction future for it, and each
+    failed batch sets it on its drain waiter): collected later, they print asyncio's "Future
+    exception was never retrieved" traceback. The error was already raised to the caller that met
+    it; it is read here, once the client is stopped, so it is not reported a second time."""
+    manager = getattr(client, "_txn_manager", None)
+    waiters = [manager.wait_for_transaction_end()] if manager is not None else []
+    accumulator = getattr(client, "_message_accumulator", None)
+    if accumulator is not None:
+        batches = [*(b for queue in accumulator._batches.values() for b in queue), *accumulator._pending_batches]
+        waiters += [getattr(batch, "_drain_waiter", None) for batch in batches]
+    for waiter in waiters:
+        if isinstance(waiter, asyncio.Future) and waiter.done() and not waiter.cancelled():
+            waiter.exception()
 
 
 async def close_quietly(*clients: Any) -> None:

@@ -81,3 +81,40 @@ async def test_a_foreign_record_on_the_control_topic_is_named_by_offset(kafka: K
     finally:
         await producer.stop()
         await coordinator.stop()
+
+
+@pytest.mark.asyncio
+async def test_a_fenced_coordinators_channel_stops_without_leaving_an_unretrieved_error(kafka: KafkaBroker) -> None:
+    """A zombie coordinator woken after its successor started: its send is refused (fenced) and
+    it stops. aiokafka leaves the fencing error in a transaction future nobody awaits; frazil
+    retrieves it on stop, so the process logs the fencing once, not an asyncio traceback of an
+    unretrieved ProducerFenced when the future is collected."""
+    import asyncio
+    import gc
+
+    from aiokafka.errors import ProducerFenced
+
+    topic = "control-fenced"
+    seen: list[dict[str, object]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _, context: seen.append(context))
+    try:
+        zombie = channel(kafka, topic, "c", coordinator=True)
+        await zombie.start()
+        await zombie.send([StartCommit("c1")])
+        successor = ControlChannel(kafka.bootstrap, topic, group="p", member="c2", transactional_id="p-c",
+                                   consumer_group="p-coordinator")
+        await successor.start()   # same transactional id: the zombie's producer is fenced
+        try:
+            with pytest.raises(ProducerFenced):
+                await zombie.send([StartCommit("c2")])
+        finally:
+            await zombie.stop()
+            await successor.stop()
+        del zombie
+        for _ in range(3):
+            gc.collect()
+            await asyncio.sleep(0.05)
+    finally:
+        loop.set_exception_handler(None)
+    assert [c.get("message") for c in seen] == [], seen
