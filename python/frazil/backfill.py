@@ -82,9 +82,9 @@ def backfill(cfg: Config, *, batch_rows: int, memory_mb: int) -> Stats:
                 f"backfill {cfg.pipeline} stopped before landing everything: (where a restart resumes, target) per "
                 f"partition { {f'{t}/{p}': v for (t, p), v in sorted(short.items())} }. Nothing is lost or doubled; "
                 "run it again" + (
-                    f". On {', '.join(by_value)} a field of each record decides which tables take it: the last records, "
-                    "when no table takes them, stay below the watermark until a later record lands (`frazil offsets` "
-                    "shows where each table stands)" if by_value else ""))
+                    f". On {', '.join(by_value)} a field of each record decides which tables take it: the last "
+                    "records, when no table takes them, stay below the watermark until a later record lands "
+                    "(`frazil offsets` shows where each table stands)" if by_value else ""))
         return stats
 
     return uvloop.run(main())

@@ -209,7 +209,8 @@ class PartitionRow:
         return self.end - (self.table_offset or 0)
 
 
-def table_partitions(table: str, stored: Mapping[TP, int], ends: Mapping[TP, int], router: Router) -> list[PartitionRow]:
+def table_partitions(table: str, stored: Mapping[TP, int], ends: Mapping[TP, int],
+                     router: Router) -> list[PartitionRow]:
     """The partitions of the topics ``table`` may take (``ends``: every source partition and its
     log end), and those it holds offsets for, each with what it takes of its topic."""
     tps = set(stored) | {tp for tp in ends if router.takes(tp[0], table)}

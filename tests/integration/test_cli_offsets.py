@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import test_dynamic_tables
 
 import changes
 import support
-import test_dynamic_tables
 from frazil import daemon
 from frazil.config import Config
 from frazil_dev.kafka_broker import KafkaBroker

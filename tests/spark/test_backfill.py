@@ -67,7 +67,8 @@ def test_bulk_catch_up_of_millions_of_records_lands_each_once(kafka: KafkaBroker
     # a second backfill finds nothing left and lands nothing twice
     _run(config, log, "backfill")
     assert support.stored(catalog, cfg) == ends
-    assert catalog.load_table(cfg.table.name).scan(selected_fields=("_kafka_offset",)).to_arrow().num_rows == BULK_RECORDS
+    landed = catalog.load_table(cfg.table.name).scan(selected_fields=("_kafka_offset",)).to_arrow().num_rows
+    assert landed == BULK_RECORDS
 
 
 def test_a_backfill_lands_every_table_of_a_routed_pipeline_and_stops_at_the_watermark(kafka: KafkaBroker,
@@ -142,8 +143,8 @@ def test_a_backfill_that_cannot_land_everything_exits_1_and_says_where_it_stoppe
     asyncio.run(support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(1000)), 2))
     config = support.write_config(tmp_path, kafka.bootstrap, [topic])
     # a uuid column: Spark's Parquet writer cannot write Iceberg's uuid, so every bulk write fails
-    config.write_text(config.read_text().replace('{ name = "at", type = "timestamptz" },',
-                                                 '{ name = "at", type = "timestamptz" },\n  { name = "u", type = "uuid" },'))
+    at = '{ name = "at", type = "timestamptz" },'
+    config.write_text(config.read_text().replace(at, at + '\n  { name = "u", type = "uuid" },'))
     log = tmp_path / "frazil.log"
     with open(log, "wb") as out:
         proc = subprocess.run([sys.executable, "-m", "frazil.cli", "backfill", "--config", str(config)],

@@ -3,10 +3,11 @@ at or past the end it started with (``status.restart``), without a broker or Spa
 
 from __future__ import annotations
 
+from test_cli_views import ROUTER, routed
+
 from frazil.backfill import not_landed
 from frazil.iceberg.offsets import Held
 from frazil.status import restart
-from test_cli_views import ROUTER, routed
 
 ENDS = {("shop", 0): 100, ("web", 0): 50, ("logs", 0): 30}
 

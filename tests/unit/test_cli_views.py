@@ -22,8 +22,8 @@ def routed(dynamic: dict | None = None, *tables: dict) -> Router:
     return Router(cfg.tables, cfg.dynamic)
 
 
-ROUTER = routed(None, {"name": "db.shop", "topics": "shop"}, {"name": "db.refunds", "route_field": "kind", "route": "refund"},
-                {"name": "db.web", "topics": "web"})
+ROUTER = routed(None, {"name": "db.shop", "topics": "shop"},
+                {"name": "db.refunds", "route_field": "kind", "route": "refund"}, {"name": "db.web", "topics": "web"})
 
 
 def test_a_table_lists_the_partitions_of_the_topics_it_may_take_and_no_other() -> None:
@@ -84,5 +84,6 @@ def test_a_dynamic_only_pipeline_lists_each_named_table_under_the_topics_that_ma
 def test_live_rows_subtract_position_deletes_and_equality_deletes_make_it_an_upper_bound() -> None:
     assert live_rows({"total-records": "12440", "total-position-deletes": "4865"}) == (7575, True)
     assert live_rows({"total-records": "20"}) == (20, True)
-    assert live_rows({"total-records": "20", "total-position-deletes": "0", "total-equality-deletes": "3"}) == (20, False)
+    equality = {"total-records": "20", "total-position-deletes": "0", "total-equality-deletes": "3"}
+    assert live_rows(equality) == (20, False)
     assert live_rows({}) == (None, True)

@@ -63,5 +63,7 @@ def test_no_development_file_reaches_the_wheel(wheel_files: list[str]) -> None:
 
 
 def test_the_typed_face_and_the_command_are_in_the_wheel(wheel_files: list[str]) -> None:
-    assert {"frazil/py.typed", "frazil/_native.pyi", "frazil/cli/__init__.py", "frazil/spark/maven.py"} <= set(wheel_files)
+    wanted = {"frazil/py.typed", "frazil/_native.pyi", "frazil/cli/__init__.py", "frazil/cli/__main__.py",
+              "frazil/spark/maven.py"}
+    assert wanted <= set(wheel_files)
     assert any(n.endswith(".dist-info/entry_points.txt") for n in wheel_files)

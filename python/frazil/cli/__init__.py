@@ -16,8 +16,11 @@ os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
 # never gives it: ~0.1 s of CPU at every start (perf, make bench's clickstream run), on the core
 # the broker and the decode need.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# The imports below come after the settings above on purpose (E402 for this file): malloc before
+# anything allocates (the heap keeps what it frees), the rest after malloc.tune.
+# ruff: noqa: E402
 
-from frazil import malloc  # noqa: E402  (before the imports below allocate: the heap keeps what it frees)
+from frazil import malloc
 
 malloc.tune(os.environ)
 
@@ -73,9 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     _config_arg(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     p.set_defaults(func=inspection.status)
-    p = sub.add_parser("offsets", help="per table, the offsets of the partitions it may take against the end offsets; per "
-                                       "partition, the pipeline's watermark and where a restart resumes; --skip, "
-                                       "--reset and --from-group move a table's offsets forward on purpose")
+    p = sub.add_parser("offsets", help="per table, the offsets of the partitions it may take against the end "
+                                       "offsets; per partition, the pipeline's watermark and where a restart resumes; "
+                                       "--skip, --reset and --from-group move a table's offsets forward on purpose")
     _config_arg(p)
     p.add_argument("--reset", default="", metavar="TOPIC:PARTITION=OFFSET",
                    help="move the table's offset of one partition forward to OFFSET (the records before it are never "
@@ -86,15 +89,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--from-group", default="", metavar="GROUP",
                    help="move the table's offsets forward to what consumer group GROUP committed (e.g. connect-NAME, "
                         "when moving from Kafka Connect)")
-    p.add_argument("--table", default="", help="with --skip/--reset: which table (needed when the pipeline has several)")
+    p.add_argument("--table", default="",
+                   help="with --skip/--reset: which table (needed when the pipeline has several)")
     p.add_argument("--reason", default="", help="with --skip/--reset: why (kept in the table)")
     p.add_argument("--yes", action="store_true", help="with --skip/--reset: confirm without a prompt")
     p.set_defaults(func=inspection.offsets)
-    p = sub.add_parser("import-kc", help="turn an Apache Iceberg Kafka Connect sink config (.json or .properties) into a "
-                                         "frazil config, listing every setting it cannot carry over")
-    p.add_argument("connector", type=Path, help="the connector's config: the JSON for Connect's REST API, or .properties")
-    p.add_argument("--bootstrap-servers", default="", help="the Kafka brokers (Connect takes them from its worker "
-                                                          "config; needed unless iceberg.kafka.bootstrap.servers is set)")
+    p = sub.add_parser("import-kc", help="turn an Apache Iceberg Kafka Connect sink config (.json or .properties) "
+                                         "into a frazil config, listing every setting it cannot carry over")
+    p.add_argument("connector", type=Path,
+                   help="the connector's config: the JSON for Connect's REST API, or .properties")
+    p.add_argument("--bootstrap-servers", default="",
+                   help="the Kafka brokers (Connect takes them from its worker config; needed unless "
+                        "iceberg.kafka.bootstrap.servers is set)")
     p.add_argument("--pipeline", default="", help="pipeline name (default: the connector's name)")
     p.add_argument("--dynamic-namespace", default="", help="dynamic routing: the namespace of the tables the route "
                                                           "field names (frazil's template fixes it)")

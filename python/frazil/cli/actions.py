@@ -51,7 +51,8 @@ def maintain(args: argparse.Namespace) -> int:
     names = [j.strip() for j in args.jobs.split(",") if j.strip()]
     unknown = [n for n in names if n not in {j.value for j in Job}]
     if unknown:
-        raise ConfigError(f"--jobs: unknown job(s) {', '.join(unknown)}; choose from {', '.join(j.value for j in FULL_RUN)}")
+        raise ConfigError(f"--jobs: unknown job(s) {', '.join(unknown)}; choose from "
+                          f"{', '.join(j.value for j in FULL_RUN)}")
     jobs = tuple(Job(n) for n in names) if names else FULL_RUN
     tables = _tables_to_maintain(cfg, args.table)
     if not tables:
@@ -68,8 +69,8 @@ def maintain(args: argparse.Namespace) -> int:
     missing = session.available()
     if missing:
         raise ConfigError(f"maintenance runs on Spark, but {missing}")
-    print(f"maintenance of {', '.join(tables)}: {', '.join(j.value for j in jobs)} (starting Spark, {cfg.spark.master})",
-          flush=True)
+    print(f"maintenance of {', '.join(tables)}: {', '.join(j.value for j in jobs)} "
+          f"(starting Spark, {cfg.spark.master})", flush=True)
     failed_on: list[str] = []
     try:
         spark = session.get(session.for_config(cfg))
@@ -123,8 +124,9 @@ def move_offsets(cfg: config_mod.Config, args: argparse.Namespace) -> int:
     names = [t.name for t in cfg.tables]
     table_name = args.table or (names[0] if len(names) == 1 else "")
     if not table_name:
-        raise ConfigError(f"{option}: " + (f"the pipeline has several tables ({', '.join(names)})" if names else
-                                           "the records name the pipeline's tables ([dynamic])") + "; say which with --table")
+        several = (f"the pipeline has several tables ({', '.join(names)})" if names
+                   else "the records name the pipeline's tables ([dynamic])")
+        raise ConfigError(f"{option}: {several}; say which with --table")
     if table_name not in names and cfg.dynamic is None:
         raise ConfigError(f"--table {table_name}: pipeline {cfg.pipeline} lands {', '.join(names)}, not that table")
     if not args.reason:
@@ -154,7 +156,8 @@ def move_offsets(cfg: config_mod.Config, args: argparse.Namespace) -> int:
         refuse_backward_reset(table_name, stored, {tp: offset})
     if args.skip:
         print(f"{table_name}: the record {tp[0]}[{tp[1]}]@{offset} will never land in this table (reason: "
-              f"{args.reason}); the table holds that partition up to {before if before is not None else 'nothing yet'}. "
+              f"{args.reason}); the table holds that partition up to "
+              f"{before if before is not None else 'nothing yet'}. "
               f"Restart `frazil run` for pipeline {cfg.pipeline} afterwards.")
     else:
         print(f"{table_name}: {tp[0]}[{tp[1]}] from {before if before is not None else 'nothing stored'} to {offset}: "
@@ -214,8 +217,8 @@ def _from_group(cfg: config_mod.Config, args: argparse.Namespace, table_name: st
     catalog = load_catalog(cfg)
     committer = Committer(catalog, table_name, cfg.pipeline)
     if not catalog_call(cfg, partial(catalog.table_exists, table_name)):
-        raise NotFound(f"table {table_name} does not exist yet: create it (`frazil run` with no records to read, or the "
-                       "connector's table) before moving its offsets")
+        raise NotFound(f"table {table_name} does not exist yet: create it (`frazil run` with no records to read, or "
+                       "the connector's table) before moving its offsets")
     stored = committer.held(catalog_call(cfg, partial(catalog.load_table, table_name))).offsets
     moves = {tp: off for tp, off in sorted(group.items()) if stored.get(tp, 0) < off}
     print(f"{table_name}: offsets from consumer group {args.from_group} (reason: {args.reason})")

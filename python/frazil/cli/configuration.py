@@ -26,8 +26,8 @@ def _keyed(table: config_mod.TableConfig) -> str:
     else:   # spark/merge.py: due every merge_interval_s, or once merge_min_changes wait (0: the interval alone)
         merging = (f"merged by Spark into {c.target} every {c.merge_interval_s:g}s when changes wait"
                    + (f", or sooner once {c.merge_min_changes} changes wait" if c.merge_min_changes else ""))
-    return (f"\n             mode={c.mode} ({what}) key={','.join(table.identifier_columns)} tombstones={c.tombstones}; "
-            + merging)
+    return (f"\n             mode={c.mode} ({what}) key={','.join(table.identifier_columns)} "
+            f"tombstones={c.tombstones}; " + merging)
 
 
 def check(args: argparse.Namespace) -> int:
@@ -38,7 +38,8 @@ def check(args: argparse.Namespace) -> int:
     print(f"{args.config}: ok")
     print(f"  pipeline   {cfg.pipeline} (commit every {cfg.commit_interval_s:g}s, "
           f"at most {cfg.max_buffer_records} buffered records)")
-    topics = f"topic_pattern={cfg.kafka.topic_pattern}" if cfg.kafka.topic_pattern else f"topics={','.join(cfg.kafka.topics)}"
+    topics = (f"topic_pattern={cfg.kafka.topic_pattern}" if cfg.kafka.topic_pattern
+              else f"topics={','.join(cfg.kafka.topics)}")
     from frazil.iceberg.catalog import describe
 
     print(f"  kafka      {cfg.kafka.bootstrap_servers} {topics} group={cfg.kafka.group_id} "
@@ -49,10 +50,10 @@ def check(args: argparse.Namespace) -> int:
                                        f"{'.'.join(table.route_field)}~{table.route}" if table.route_field else "")))
         units = ",".join(f"{c.name}:{c.unit}" for c in table.columns if c.unit)
         rounded = ",".join(c.name for c in table.columns if c.rounding)
-        print(f"  table      {table.name} columns={len(table.columns) or 'inferred'} metadata_columns={table.metadata_columns} "
-              f"partition_by={list(table.partition_by)} takes={takes or 'every record'} "
-              f"unknown_fields={table.unknown_fields}" + (f" units={units}" if units else "")
-              + (f" rounding(half_even)={rounded}" if rounded else "")
+        print(f"  table      {table.name} columns={len(table.columns) or 'inferred'} "
+              f"metadata_columns={table.metadata_columns} partition_by={list(table.partition_by)} "
+              f"takes={takes or 'every record'} unknown_fields={table.unknown_fields}"
+              + (f" units={units}" if units else "") + (f" rounding(half_even)={rounded}" if rounded else "")
               + (" case_insensitive" if table.case_insensitive else "") + _keyed(table))
     print(f"  bad records {cfg.on_bad_record}" + (f" -> {cfg.dead_letter_topic}" if cfg.on_bad_record == "dead_letter"
                                                  else " (stop, naming the record)"))
@@ -63,10 +64,12 @@ def check(args: argparse.Namespace) -> int:
               + (f"{len(d.columns)} columns" if d.columns else "schema inferred from the first records")
               + f", partition_by={list(d.partition_by)}, unknown_fields={d.unknown_fields}")
     print(f"  txlog      {cfg.txlog_dir} (fsync {cfg.txlog_fsync})")
-    print(f"  memory     budget {cfg.memory_budget_bytes // (1024 * 1024)} MiB; stop after {cfg.outage_timeout_s:g}s of failing commits")
+    print(f"  memory     budget {cfg.memory_budget_bytes // (1024 * 1024)} MiB; stop after {cfg.outage_timeout_s:g}s "
+          "of failing commits")
     m = cfg.maintenance
     print(f"  spark      {cfg.spark.master}; "
-          + (f"flushes of {cfg.spark.bulk_min_rows}+ rows written by Spark" if cfg.spark.bulk_min_rows else "bulk writes off"))
+          + (f"flushes of {cfg.spark.bulk_min_rows}+ rows written by Spark" if cfg.spark.bulk_min_rows
+             else "bulk writes off"))
     print("  maintenance " + (f"every {m.interval_s:g}s, expiry above {m.max_snapshots} snapshots, files to "
                              f"{m.target_file_size_mb} MB{', sorted by ' + m.sort_order if m.sort_order else ''}, "
                              f"orphans older than {m.orphan_min_age_s:g}s" if m.enabled else "off"))

@@ -53,7 +53,8 @@ def offsets(args: argparse.Namespace) -> int:
     for tp, end in sorted(ends.items()):
         at = found_restart.resume.get(tp)
         print(f"  {tp[0]:<24}{tp[1]:>10}{dash(found_restart.watermark.get(tp)):>12}"
-              f"{cfg.kafka.auto_offset_reset if at is None else at:>12}{end:>12}{dash(None if at is None else end - at):>10}")
+              f"{cfg.kafka.auto_offset_reset if at is None else at:>12}{end:>12}"
+              f"{dash(None if at is None else end - at):>10}")
     print("  a restart reads each partition from the lowest offset a table that takes its topic still needs, never\n"
           "  below the watermark, and each table skips what it holds; a partition no table knows starts at the "
           f"{cfg.kafka.auto_offset_reset} offset")
@@ -103,7 +104,8 @@ def status(args: argparse.Namespace) -> int:
         rows = rows_of[name] = table_partitions(name, p.offsets, ends, router)
         tables.append({"name": name, "exists": True, "snapshot_id": p.snapshot_id, "commit_id": p.commit_id,
                        "committed_ms": p.committed_ms, "valid_through_ms": p.valid_through_ms, "rows": p.rows,
-                       "rows_exact": p.rows_exact, "rolled_back": p.rolled_back, **({"merge": merged} if merged else {}),
+                       "rows_exact": p.rows_exact, "rolled_back": p.rolled_back,
+                       **({"merge": merged} if merged else {}),
                        "partitions": [{"topic": r.topic, "partition": r.partition, "table_offset": r.table_offset,
                                        "log_end": r.end, "lag": r.lag, "takes": r.takes} for r in rows]})
     if cfg.coordination.mode == "distributed" and topics:
@@ -188,7 +190,8 @@ def _local_metrics(cfg: config_mod.Config) -> dict[str, Any] | None:
                 if sample.name in wanted:
                     out[wanted[sample.name]] = max(out.get(wanted[sample.name], 0), sample.value)
     except ValueError:
-        return {"endpoint": url, "answering": False, "error": "not Prometheus metrics: is another program on that port?"}
+        return {"endpoint": url, "answering": False,
+                "error": "not Prometheus metrics: is another program on that port?"}
     return out
 
 

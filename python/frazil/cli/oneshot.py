@@ -44,7 +44,8 @@ def catalog_call(cfg: config_mod.Config, call: Callable[[], T]) -> T:
                                  f"{type(exc).__name__}: {first}") from None
 
 
-def pipeline_tables(cfg: config_mod.Config, catalog: Catalog, *, merge_targets: bool = False) -> dict[str, Table | None]:
+def pipeline_tables(cfg: config_mod.Config, catalog: Catalog, *,
+                    merge_targets: bool = False) -> dict[str, Table | None]:
     """The pipeline's tables (``status.table_names``: configured, then ``[dynamic]``-created), each
     loaded, or None when not created yet."""
     from frazil import status
