@@ -7,8 +7,14 @@ needs: for each partition of a topic some table may take, where the worker's own
 (``buffers.positions.resume_at``) starts it again is at or past the end offset the backfill
 started with. Either the pipeline's watermark reached the end (every record below it is in every
 table that takes it; the final drain cycle keeps it with its last commit), or every table that may
-take the topic holds the end. A table that takes a topic by a route field need not hold the end
-itself: the last records may not be its, and its offset moves only with a record it takes.
+take the topic holds the end (and no ``[dynamic]`` field names further ones). A table that takes a
+topic by a route field need not hold the end itself: the last records may not be its, and its
+offset moves only with a record it takes.
+
+Nothing is refused for its shape: a ``kafka.topic_pattern`` is read as ``run`` reads it, and the
+target is the end offsets of the topics it matches when the backfill starts (a topic created
+meanwhile is read too, not waited for); tables without declared columns are created from their
+first records as ``run`` creates them, and written by Spark like the others.
 """
 
 from __future__ import annotations
