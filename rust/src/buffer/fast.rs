@@ -22,7 +22,8 @@ use arrow::array::{
 use arrow::buffer::{BooleanBuffer, Buffer, OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{DataType, FieldRef, Fields, SchemaRef, TimeUnit};
 
-use super::decoders::{Timestamps, ROUNDING_KEY};
+use super::decoders::ROUNDING_KEY;
+use super::temporal::Timestamps;
 
 /// What the decoder reads for one field.
 enum Kind {

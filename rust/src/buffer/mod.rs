@@ -13,6 +13,7 @@ pub mod avro;
 mod decoders;
 mod dedupe;
 mod fast;
+mod temporal;
 mod validate;
 
 pub use align::ALIGNMENT;
