@@ -1,8 +1,10 @@
 """The config is validated once, and every error names the key and the fix."""
 
+import dataclasses
 import re
 from pathlib import Path
 
+import pydantic
 import pytest
 
 from frazil import config
@@ -34,7 +36,8 @@ def test_fetch_size_stays_under_the_mmap_ceiling_and_never_below_one_partition_f
     # 8 MiB by default: a whole fetch response under glibc's 32 MiB mmap threshold (its buffers reuse heap memory)
     assert config.parse(MINIMAL, base=tmp_path).kafka.fetch_max_bytes == 8 << 20
     # left out, it follows a larger partition fetch so one partition's fetch still fits
-    assert config.parse(with_("kafka", max_partition_fetch_bytes=16 << 20), base=tmp_path).kafka.fetch_max_bytes == 16 << 20
+    larger = config.parse(with_("kafka", max_partition_fetch_bytes=16 << 20), base=tmp_path)
+    assert larger.kafka.fetch_max_bytes == 16 << 20
     assert config.parse(with_("kafka", fetch_max_bytes=1 << 20, max_partition_fetch_bytes=1 << 20),
                         base=tmp_path).kafka.fetch_max_bytes == 1 << 20
     with pytest.raises(ConfigError, match=r"kafka.fetch_max_bytes \(1048576\) is below kafka.max_partition_fetch_bytes "
@@ -51,18 +54,27 @@ def test_fetch_size_stays_under_the_mmap_ceiling_and_never_below_one_partition_f
         (with_("pipeline", colour="red"), "unknown key(s) colour in [pipeline]"),
         (with_("kafka", topics=[]), "give kafka.topics (a list"),
         (with_("kafka", topic_pattern="orders.*"), "exactly one of the two"),
-        (with_("kafka", topics=[], topic_pattern="orders.(*"), "kafka.topic_pattern 'orders.(*' is not a valid regular"),
+        (with_("kafka", topics=[], topic_pattern="orders.(*"),
+         "kafka.topic_pattern 'orders.(*' is not a valid regular"),
         (with_("kafka", auto_offset_reset="none"), "kafka.auto_offset_reset"),
         (with_("table", name="flat"), 'table.name \'flat\' must be "namespace.table"'),
-        (with_("table", columns=[{"name": "x", "type": "varchar"}]), "table.columns[0].type has unknown type 'varchar'"),
+        (with_("table", columns=[{"name": "x", "type": "varchar"}]),
+         "table.columns[0].type has unknown type 'varchar'"),
         (with_("table", columns=[{"name": "_kafka_offset", "type": "long"}]), "reserved prefix (_kafka_, _frazil_)"),
-        (with_("table", partition_by=["day(missing)"]), "not a partition transform on a declared column"),
+        (with_("table", partition_by=["day(missing)"]), "entry 'day(missing)': 'missing' is not a declared column; "
+                                                        "partition by one of id"),
+        (with_("table", columns=[{"name": "d", "type": "decimal(40, 2)"}]),
+         "table.columns[0].type 'decimal(40, 2)' is not a decimal Iceberg can hold: decimal(P, S) needs 1 <= P <= 38 "
+         "and S <= P"),
+        (with_("table", columns=[{"name": "d", "type": "decimal(10, 12)"}]), "needs 1 <= P <= 38 and S <= P"),
         (with_("table", columns=[{"name": "s", "type": "string"}], partition_by=["day(s)"]),
          "day() does not apply to 's', a string column"),
-        (with_("table", columns=[{"name": "s", "type": "string"}], partition_by=["bucket[0](s)"]), "bucket[N] needs N >= 1"),
+        (with_("table", columns=[{"name": "s", "type": "string"}], partition_by=["bucket[0](s)"]),
+         "bucket[N] needs N >= 1"),
         # inferred columns: the column and type are checked when the table is created, the shape now
         ({**MINIMAL, "table": {"name": "ns.t", "partition_by": ["bucket[0](s)"]}}, "bucket[N] needs N >= 1"),
-        ({**MINIMAL, "table": {"name": "ns.t", "partition_by": ["bucket(s)"]}}, "is not a partition transform; use e.g."),
+        ({**MINIMAL, "table": {"name": "ns.t", "partition_by": ["bucket(s)"]}},
+         "is not a partition transform; use e.g."),
         ({**MINIMAL, "table": {"name": "ns.t", "partition_by": [3]}}, "is not a partition transform; use e.g."),
         (with_("table", columns=[{"name": "t", "type": "timestamp"}], partition_by=["truncate[4](t)"]),
          "truncate() does not apply to 't', a timestamp column"),
@@ -73,12 +85,23 @@ def test_fetch_size_stays_under_the_mmap_ceiling_and_never_below_one_partition_f
         (with_("table", unknown_fields="drop"), "table.unknown_fields 'drop' must be one of fail, ignore"),
         (with_("table", columns=[{"name": "t", "type": "timestamptz", "unit": "minutes"}]),
          "table.columns[0].unit 'minutes': a unit is for timestamp and timestamptz columns, one of s, ms, us, ns"),
-        (with_("table", columns=[{"name": "n", "type": "long", "unit": "ms"}]), "a unit is for timestamp and timestamptz"),
+        (with_("table", columns=[{"name": "n", "type": "long", "unit": "ms"}]),
+         "a unit is for timestamp and timestamptz"),
         (with_("table", columns=[{"name": "s", "type": "string", "rounding": "half_even"}]),
          "rounding is \"half_even\", for int, long and decimal columns"),
         (with_("table", columns=[{"name": "n", "type": "long", "rounding": "up"}]), "table.columns[0].rounding 'up'"),
-        (with_("pipeline", on_bad_record="dead_letter", dead_letter_topic="t"), "kafka.topics lists 't', the pipeline's "
-                                                                                "dead-letter topic"),
+        (with_("pipeline", on_bad_record="dead_letter", dead_letter_topic="t"),
+         "kafka.topics lists 't', the pipeline's dead-letter topic"),
+        (with_("pipeline", txlog_fsync="sometimes"), "pipeline.txlog_fsync 'sometimes' must be \"always\""),
+        (with_("pipeline", log_level="trace"), "pipeline.log_level 'TRACE' must be one of DEBUG, INFO, WARNING, ERROR"),
+        (with_("pipeline", log_format="xml"), "pipeline.log_format 'xml' must be one of text, json"),
+        (with_("pipeline", memory_budget_mb=-5), "pipeline.memory_budget_mb must be greater than 0, got -5"),
+        ({**MINIMAL, "coordination": {"mode": "many"}}, "coordination.mode 'many' must be \"single\""),
+        (with_("kafka", colour="red"), "unknown key(s) colour in [kafka]"),
+        (with_("table", columns=[{"name": "id", "type": "long", "colour": "red"}]),
+         "unknown key(s) colour in [table.columns[0]]"),
+        ({**MINIMAL, "kafka": "x:1"}, "[kafka] must be a table, got 'x:1'"),
+        (with_("table", columns=[]), "table.columns must be a non-empty array of tables like {name = \"id\""),
     ],
 )
 def test_errors_name_the_key(data: dict, message: str) -> None:
@@ -93,6 +116,25 @@ def test_types_and_partitioning() -> None:
                              partition_by=["day(at)", "bucket[8](amount)"]))
     assert [c.type for c in cfg.table.columns] == ["decimal(10, 2)", "timestamptz"]
     assert cfg.table.partition_by == ("day(at)", "bucket[8](amount)")
+
+
+def test_column_types_and_partition_transforms_are_parsed_once_into_typed_values() -> None:
+    columns = [{"name": "amount", "type": " Decimal( 10 ,2)"}, {"name": "at", "type": "TIMESTAMPTZ"},
+               {"name": "who", "type": "string"}]
+    cfg = config.parse(with_("table", columns=columns,
+                             partition_by=["day(at)", "bucket[8](amount)", " truncate[4](who) ", "who"]))
+    amount, at, _ = (c.type for c in cfg.table.columns)
+    assert (amount.kind, amount.precision, amount.scale, str(amount)) == ("decimal", 10, 2, "decimal(10, 2)")
+    assert (at.kind, at.precision, at.scale, str(at)) == ("timestamptz", None, None, "timestamptz")
+    assert [(f.transform, f.width, f.source) for f in cfg.table.partition_by] == [
+        ("day", None, "at"), ("bucket", 8, "amount"), ("truncate", 4, "who"), ("identity", None, "who")]
+    assert [str(f) for f in cfg.table.partition_by] == ["day(at)", "bucket[8](amount)", "truncate[4](who)", "who"]
+    day = config.PartitionField("day(at)")
+    assert day.applies_to(at) and day.applies_to("date") and not day.applies_to("string")
+    assert cfg.table.partition_by[1].applies_to("decimal(38, 0)") and not day.applies_to("fixed[16]")
+    assert day.takes == ("date", "timestamp", "timestamptz")
+    with pytest.raises(AttributeError):
+        day.width = 3   # type: ignore[misc]
 
 
 def test_load_reports_bad_toml(tmp_path: Path) -> None:
@@ -179,6 +221,9 @@ def test_dynamic_tables_named_by_a_template_over_topic_and_fields() -> None:
     assert dyn.name({"topic": "Shop.Orders-EU", "meta.kind": "9x"}) == "raw.shop_orders_eu_9x"
     assert config.parse({**data, "dynamic": {"table": "raw.{topic}"}}).dynamic.name({"topic": "7up"}) == "raw._7up"
     assert dyn.partition_by == ("day(at)",) and dyn.maps == ("attrs",)
+    made = dyn.table_config("raw.shop_orders")
+    assert (made.name, made.columns, made.partition_by, made.maps, made.routed) == (
+        "raw.shop_orders", (), ("day(at)",), ("attrs",), False)
     with pytest.raises(ConfigError, match="needs a table named in the config"):
         _ = cfg.table
     for bad in ("raw.events", "{topic}", "raw.{}", "raw.{a..b}", "r aw.{topic}"):
@@ -203,7 +248,8 @@ def test_the_routed_example_config_is_valid() -> None:
 
 @pytest.mark.parametrize(("table", "message"), [
     ({"identifier_columns": ["missing"]}, "identifier_columns entry 'missing' must be a declared column with required"),
-    ({"columns": [{"name": "x", "type": "double", "required": True}], "identifier_columns": ["x"]}, "not float or double"),
+    ({"columns": [{"name": "x", "type": "double", "required": True}], "identifier_columns": ["x"]},
+     "not float or double"),
     ({"sort_order": "id sideways"}, "table.sort_order 'id sideways' must be columns"),
     ({"sort_order": "nope"}, "names 'nope', which is not a declared column"),
     ({"properties": {"frazil.offsets.p": "{}"}}, "frazil.offsets.p are set by frazil itself"),
@@ -303,7 +349,8 @@ def test_kafka_security_reads_secrets_from_the_environment_or_a_file_and_never_s
         ({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN", "sasl_username": "u",
           "sasl_password_env": "NOT_SET_ANYWHERE"}, "kafka.sasl_password_env names the environment variable"),
         ({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN", "sasl_username": "u",
-          "sasl_password": "p", "sasl_password_file": "pw"}, "give one of kafka.sasl_password, kafka.sasl_password_file"),
+          "sasl_password": "p", "sasl_password_file": "pw"},
+         "give one of kafka.sasl_password, kafka.sasl_password_file"),
         ({"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN", "sasl_username": "u",
           "sasl_password_file": "missing"}, "kafka.sasl_password_file: cannot read"),
         ({"ssl_cafile": "ca.pem"}, "kafka.ssl_cafile"),
@@ -411,7 +458,38 @@ def test_keyed_tables_read_debezium_by_default_and_flat_change_records_by_their_
 )
 def test_keyed_table_errors_name_the_key_and_the_fix(tmp_path: Path, table: dict, extra: dict, message: str) -> None:
     (tmp_path / "x.avsc").write_text('{"type": "record", "name": "r", "fields": [{"name": "id", "type": "long"}, '
-                                     '{"name": "v", "type": ["null", "string"]}, {"name": "op", "type": ["null", "string"]}]}')
+                                     '{"name": "v", "type": ["null", "string"]}, '
+                                     '{"name": "op", "type": ["null", "string"]}]}')
     with pytest.raises(ConfigError) as info:
         config.parse({**MINIMAL, "table": {**KEYED, **table}, **extra}, base=tmp_path)
     assert message in str(info.value), str(info.value)
+
+
+def test_config_values_are_frozen_and_a_replacement_is_validated_again() -> None:
+    cfg = config.parse(MINIMAL)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.pipeline = "q"   # type: ignore[misc]
+    # frazil backfill's replacement (daemon.py)
+    big = dataclasses.replace(cfg, max_buffer_records=10, memory_budget_bytes=1 << 30, commit_interval_s=600.0,
+                              coordination=dataclasses.replace(cfg.coordination, commit_timeout_s=3600.0),
+                              spark=dataclasses.replace(cfg.spark, bulk_min_rows=1),
+                              maintenance=dataclasses.replace(cfg.maintenance, enabled=False))
+    assert (big.commit_interval_s, big.spark.bulk_min_rows, big.maintenance.enabled) == (600.0, 1, False)
+    assert big.kafka is cfg.kafka and big.pipeline == "p"
+    widened = dataclasses.replace(cfg.table.columns[0], type="Decimal(12, 2)")
+    assert (widened.type.kind, widened.type.precision) == ("decimal", 12)
+    with pytest.raises(pydantic.ValidationError):
+        dataclasses.replace(cfg.maintenance, max_snapshots=1)
+    with pytest.raises(pydantic.ValidationError):
+        dataclasses.replace(cfg.table, partition_by=("bucket(id)",))
+
+
+def test_secrets_never_appear_in_repr(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PW", "s3cret")
+    cfg = config.parse({**with_("kafka", security_protocol="SASL_SSL", sasl_mechanism="PLAIN", sasl_username="u",
+                                sasl_password_env="PW", ssl_key_password_env="PW"),
+                        "catalog": {"properties": {"s3.secret-access-key_env": "PW", "uri": "sqlite:///c.db"}},
+                        "values": {"format": "avro-confluent"},
+                        "schema_registry": {"url": "http://r", "username": "u", "password_env": "PW"}}, base=tmp_path)
+    assert cfg.kafka.security.sasl_password == cfg.catalog.properties["s3.secret-access-key"] == "s3cret"
+    assert "s3cret" not in repr(cfg) and "s3cret" not in cfg.kafka.security.describe()

@@ -1,0 +1,329 @@
+"""The configuration as frozen, validated values: one class per section of the file, each key
+declared once with its type, default and meaning (docs/configuration.md lists them; a test keeps
+the two in step). The tables are in config/tables.py.
+
+Rules within one section are checked here, every time a value is made; rules that need the
+file as a whole (its location, the installed libraries, several sections) in config/checks.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Annotated, Literal, Self
+
+from pydantic import ConfigDict, Field, Strict, field_validator, model_validator
+from pydantic.dataclasses import dataclass
+
+from frazil.config.tables import DynamicConfig, TableConfig
+from frazil.config.types import (
+    File,
+    Flag,
+    Key,
+    Name,
+    Positive,
+    Problem,
+    Property,
+    Refused,
+    Regex,
+    Seconds,
+    Secret,
+    SortOrder,
+    Text,
+    TopicName,
+    Upper,
+    zero_or_count,
+)
+from frazil.errors import ConfigError
+
+STRICT = ConfigDict(extra="forbid")
+MiB = 1024 * 1024
+FETCH_MAX_BYTES = 8 * MiB
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+@dataclass(frozen=True, config=STRICT)
+class KafkaSecurity:
+    """TLS and SASL for every Kafka client frazil creates. Secrets never appear in ``repr``."""
+
+    protocol: Annotated[Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"], Upper, Key("security_protocol")] = (
+        Field(default="PLAINTEXT", description="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"))
+    sasl_mechanism: Annotated[Text, Upper] = Field(
+        default="", description="SASL_*: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+    sasl_username: Text = Field(default="", description="SASL_*: the user")
+    sasl_password: Annotated[Text, Secret()] = Field(default="", repr=False, description="SASL_*: the password")
+    ssl_cafile: Annotated[Text, File()] = Field(
+        default="", description="the CA bundle brokers' certificates are checked against; \"\": the system's")
+    ssl_certfile: Annotated[Text, File()] = Field(default="", description="mutual TLS: the client certificate")
+    ssl_keyfile: Annotated[Text, File()] = Field(default="", description="mutual TLS: the client certificate's key")
+    ssl_key_password: Annotated[Text, Secret()] = Field(default="", repr=False, description="the client key's password")
+    ssl_check_hostname: Flag = Field(default=True, description="check that the broker's certificate names its host")
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+    def describe(self) -> str:
+        """What a person may see (check-config, logs): never a secret."""
+        parts: list[str] = [self.protocol]
+        if self.sasl:
+            parts.append(f"{self.sasl_mechanism} as {self.sasl_username} (password set)")
+        if self.tls:
+            parts.append(f"CA {self.ssl_cafile or 'system'}"
+                         + (f", client cert {self.ssl_certfile}" if self.ssl_certfile else "")
+                         + ("" if self.ssl_check_hostname else ", hostname NOT checked"))
+        return " ".join(parts)
+
+    @model_validator(mode="after")
+    def _settings_fit_the_protocol(self) -> Self:
+        if self.sasl:
+            if self.sasl_mechanism not in SASL_MECHANISMS:
+                raise Problem(f"kafka.security_protocol = {self.protocol!r} needs kafka.sasl_mechanism, one of "
+                              f"{', '.join(SASL_MECHANISMS)} (got {self.sasl_mechanism or 'none'})")
+            if not self.sasl_username or not self.sasl_password:
+                raise Problem(f"kafka.security_protocol = {self.protocol!r} needs kafka.sasl_username and a password "
+                              "(kafka.sasl_password_env or kafka.sasl_password_file; sasl_password in the file works "
+                              "but puts the secret there)")
+        sasl = [k for k in ("sasl_mechanism", "sasl_username", "sasl_password") if getattr(self, k)]
+        ssl = [k for k in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_key_password") if getattr(self, k)]
+        ssl += [] if self.ssl_check_hostname else ["ssl_check_hostname"]
+        for given, kind, used, needs in ((sasl, "sasl", self.sasl, '"SASL_SSL" or "SASL_PLAINTEXT"'),
+                                         (ssl, "ssl", self.tls, '"SSL" or "SASL_SSL"')):
+            if given and not used:
+                raise Problem(f"{', '.join('kafka.' + k for k in given)}: kafka.{kind}_* settings need "
+                              f"security_protocol = {needs} (this is {self.protocol!r}); without it they would be "
+                              "ignored")
+        if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
+            raise Problem("kafka.ssl_certfile and kafka.ssl_keyfile go together (a client certificate and its key)")
+        return self
+
+
+@dataclass(frozen=True, config=STRICT)
+class KafkaConfig:
+    bootstrap_servers: Text = Field(description="host:port[,host:port], e.g. \"127.0.0.1:9092\"")
+    topics: tuple[TopicName, ...] = Field(default=(), description="the topics to consume; () when topic_pattern is set")
+    group_id: Annotated[Text, Key("group_id", default="frazil-{pipeline}")] = Field(
+        kw_only=True, description="the consumer group")
+    auto_offset_reset: Literal["earliest", "latest"] = Field(
+        default="earliest", description="where a partition the table has never seen starts")
+    max_partition_fetch_bytes: Positive = Field(
+        default=4 * MiB, description="the most one fetch returns for one partition")
+    # the most one fetch response carries, all partitions together: kept under glibc's 32 MiB mmap
+    # ceiling so each response's buffers come from reused heap, not freshly mapped (page-faulted)
+    # memory; left out of the file, it follows a larger max_partition_fetch_bytes (config/load.py)
+    fetch_max_bytes: Positive = Field(default=FETCH_MAX_BYTES, description="the most one fetch response carries")
+    session_timeout_ms: Positive = Field(default=10_000, description="the consumer group's session timeout")
+    heartbeat_interval_ms: Positive = Field(default=3_000, description="the consumer group's heartbeat interval")
+    client_id: Annotated[Text, Key("client_id", default="frazil-{pipeline}")] = Field(
+        kw_only=True, description="the client id brokers log")
+    topic_pattern: Regex = Field(
+        default="", description="a regex: every topic it fully matches, also ones created later")
+    metadata_max_age_ms: Positive = Field(default=30_000, description="how often topic metadata is refreshed")
+    # never consumed, even when the pattern matches: the control and dead-letter topics
+    exclude_topics: Annotated[tuple[str, ...], Key(None)] = ()
+    security: Annotated[KafkaSecurity, Key("")] = KafkaSecurity()
+
+    def takes(self, topic: str) -> bool:
+        """Whether ``topic`` is one of the pipeline's source topics."""
+        if topic in self.exclude_topics:
+            return False
+        return topic in self.topics if not self.topic_pattern else re.fullmatch(self.topic_pattern, topic) is not None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if bool(self.topics) == bool(self.topic_pattern):
+            raise Problem('give kafka.topics (a list, e.g. topics = ["events"]) or kafka.topic_pattern (a regex, '
+                          'e.g. topic_pattern = "orders\\..*"), exactly one of the two')
+        if self.fetch_max_bytes < self.max_partition_fetch_bytes:
+            raise Problem(f"kafka.fetch_max_bytes ({self.fetch_max_bytes}) is below kafka.max_partition_fetch_bytes "
+                          f"({self.max_partition_fetch_bytes}): one fetch could not carry one partition's whole fetch; "
+                          "raise fetch_max_bytes or leave it out (it then follows max_partition_fetch_bytes)")
+        return self
+
+
+@dataclass(frozen=True, config=STRICT)
+class CatalogConfig:
+    name: Text = Field(default="frazil", description="the catalog's name (Spark must use the same)")
+    # may hold secrets: print iceberg.catalog.shown_properties()
+    properties: dict[str, Property] = Field(default_factory=dict, repr=False,
+                                            description="passed to pyiceberg's load_catalog")
+
+
+@dataclass(frozen=True, config=STRICT)
+class MetricsConfig:
+    port: Annotated[int, Strict()] = Field(default=0, description="serve Prometheus metrics here; 0: none")
+    host: Text = Field(default="127.0.0.1", description="the address the metrics endpoint binds to")
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, port: int) -> int:
+        if not 0 <= port <= 65535:
+            raise ValueError(f"{port} must be 0 (off) or a TCP port")
+        return port
+
+
+_MASTER = re.compile(r"^(local(\[(\*|\d+)\])?|spark://[\w.-]+:\d+(,[\w.-]+:\d+)*)$")
+
+
+@dataclass(frozen=True, config=STRICT)
+class SparkConfig:
+    master: Text = Field(default="local[*]", description="local, local[N], local[*] or spark://host:port[,host:port]")
+    bulk_min_rows: Annotated[int, Strict(), zero_or_count("never")] = Field(
+        default=0, description="flushes of at least this many rows are written by Spark; 0: never")
+    jars: tuple[Annotated[Text, Field(min_length=1)], ...] = Field(
+        default=(), description="jar paths for Spark; (): the Iceberg runtime and JDBC drivers, fetched")
+    conf: dict[str, Property] = Field(default_factory=dict, description="extra Spark settings")
+
+    @field_validator("master")
+    @classmethod
+    def _master(cls, master: str) -> str:
+        if not _MASTER.match(master):
+            raise ValueError(f"{master!r} must be local, local[N], local[*] or spark://host:port")
+        return master
+
+
+@dataclass(frozen=True, config=STRICT)
+class MaintenanceConfig:
+    enabled: Flag = Field(default=True, description="run table maintenance on Spark")
+    interval_s: Seconds = Field(default=3600.0, description="compaction, manifests, position deletes, orphan files")
+    max_snapshots: Annotated[int, Strict(), Field(ge=2)] = Field(
+        default=100, description="expire down to half of this when a commit goes over it")
+    max_delete_files: Positive = Field(default=64, description="rewrite position deletes when commits added this many")
+    snapshot_max_age_s: Seconds = Field(default=86_400.0, description="expiry also removes snapshots older than this")
+    target_file_size_mb: Positive = Field(default=128, description="compaction's target data file size")
+    min_input_files: Positive = Field(default=5, description="compaction rewrites a partition with this many files")
+    sort_order: SortOrder = Field(default="", description="compaction sorts by these columns; \"\": bin-packing only")
+    orphan_min_age_s: Seconds = Field(default=259_200.0, description="orphan removal deletes files older than this")
+    expire_in_process: Flag = Field(default=True, description="expiry between full runs, without Spark, of appends")
+
+
+@dataclass(frozen=True, config=STRICT)
+class CoordinationConfig:
+    mode: Annotated[Literal["single", "distributed"], Refused(
+        "must be \"single\" (one process is worker and coordinator) or \"distributed\" (every process a worker, one "
+        "of them also the coordinator)")] = Field(default="single", description="one process, or many")
+    control_topic: Annotated[TopicName, Key("control_topic", default="frazil-control-{pipeline}")] = Field(
+        kw_only=True, description="the control topic, shared by every process of the pipeline")
+    commit_timeout_s: Seconds = Field(default=30.0, description="then a cycle commits what arrived (partial, no VTTS)")
+
+
+def _http_url(url: str) -> str:
+    url = url.rstrip("/")
+    if not re.match(r"^https?://[^/\s]+", url):
+        raise ValueError(f"{url!r} must be an http:// or https:// URL")
+    return url
+
+
+@dataclass(frozen=True, config=STRICT)
+class RegistryConfig:
+    """A schema registry's Confluent-compatible API (Confluent, Apicurio's ``/apis/ccompat/v7``)."""
+
+    url: Text = Field(description="the registry's API, e.g. \"http://127.0.0.1:8081\"")
+    username: Text = Field(default="", description="HTTP basic auth, with a password")
+    password: Annotated[Text, Secret()] = Field(default="", repr=False, description="HTTP basic auth, with username")
+    ca_file: Annotated[Text, File()] = Field(default="", description="TLS: the CA bundle the registry is checked with")
+    timeout_s: Seconds = Field(default=10.0, description="per request")
+    max_attempts: Positive = Field(default=5, description="per request, on connection errors and 5xx answers")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, url: str) -> str:
+        return _http_url(url)
+
+    @model_validator(mode="after")
+    def _basic_auth(self) -> Self:
+        if bool(self.username) != bool(self.password):
+            raise Problem("schema_registry.username and a password (password, password_env or password_file) go "
+                          "together (HTTP basic auth)")
+        return self
+
+
+@dataclass(frozen=True, config=STRICT)
+class ValuesConfig:
+    """How record values are encoded (the same for every topic of the pipeline)."""
+
+    format: Annotated[Literal["json", "avro", "avro-confluent"], Refused(
+        "must be \"json\", \"avro\" (plain Avro datums, with values.schema_file) or \"avro-confluent\" (the Confluent "
+        "wire format, with [schema_registry])")] = Field(default="json", description="how record values are encoded")
+    schema_file: Annotated[Text, File()] = Field(default="", description="format = \"avro\": the writer schema (.avsc)")
+    registry: Annotated[RegistryConfig | None, Key("/schema_registry")] = None   # format = "avro-confluent"
+
+    @property
+    def avro(self) -> bool:
+        return self.format != "json"
+
+    @model_validator(mode="after")
+    def _fits_the_format(self) -> Self:
+        if self.format == "avro" and not self.schema_file:
+            raise Problem('values.format = "avro" needs values.schema_file, the writer schema (.avsc) of every value')
+        if self.format != "avro" and self.schema_file:
+            raise Problem(f"values.schema_file is for values.format = \"avro\" (this is {self.format!r})")
+        if self.format == "avro-confluent" and self.registry is None:
+            raise Problem('values.format = "avro-confluent" needs a [schema_registry] section with its url')
+        if self.format != "avro-confluent" and self.registry is not None:
+            raise Problem(f"[schema_registry] is for values.format = \"avro-confluent\" (this is {self.format!r})")
+        return self
+
+
+def _pipeline(key: str, default: str | None = None, *, scale: int = 1) -> Key:
+    return Key(f"pipeline.{key}", default, scale)
+
+
+@dataclass(frozen=True, config=STRICT, kw_only=True)
+class Config:
+    pipeline: Annotated[Name, _pipeline("name")] = Field(
+        description="a short stable name; offsets are stored under it")
+    commit_interval_s: Annotated[Seconds, _pipeline("commit_interval_s")] = Field(
+        default=10.0, description="commit what is buffered this often")
+    max_buffer_records: Annotated[Positive, _pipeline("max_buffer_records")] = Field(
+        default=1_000_000, description="commit early when this many records are buffered")
+    max_commit_attempts: Annotated[Positive, _pipeline("max_commit_attempts")] = Field(
+        default=5, description="attempts within one commit cycle")
+    memory_budget_bytes: Annotated[Positive, _pipeline("memory_budget_mb", scale=MiB)] = Field(
+        default=512 * MiB, description="what ingestion may hold in memory (MiB in the file)")
+    outage_timeout_s: Annotated[Seconds, _pipeline("outage_timeout_s")] = Field(
+        default=900.0, description="how long commits may keep failing before the pipeline stops")
+    txlog_dir: Annotated[Path, _pipeline("txlog_dir", "txlog/{pipeline}"), File(exists=False)] = Field(
+        description="the transaction log's directory")
+    txlog_fsync: Annotated[Literal["always", "interval", "never"], _pipeline("txlog_fsync"), Refused(
+        "must be \"always\" (every log append fsynced), \"interval\" (at most every 50 ms) or \"never\" (left to the "
+        "OS)")] = Field(default="always", description="when transaction log appends are fsynced")
+    on_bad_record: Annotated[Literal["fail", "dead_letter"], _pipeline("on_bad_record"), Refused(
+        "must be \"fail\" (stop, naming the record) or \"dead_letter\" (send it to pipeline.dead_letter_topic and go "
+        "on)")] = Field(default="fail", description="what a record that cannot become a row does")
+    dead_letter_topic: Annotated[TopicName, _pipeline("dead_letter_topic", "frazil-dead-letters-{pipeline}")] = Field(
+        description="where bad records go with on_bad_record = \"dead_letter\"")
+    log_level: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR"], Upper, _pipeline("log_level")] = Field(
+        default="INFO", description="DEBUG, INFO, WARNING or ERROR")
+    log_format: Annotated[Literal["text", "json"], _pipeline("log_format")] = Field(
+        default="text", description="text, or json for one JSON object per line")
+    kafka: KafkaConfig
+    catalog: CatalogConfig = CatalogConfig()
+    tables: tuple[TableConfig, ...] = ()   # [table] or [[tables]]
+    dynamic: DynamicConfig | None = None
+    metrics: MetricsConfig = MetricsConfig()
+    spark: SparkConfig = SparkConfig()
+    maintenance: MaintenanceConfig = MaintenanceConfig()
+    coordination: CoordinationConfig
+    values: ValuesConfig = ValuesConfig()
+    source: Annotated[Path | None, Key(None)] = dataclasses.field(default=None, compare=False)   # the file read
+
+    @property
+    def table(self) -> TableConfig:
+        """The first table: the one table of a ``[table]`` config (commands that act on one table)."""
+        if not self.tables:
+            raise ConfigError("this needs a table named in the config ([table] or [[tables]]); this pipeline's "
+                              "tables are all named by its records ([dynamic])")
+        return self.tables[0]
+
+    def table_named(self, name: str) -> TableConfig:
+        for table in self.tables:
+            if table.name == name:
+                return table
+        raise KeyError(name)

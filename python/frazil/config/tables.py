@@ -1,0 +1,287 @@
+"""The tables a pipeline writes: ``[table]``, ``[[tables]]`` and the ``[dynamic]`` template, with
+their columns and, for keyed tables, how records change rows."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, Strict, ValidationInfo, field_validator
+from pydantic.dataclasses import dataclass
+
+from frazil.config.types import (
+    ColumnType,
+    Flag,
+    Key,
+    NotEmpty,
+    PartitionField,
+    Property,
+    Refused,
+    Regex,
+    Seconds,
+    SortOrder,
+    Text,
+    dotted,
+    refused,
+    zero_or_count,
+)
+
+STRICT = ConfigDict(extra="forbid")
+STAGING_SUFFIX = "__changes"
+OP_COLUMN = "_frazil_op"             # a staging table's change: "u" (upsert) or "d" (delete)
+DEBEZIUM: dict[str, Any] = {"op": ("op",), "after": ("after",), "before": ("before",), "upsert_ops": ("c", "r", "u"),
+                            "delete_ops": ("d",)}
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+
+
+@dataclass(frozen=True, config=STRICT)
+class Column:
+    name: Text = Field(description="the column's name")
+    type: ColumnType = Field(description="boolean int long float double string binary date time timestamp "
+                                         "timestamptz uuid decimal(P, S)")
+    required: Flag = Field(default=False, description="a record must have a value for it")
+    doc: Text | None = Field(default=None, description="the column's doc in the table schema")
+    unit: Annotated[Literal["s", "ms", "us", "ns"] | None, Refused(
+        ": a unit is for timestamp and timestamptz columns, one of s, ms, us, ns (what a number sent for the column "
+        "counts since the epoch)")] = Field(default=None, description="timestamps: what a number sent counts")
+    rounding: Annotated[Literal["half_even"] | None, Refused(
+        ": rounding is \"half_even\", for int, long and decimal columns (without it a fraction for an integer, or "
+        "digits past a decimal's scale, make a bad record)")] = Field(
+        default=None, description="int, long, decimal: \"half_even\" rounds digits past the scale; left out: refused")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        if not name or name.startswith(("_kafka_", "_frazil_")):
+            raise ValueError(f"{name!r} is empty or uses a reserved prefix (_kafka_, _frazil_)")
+        return name
+
+    @field_validator("unit", "rounding")
+    @classmethod
+    def _fits_type(cls, value: str | None, info: ValidationInfo) -> str | None:
+        kind = getattr(info.data.get("type"), "kind", None)
+        fits = ("timestamp", "timestamptz") if info.field_name == "unit" else ("int", "long", "decimal")
+        if value is not None and kind is not None and kind not in fits:
+            raise ValueError(refused(cls, info.field_name or "").said(value))
+        return value
+
+
+@dataclass(frozen=True, config=STRICT)
+class ChangesConfig:
+    """How a keyed table (``mode = "upsert"`` or ``"cdc"``) reads its records: each record
+    replaces or deletes the row of its key (the table's identifier columns), the latest by
+    (partition, offset) winning. ``upsert``: every value is the new row. ``cdc``: the value at
+    ``op`` names the operation; an upsert's row is at ``after``, a delete's key at ``before``
+    (``()``: the value itself)."""
+
+    mode: Annotated[Literal["upsert", "cdc"], Key("mode", default="append"), Refused(
+        "must be \"append\" (every record a new row), \"upsert\" (every record replaces the row of its key) or \"cdc\" "
+        "(an operation field says insert, update or delete; Debezium's envelope by default)")] = Field(
+        description="append: every record a new row; upsert: the new row of its key; cdc: an operation field says")
+    tombstones: Annotated[Literal["skip", "delete"], Refused(
+        "must be \"skip\" (a record with a null value lands nothing, counted) or \"delete\" (it deletes the row of its "
+        "Kafka key; mode upsert or cdc)")] = Field(default="skip", description="what a record with a null value does")
+    op: Annotated[tuple[str, ...], Key(None)] = ()            # from [cdc]: the path of the operation field
+    after: Annotated[tuple[str, ...], Key(None)] = ()
+    before: Annotated[tuple[str, ...], Key(None)] = ()
+    upsert_ops: Annotated[tuple[str, ...], Key(None)] = ()
+    delete_ops: Annotated[tuple[str, ...], Key(None)] = ()
+    unwrap_envelope: Annotated[Flag, Key("cdc.unwrap_envelope")] = Field(
+        default=True, description="read through the JSON converter's {\"schema\", \"payload\"}")
+    merge: Annotated[Literal["native", "spark"], Refused(
+        "must be \"native\" (frazil commits the rows with position deletes of the rows they replace) or \"spark\" "
+        "(changes land in a staging table, and Spark MERGEs them into the table)")] = Field(
+        default="native", description="native: frazil commits position deletes; spark: a staging table Spark merges")
+    merge_interval_s: Seconds = Field(default=60.0, description="merge = \"spark\": how often changes are merged")
+    merge_min_changes: Annotated[int, Strict(), zero_or_count("the interval alone")] = Field(
+        default=100_000, description="merge = \"spark\": merge as soon as this many wait")
+    target: Annotated[str, Key(None)] = ""   # set on a staging table: the table its changes are merged into
+
+
+def _op_value(value: object) -> object:
+    """An operation value as the text records are matched by (``true``, ``7``, ``"U"``)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value) if isinstance(value, int) else value
+
+
+OpValue = Annotated[Text, BeforeValidator(_op_value)]
+
+
+def _listed(values: tuple[str, ...]) -> tuple[str, ...]:
+    if not values:
+        raise ValueError("must list the operation values (strings or numbers) of its operation")
+    return values
+
+
+@dataclass(frozen=True, config=STRICT)
+class CdcSection:
+    """``[table.cdc]``: how a change record names its operation (read into ``ChangesConfig``)."""
+
+    format: Annotated[Literal["debezium", "field"], Refused(
+        "must be \"debezium\" (op c/r/u with the row in after, d with the key in before) or \"field\" (the value is "
+        "the row; cdc.field names the operation)")] = Field(
+        default="debezium", description="Debezium's envelope, or a row whose `field` names the operation")
+    field: Annotated[tuple[str, ...], BeforeValidator(dotted)] = Field(
+        default=(), description="format = \"field\": the dotted path of the operation field, e.g. \"op\"")
+    upsert: Annotated[tuple[OpValue, ...], AfterValidator(_listed)] = Field(
+        default=(), description="format = \"field\": the operation values that upsert a row, e.g. [\"I\", \"U\"]")
+    delete: Annotated[tuple[OpValue, ...], AfterValidator(_listed)] = Field(
+        default=(), description="format = \"field\": the operation values that delete a row, e.g. [\"D\"]")
+
+
+def _table_name(name: str) -> str:
+    if name.count(".") < 1 or not all(_NAME.match(part) for part in name.split(".")):
+        raise ValueError(f"{name!r} must be \"namespace.table\"")
+    return name
+
+
+def _template(template: str) -> str:
+    template = template.strip()
+    probe = _PLACEHOLDER.sub("x", template)
+    if (not _PLACEHOLDER.search(template) or probe.count(".") < 1 or "{" in probe or "}" in probe
+            or not all(_NAME.match(part) for part in probe.split("."))
+            or any(not p or not all(p.split(".")) for p in _PLACEHOLDER.findall(template))):
+        raise ValueError(f"{template!r} must be a \"namespace.table\" template with at least one placeholder: "
+                         "{topic} or a dotted path into the value, e.g. \"raw.{topic}\"")
+    return template
+
+
+def _path(path: str) -> str:
+    if not path or not all(path.split(".")):
+        raise ValueError(f"{path!r} must be a dotted path of an object to infer as a map, e.g. \"attributes\"")
+    return path
+
+
+def _once(columns: tuple[Column, ...]) -> tuple[Column, ...]:
+    names = [c.name for c in columns]
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        raise ValueError(f": column {name!r} is declared {names.count(name)} times; declare each column once")
+    return columns
+
+
+def _not_owned(properties: dict[str, str]) -> dict[str, str]:
+    owned = [k for k in properties if k.startswith(("frazil.", "commit.retry."))]
+    if owned:
+        raise ValueError(f"{', '.join(owned)} are set by frazil itself; leave them out")
+    return properties
+
+
+Columns = Annotated[tuple[Column, ...], AfterValidator(_once), NotEmpty(
+    "tables like {name = \"id\", type = \"long\"} (leave it out to infer the columns from the records)")]
+
+
+@dataclass(frozen=True, config=STRICT)
+class TableShape:
+    """What a declared table and the ``[dynamic]`` template share. Checked against the columns
+    when they are declared (config/checks.py); otherwise when the table is created."""
+
+    create: Flag = Field(default=True, kw_only=True, description="create the table (and namespace) if missing")
+    metadata_columns: Flag = Field(default=True, kw_only=True, description="add and fill the _kafka_* columns")
+    partition_by: tuple[PartitionField, ...] = Field(
+        default=(), kw_only=True, description="the partition spec of a new table")
+    maps: tuple[Annotated[Text, AfterValidator(_path)], ...] = Field(
+        default=(), kw_only=True, description="with inferred columns: objects at these paths are maps")
+    identifier_columns: tuple[Text, ...] = Field(default=(), kw_only=True, description="the table's row identity")
+    sort_order: SortOrder = Field(default="", kw_only=True, description="the sort order of a new table")
+    properties: Annotated[dict[str, Property], AfterValidator(_not_owned)] = Field(
+        default_factory=dict, kw_only=True, description="Iceberg table properties set on the table")
+    unknown_fields: Annotated[Literal["fail", "ignore", "evolve"], Refused(
+        "must be one of fail, ignore, evolve: \"fail\" makes a record with a field the table has no column for a bad "
+        "record, \"ignore\" drops such fields and counts them (frazil_fields_ignored_total), \"evolve\" adds them to "
+        "the table as optional columns (and widens int, float and decimal columns that values outgrow)")] = Field(
+        default="fail", kw_only=True, description="a record field the table has no column for")
+    case_insensitive: Flag = Field(
+        default=False, kw_only=True, description="a field differing from a column only in case lands in it")
+    changes: Annotated[ChangesConfig | None, Key("")] = Field(default=None, kw_only=True)   # None: append mode
+
+    @property
+    def mode(self) -> str:
+        return "append" if self.changes is None else self.changes.mode
+
+
+@dataclass(frozen=True, config=STRICT)
+class TableConfig(TableShape):
+    name: Annotated[Text, AfterValidator(_table_name)] = Field(
+        description="\"namespace.table\", e.g. \"demo.events\"")
+    columns: Columns = Field(default=(), description="the table's columns; left out: inferred from its first records")
+    # Which records the table takes: all of them unless the topic fully matches ``topics`` and/or
+    # the value at ``route_field`` fully matches ``route``.
+    topics: Regex = Field(default="", description="regex on the topic name; \"\" takes every topic")
+    route_field: Annotated[tuple[str, ...], BeforeValidator(dotted)] = Field(
+        default=(), description="a dotted path into the value, with route")
+    route: Regex = Field(default="", description="regex on the value at route_field, as text")
+
+    @property
+    def routed(self) -> bool:
+        return bool(self.topics or self.route_field)
+
+
+def normalise(value: str) -> str:
+    """A placeholder's value as part of an identifier: lower case, anything but letters, digits
+    and ``_`` as ``_``. ``"Orders.EU-1"`` gives ``orders_eu_1``."""
+    return re.sub(r"[^a-z0-9_]", "_", value.lower())
+
+
+@dataclass(frozen=True, config=STRICT)
+class DynamicConfig(TableShape):
+    """Dynamic routing: each record goes to the table its ``table`` template names (placeholders
+    ``{topic}`` and ``{dotted.path}`` into the value, each value normalised to an identifier),
+    created on first use when ``create`` is on, with ``columns`` or a schema inferred from the
+    first records."""
+
+    table: Annotated[Text, AfterValidator(_template)] = Field(
+        description="a template like \"raw.{topic}\" or \"events.{meta.kind}\"")
+    topics: Regex = Field(default="", description="regex on the topic: which topics' records the template routes")
+    columns: Columns = Field(default=(), description="the columns of created tables; left out: inferred")
+
+    @property
+    def placeholders(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(_PLACEHOLDER.findall(self.table)))
+
+    @property
+    def fields(self) -> tuple[tuple[str, ...], ...]:
+        """The value paths the template reads (``topic`` is the record's topic, not a field)."""
+        return tuple(tuple(p.split(".")) for p in self.placeholders if p != "topic")
+
+    def name(self, values: dict[str, str]) -> str:
+        """The table for a record whose placeholders hold ``values`` (normalised here); a name part
+        that would start with a digit starts with ``_``."""
+        name = _PLACEHOLDER.sub(lambda m: normalise(values[m.group(1)]), self.table)
+        return ".".join(f"_{part}" if part[:1].isdigit() else part for part in name.split("."))
+
+    def matches(self, name: str) -> bool:
+        """Whether a table named ``name`` could have come from this template."""
+        parts = re.split(r"(\{[^{}]*\})", self.table)
+        pattern = "".join("[a-z0-9_]+" if p.startswith("{") else re.escape(p) for p in parts)
+        return re.fullmatch(pattern, name) is not None
+
+    @property
+    def namespace(self) -> str | None:
+        """The template's namespace when it has no placeholder (where its tables are listed)."""
+        namespace = self.table.rsplit(".", 1)[0]
+        return None if "{" in namespace else namespace
+
+    def table_config(self, name: str) -> TableConfig:
+        shared = {f.name: getattr(self, f.name) for f in dataclasses.fields(TableShape)}
+        return TableConfig(name, self.columns, **shared)
+
+
+def staged(table: TableConfig) -> TableConfig:
+    """``merge = "spark"``: the pipeline writes (and keeps its offsets in) a staging table, whose
+    changes Spark merges into the table declared."""
+    if table.changes is None or table.changes.merge != "spark" or table.changes.target:
+        return table
+    return dataclasses.replace(table, name=table.name + STAGING_SUFFIX,
+                               changes=dataclasses.replace(table.changes, target=table.name))
+
+
+def merge_target(staging: TableConfig) -> TableConfig:
+    """The table a staging table's changes are merged into, as the config declares it."""
+    assert staging.changes is not None and staging.changes.target
+    return dataclasses.replace(staging, name=staging.changes.target,
+                               changes=dataclasses.replace(staging.changes, target=""), topics="", route_field=(),
+                               route="")
+
