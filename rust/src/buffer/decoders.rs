@@ -5,8 +5,9 @@
 //!   token for fixed-size binary);
 //! - integers and decimals exactly: arrow-json truncates `7.9` into a long and rounds digits past
 //!   a decimal's scale; here a value that does not fit exactly is a record error;
-//! - timestamps (`temporal.rs`): ISO-8601 text, with a UTC offset for a timestamp with zone and
-//!   without one for a timestamp without zone; a number only with the unit the column declares.
+//! - dates, times and timestamps (`temporal.rs`): ISO-8601 text, with a UTC offset for a timestamp
+//!   with zone and without one for a timestamp without zone; a number only for a timestamp, with
+//!   the unit the column declares.
 //!
 //! Any other token is a record error naming what was expected.
 
@@ -21,7 +22,7 @@ use arrow::error::ArrowError;
 use arrow::json::reader::{ArrayDecoder, DecoderContext, DecoderFactory, Tape, TapeElement};
 use base64::Engine;
 
-use super::temporal::Timestamps;
+use super::temporal::{Dates, Times, Timestamps};
 
 const UUID_EXTENSION: &str = "arrow.uuid";
 /// Field metadata: the unit of a number sent for a timestamp column (`s`, `ms`, `us`, `ns`).
@@ -62,6 +63,10 @@ impl DecoderFactory for Factory {
             DataType::Float32 => Some(Box::new(Floats::<Float32Type>::new("a float (32-bit)"))),
             DataType::Float64 => Some(Box::new(Floats::<Float64Type>::new("a double (64-bit)"))),
             DataType::Timestamp(_, _) => Some(Box::new(Timestamps::of(field)?.expect("a timestamp field"))),
+            DataType::Date32 | DataType::Date64 => Some(Box::new(Dates::of(field.data_type()).expect("a date field"))),
+            DataType::Time32(_) | DataType::Time64(_) => {
+                Some(Box::new(Times::of(field.data_type()).expect("a time field")))
+            }
             DataType::FixedSizeBinary(16) if is_uuid => Some(Box::new(Uuid)),
             DataType::FixedSizeBinary(len) => Some(Box::new(FixedBase64(*len))),
             DataType::Binary => Some(Box::new(Base64::<i32>::default())),

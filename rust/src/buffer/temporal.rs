@@ -1,15 +1,22 @@
 //! Dates, times and timestamps from JSON: ISO-8601 text, exactly; a number only for a timestamp
 //! with the unit the column declares (field metadata [`UNIT_KEY`]: `s`, `ms`, `us`, `ns`), never
 //! read as the column's own unit by guess; digits below the column's unit are an error, not a
-//! truncation.
+//! truncation. A reason says first whether the text is a date, time or timestamp at all, then
+//! what about it the column cannot take.
+//!
+//! arrow-json's own date and time decoders read a number as days or as the column's unit, cut a
+//! timestamp sent for a date to the date of its UTC instant, and a fraction below a time column's
+//! unit; here each of those is a record error.
 
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, TimestampMicrosecondArray, TimestampMillisecondArray, TimestampNanosecondArray, TimestampSecondArray,
+    ArrayRef, Date32Array, Date64Array, Time32MillisecondArray, Time32SecondArray, Time64MicrosecondArray,
+    Time64NanosecondArray, TimestampMicrosecondArray, TimestampMillisecondArray, TimestampNanosecondArray,
+    TimestampSecondArray,
 };
-use arrow::compute::kernels::cast_utils::string_to_timestamp_nanos;
-use arrow::datatypes::{DataType, FieldRef, TimeUnit};
+use arrow::compute::kernels::cast_utils::{string_to_time_nanoseconds, string_to_timestamp_nanos, Parser};
+use arrow::datatypes::{DataType, Date32Type, FieldRef, TimeUnit};
 use arrow::error::ArrowError;
 use arrow::json::reader::{ArrayDecoder, Tape, TapeElement};
 
@@ -32,6 +39,11 @@ fn nanos_per(unit: TimeUnit) -> i128 {
     }
 }
 
+/// The reason for a value (`what`) more precise than the column's `unit`.
+fn below(what: &str, unit: TimeUnit) -> String {
+    format!("{what} has digits below {}, which the column does not keep", unit_name(unit).trim_end_matches('s'))
+}
+
 fn unit_name(unit: TimeUnit) -> &'static str {
     match unit {
         TimeUnit::Second => "seconds",
@@ -41,31 +53,43 @@ fn unit_name(unit: TimeUnit) -> &'static str {
     }
 }
 
-/// Nanoseconds since the epoch of the common ISO-8601 spelling, `YYYY-MM-DD` `T` or space
-/// `HH:MM:SS`, up to 9 digits of fraction, then nothing, `Z` or `±HH:MM`; None for anything else
-/// (arrow's parser reads it then, slower: this one is 8x faster on the shape producers send, and
-/// gives the same value, `tests::the_quick_timestamp_parser_agrees_with_arrows`).
-pub(crate) fn iso_nanos(b: &[u8]) -> Option<i128> {
-    fn num(b: &[u8]) -> Option<i64> {
-        b.iter().try_fold(0i64, |n, &d| d.is_ascii_digit().then(|| n * 10 + i64::from(d - b'0')))
-    }
-    if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b' ') || b[13] != b':' || b[16] != b':' {
+fn num(b: &[u8]) -> Option<i64> {
+    b.iter().try_fold(0i64, |n, &d| d.is_ascii_digit().then(|| n * 10 + i64::from(d - b'0')))
+}
+
+/// Days since 1970-01-01 of `YYYY-MM-DD` (the first 10 bytes of `b`), if it is a real date.
+#[inline]
+fn iso_days(b: &[u8]) -> Option<i64> {
+    if b.len() < 10 || b[4] != b'-' || b[7] != b'-' {
         return None;
     }
     let (year, month, day) = (num(&b[0..4])?, num(&b[5..7])?, num(&b[8..10])?);
-    let (hour, minute, second) = (num(&b[11..13])?, num(&b[14..16])?, num(&b[17..19])?);
     let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
     let month_days = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
-    if !(1..=12).contains(&month)
-        || day < 1
-        || day > month_days[month as usize - 1]
-        || hour > 23
-        || minute > 59
-        || second > 59
-    {
+    if !(1..=12).contains(&month) || day < 1 || day > month_days[month as usize - 1] {
         return None;
     }
-    let mut at = 19;
+    // days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's days_from_civil)
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    Some(era * 146_097 + doe - 719_468)
+}
+
+/// Nanoseconds since midnight of `HH:MM:SS` with up to 9 digits of fraction at the start of `b`
+/// (no leap second), and the number of bytes it takes.
+#[inline]
+fn iso_clock(b: &[u8]) -> Option<(i64, usize)> {
+    if b.len() < 8 || b[2] != b':' || b[5] != b':' {
+        return None;
+    }
+    let (hour, minute, second) = (num(&b[0..2])?, num(&b[3..5])?, num(&b[6..8])?);
+    if hour > 23 || minute > 59 || second > 59 {
+        return None;
+    }
+    let mut at = 8;
     let mut fraction = 0i64;
     if b.get(at) == Some(&b'.') {
         let digits = b[at + 1..].iter().take_while(|d| d.is_ascii_digit()).count();
@@ -75,7 +99,28 @@ pub(crate) fn iso_nanos(b: &[u8]) -> Option<i128> {
         fraction = num(&b[at + 1..at + 1 + digits])? * 10i64.pow(9 - digits as u32);
         at += 1 + digits;
     }
-    let offset = match &b[at..] {
+    Some(((hour * 3600 + minute * 60 + second) * 1_000_000_000 + fraction, at))
+}
+
+/// Nanoseconds since the epoch of the common ISO-8601 spelling, `YYYY-MM-DD` `T` or space
+/// `HH:MM:SS`, up to 9 digits of fraction, then nothing, `Z` or `±HH:MM`; None for anything else
+/// (arrow's parser reads it then, slower: this one is 8x faster on the shape producers send, and
+/// gives the same value, `tests::the_quick_timestamp_parser_agrees_with_arrows`).
+pub(crate) fn iso_nanos(b: &[u8]) -> Option<i128> {
+    let nanos = iso_instant(b)?;
+    // arrow's parser refuses what does not fit nanoseconds in an i64 (before 1677, after 2262)
+    i64::try_from(nanos).is_ok().then_some(nanos)
+}
+
+/// [`iso_nanos`] for any four-digit year.
+#[inline]
+fn iso_instant(b: &[u8]) -> Option<i128> {
+    if b.len() < 19 || !matches!(b[10], b'T' | b' ') {
+        return None;
+    }
+    let days = iso_days(b)?;
+    let (clock, used) = iso_clock(&b[11..])?;
+    let offset = match &b[11 + used..] {
         [] | [b'Z'] | [b'z'] => 0,
         [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
             let (h, m) = (num(&[*h1, *h2])?, num(&[*m1, *m2])?);
@@ -91,23 +136,24 @@ pub(crate) fn iso_nanos(b: &[u8]) -> Option<i128> {
         }
         _ => return None,
     };
-    // days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's days_from_civil)
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset;
-    let nanos = i128::from(seconds) * 1_000_000_000 + i128::from(fraction);
-    // arrow's parser refuses what does not fit nanoseconds in an i64 (before 1677, after 2262)
-    i64::try_from(nanos).is_ok().then_some(nanos)
+    Some(i128::from(days * 86_400 - offset) * 1_000_000_000 + i128::from(clock))
 }
 
 /// Whether ISO-8601 text names its UTC offset (`Z`, `+02:00`, `-0530`) after the time.
 fn has_offset(text: &str) -> bool {
     let time = text.get(10..).unwrap_or("");
     time.ends_with(['Z', 'z']) || time.get(1..).is_some_and(|t| t.contains(['+', '-']))
+}
+
+/// Whether the first fraction of a second in `text` has a non-zero digit past the ninth, which
+/// arrow's parsers cut off without a word (the quick parsers take at most 9 digits).
+fn below_nanos(text: &str) -> bool {
+    let Some(dot) = text.find('.') else { return false };
+    text[dot + 1..].bytes().take_while(u8::is_ascii_digit).skip(9).any(|d| d != b'0')
+}
+
+fn refused(reason: String) -> ArrowError {
+    ArrowError::JsonError(reason)
 }
 
 impl Timestamps {
@@ -137,39 +183,38 @@ impl Timestamps {
         self.in_unit(nanos, || format!("{text:?}"))
     }
 
+    /// Nanoseconds since the epoch of ISO-8601 text: first whether it is a timestamp at all, then
+    /// whether its UTC offset is there exactly when the column has a zone.
     fn text_nanos(&self, text: &str) -> Result<i128, ArrowError> {
+        let nanos = match iso_nanos(text.as_bytes()) {
+            Some(nanos) => nanos,
+            None => match string_to_timestamp_nanos(text) {
+                Ok(_) if below_nanos(text) => return Err(refused(below(&format!("{text:?}"), TimeUnit::Nanosecond))),
+                Ok(nanos) => i128::from(nanos),
+                Err(_) => {
+                    let like = if self.tz.is_some() { "2026-11-27T10:00:00Z" } else { "2026-11-27T10:00:00" };
+                    return Err(refused(format!("{text:?} is not an ISO-8601 timestamp; expected one like {like}")));
+                }
+            },
+        };
         match (self.tz.is_some(), has_offset(text)) {
-            (true, false) => {
-                return Err(ArrowError::JsonError(format!(
-                    "{text:?} has no UTC offset; the column is a timestamp with zone: send one (Z or +02:00), or \
-                     use a timestamp column for local times"
-                )))
-            }
-            (false, true) => {
-                return Err(ArrowError::JsonError(format!(
-                    "{text:?} has a UTC offset; the column is a timestamp without zone: use a timestamptz column, \
-                     or send the local time without an offset"
-                )))
-            }
-            _ => {}
+            (true, false) => Err(refused(format!(
+                "{text:?} has no UTC offset; the column is a timestamp with zone: send one (Z or +02:00), or use a \
+                 timestamp column for local times"
+            ))),
+            (false, true) => Err(refused(format!(
+                "{text:?} has a UTC offset; the column is a timestamp without zone: use a timestamptz column, or send \
+                 the local time without an offset"
+            ))),
+            _ => Ok(nanos),
         }
-        if let Some(nanos) = iso_nanos(text.as_bytes()) {
-            return Ok(nanos);
-        }
-        let nanos = string_to_timestamp_nanos(text)
-            .map_err(|e| ArrowError::JsonError(format!("{text:?} is not an ISO-8601 timestamp ({e})")))?;
-        Ok(nanos as i128)
     }
 
     /// `nanos` in the column's unit; `what` describes the value in an error (made only then).
     fn in_unit(&self, nanos: i128, what: impl Fn() -> String) -> Result<i64, ArrowError> {
         let per = nanos_per(self.unit);
         if nanos % per != 0 {
-            return Err(ArrowError::JsonError(format!(
-                "{} has digits below {}, which the column does not keep",
-                what(),
-                unit_name(self.unit).trim_end_matches('s')
-            )));
+            return Err(refused(below(&what(), self.unit)));
         }
         i64::try_from(nanos / per).map_err(|_| ArrowError::JsonError(format!("{} is out of range", what())))
     }
@@ -222,9 +267,331 @@ impl ArrayDecoder for Timestamps {
     }
 }
 
+const DAY_NANOS: i64 = 86_400_000_000_000;
+
+/// Dates (`date32` in days, or `date64` in milliseconds): ISO-8601 text. A timestamp is taken
+/// only when it is midnight UTC (what a date means); any other time of day is refused, never cut.
+pub(crate) struct Dates {
+    millis: bool,
+}
+
+impl Dates {
+    pub(crate) fn of(data_type: &DataType) -> Option<Self> {
+        match data_type {
+            DataType::Date32 => Some(Self { millis: false }),
+            DataType::Date64 => Some(Self { millis: true }),
+            _ => None,
+        }
+    }
+}
+
+/// Days since 1970-01-01 of a date's text; the reason it is none.
+pub(crate) fn date_days(text: &str) -> Result<i64, String> {
+    let b = text.as_bytes();
+    if b.len() == 10 {
+        if let Some(days) = iso_days(b) {
+            return Ok(days);
+        }
+    }
+    let nanos = iso_instant(b).or_else(|| string_to_timestamp_nanos(text).ok().map(i128::from));
+    if let Some(nanos) = nanos.filter(|_| text.trim().len() > 10) {
+        let day = i128::from(DAY_NANOS);
+        if nanos % day != 0 || below_nanos(text) {
+            return Err(format!(
+                "{text:?} has a time of day, which a date column does not keep (a timestamp is taken for a date only \
+                 at midnight UTC): send the date alone, like 2026-11-27, or use a timestamp column"
+            ));
+        }
+        return i64::try_from(nanos / day).map_err(|_| format!("{text:?} is out of range"));
+    }
+    // the other spellings arrow reads as a date alone (`2026-9-8`, `+10999-12-31`), never one with a time
+    let t = text.trim();
+    if !t.contains(['T', 't', ' ', ':']) {
+        if let Some(days) = Date32Type::parse(t) {
+            return Ok(i64::from(days));
+        }
+    }
+    Err(format!("{text:?} is not an ISO-8601 date; expected one like 2026-11-27"))
+}
+
+impl ArrayDecoder for Dates {
+    fn decode(&mut self, tape: &Tape<'_>, pos: &[u32]) -> Result<ArrayRef, ArrowError> {
+        let mut days = Vec::with_capacity(pos.len());
+        for &p in pos {
+            days.push(match tape.get(p) {
+                TapeElement::Null => None,
+                TapeElement::String(idx) => {
+                    let text = tape.get_string(idx);
+                    let d = date_days(text).map_err(refused)?;
+                    let d = i32::try_from(d).map_err(|_| refused(format!("{text:?} is out of range")))?;
+                    Some(d)
+                }
+                TapeElement::Number(idx) => {
+                    return Err(refused(format!(
+                        "{} is a number, and a date column takes ISO-8601 text only (a count of days would be a \
+                         guess): send the date as text, like 2026-11-27",
+                        tape.get_string(idx)
+                    )))
+                }
+                _ => return Err(tape.error(p, "an ISO-8601 date")),
+            });
+        }
+        Ok(if self.millis {
+            Arc::new(days.into_iter().map(|d| d.map(|d| i64::from(d) * 86_400_000)).collect::<Date64Array>())
+        } else {
+            Arc::new(days.into_iter().collect::<Date32Array>())
+        })
+    }
+}
+
+/// Times of day (`time32` in seconds or milliseconds, `time64` in microseconds or nanoseconds):
+/// ISO-8601 text from 00:00:00 to before 24:00:00, exactly in the column's unit.
+pub(crate) struct Times {
+    unit: TimeUnit,
+}
+
+impl Times {
+    pub(crate) fn of(data_type: &DataType) -> Option<Self> {
+        match data_type {
+            DataType::Time32(unit) | DataType::Time64(unit) => Some(Self { unit: *unit }),
+            _ => None,
+        }
+    }
+}
+
+/// Nanoseconds since midnight of a time's text; the reason it is none.
+pub(crate) fn time_nanos(text: &str) -> Result<i64, String> {
+    if let Some((nanos, used)) = iso_clock(text.as_bytes()) {
+        if used == text.len() {
+            return Ok(nanos);
+        }
+    }
+    // the other spellings arrow reads (`10:00`, `1:02:03`, `10:00 PM`); a leap second (23:59:60)
+    // is past the day's last time, which no time column holds
+    match string_to_time_nanoseconds(text) {
+        Ok(_) if below_nanos(text) => Err(below(&format!("{text:?}"), TimeUnit::Nanosecond)),
+        Ok(nanos) if (0..DAY_NANOS).contains(&nanos) => Ok(nanos),
+        _ => Err(format!("{text:?} is not an ISO-8601 time of day; expected one like 10:00:00 or 10:00:00.123456")),
+    }
+}
+
+impl ArrayDecoder for Times {
+    fn decode(&mut self, tape: &Tape<'_>, pos: &[u32]) -> Result<ArrayRef, ArrowError> {
+        let per = nanos_per(self.unit) as i64;
+        let mut values = Vec::with_capacity(pos.len());
+        for &p in pos {
+            values.push(match tape.get(p) {
+                TapeElement::Null => None,
+                TapeElement::String(idx) => {
+                    let text = tape.get_string(idx);
+                    let nanos = time_nanos(text).map_err(refused)?;
+                    if nanos % per != 0 {
+                        return Err(refused(below(&format!("{text:?}"), self.unit)));
+                    }
+                    Some(nanos / per)
+                }
+                TapeElement::Number(idx) => {
+                    return Err(refused(format!(
+                        "{} is a number, and a time column takes ISO-8601 text only (a count of {} would be a \
+                         guess): send the time of day as text, like 10:00:00.123456",
+                        tape.get_string(idx),
+                        unit_name(self.unit)
+                    )))
+                }
+                _ => return Err(tape.error(p, "an ISO-8601 time of day")),
+            });
+        }
+        // a time of day in any unit fits an i32 for seconds and milliseconds
+        let narrow = |v: Vec<Option<i64>>| v.into_iter().map(|v| v.map(|v| v as i32));
+        Ok(match self.unit {
+            TimeUnit::Second => Arc::new(narrow(values).collect::<Time32SecondArray>()),
+            TimeUnit::Millisecond => Arc::new(narrow(values).collect::<Time32MillisecondArray>()),
+            TimeUnit::Microsecond => Arc::new(values.into_iter().collect::<Time64MicrosecondArray>()),
+            TimeUnit::Nanosecond => Arc::new(values.into_iter().collect::<Time64NanosecondArray>()),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::buffer::{JsonBuffer, Options, Records};
+    use arrow::datatypes::{Field, Schema};
+
+    /// Per value `{"v": value}` in a column of `data_type`: its stored value as arrow prints it, or
+    /// its reason; the same through the single pass and through arrow-json.
+    fn decoded(data_type: DataType, values: &[&str]) -> Vec<Result<String, String>> {
+        let schema = Arc::new(Schema::new(vec![Field::new("v", data_type, true)]));
+        let run = |single_pass: bool| {
+            let buf = JsonBuffer::new(schema.clone(), Options { single_pass, ..Options::default() }).unwrap();
+            let values: Vec<String> = values.iter().map(|v| format!(r#"{{"v": {v}}}"#)).collect();
+            let offsets: Vec<i64> = (0..values.len() as i64).collect();
+            let keys: Vec<Option<Vec<u8>>> = vec![None; values.len()];
+            let records = Records {
+                topic: "t",
+                partition: 0,
+                offsets: &offsets,
+                timestamps_ms: &offsets,
+                keys: &keys,
+                values: &values,
+            };
+            let errors = buf.append(&records).unwrap().errors;
+            let batch = buf.drain().unwrap();
+            let column = batch.as_ref().map(|b| b.column(0).clone());
+            let mut row = 0;
+            let mut out = Vec::new();
+            for i in 0..values.len() {
+                match errors.iter().find(|e| e.index == i) {
+                    Some(e) => {
+                        assert_eq!(e.field, "v");
+                        out.push(Err(e.reason.clone()));
+                    }
+                    None => {
+                        let column = column.as_ref().expect("a row");
+                        let shown = arrow::util::display::array_value_to_string(column, row).unwrap();
+                        out.push(Ok(shown));
+                        row += 1;
+                    }
+                }
+            }
+            out
+        };
+        let fast = run(true);
+        assert_eq!(fast, run(false), "the single pass and arrow-json differ");
+        fast
+    }
+
+    fn reason(got: &Result<String, String>) -> &str {
+        got.as_ref().err().map_or("(stored)", String::as_str)
+    }
+
+    #[test]
+    fn text_that_is_no_timestamp_says_so_before_anything_about_its_offset() {
+        let zoned = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+        let local = DataType::Timestamp(TimeUnit::Microsecond, None);
+        let not_timestamps = [
+            r#""not a date""#,
+            r#""10:00:00""#,
+            r#""12345""#,
+            r#""""#,
+            r#""2026-13-01T00:00:00Z""#,
+            r#""2026-11-27T25:00:00Z""#,
+            r#""garbage-with-dash""#,
+            r#"" 2026-11-27T10:00:00Z""#,
+        ];
+        for (data_type, like) in [(zoned.clone(), "2026-11-27T10:00:00Z"), (local.clone(), "2026-11-27T10:00:00")] {
+            for (value, got) in not_timestamps.iter().zip(decoded(data_type, &not_timestamps)) {
+                let text: String = serde_json::from_str(value).unwrap();
+                assert_eq!(reason(&got), format!("{text:?} is not an ISO-8601 timestamp; expected one like {like}"));
+            }
+        }
+        let got = decoded(zoned, &[r#""2026-11-27T10:00:00""#, r#""2026-11-27 10:00:00.5""#, r#""2026-11-27""#]);
+        for got in &got {
+            assert!(reason(got).contains("has no UTC offset; the column is a timestamp with zone"), "{got:?}");
+        }
+        let got = decoded(local, &[r#""2026-11-27T10:00:00Z""#, r#""2026-11-27T10:00:00+02:00""#]);
+        for got in &got {
+            assert!(reason(got).contains("has a UTC offset; the column is a timestamp without zone"), "{got:?}");
+        }
+    }
+
+    #[test]
+    fn a_number_for_a_timestamp_needs_its_unit_and_past_nanoseconds_nothing_is_cut() {
+        let zoned = DataType::Timestamp(TimeUnit::Nanosecond, Some("UTC".into()));
+        let got = decoded(zoned, &["1764237600000", r#""2026-11-27T10:00:00.1234567891Z""#]);
+        assert!(reason(&got[0]).starts_with("1764237600000 is a number, and the column declares no unit for numbers"));
+        assert_eq!(
+            reason(&got[1]),
+            r#""2026-11-27T10:00:00.1234567891Z" has digits below nanosecond, which the column does not keep"#
+        );
+    }
+
+    #[test]
+    fn dates_are_dates_and_a_timestamp_only_at_midnight_utc() {
+        for data_type in [DataType::Date32, DataType::Date64] {
+            let got = decoded(
+                data_type,
+                &[
+                    r#""2026-11-27""#,
+                    r#""2026-9-8""#,
+                    r#""2026-11-27T00:00:00Z""#,
+                    r#""2026-11-27 00:00:00""#,
+                    r#""not a date""#,
+                    r#""2026-02-30""#,
+                    r#""10:00:00""#,
+                    r#""12345""#,
+                    r#""2026-11-27T10:00:00Z""#,
+                    r#""2026-11-27T00:00:00+05:00""#,
+                    r#""1500-01-01T10:00:00""#,
+                    "20000",
+                    "1.5",
+                    "true",
+                ],
+            );
+            let stored: Vec<&str> = got[..4].iter().map(|g| g.as_deref().unwrap()).collect();
+            let days = ["2026-11-27", "2026-09-08", "2026-11-27", "2026-11-27"]; // date64 prints its midnight too
+            assert!(stored.iter().zip(days).all(|(s, day)| s.starts_with(day)), "{stored:?}");
+            for (got, text) in got[4..8].iter().zip(["not a date", "2026-02-30", "10:00:00", "12345"]) {
+                assert_eq!(reason(got), format!("{text:?} is not an ISO-8601 date; expected one like 2026-11-27"));
+            }
+            for got in &got[8..11] {
+                assert!(reason(got).contains("has a time of day, which a date column does not keep"), "{got:?}");
+            }
+            for (got, n) in got[11..13].iter().zip(["20000", "1.5"]) {
+                assert_eq!(
+                    reason(got),
+                    format!(
+                        "{n} is a number, and a date column takes ISO-8601 text only (a count of days would be a \
+                         guess): send the date as text, like 2026-11-27"
+                    )
+                );
+            }
+            assert_eq!(reason(&got[13]), "expected an ISO-8601 date got true");
+        }
+    }
+
+    #[test]
+    fn times_are_times_of_day_exactly_in_the_columns_unit() {
+        let values = [
+            r#""10:00:00""#,
+            r#""10:00:00.123456""#,
+            r#""10:00""#,
+            r#""10:00 PM""#,
+            r#""not a time""#,
+            r#""12345""#,
+            r#""23:59:60""#,
+            r#""24:00:00""#,
+            r#""2026-11-27T10:00:00""#,
+            r#""10:00:00.1234567""#,
+            "20000",
+        ];
+        let got = decoded(DataType::Time64(TimeUnit::Microsecond), &values);
+        let stored: Vec<&str> = got[..4].iter().map(|g| g.as_deref().unwrap()).collect();
+        assert_eq!(stored, ["10:00:00", "10:00:00.123456", "10:00:00", "22:00:00"]);
+        for (got, text) in got[4..9].iter().zip(["not a time", "12345", "23:59:60", "24:00:00", "2026-11-27T10:00:00"])
+        {
+            assert_eq!(
+                reason(got),
+                format!("{text:?} is not an ISO-8601 time of day; expected one like 10:00:00 or 10:00:00.123456")
+            );
+        }
+        assert_eq!(
+            reason(&got[9]),
+            r#""10:00:00.1234567" has digits below microsecond, which the column does not keep"#
+        );
+        assert_eq!(
+            reason(&got[10]),
+            "20000 is a number, and a time column takes ISO-8601 text only (a count of microseconds would be a \
+             guess): send the time of day as text, like 10:00:00.123456"
+        );
+        let got =
+            decoded(DataType::Time64(TimeUnit::Nanosecond), &[r#""10:00:00.1234567891""#, r#""10:00:00.123456789""#]);
+        assert!(reason(&got[0]).contains("has digits below nanosecond"), "{got:?}");
+        assert_eq!(got[1].as_deref(), Ok("10:00:00.123456789"));
+        let got = decoded(DataType::Time32(TimeUnit::Millisecond), &[r#""10:00:00.5""#, r#""10:00:00.5001""#]);
+        assert_eq!(got[0].as_deref(), Ok("10:00:00.500"));
+        assert!(reason(&got[1]).contains("has digits below millisecond"), "{got:?}");
+    }
 
     #[test]
     fn the_quick_timestamp_parser_agrees_with_arrows() {
