@@ -8,6 +8,7 @@ import pydantic
 import pytest
 
 from frazil import config
+from frazil.config import checks
 from frazil.errors import ConfigError
 
 MINIMAL = {
@@ -62,7 +63,7 @@ def test_fetch_size_stays_under_the_mmap_ceiling_and_never_below_one_partition_f
          "table.columns[0].type has unknown type 'varchar'"),
         (with_("table", columns=[{"name": "_kafka_offset", "type": "long"}]), "reserved prefix (_kafka_, _frazil_)"),
         (with_("table", partition_by=["day(missing)"]), "entry 'day(missing)': 'missing' is not a declared column; "
-                                                        "partition by one of id"),
+                                                        "partition by one of id, _kafka_topic"),
         (with_("table", columns=[{"name": "d", "type": "decimal(40, 2)"}]),
          "table.columns[0].type 'decimal(40, 2)' is not a decimal Iceberg can hold: decimal(P, S) needs 1 <= P <= 38 "
          "and S <= P"),
@@ -98,6 +99,8 @@ def test_fetch_size_stays_under_the_mmap_ceiling_and_never_below_one_partition_f
         (with_("pipeline", memory_budget_mb=-5), "pipeline.memory_budget_mb must be greater than 0, got -5"),
         ({**MINIMAL, "coordination": {"mode": "many"}}, "coordination.mode 'many' must be \"single\""),
         (with_("kafka", colour="red"), "unknown key(s) colour in [kafka]"),
+        (with_("kafka", heartbeat_interval_ms=4000), "kafka.heartbeat_interval_ms (4000) must be below a third of "
+                                                     "kafka.session_timeout_ms (10000)"),
         (with_("table", columns=[{"name": "id", "type": "long", "colour": "red"}]),
          "unknown key(s) colour in [table.columns[0]]"),
         ({**MINIMAL, "kafka": "x:1"}, "[kafka] must be a table, got 'x:1'"),
@@ -135,6 +138,26 @@ def test_column_types_and_partition_transforms_are_parsed_once_into_typed_values
     assert day.takes == ("date", "timestamp", "timestamptz")
     with pytest.raises(AttributeError):
         day.width = 3   # type: ignore[misc]
+
+
+@pytest.mark.parametrize("spec", ["day(_kafka_timestamp)", "hour(_kafka_timestamp)", "bucket[4](_kafka_partition)",
+                                  "truncate[2](_kafka_topic)", "_kafka_key", "identity(_kafka_offset)"])
+def test_the_kafka_metadata_columns_can_be_partitioned_by_when_the_table_has_them(spec: str) -> None:
+    assert config.parse(with_("table", partition_by=[spec])).table.partition_by == (spec,)
+    inferred = {**MINIMAL, "table": {"name": "ns.t", "partition_by": [spec]}}
+    assert config.parse(inferred).table.partition_by == (spec,)
+    column = spec.split("(")[-1].rstrip(")")
+    with pytest.raises(ConfigError, match=re.escape(
+            f"table.partition_by entry {spec!r}: {column} is a Kafka metadata column, and this table has "
+            "metadata_columns = false; set table.metadata_columns = true or partition by a declared column")):
+        config.parse(with_("table", partition_by=[spec], metadata_columns=False))
+
+
+def test_a_transform_of_a_metadata_column_of_another_type_names_the_types_it_takes() -> None:
+    with pytest.raises(ConfigError, match=re.escape("table.partition_by entry 'day(_kafka_offset)': day() does not "
+                                                    "apply to '_kafka_offset', a long column; it takes date, "
+                                                    "timestamp, timestamptz")):
+        config.parse({**MINIMAL, "table": {"name": "ns.t", "partition_by": ["day(_kafka_offset)"]}})
 
 
 def test_load_reports_bad_toml(tmp_path: Path) -> None:
@@ -463,6 +486,47 @@ def test_keyed_table_errors_name_the_key_and_the_fix(tmp_path: Path, table: dict
     with pytest.raises(ConfigError) as info:
         config.parse({**MINIMAL, "table": {**KEYED, **table}, **extra}, base=tmp_path)
     assert message in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize(("properties", "message"), [
+    ({"uri": "postgres://u@db/lake"}, "catalog.properties.uri: 'postgres' is not a database SQLAlchemy can open "
+                                      "with the drivers installed here; use one of sqlite://, postgresql://"),
+    ({"uri": "sqlit:///c.db"}, "'sqlit' is not a database SQLAlchemy can open"),
+    ({"uri": "http://127.0.0.1:8181"}, "or type = \"rest\" for a REST catalog"),
+    ({"type": "nessie", "uri": "http://n"}, "catalog.properties.type 'nessie' is not a catalog type pyiceberg "
+                                           "knows; use one of sql, in-memory, rest, hive, glue, dynamodb, bigquery"),
+    ({"type": "glue"}, "catalog.properties.type = 'glue': Spark maintenance shares \"sql\" (SQLite, PostgreSQL) and "
+                       "\"rest\" catalogs only; set [maintenance] enabled = false"),
+])
+def test_a_catalog_this_install_cannot_load_is_refused_at_load(properties: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        config.parse({**MINIMAL, "catalog": {"properties": properties}})
+    assert message in str(info.value)
+
+
+def test_a_catalog_type_whose_library_is_missing_names_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    no_maintenance = {**MINIMAL, "maintenance": {"enabled": False}}
+    monkeypatch.setattr(checks, "_installed", lambda module: module not in ("thrift", "boto3"))
+    with pytest.raises(ConfigError, match=re.escape("catalog.properties.type = 'hive' needs thrift, which this install "
+                                                    "lacks: pip install 'pyiceberg[hive]'")):
+        config.parse({**no_maintenance, "catalog": {"properties": {"type": "hive", "uri": "thrift://h:9083"}}})
+    with pytest.raises(ConfigError, match=re.escape("pip install 'pyiceberg[glue]'")):
+        config.parse({**no_maintenance, "catalog": {"properties": {"type": "GLUE"}}})
+    monkeypatch.setattr(checks, "_installed", lambda module: True)
+    cfg = config.parse({**no_maintenance, "catalog": {"properties": {"type": "glue"}}})
+    assert cfg.catalog.properties == {"type": "glue"}
+
+
+def test_the_catalog_types_are_pyicebergs() -> None:
+    from pyiceberg.catalog import CatalogType
+
+    assert set(checks.CATALOG_TYPES) == {t.value for t in CatalogType}
+
+
+def test_the_heartbeat_stays_below_a_third_of_the_session_timeout() -> None:
+    assert config.parse(with_("kafka", session_timeout_ms=12_000, heartbeat_interval_ms=3_999)).kafka.session_timeout_ms
+    with pytest.raises(ConfigError, match="lower heartbeat_interval_ms or raise session_timeout_ms"):
+        config.parse(with_("kafka", session_timeout_ms=9_000))
 
 
 def test_config_values_are_frozen_and_a_replacement_is_validated_again() -> None:

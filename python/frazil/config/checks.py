@@ -1,16 +1,29 @@
 """Rules of the file as a whole, checked once it is read: a table's keys against its columns,
-sections against each other, the Avro schema file. Offline: nothing here connects anywhere.
-Each error names the keys and the fix."""
+sections against each other, the catalog against what this install can load, the Avro schema
+file. Offline: nothing here connects anywhere. Each error names the keys and the fix."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
-from frazil.config.models import Config
+from frazil.config.models import CatalogConfig, Config
 from frazil.config.tables import DynamicConfig, TableConfig
 from frazil.config.types import META_COLUMN_TYPES, ColumnType, PartitionField
 from frazil.errors import ConfigError
+
+# pyiceberg 0.12's catalog types (pyiceberg.catalog.CatalogType; a unit test keeps the two the
+# same), with the modules each needs beyond pyiceberg itself and the extra that installs them
+CATALOG_TYPES: dict[str, tuple[tuple[str, ...], str]] = {
+    "sql": (("sqlalchemy",), "sql-sqlite"), "in-memory": (("sqlalchemy",), "sql-sqlite"), "rest": ((), ""),
+    "hive": (("thrift",), "hive"), "glue": (("boto3",), "glue"), "dynamodb": (("boto3",), "dynamodb"),
+    "bigquery": (("google.cloud.bigquery",), "bigquery")}
+# the catalogs Spark (maintenance, bulk writes) shares, and the SQL catalogs' databases (spark/session.py)
+SPARK_CATALOGS = ("sql", "rest")
+SPARK_DATABASES = ("sqlite", "postgresql")
+# SQLAlchemy drivers whose Python module has another name
+_DRIVER_MODULES = {"pysqlite": "sqlite3", "mysqldb": "MySQLdb", "mariadbconnector": "mariadb"}
 
 
 def check(cfg: Config, *, single_table: bool) -> None:
@@ -29,6 +42,7 @@ def check(cfg: Config, *, single_table: bool) -> None:
     _maintenance(cfg)
     if cfg.values.avro:
         _avro(cfg)
+    _catalog(cfg.catalog, maintenance=cfg.maintenance.enabled)
 
 
 def _known(table: TableConfig | DynamicConfig) -> dict[str, ColumnType]:
@@ -63,7 +77,10 @@ def _table(table: TableConfig | DynamicConfig, at: str) -> None:
 
 def _partition_field(spec: PartitionField, table: TableConfig | DynamicConfig, at: str) -> None:
     entry = f"{at}.partition_by entry {str(spec)!r}"
-    known = {c.name: c.type for c in table.columns}
+    if spec.source in META_COLUMN_TYPES and not table.metadata_columns:
+        raise ConfigError(f"{entry}: {spec.source} is a Kafka metadata column, and this table has metadata_columns "
+                          f"= false; set {at}.metadata_columns = true or partition by a declared column")
+    known = _known(table)
     if table.columns and spec.source not in known:
         raise ConfigError(f"{entry}: {spec.source!r} is not a declared column; partition by one of "
                           f"{', '.join(known)}")
@@ -165,3 +182,72 @@ def avro_schema_problem(path: Path) -> str | None:
     except Exception as exc:  # noqa: BLE001 - fastavro's parse errors have no common base
         return f"not a valid Avro schema: {exc}"
     return None
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:   # a parent package is missing
+        return False
+
+
+def _catalog(catalog: CatalogConfig, *, maintenance: bool) -> None:
+    props = catalog.properties
+    if "py-catalog-impl" in props:
+        module = props["py-catalog-impl"].rpartition(".")[0]
+        if "type" in props or not module or not _installed(module):
+            raise ConfigError(f"catalog.properties.py-catalog-impl {props['py-catalog-impl']!r} must name a class in "
+                              "an installed module (\"package.module.Class\"), and leave out catalog.properties.type")
+        kind = ""
+    else:
+        kind = props.get("type", "sql").lower()
+        if kind not in CATALOG_TYPES:
+            raise ConfigError(f"catalog.properties.type {props.get('type')!r} is not a catalog type pyiceberg knows; "
+                              f"use one of {', '.join(CATALOG_TYPES)}")
+        modules, extra = CATALOG_TYPES[kind]
+        missing = [m for m in modules if not _installed(m)]
+        if missing:
+            raise ConfigError(f"catalog.properties.type = {kind!r} needs {', '.join(missing)}, which this install "
+                              f"lacks: pip install 'pyiceberg[{extra}]'")
+    if maintenance and kind not in SPARK_CATALOGS:
+        raise ConfigError(f"catalog.properties.type = {kind or props['py-catalog-impl']!r}: Spark maintenance shares "
+                          "\"sql\" (SQLite, PostgreSQL) and \"rest\" catalogs only; set [maintenance] enabled = false "
+                          "to ingest into this catalog (and maintain its tables with its own tools)")
+    if kind == "sql":
+        _sql_uri(props["uri"], maintenance=maintenance)
+
+
+def _sql_uri(uri: str, *, maintenance: bool) -> None:
+    """A SQL catalog's URI names a database SQLAlchemy knows and a driver this install has (pyiceberg
+    opens it with SQLAlchemy's synchronous engine)."""
+    from sqlalchemy.engine import make_url  # half a second; pyiceberg's SQL catalog imports it anyway
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    scheme = uri.split("://", 1)[0] if "://" in uri else uri
+    try:
+        dialect = make_url(uri).get_dialect()
+        driver = _DRIVER_MODULES.get(dialect.driver, dialect.driver)
+        usable = not getattr(dialect, "is_async", False) and _installed(driver)
+        backend = make_url(uri).get_backend_name()
+    except (ArgumentError, NoSuchModuleError, ValueError):
+        usable, backend = False, ""
+    if not usable:
+        loadable = [s for s in ("sqlite", "postgresql", "postgresql+psycopg", "postgresql+psycopg2",
+                                "postgresql+pg8000", "mysql+pymysql") if _sql_loadable(s)]
+        raise ConfigError(f"catalog.properties.uri: {scheme!r} is not a database SQLAlchemy can open with the drivers "
+                          f"installed here; use one of {', '.join(s + '://' for s in loadable)} (e.g. "
+                          "\"postgresql+psycopg://user:password@host:5432/db\"), or type = \"rest\" for a REST catalog")
+    if maintenance and backend not in SPARK_DATABASES:
+        raise ConfigError(f"catalog.properties.uri: {scheme!r}: Spark maintenance shares SQL catalogs on SQLite and "
+                          "PostgreSQL only; use one of those, or set [maintenance] enabled = false")
+
+
+def _sql_loadable(scheme: str) -> bool:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import NoSuchModuleError
+
+    try:
+        dialect = make_url(f"{scheme}://").get_dialect()
+    except NoSuchModuleError:
+        return False
+    return not getattr(dialect, "is_async", False) and _installed(_DRIVER_MODULES.get(dialect.driver, dialect.driver))

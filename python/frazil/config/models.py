@@ -144,6 +144,11 @@ class KafkaConfig:
             raise Problem(f"kafka.fetch_max_bytes ({self.fetch_max_bytes}) is below kafka.max_partition_fetch_bytes "
                           f"({self.max_partition_fetch_bytes}): one fetch could not carry one partition's whole fetch; "
                           "raise fetch_max_bytes or leave it out (it then follows max_partition_fetch_bytes)")
+        if self.heartbeat_interval_ms * 3 >= self.session_timeout_ms:
+            raise Problem(f"kafka.heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be below a third of "
+                          f"kafka.session_timeout_ms ({self.session_timeout_ms}): a group member that misses a "
+                          "heartbeat or two would be taken for dead and its partitions moved; lower "
+                          "heartbeat_interval_ms or raise session_timeout_ms")
         return self
 
 
