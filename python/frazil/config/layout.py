@@ -1,6 +1,6 @@
 """How the TOML file maps onto the models: which table each field is read from (the ``Key``
 marker, config/types.py), which keys a table may hold, and a field's name in the file, for
-messages.
+messages and for docs/configuration.md.
 
 ``gather`` turns the file into the models' input: keys moved to the fields that hold them,
 secrets read, relative paths resolved, defaults made of the pipeline's name filled in. It checks
@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import types
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -245,3 +246,40 @@ def _cdc(table: Table, reading: Reading) -> dict[str, Any]:
     if both:
         raise ConfigError(f"{at}.upsert and {at}.delete both list {', '.join(sorted(both))}")
     return {"op": cdc.field, "upsert_ops": cdc.upsert, "delete_ops": cdc.delete}
+
+
+@dataclass(frozen=True)
+class FileKey:
+    """One key of the file, as docs/configuration.md lists it."""
+
+    key: str
+    info: FieldInfo
+    default: Any = None
+
+
+def keys(model: Any, at: str = "") -> Iterator[FileKey]:
+    """Every key of the file below ``model`` (at ``at``): tables as ``table.X``, secrets also as
+    ``X_env`` and ``X_file``, a flat model's keys in the table that holds it."""
+    for name, info in fields(model).items():
+        key = key_of(name, info)
+        if key.path is None:
+            continue
+        inner = model_in(info.annotation)
+        where = key.path.lstrip("/") if key.path.startswith("/") else child(at, key.path)
+        if key.path == "":
+            yield from keys(inner[0], at) if inner else ()
+            if inner and inner[0] is ChangesConfig:
+                yield from keys(CdcSection, child(at, "cdc"))
+            continue
+        if inner is not None and not (inner[1] and name != "tables"):
+            yield from keys(inner[0], "table" if name == "tables" else where)
+            continue
+        if inner is not None:   # an array of tables in one key (columns)
+            yield FileKey(where, info, ())
+            yield from keys(inner[0], f"{where}[]")
+            continue
+        default = key.default if key.default is not None else info.get_default(call_default_factory=True)
+        if key.scale != 1 and isinstance(default, int):
+            default //= key.scale
+        for suffix in ("", "_env", "_file") if marker(info, Secret) else ("",):
+            yield FileKey(where + suffix, info, default if not suffix else None)
