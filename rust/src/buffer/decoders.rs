@@ -7,7 +7,10 @@
 //!   a decimal's scale; here a value that does not fit exactly is a record error;
 //! - dates, times and timestamps (`temporal.rs`): ISO-8601 text, with a UTC offset for a timestamp
 //!   with zone and without one for a timestamp without zone; a number only for a timestamp, with
-//!   the unit the column declares.
+//!   the unit the column declares;
+//! - structs and maps (`unique.rs`): arrow-json's own decoders, behind a check that no object
+//!   has a key twice (arrow-json keeps the last value of a repeated field, both entries of a
+//!   repeated map key).
 //!
 //! Any other token is a record error naming what was expected.
 
@@ -23,6 +26,7 @@ use arrow::json::reader::{ArrayDecoder, DecoderContext, DecoderFactory, Tape, Ta
 use base64::Engine;
 
 use super::temporal::{Dates, Times, Timestamps};
+use super::unique::{UniqueFields, UniqueKeys};
 
 const UUID_EXTENSION: &str = "arrow.uuid";
 /// Field metadata: the unit of a number sent for a timestamp column (`s`, `ms`, `us`, `ns`).
@@ -37,9 +41,9 @@ pub(crate) struct Factory;
 impl DecoderFactory for Factory {
     fn make_default_decoder(
         &self,
-        _ctx: &DecoderContext,
+        ctx: &DecoderContext,
         field: &FieldRef,
-        _is_nullable: bool,
+        is_nullable: bool,
     ) -> Result<Option<Box<dyn ArrayDecoder>>, ArrowError> {
         let is_uuid = field.metadata().get("ARROW:extension:name").map(String::as_str) == Some(UUID_EXTENSION);
         let round = match field.metadata().get(ROUNDING_KEY).map(String::as_str) {
@@ -53,6 +57,12 @@ impl DecoderFactory for Factory {
             }
         };
         Ok(match field.data_type() {
+            // arrow-json keeps the last of a repeated field, and both entries of a repeated map key
+            DataType::Struct(fields) => {
+                let inner = ctx.make_builtin_decoder(field, is_nullable)?;
+                Some(Box::new(UniqueFields::new(inner, fields, field.name().is_empty())))
+            }
+            DataType::Map(..) => Some(Box::new(UniqueKeys::new(ctx.make_builtin_decoder(field, is_nullable)?))),
             DataType::Int8 => Some(Box::new(ExactInt::<Int8Builder>::new("an int8", round))),
             DataType::Int16 => Some(Box::new(ExactInt::<Int16Builder>::new("an int16", round))),
             DataType::Int32 => Some(Box::new(ExactInt::<Int32Builder>::new("an int (32-bit)", round))),

@@ -177,7 +177,7 @@ impl Object {
                 match found {
                     Some(k) => {
                         if std::mem::replace(&mut self.seen[k], true) {
-                            return None; // a field twice: arrow-json keeps the last; left to it
+                            return None; // a field twice: a bad record, which the arrow-json path names (unique.rs)
                         }
                         match previous {
                             Some(before) => self.next[before] = k,

@@ -14,6 +14,7 @@ mod decoders;
 mod dedupe;
 mod fast;
 mod temporal;
+mod unique;
 mod validate;
 
 pub use align::ALIGNMENT;
@@ -301,7 +302,7 @@ impl JsonBuffer {
                         path,
                     }));
                 }
-                Err(reason) => out.errors.push(self.record_error(records, i, String::new(), reason)),
+                Err((field, reason)) => out.errors.push(self.record_error(records, i, field, reason)),
             }
         }
         let values = Values { original: records.values, rewritten: &rewritten };

@@ -4,6 +4,8 @@
 use arrow::datatypes::{DataType, Fields};
 use serde::de::IgnoredAny;
 
+use super::unique::parse_unique;
+
 /// What the check found out about one value.
 pub(crate) enum Checked {
     /// Feed the value as it is.
@@ -20,32 +22,35 @@ pub(crate) enum Checked {
 /// With `fold_case`, a field whose name differs from a column's only in case is renamed to the
 /// column's (the value is parsed and, when a name changed, re-serialized); two fields of one
 /// object that fold to the same column are an error naming both.
+///
+/// A value parsed here has each key once in every object (see [`parse_unique`]): it may be
+/// re-serialized, which would keep only the last. The error is (field path, reason).
 pub(crate) fn check(
     value: &[u8],
     fields: &Fields,
     unknown: Option<&mut Vec<String>>,
     fold_case: bool,
-) -> Result<Checked, String> {
+) -> Result<Checked, (String, String)> {
+    let whole = |reason: String| (String::new(), reason);
     let first = value.iter().find(|b| !b.is_ascii_whitespace());
     let last = value.iter().rev().find(|b| !b.is_ascii_whitespace());
     if first != Some(&b'{') || last != Some(&b'}') {
-        return Err(match first {
+        return Err(whole(match first {
             None => "value is empty".to_string(),
             Some(_) => explain_syntax(value).unwrap_or_else(|| "value is not exactly one JSON object".to_string()),
-        });
+        }));
     }
     let surrogate = has_escaped_surrogate(value);
     if unknown.is_none() && !surrogate && !fold_case {
         return Ok(Checked::Ok);
     }
-    let mut parsed: serde_json::Value =
-        serde_json::from_slice(value).map_err(|e| format!("value is not valid JSON: {e}"))?;
-    let folded = fold_case && fold_keys(&mut parsed, fields, "")?;
+    let mut parsed = parse_unique(value, fields)?;
+    let folded = fold_case && fold_keys(&mut parsed, fields, "").map_err(whole)?;
     if let Some(out) = unknown {
         collect_unknown(&parsed, fields, "", out);
     }
     if surrogate || folded {
-        return serde_json::to_vec(&parsed).map(Checked::Rewritten).map_err(|e| e.to_string());
+        return serde_json::to_vec(&parsed).map(Checked::Rewritten).map_err(|e| whole(e.to_string()));
     }
     Ok(Checked::Ok)
 }
@@ -256,8 +261,8 @@ mod tests {
             (b"{\"a\": 1} x", "not valid JSON"),
             (b"nul", "not valid JSON"),
         ] {
-            let err = check(value, &f, None, false).err().unwrap();
-            assert!(err.contains(reason), "{err}");
+            let (field, err) = check(value, &f, None, false).err().unwrap();
+            assert!(field.is_empty() && err.contains(reason), "{err}");
         }
     }
 
@@ -289,7 +294,7 @@ mod tests {
         };
         assert_eq!(String::from_utf8(out).unwrap(), r#"{"a":{"b":1},"l":[{"b":2},{"b":3}]}"#);
         assert!(matches!(check(br#"{"a": {"b": 1}}"#, &f, None, true), Ok(Checked::Ok)));
-        let err = check(br#"{"a": {"b": 1, "B": 2}}"#, &f, None, true).err().unwrap();
+        let (_, err) = check(br#"{"a": {"b": 1, "B": 2}}"#, &f, None, true).err().unwrap();
         assert!(err.contains("'a.B' and 'a.b' both match column 'b'") || err.contains("'a.b' and 'a.B'"), "{err}");
         assert!(matches!(check(br#"{"A": 1}"#, &f, None, false), Ok(Checked::Ok)));
     }
