@@ -143,7 +143,10 @@ class JsonBuffer:
     :attr:`AppendResult.unknown_fields`. A field that differs from a column only in case is a
     decode error either way (it would land as NULL), unless ``fold_case``: then it lands in that
     column (two spellings of one column in a record are a decode error). Any other
-    ``unknown_fields`` is a ValueError.
+    ``unknown_fields`` is a ValueError. A field (or a map's key) twice in one JSON object is a
+    decode error naming it: no value is chosen over the other. Dates, times and timestamps are
+    ISO-8601 text; a number only for a timestamp whose column declares its unit (field metadata
+    ``frazil.unit``).
 
     ``single_pass`` reads plain values (strings, integers, floats, booleans, ISO-8601 timestamps,
     structs and lists of them) in one pass instead of through arrow-json's tape, with
