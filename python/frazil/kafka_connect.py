@@ -281,7 +281,8 @@ def convert(name: str, config: dict[str, str], *, pipeline: str = "", bootstrap_
     for key, why in (("iceberg.control.group-id-prefix", "frazil's coordinator group is <kafka.group_id>-coordinator"),
                      ("iceberg.control.commit.threads", "frazil commits each table once per cycle"),
                      ("iceberg.control.commit.max-consecutive-failures",
-                      "frazil keeps retrying for pipeline.outage_timeout_s (300 s) while holding the records, then stops"),
+                      "frazil keeps retrying for pipeline.outage_timeout_s (900 s by default) while holding the records, "
+                      "then stops"),
                      ("iceberg.coordinator.transactional.prefix",
                       "frazil's transactional ids are frazil-<pipeline>-coordinator and frazil-<pipeline>-<member>")):
         leave(key, why)
@@ -359,8 +360,12 @@ def convert(name: str, config: dict[str, str], *, pipeline: str = "", bootstrap_
                                                             "keep their `required`",
                     "iceberg.tables.replace-null-with-default": "frazil stores a null as null",
                     "iceberg.tables.default-commit-branch": "frazil commits to the main branch",
-                    "iceberg.tables.cdc-field": "row mutations (CDC) are not supported yet",
-                    "iceberg.tables.upsert-mode-enabled": "upserts are not supported yet",
+                    "iceberg.tables.cdc-field": "not carried over: frazil's keyed tables take changes with mode = "
+                                                "\"cdc\" and declared identifier_columns (docs/configuration.md, "
+                                                "\"Keyed tables\"); set them on the table by hand",
+                    "iceberg.tables.upsert-mode-enabled": "not carried over: frazil's keyed tables take upserts with "
+                                                          "mode = \"upsert\" and declared identifier_columns; set "
+                                                          "them on the table by hand",
                     "iceberg.tables.default-id-columns": "identifier columns need declared columns "
                                                          "(table.identifier_columns)"}[key])
     for key in sorted(k for k in config if k.startswith(("iceberg.tables.auto-create-props.",
@@ -423,9 +428,10 @@ def convert(name: str, config: dict[str, str], *, pipeline: str = "", bootstrap_
             + " (the file names these variables, not the secrets; import-kc checks the config with a placeholder "
             "value in each)"))
     skip(("(offsets)", "frazil keeps its offsets in the table; partitions it has never seen start at "
-          "kafka.auto_offset_reset (earliest): stop the connector first, and expect records it already landed to be "
-          "read again unless the topics' retention has dropped them. Seeding frazil's offsets from the connector's "
-          "consumer group is not automated yet"))
+          "kafka.auto_offset_reset (earliest), which would read again what the connector landed. Stop the connector "
+          "after its last commit, then move the tables' offsets to its consumer group's before the first frazil run: "
+          f"frazil offsets -c <config> --from-group connect-{name or '<connector>'} --reason \"moved from Kafka "
+          "Connect\" (docs/operations.md, \"Migrating from the Iceberg Kafka Connect sink\")"))
 
     lines = [f"# converted by `frazil import-kc` from the Kafka Connect connector {name or '(unnamed)'}", ""]
     for section in ("pipeline", "kafka", "coordination", "catalog", "maintenance", "values", "schema_registry",

@@ -59,17 +59,21 @@ def test_records_that_disagree_are_refused_naming_the_field(records: tuple, mess
 
 
 def test_a_partition_spec_on_an_inferred_schema_must_fit_its_column() -> None:
+    from frazil.config import PartitionField
     from frazil.errors import ConfigError
     from frazil.iceberg.catalog import check_spec_fits
 
+    def fields(*specs: str) -> tuple[PartitionField, ...]:
+        return tuple(PartitionField(spec) for spec in specs)
+
     s = schema(infer(values({"n": 1, "s": "x", "geo": {"lat": 1.0}})))
-    check_spec_fits(s, ("bucket[4](n)", "truncate[2](s)", "s"), "raw.t")
+    check_spec_fits(s, fields("bucket[4](n)", "truncate[2](s)", "s"), "raw.t")
     with pytest.raises(ConfigError, match=r"raw.t: partition_by entry 'day\(s\)': day\(\) does not apply to 's'"):
-        check_spec_fits(s, ("day(s)",), "raw.t")
+        check_spec_fits(s, fields("day(s)"), "raw.t")
     with pytest.raises(ConfigError, match="needs a top-level column 'geo' of a primitive type"):
-        check_spec_fits(s, ("geo",), "raw.t")
+        check_spec_fits(s, fields("geo"), "raw.t")
     with pytest.raises(ConfigError, match="needs a top-level column 'missing'"):
-        check_spec_fits(s, ("identity(missing)",), "raw.t")
+        check_spec_fits(s, fields("identity(missing)"), "raw.t")
 
 
 def test_lenient_inference_leaves_out_records_that_disagree_and_never_stops_the_others() -> None:

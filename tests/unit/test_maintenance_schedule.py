@@ -1,5 +1,6 @@
 """When maintenance is due and what snapshot expiry keeps (pure, clock passed in)."""
 
+import tomllib
 from dataclasses import replace
 
 import pytest
@@ -95,7 +96,7 @@ columns = [{ name = "id", type = "long" }]
 
 
 def test_maintenance_and_spark_defaults() -> None:
-    cfg = config_mod.parse(config_mod.tomllib.loads(BASE))
+    cfg = config_mod.parse(tomllib.loads(BASE))
     assert cfg.maintenance == MaintenanceConfig()
     assert cfg.maintenance.enabled and cfg.spark.master == "local[*]" and cfg.spark.bulk_min_rows == 0
 
@@ -111,9 +112,9 @@ def test_maintenance_and_spark_defaults() -> None:
 ])
 def test_bad_maintenance_and_spark_settings_name_the_key(extra: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        config_mod.parse(config_mod.tomllib.loads(BASE + extra))
+        config_mod.parse(tomllib.loads(BASE + extra))
 
 
 def test_orphan_age_just_above_the_longest_wait_of_a_written_file_is_accepted() -> None:
-    cfg = config_mod.parse(config_mod.tomllib.loads(BASE + "[maintenance]\norphan_min_age_s = 121\nsort_order = \"id DESC\""))
+    cfg = config_mod.parse(tomllib.loads(BASE + "[maintenance]\norphan_min_age_s = 121\nsort_order = \"id DESC\""))
     assert replace(cfg.maintenance, orphan_min_age_s=121.0) == cfg.maintenance

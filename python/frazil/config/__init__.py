@@ -5,7 +5,6 @@
 declare each key once; docs/configuration.md lists them, and a test keeps the two in step.
 """
 
-import tomllib  # noqa: F401 - some tests read TOML through frazil.config, as they did before the package
 
 from frazil.config.load import load, parse
 from frazil.config.models import (

@@ -19,7 +19,8 @@ from pyiceberg.exceptions import (
     TableAlreadyExistsError,
 )
 from pyiceberg.io.pyarrow import schema_to_pyarrow
-from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.partitioning import PartitionField as IcebergPartitionField
+from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.name_mapping import create_mapping_from_schema
@@ -52,7 +53,15 @@ from pyiceberg.types import (
     UUIDType,
 )
 
-from frazil.config import OP_COLUMN, CatalogConfig, DynamicConfig, MaintenanceConfig, TableConfig
+from frazil.config import (
+    OP_COLUMN,
+    CatalogConfig,
+    ColumnType,
+    DynamicConfig,
+    MaintenanceConfig,
+    PartitionField,
+    TableConfig,
+)
 from frazil.errors import CatalogUnavailable, ConfigError, TableMissingError
 from frazil.flow import retry
 from frazil.iceberg import mutations
@@ -168,12 +177,11 @@ def _writable(cfg: CatalogConfig, key: str, folder: Path, database: Path | None)
                               "it at a folder that is writable")
 
 
-def _iceberg_type(name: str) -> IcebergType:
-    if name in _PRIMITIVES:
-        return _PRIMITIVES[name]
-    m = re.match(r"decimal\((\d+), (\d+)\)", name)
-    assert m, name  # config.py validated it
-    return DecimalType(int(m.group(1)), int(m.group(2)))
+def _iceberg_type(t: ColumnType) -> IcebergType:
+    if t.kind == "decimal":
+        assert t.precision is not None and t.scale is not None   # a decimal always has both
+        return DecimalType(t.precision, t.scale)
+    return _PRIMITIVES[t.kind]
 
 
 def staging(table: TableConfig) -> bool:
@@ -213,50 +221,36 @@ def sort_order_for(schema: Schema, sort_order: str) -> SortOrder:
     return SortOrder(*fields) if fields else UNSORTED_SORT_ORDER
 
 
-def _transform(name: str, arg: str | None) -> Transform:  # type: ignore[type-arg]
+def _transform(field: PartitionField) -> Transform:  # type: ignore[type-arg]
     simple: dict[str, Transform] = {  # type: ignore[type-arg]
         "identity": IdentityTransform(), "year": YearTransform(), "month": MonthTransform(),
         "day": DayTransform(), "hour": HourTransform()}
-    if name in simple:
-        return simple[name]
-    width = int(arg or 0)
-    return BucketTransform(width) if name.startswith("bucket") else TruncateTransform(width)
+    if field.transform in simple:
+        return simple[field.transform]
+    assert field.width is not None   # bucket[N] and truncate[W]: the config checked N and W
+    return BucketTransform(field.width) if field.transform == "bucket" else TruncateTransform(field.width)
 
 
-_FITS = {  # the primitive Iceberg types each partition transform takes (config.py has the same by name)
-    "year": (DateType, TimestampType, TimestamptzType), "month": (DateType, TimestampType, TimestamptzType),
-    "day": (DateType, TimestampType, TimestamptzType), "hour": (TimestampType, TimestamptzType),
-    "bucket": (IntegerType, LongType, DecimalType, DateType, TimeType, TimestampType, TimestamptzType, StringType,
-               UUIDType, BinaryType),
-    "truncate": (IntegerType, LongType, DecimalType, StringType, BinaryType),
-}
-
-
-def check_spec_fits(schema: Schema, partition_by: tuple[str, ...], table: str) -> None:
+def check_spec_fits(schema: Schema, partition_by: tuple[PartitionField, ...], table: str) -> None:
     """Each partition transform names a top-level primitive column of a type it applies to (for a
     schema inferred from records, where the config could not check it)."""
     columns = {f.name: f.field_type for f in schema.fields}
-    for spec in partition_by:
-        m = re.match(r"^(\w+)(?:\[(\d+)\])?\((\w+)\)$", spec)
-        name, column = (m.group(1), m.group(3)) if m else ("identity", spec)
-        column_type = columns.get(column)
+    for field in partition_by:
+        column_type = columns.get(field.source)
         if column_type is None or not column_type.is_primitive:
-            raise ConfigError(f"{table}: partition_by entry {spec!r} needs a top-level column {column!r} of a "
-                              f"primitive type; the table would have {', '.join(columns)}")
-        allowed = _FITS.get(name)
-        if allowed is not None and not isinstance(column_type, allowed):
-            raise ConfigError(f"{table}: partition_by entry {spec!r}: {name}() does not apply to {column!r}, a "
-                              f"{column_type} column")
+            raise ConfigError(f"{table}: partition_by entry {str(field)!r} needs a top-level column {field.source!r} of "
+                              f"a primitive type; the table would have {', '.join(columns)}")
+        if not field.applies_to(str(column_type)):
+            raise ConfigError(f"{table}: partition_by entry {str(field)!r}: {field.transform}() does not apply to "
+                              f"{field.source!r}, a {column_type} column; it takes {', '.join(field.takes)}")
 
 
-def spec_for(schema: Schema, partition_by: tuple[str, ...]) -> PartitionSpec:
+def spec_for(schema: Schema, partition_by: tuple[PartitionField, ...]) -> PartitionSpec:
     fields = []
-    for i, spec in enumerate(partition_by):
-        m = re.match(r"^(\w+)(?:\[(\d+)\])?\((\w+)\)$", spec)
-        name, arg, column = (m.group(1), m.group(2), m.group(3)) if m else ("identity", None, spec)
-        source = schema.find_field(column)
-        field_name = column if name == "identity" else f"{column}_{name}"
-        fields.append(PartitionField(source.field_id, 1000 + i, _transform(name, arg), field_name))
+    for i, field in enumerate(partition_by):
+        source = schema.find_field(field.source)
+        name = field.source if field.transform == "identity" else f"{field.source}_{field.transform}"
+        fields.append(IcebergPartitionField(source.field_id, 1000 + i, _transform(field), name))
     return PartitionSpec(*fields)
 
 
