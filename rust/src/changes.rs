@@ -10,6 +10,8 @@ use std::fmt;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
+use crate::buffer::twice;
+
 /// How change records are read.
 #[derive(Debug, Clone, Default)]
 pub struct Spec {
@@ -58,15 +60,21 @@ pub fn split<'a>(value: &'a [u8], spec: &Spec) -> Change<'a> {
         return Change::Upsert(text.as_bytes());
     }
     let op_field = spec.op.join(".");
-    let op = match find(&entries, &spec.op).and_then(scalar) {
-        Ok(Some(op)) => op,
-        Ok(None) => {
-            return bad(
-                &op_field,
-                &format!("the change record has no operation field {op_field:?} (or it is null); {}", expected(spec)),
-            )
-        }
-        Err(reason) => return bad(&op_field, &reason),
+    let op = match find(&entries, &spec.op) {
+        Err((field, reason)) => return bad(&field, &reason),
+        Ok(raw) => match scalar(raw) {
+            Ok(Some(op)) => op,
+            Ok(None) => {
+                return bad(
+                    &op_field,
+                    &format!(
+                        "the change record has no operation field {op_field:?} (or it is null); {}",
+                        expected(spec)
+                    ),
+                )
+            }
+            Err(reason) => return bad(&op_field, &reason),
+        },
     };
     let (path, upsert) = if spec.upsert_ops.contains(&op) {
         (&spec.after, true)
@@ -91,7 +99,7 @@ pub fn split<'a>(value: &'a [u8], spec: &Spec) -> Change<'a> {
         }
         Ok(Some(_)) => bad(&field, &format!("the row of operation {op:?} must be a JSON object")),
         Ok(None) => bad(&field, &format!("operation {op:?} needs its row in {field:?}, which is missing or null")),
-        Err(reason) => bad(&field, &reason),
+        Err((at, reason)) => bad(&at, &reason),
     }
 }
 
@@ -123,20 +131,27 @@ fn unwrapped<'a>(entries: &Entries<'a>, spec: &Spec) -> Option<&'a str> {
     payload.filter(|p| schema && p.trim_start().starts_with('{'))
 }
 
-fn find<'a>(entries: &Entries<'a>, path: &[String]) -> Result<Option<&'a RawValue>, String> {
-    let Some((first, rest)) = path.split_first() else {
-        return Ok(None);
-    };
-    let Some((_, raw)) = entries.iter().find(|(k, _)| k == first) else {
-        return Ok(None);
-    };
-    if rest.is_empty() {
-        return Ok(Some(*raw));
+/// The value at `path`; None when a step is missing, or holds no object to go on into. A key on
+/// the way that the object has twice is an error (its dotted path, and why): which of the two
+/// would be a silent choice.
+fn find<'a>(top: &Entries<'a>, path: &[String]) -> Result<Option<&'a RawValue>, (String, String)> {
+    let mut inner: Option<Entries<'a>> = None;
+    for (depth, step) in path.iter().enumerate() {
+        let at = || path[..=depth].join(".");
+        let mut found = inner.as_ref().unwrap_or(top).iter().filter(|(k, _)| k == step).map(|(_, raw)| *raw);
+        let Some(raw) = found.next() else { return Ok(None) };
+        if found.next().is_some() {
+            return Err((at(), twice(depth == 0).to_string()));
+        }
+        if depth + 1 == path.len() {
+            return Ok(Some(raw));
+        }
+        if !raw.get().trim_start().starts_with('{') {
+            return Ok(None);
+        }
+        inner = Some(entries(raw.get()).map_err(|reason| (at(), reason))?);
     }
-    if !raw.get().trim_start().starts_with('{') {
-        return Ok(None);
-    }
-    find(&self::entries(raw.get())?, rest)
+    Ok(None)
 }
 
 /// A scalar as text (a string as it is, a number or boolean as its JSON text); None for null.
@@ -257,6 +272,31 @@ mod tests {
         assert!(text(split(br#"{"op": "c"} {"op": "c"}"#, &s)).starts_with("BAD : not one JSON object"));
         assert!(text(split(b"[1]", &s)).starts_with("BAD : not one JSON object"));
         assert!(text(split(b"\xff", &s)).starts_with("BAD : the value is not UTF-8"));
+    }
+
+    #[test]
+    fn a_key_the_change_is_read_by_that_appears_twice_is_a_bad_change_naming_it() {
+        let s = debezium();
+        for (value, field, top_level) in [
+            (&br#"{"op": "c", "after": {"id": 1}, "op": "d"}"#[..], "op", true),
+            (br#"{"op": "c", "after": {"id": 1}, "after": {"id": 2}}"#, "after", true),
+            (br#"{"op": "d", "before": {"id": 1}, "\u0062efore": {"id": 2}}"#, "before", true),
+            (br#"{"schema": {}, "payload": {"op": "c", "op": "c", "after": {"id": 1}}}"#, "op", true),
+        ] {
+            let got = split(value, &s);
+            assert_eq!(got, Change::Bad { field: field.into(), reason: twice(top_level).into() }, "{value:?}");
+        }
+        let nested = Spec { op: path("meta.kind"), upsert_ops: vec!["I".into()], ..Spec::default() };
+        for (value, field, top_level) in [
+            (&br#"{"meta": {"kind": "I", "kind": "D"}}"#[..], "meta.kind", false),
+            (br#"{"meta": {"kind": "I"}, "meta": {"kind": "D"}}"#, "meta", true),
+        ] {
+            let got = split(value, &nested);
+            assert_eq!(got, Change::Bad { field: field.into(), reason: twice(top_level).into() }, "{value:?}");
+        }
+        // keys the change is not read by are the row's own: the buffer that decodes it names them
+        let v = br#"{"op": "c", "after": {"id": 1, "id": 2}, "ts_ms": 1, "ts_ms": 2}"#;
+        assert_eq!(text(split(v, &s)), r#"U {"id": 1, "id": 2}"#);
     }
 
     #[test]

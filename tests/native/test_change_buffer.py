@@ -94,3 +94,16 @@ def test_a_tombstones_key_becomes_the_identifier_columns() -> None:
     assert json.loads(key_row(b"user-1", ["name"], True)) == {"name": "user-1"}
     assert json.loads(key_row(b'{"a": 1, "b": "x"}', ["a", "b"], True)) == {"a": 1, "b": "x"}
     assert key_row(b"42", ["a", "b"], True) == b"null"   # a bad record: which column would 42 be?
+
+
+def test_a_key_twice_in_a_change_is_a_bad_change_naming_it_and_the_rest_is_kept() -> None:
+    buf = ChangeBuffer(SCHEMA, ChangesConfig("cdc", **DEBEZIUM), ["id"])
+    problems = buf.append("t", 0, [
+        Rec(0, b'{"op": "c", "after": {"id": 1}, "op": "d", "before": {"id": 1}}'),   # which operation?
+        Rec(1, b'{"op": "c", "after": {"id": 2, "name": "a", "id": 3}}'),              # which id?
+        Rec(2, debezium("c", None, {"id": 4, "name": "kept"})),
+    ])
+    twice = "appears twice in the record; a value is stored as sent, so the producer must send each field once"
+    assert [(p.offset, p.field, p.reason) for p in problems] == [(0, "op", twice), (1, "id", twice)]
+    rows = buf.drain()
+    assert rows is not None and rows.column("id").to_pylist() == [4]

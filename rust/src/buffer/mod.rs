@@ -18,6 +18,7 @@ mod unique;
 mod validate;
 
 pub use align::ALIGNMENT;
+pub(crate) use unique::twice;
 pub(crate) use validate::explain_syntax;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
