@@ -185,3 +185,45 @@ async def test_a_restart_fetches_no_record_every_table_taking_it_already_holds(t
     assert sorted([o for (_, _, o) in landed["db.kind_x"]] + [o for (_, _, o) in landed["db.kind_y"]]) == list(
         range(len(logs[("d", 0)])))
     assert {n for counts_ in landed.values() for n in counts_.values()} == {1}
+
+
+ROUTED = """
+[pipeline]
+name = "p"
+commit_interval_s = 0.2
+
+[kafka]
+bootstrap_servers = "127.0.0.1:1"
+topics = ["t"]
+
+[catalog]
+properties = {{ uri = "sqlite:///{dir}/catalog.db", warehouse = "file://{dir}/warehouse" }}
+
+[maintenance]
+enabled = false
+
+[[tables]]
+name = "db.eu"
+route_field = "region"
+route = "eu"
+columns = [{{name = "id", type = "long", required = true}}, {{name = "region", type = "string"}}]
+"""
+
+
+async def test_records_no_table_takes_at_the_end_are_not_read_again_after_a_restart(tmp_path: Path) -> None:
+    """A cycle whose records all went to no table lands no data, so no commit carried the
+    watermark past them: it is kept in a table property on its own, and a restart starts after them."""
+    path = tmp_path / "frazil.toml"
+    path.write_text(ROUTED.format(dir=tmp_path))
+    cfg = support.load(path)
+    logs = {("t", 0): json_records([{"id": i, "region": "eu"} for i in range(40)])}
+    source = FakeSource(logs, per_fetch=40)
+    await run_until(cfg, source, source.read_to_end)
+    # then only records no table takes: no cycle lands data
+    logs[("t", 0)] += json_records([{"id": i, "region": "us"} for i in range(40, 100)], first=40)
+    source = FakeSource(logs, per_fetch=25)
+    await run_until(cfg, source, source.read_to_end)
+    assert sorted(o for _, _, o in counts(cfg, "db.eu")) == list(range(40))
+    again = FakeSource(logs, per_fetch=40)
+    await run_until(cfg, again, lambda: again.joined, timeout=30)
+    assert again.fetched == [], again.fetched

@@ -60,7 +60,7 @@ from frazil.flow.outage import Outage
 from frazil.iceberg.committer import CommitResult, Committer
 from frazil.iceberg.datafiles import from_ref
 from frazil.iceberg.mutations import KeyIndex
-from frazil.iceberg.offsets import Range
+from frazil.iceberg.offsets import Range, encode, merge_progress
 from frazil.metrics import Metrics
 from frazil.txlog import Journal
 from frazil.txlog import records as txrecords
@@ -80,6 +80,8 @@ class Channel(Protocol):
 
 # (what to commit, commit id, VTTS or None); blocking, run in a worker thread
 CommitTable = Callable[[TableCommit, str, int | None], CommitResult]
+# stores the pipeline's watermark in a table, without data (blocking); the table's name, or None: no table yet
+KeepProgress = Callable[[dict[TopicPartition, int]], str | None]
 
 
 class DeadLetters(Protocol):
@@ -94,14 +96,16 @@ class Coordinator:
                  commit_table: CommitTable, *, timeout_s: float, clock_ms: Callable[[], int] | None = None,
                  fence: bool = True, outage_timeout_s: float = 900.0, metrics: Metrics | None = None,
                  senders: int | None = None, dead_letters: DeadLetters | None = None,
-                 journal: Journal | None = None) -> None:
+                 journal: Journal | None = None, keep_progress: KeepProgress | None = None) -> None:
         """``partitions``: every source partition a cycle waits for (or a function giving them at
         each cycle's start: in single mode, the local worker's assignment). ``fence=False`` only for
         the test that shows what the generation check prevents. A table whose commits keep failing
         for ``outage_timeout_s`` stops the coordinator (rule 8). ``dead_letters``: where a landed
         commit's bad records go (``on_bad_record = "dead_letter"``); ``journal`` (single mode): the
         process's transaction log, whose landed commits' bad records not yet sent are sent at start
-        (in distributed mode the next coordinator finishes the open cycle, and sends them then)."""
+        (in distributed mode the next coordinator finishes the open cycle, and sends them then).
+        ``keep_progress``: stores the pipeline's watermark in a table when a cycle moved it without
+        landing data anywhere (its records went to no table), so it is not left behind them."""
         self._channel, self._pipeline = channel, pipeline
         self._partitions: Callable[[], frozenset[TopicPartition]] = (
             partitions if callable(partitions) else (lambda: partitions))
@@ -114,6 +118,8 @@ class Coordinator:
         self._last_offset: int | None = None   # the last control-topic offset this coordinator handled
         self._requested: str | None = None     # a CommitRequest read while a cycle was running
         self._last_start_ms: int | None = None
+        self._keep_progress = keep_progress
+        self._kept: dict[TopicPartition, int] = {}   # the watermark as this coordinator last stored it
 
     async def recover(self) -> bool:
         """Read what the last coordinator left; finish its open cycle if there is one. Returns
@@ -274,6 +280,12 @@ class Coordinator:
             results.append(result)
             await self._send_landed(state.commit_id, table, result)
             events.append(CommitToTable(state.commit_id, table.table, result.snapshot_id, vtts))
+        landed = state.progress(landed=True)
+        if tables and len(results) == len(tables):
+            self._kept = merge_progress(self._kept, landed)   # the cycle's last commit kept it
+        elif not tables and self._keep_progress is not None and any(
+                o > self._kept.get(tp, -1) for tp, o in landed.items()):
+            await self._keep(state.commit_id, landed)
         for table in state.seals():
             result = await self._seal(state.commit_id, table)
             if result.found:
@@ -294,6 +306,23 @@ class Coordinator:
             await self._channel.commit_position(self._last_offset + 1)
         return results
 
+
+    async def _keep(self, commit_id: str, progress: dict[TopicPartition, int]) -> None:
+        """A cycle whose records all went to no table (routing took none of them) landed nothing,
+        so no commit carried the watermark past them: store it on its own (a table property, no
+        snapshot). It is only a hint for restarts (rule 2 with several tables): failing to store it
+        costs reading those records again, so a failure is logged, not raised."""
+        assert self._keep_progress is not None
+        try:
+            table = await asyncio.to_thread(self._keep_progress, progress)
+        except Exception as exc:  # noqa: BLE001 - a hint that could not be stored: the next cycle tries again
+            log.warning("commit %s: landed no data; could not store the pipeline's watermark (%s: %s); a restart "
+                        "reads those records again", commit_id, type(exc).__name__, exc)
+            return
+        if table is not None:
+            self._kept = merge_progress(self._kept, progress)
+            log.info("commit %s: no table took the cycle's records; the pipeline's watermark is kept in %s: %s",
+                     commit_id, table, encode(progress))
 
     async def _seal(self, commit_id: str, table: TableCommit) -> CommitResult:
         """Seal ``commit_id`` in ``table`` (``CommitState.seals``). Retried through a catalog outage

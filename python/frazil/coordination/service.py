@@ -39,7 +39,8 @@ from frazil.coordination.dead_letters import DeadLetterSink
 from frazil.coordination.mode import Mode, election_partition, for_config
 from frazil.errors import KafkaUnavailable, NotFound
 from frazil.flow import retry
-from frazil.iceberg.committer import CommitResult
+from frazil.iceberg import catalog as iceberg_catalog
+from frazil.iceberg.committer import CommitResult, Committer
 from frazil.metrics import Metrics
 from frazil.status import partitions, source_topics
 from frazil.txlog import Journal
@@ -71,6 +72,20 @@ class CoordinatorService:
 
     def _leads(self) -> bool:
         return self._mode.leads(self._assignment(), self._election)
+
+    def _keep_progress(self, progress: dict[TopicPartition, int]) -> str | None:
+        """Blocking. Store the pipeline's watermark in its first table that exists (the declared
+        ones in order, then those the records named); the table's name, or None when there is none."""
+        cfg = self._cfg
+        names = [t.name for t in cfg.tables]
+        if cfg.dynamic is not None:
+            names += [n for n in iceberg_catalog.dynamic_tables(self._catalog, cfg.dynamic) if n not in names]
+        for name in names:
+            if not self._catalog.table_exists(name):
+                continue
+            Committer(self._catalog, name, cfg.pipeline, max_attempts=cfg.max_commit_attempts).keep_progress(progress)
+            return name
+        return None
 
     async def _refresh(self, stop: asyncio.Event) -> None:
         """Distributed mode with a topic pattern: list the matching topics and their partitions
@@ -172,7 +187,8 @@ class CoordinatorService:
                                       timeout_s=cfg.coordination.commit_timeout_s, fence=self._fence,
                                       outage_timeout_s=cfg.outage_timeout_s, metrics=self._metrics,
                                       senders=mode.senders, dead_letters=dead_letters,
-                                      journal=self._journal if mode.keeps_dead_letters else None)
+                                      journal=self._journal if mode.keeps_dead_letters else None,
+                                      keep_progress=self._keep_progress)
             if self._metrics is not None:
                 self._metrics.coordinator.set(1)
             self.leading = True

@@ -355,6 +355,28 @@ class Committer:
             f"{type(last_error).__name__}: {last_error}. Nothing was committed; check the catalog and restart."
         ) from last_error
 
+    def keep_progress(self, progress: Mapping[TopicPartition, int]) -> bool:
+        """Store the pipeline's watermark in this table's properties without data (no snapshot: the
+        offsets do not move), merged with what it holds (a watermark only moves up). For a cycle
+        that landed no data anywhere. Whether it was stored (False: the table already held it)."""
+        last_error: Exception | None = None
+        for attempt in retry.attempts(self._max_attempts, self._backoff, self._sleep):
+            table = self.load()
+            held = self.held(table).progress
+            merged = offsets.merge_progress(held, progress)
+            if merged == held:
+                return False
+            tx = transaction(table)
+            tx.set_properties({offsets.progress_key(self._pipeline): offsets.encode(merged)})
+            try:
+                tx.commit_transaction()
+                return True
+            except CommitFailedException as exc:   # another commit landed meanwhile: merge with it
+                last_error = exc
+                log.info("table %s: the watermark's commit met another one (attempt %d/%d); again", self._table_name,
+                         attempt, self._max_attempts)
+        raise CommitFailed(f"could not store the watermark in {self._table_name}: {last_error}") from last_error
+
     def seal(self, commit_id: str, *, reason: str) -> CommitResult:
         """Close ``commit_id`` in this table for good: once this returns, no commit of that id can
         land here. A coordinator that takes over an open cycle and ends it without committing it
