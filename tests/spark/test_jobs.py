@@ -12,7 +12,8 @@ from pyiceberg.catalog import Catalog
 
 from frazil.config import CatalogConfig, MaintenanceConfig
 from frazil.iceberg import offsets
-from frazil.iceberg.committer import Committer, find_commit
+from frazil.iceberg.commits import find_commit
+from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import Range
 from frazil.spark.jobs import TableJobs
 from frazil.spark.schedule import FULL_RUN, Job

@@ -114,7 +114,8 @@ def move_offsets(cfg: config_mod.Config, args: argparse.Namespace) -> int:
     when dead letters are off); ``offsets --reset TOPIC:PARTITION=OFFSET``: move one table's offset
     forward, skipping every record before it. Both after a confirmation, kept in the table with who
     and why, and logged. ``--from-group GROUP``: every partition at once, to a group's offsets."""
-    from frazil.iceberg.committer import Committer, refuse_backward_reset, refuse_passed_skip
+    from frazil.iceberg.commits import refuse_backward_reset, refuse_passed_skip
+    from frazil.iceberg.committer import Committer
     from frazil.status import end_offsets
 
     if sum(map(bool, (args.reset, args.skip, args.from_group))) > 1:

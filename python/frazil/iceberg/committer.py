@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -27,16 +26,25 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.manifest import DataFile
-from pyiceberg.table import Table, TableProperties, Transaction
-from pyiceberg.table.snapshots import Snapshot, ancestors_of
-from pyiceberg.typedef import Record
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import ancestors_of
 
 from frazil import faults
 from frazil.errors import CommitFailed, CommitOutcomeUnknown, FrazilError, OffsetGapError, OffsetOverlapError
 from frazil.flow import retry
 from frazil.iceberg import mutations, offsets, writes
+from frazil.iceberg.commits import (
+    delete_files,
+    find_commit,
+    refuse_backward_reset,
+    refuse_passed_skip,
+    seal_of,
+    table_lock,
+    transaction,
+)
 from frazil.iceberg.offsets import Range, TopicPartition, Verdict
-from frazil.iceberg.pyiceberg_patches import history, manifest_merge
+from frazil.iceberg.pyiceberg_patches import manifest_merge
+from frazil.iceberg.pyiceberg_patches.row_delta import RowDelta
 
 log = logging.getLogger(__name__)
 
@@ -59,115 +67,6 @@ class CommitResult:
     delete_files: int = 0     # the table's live delete files after this commit (for maintenance)
     index_keys: int = 0       # keyed tables: keys in the key index after this commit, and its heap
     index_bytes: int = 0
-
-
-@dataclass(frozen=True)
-class _Changes:
-    """A keyed table's commit: the keys of its new data files (with their Kafka metadata, in row
-    order) and of its key files, read once for all attempts."""
-
-    rows: list[tuple[str, pa.Table]]
-    deletes: list[pa.Table]
-    files: dict[str, tuple[int, Record]]   # each new data file's spec id and partition
-
-    @staticmethod
-    def read(table: Table, files: Sequence[DataFile], keys: Sequence[DataFile], identifiers: Sequence[str]) -> _Changes:
-        columns = [*identifiers, mutations.PARTITION, mutations.OFFSET]
-        return _Changes([(f.file_path, mutations.read_columns(table.io, f.file_path, columns)) for f in files],
-                        [mutations.read_columns(table.io, f.file_path, columns) for f in keys],
-                        {f.file_path: (_spec_id(f, table), f.partition) for f in files})
-
-
-def delete_files(table: Table) -> int:
-    """The table's live delete files, from its current snapshot's summary."""
-    current = table.current_snapshot()
-    summary = current.summary.additional_properties if current is not None and current.summary is not None else {}
-    return int(summary.get("total-delete-files", "0"))
-
-
-def _spec_id(data_file: DataFile, table: Table) -> int:
-    """A new data file's partition spec; one read back from its footer (recovery) was written for
-    the table's current spec, and pyiceberg leaves it unset."""
-    try:
-        return data_file.spec_id or 0
-    except AttributeError:
-        return table.spec().spec_id
-
-
-_table_locks: dict[str, threading.RLock] = {}
-_table_locks_lock = threading.Lock()
-
-
-def table_lock(table_name: str) -> threading.RLock:
-    """Held by each commit attempt to ``table_name`` in this process, and by its in-process snapshot
-    expiry (``expiry.py``, another thread), so the two never take each other's compare-and-swap.
-    Reentrant: a commit made from inside another one on the same thread (a test's stand-in for
-    another writer, at a fault point) goes through, as another process's would."""
-    with _table_locks_lock:
-        return _table_locks.setdefault(table_name, threading.RLock())
-
-
-def no_inner_retry(table: Table) -> Table:
-    """``table`` as pyiceberg's commit sees it, with its own retry off. On a conflict pyiceberg
-    would re-apply the append and the offsets on the refreshed table and rebuild the
-    requirements, so a range another commit landed meanwhile would land twice. The table's real
-    ``commit.retry.*`` properties are left for other writers: Spark's maintenance commits re-validate
-    on retry, and need retries to get past frazil's frequent commits."""
-    properties = {**table.metadata.properties, TableProperties.COMMIT_NUM_RETRIES: "0"}
-    return Table(table.name(), table.metadata.model_copy(update={"properties": properties}), table.metadata_location,
-                 table.io, table.catalog)
-
-
-def transaction(table: Table) -> Transaction:
-    """A transaction for one of frazil's commits, pyiceberg's own retry off (``no_inner_retry``)."""
-    return no_inner_retry(table).transaction()
-
-
-def refuse_backward_reset(table_name: str, stored: Mapping[TopicPartition, int],
-                          targets: Mapping[TopicPartition, int]) -> None:
-    """Offsets only move forward: a reset at or below a stored offset would land records twice."""
-    back = [f"{t}[{p}] up to {stored[(t, p)]} (asked: {o})" for (t, p), o in sorted(targets.items())
-            if (t, p) in stored and o <= stored[(t, p)]]
-    if back:
-        raise OffsetOverlapError(f"{table_name} holds {', '.join(back)}; a reset there would move it back and land "
-                                 "those records twice. Offsets only move forward")
-
-
-def refuse_passed_skip(table_name: str, stored: Mapping[TopicPartition, int], tp: TopicPartition, offset: int) -> None:
-    """A record below the stored offset was landed or passed: skipping it changes nothing."""
-    if tp in stored and offset < stored[tp]:
-        raise OffsetOverlapError(f"{table_name} already holds {tp[0]}[{tp[1]}] up to {stored[tp]}; the record at "
-                                 f"{offset} was landed or passed, skipping it now changes nothing")
-
-
-def commit_id_of(snapshot: Snapshot) -> str | None:
-    """The frazil commit id in ``snapshot``'s summary, if any."""
-    return snapshot.summary.additional_properties.get(offsets.COMMIT_ID_KEY) if snapshot.summary is not None else None
-
-
-def _with_commit_ids(ids: Mapping[str, int], snapshots: Sequence[Snapshot]) -> Mapping[str, int]:
-    added = {commit_id: s.snapshot_id for s in snapshots if (commit_id := commit_id_of(s)) is not None}
-    return {**ids, **added} if ids else added
-
-
-# Each attempt looks for its id among every snapshot (reading a summary's properties through
-# pydantic cost 0.25 ms a call at 100 snapshots), and the table's next metadata only appends to the
-# history: the ids are kept per table and extended with the new snapshots (history.Folded), so each
-# snapshot's id is read once, and again only after expiry or a rollback.
-_commit_ids: history.Folded[Mapping[str, int]] = history.Folded({}, _with_commit_ids)
-
-
-def find_commit(table: Table, commit_id: str) -> int | None:
-    """The snapshot id that carries ``commit_id`` in its summary, if the table has one (the newest
-    such snapshot)."""
-    return _commit_ids.of(table.metadata).get(commit_id)
-
-
-def seal_of(table: Table, snapshot_id: int) -> str | None:
-    """Why snapshot ``snapshot_id`` sealed its commit id (``Committer.seal``), or None: it landed data."""
-    snapshot = table.snapshot_by_id(snapshot_id)
-    summary = snapshot.summary.additional_properties if snapshot is not None and snapshot.summary is not None else {}
-    return summary.get(offsets.SEALED_KEY)
 
 
 class Committer:
@@ -213,7 +112,7 @@ class Committer:
         try:
             table = table or self.load()
             return writes.data_files(table.metadata, data, table.io)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise CommitFailed(f"could not write data files for {self._table_name}: "
                                        f"{type(exc).__name__}: {exc}; nothing was committed") from exc
 
@@ -221,7 +120,7 @@ class Committer:
         """A keyed table's deletes as a key file (travels like a data file, never committed)."""
         try:
             return mutations.key_file(table, keys)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise CommitFailed(f"could not write the key file of deletes for {self._table_name}: "
                                        f"{type(exc).__name__}: {exc}; nothing was committed") from exc
 
@@ -248,7 +147,7 @@ class Committer:
         keys = [f for f in files if mutations.is_key_file(f.file_path)]
         files = [f for f in files if not mutations.is_key_file(f.file_path)]
         rows = sum(f.record_count for f in files)
-        changes: _Changes | None = None   # a keyed table's new keys, read once
+        changes: mutations.NewKeys | None = None   # a keyed table's new keys, read once
         started = time.monotonic()
         last_error: Exception | None = None
         sent = False   # a catalog commit was attempted by this call
@@ -299,13 +198,13 @@ class Committer:
                         if not identifiers:
                             raise FrazilError(f"commit {commit_id}: {self._table_name} is not keyed ({mutations.MODE_PROPERTY}"
                                               " is not upsert or cdc) but the commit carries deletes; nothing was committed")
-                        changes = changes or _Changes.read(table, files, keys, identifiers)
+                        changes = changes or mutations.NewKeys.read(table, files, keys, identifiers)
                         delta, deletes = self._plan(table, identifiers, changes)
                     else:
                         deletes = []
                     tx = transaction(table)
                     if deletes:
-                        row_delta = mutations.RowDelta(tx, summary)
+                        row_delta = RowDelta(tx, summary)
                         with row_delta:
                             for data_file in files:
                                 row_delta.append_data_file(data_file)
@@ -489,7 +388,7 @@ class Committer:
         log.warning("table %s: %s[%d]@%d will be skipped by pipeline %s, as %s said (%s)", self._table_name, tp[0], tp[1],
                     offset, self._pipeline, by, reason)
 
-    def _plan(self, table: Table, identifiers: tuple[str, ...], changes: _Changes
+    def _plan(self, table: Table, identifiers: tuple[str, ...], changes: mutations.NewKeys
               ) -> tuple[mutations.Plan, list[DataFile]]:
         """The position deletes of a keyed table's commit, planned against ``table`` as loaded."""
         index = self._indexes.get(self._table_name)

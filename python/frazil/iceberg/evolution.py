@@ -40,7 +40,7 @@ from pyiceberg.types import (
 
 from frazil.errors import EvolutionError
 from frazil.iceberg import inference
-from frazil.iceberg.committer import no_inner_retry
+from frazil.iceberg.commits import no_inner_retry
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ from pyiceberg.table.update import AssertRefSnapshotId, RemoveSnapshotsUpdate
 
 from frazil import faults
 from frazil.config import MaintenanceConfig
-from frazil.iceberg.committer import table_lock
+from frazil.iceberg.commits import table_lock
 from frazil.iceberg.pyiceberg_patches import manifest_lists
 from frazil.spark.schedule import expire_before
 

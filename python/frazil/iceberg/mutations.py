@@ -12,7 +12,7 @@ one snapshot (docs/position-deletes.md). No equality deletes: pyiceberg cannot r
   not seen (a compaction, another writer, a restart): then positions are never stale.
 - :func:`plan` decides, for one commit attempt, which positions to delete: the committed row of
   every key the new files touch, and the older of two changes to one key in new files of
-  different workers. :func:`write_position_deletes` writes them; :class:`RowDelta` commits data
+  different workers. :func:`write_position_deletes` writes them; ``pyiceberg_patches.row_delta.RowDelta`` commits data
   and deletes in one snapshot (a pyiceberg snapshot producer: ``pyiceberg_patches/row_delta.py``).
 """
 
@@ -37,9 +37,6 @@ from pyiceberg.typedef import Record
 
 from frazil import _native
 from frazil.iceberg import offsets
-# the snapshot producer is a change to pyiceberg internals (pyiceberg_patches/row_delta.py); named here
-# as part of this module's story, and for the committer's ``mutations.RowDelta``
-from frazil.iceberg.pyiceberg_patches.row_delta import RowDelta as RowDelta
 
 log = logging.getLogger(__name__)
 
@@ -331,3 +328,29 @@ def key_file_ref(table: Table, path: str, rows: int | None = None, size: int | N
         upper_bounds={}, key_metadata=None, split_offsets=None, equality_ids=None, sort_order_id=None)
     ref.spec_id = spec.spec_id
     return ref
+
+
+@dataclass(frozen=True)
+class NewKeys:
+    """A keyed table's commit: the keys of its new data files (with their Kafka metadata, in row
+    order) and of its key files, read once for all attempts."""
+
+    rows: list[tuple[str, pa.Table]]
+    deletes: list[pa.Table]
+    files: dict[str, tuple[int, Record]]   # each new data file's spec id and partition
+
+    @staticmethod
+    def read(table: Table, files: Sequence[DataFile], keys: Sequence[DataFile], identifiers: Sequence[str]) -> NewKeys:
+        columns = [*identifiers, PARTITION, OFFSET]
+        return NewKeys([(f.file_path, read_columns(table.io, f.file_path, columns)) for f in files],
+                        [read_columns(table.io, f.file_path, columns) for f in keys],
+                        {f.file_path: (_spec_id(f, table), f.partition) for f in files})
+
+
+def _spec_id(data_file: DataFile, table: Table) -> int:
+    """A new data file's partition spec; one read back from its footer (recovery) was written for
+    the table's current spec, and pyiceberg leaves it unset."""
+    try:
+        return data_file.spec_id or 0
+    except AttributeError:
+        return table.spec().spec_id

@@ -19,7 +19,8 @@ from pyiceberg.catalog import Catalog
 
 from frazil.config import MaintenanceConfig
 from frazil.iceberg import expiry
-from frazil.iceberg.committer import CommitResult, delete_files
+from frazil.iceberg.commits import delete_files
+from frazil.iceberg.committer import CommitResult
 from frazil.iceberg.expiry import Expired
 from frazil.metrics import Metrics
 from frazil.spark import session
