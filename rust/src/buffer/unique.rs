@@ -1,9 +1,9 @@
 //! Each key once per JSON object. Of two equal keys arrow-json's struct decoder keeps the last
 //! value and its map decoder keeps both entries: either way the row is not what was sent, or not
 //! one value per key. These wrappers of its own decoders refuse such a record first (the buffer's
-//! slow path then names it), at the cost of one look at each key: the field that followed the
-//! previous key in the last object is tried first, as in `fast.rs`, so keys in the producer's
-//! usual order cost one comparison each.
+//! slow path then names it), at the cost of one comparison a key while the producer keeps its
+//! order: an object whose keys come in the order of the last one (or a prefix of it) has each
+//! once, since that one had.
 //!
 //! A value that `validate::check` parses (reported unknown fields, case folding, an escaped
 //! surrogate) is parsed by [`parse_unique`], which refuses a repeated key at any depth: such a
@@ -43,12 +43,16 @@ pub(crate) struct UniqueFields {
     /// Wide structs find a field out of order by hash (arrow-json's own threshold).
     index: Option<HashMap<Box<str>, usize>>,
     top_level: bool,
-    /// Per field, the object it was last seen in (`object`): seen in this one when equal.
+    /// The fields of the last object read in full, in its order: `first`, then `next` of each,
+    /// `order` of them, all distinct. An object whose keys are a prefix of it is checked by one
+    /// comparison a key; any other is read in full ([`Self::read`]).
+    first: usize,
+    next: Vec<usize>,
+    order: usize,
+    /// Per field, the object read in full it was last seen in (`object`): seen in this one when
+    /// equal.
     seen: Vec<u32>,
     object: u32,
-    /// After field k, the field that followed it in the last object.
-    next: Vec<usize>,
-    first: usize,
 }
 
 impl UniqueFields {
@@ -57,35 +61,45 @@ impl UniqueFields {
         let names: Vec<Box<str>> = fields.iter().map(|f| f.name().as_str().into()).collect();
         let n = names.len();
         let index = (n >= 16).then(|| names.iter().enumerate().map(|(k, name)| (name.clone(), k)).collect());
-        UniqueFields { inner, names, index, top_level, seen: vec![0; n], object: 0, next: (1..=n).collect(), first: 0 }
-    }
-
-    fn position(&self, name: &str, guess: usize) -> Option<usize> {
-        if self.names.get(guess).is_some_and(|g| **g == *name) {
-            return Some(guess);
-        }
-        match &self.index {
-            Some(index) => index.get(name).copied(),
-            None => self.names.iter().position(|n| **n == *name),
-        }
+        let (next, seen) = (vec![0; n], vec![0; n]);
+        UniqueFields { inner, names, index, top_level, first: 0, next, order: 0, seen, object: 0 }
     }
 
     /// The first field that `tape`'s object at `p` has twice, if any (anything but an object is
     /// left to arrow-json, which says what it expected).
     fn repeated<'t>(&mut self, tape: &Tape<'t>, p: u32) -> Result<Option<&'t str>, ArrowError> {
         let TapeElement::StartObject(end) = tape.get(p) else { return Ok(None) };
+        let (mut cur, mut k, mut n) = (p + 1, self.first, 0);
+        while cur < end {
+            let TapeElement::String(s) = tape.get(cur) else { return Ok(None) };
+            if n == self.order || *self.names[k] != *tape.get_string(s) {
+                return self.read(tape, p, end);
+            }
+            (k, n) = (self.next[k], n + 1);
+            cur = tape.next(cur + 1, "field value")?;
+        }
+        Ok(None)
+    }
+
+    /// [`Self::repeated`] for an object in another order: each key found by name and marked
+    /// seen; the order of its fields is kept for the next objects.
+    fn read<'t>(&mut self, tape: &Tape<'t>, p: u32, end: u32) -> Result<Option<&'t str>, ArrowError> {
         self.object = self.object.wrapping_add(1);
         if self.object == 0 {
             self.seen.fill(0);
             self.object = 1;
         }
-        let mut cur = p + 1;
-        let mut guess = self.first;
+        self.order = 0;
         let mut previous: Option<usize> = None;
+        let mut cur = p + 1;
         while cur < end {
             let TapeElement::String(s) = tape.get(cur) else { return Ok(None) };
             let name = tape.get_string(s);
-            if let Some(k) = self.position(name, guess) {
+            let found = match &self.index {
+                Some(index) => index.get(name).copied(),
+                None => self.names.iter().position(|n| **n == *name),
+            };
+            if let Some(k) = found {
                 if std::mem::replace(&mut self.seen[k], self.object) == self.object {
                     return Ok(Some(name));
                 }
@@ -94,10 +108,11 @@ impl UniqueFields {
                     None => self.first = k,
                 }
                 previous = Some(k);
-                guess = self.next[k];
             }
             cur = tape.next(cur + 1, "field value")?;
         }
+        // the order only now, when no field was repeated: a repeat would break the chain
+        self.order = self.seen.iter().filter(|&&s| s == self.object).count();
         Ok(None)
     }
 }
@@ -405,6 +420,34 @@ mod tests {
         let report = Options { unknown_fields: UnknownFields::Report, ..Options::default() };
         assert_eq!(refused(&values, false, report), (parsed.clone(), 2));
         assert_eq!(refused(&values, true, Options { fold_case: true, ..Options::default() }), (parsed, 2));
+    }
+
+    #[test]
+    fn a_repeat_is_found_whatever_order_the_objects_before_it_came_in() {
+        let values = [
+            r#"{"id": 1, "name": "a", "a": {"b": 1, "c": "x"}}"#,
+            r#"{"id": 2, "name": "b"}"#,
+            r#"{"id": 3, "name": "c", "id": 4}"#,
+            r#"{"name": "d"}"#,
+            r#"{"name": "e", "name": "f"}"#,
+            r#"{"a": {"c": "y", "b": 2}, "id": 5}"#,
+            r#"{"a": {"c": "y", "b": 2, "c": "z"}, "id": 6}"#,
+            r#"{"id": 7, "name": "g", "a": {"b": 1, "c": "x"}}"#,
+            r#"{"id": 8, "name": "h", "a": {"b": 1, "c": "x"}, "name": "i"}"#,
+            r#"{}"#,
+            r#"{"id": 9, "id": 9}"#,
+        ];
+        let top = twice(true).to_string();
+        let want = vec![
+            (2, "id".to_string(), top.clone()),
+            (4, "name".to_string(), top.clone()),
+            (6, "a.c".to_string(), twice(false).to_string()),
+            (8, "name".to_string(), top.clone()),
+            (10, "id".to_string(), top),
+        ];
+        for single_pass in [true, false] {
+            assert_eq!(refused(&values, false, Options { single_pass, ..Options::default() }), (want.clone(), 6));
+        }
     }
 
     #[test]
