@@ -45,7 +45,7 @@ from frazil.daemon import tune_gc  # noqa: E402
 from frazil.iceberg import catalog as iceberg_catalog  # noqa: E402
 from frazil.iceberg.committer import Committer  # noqa: E402
 from frazil.iceberg.offsets import Range  # noqa: E402
-from frazil.ingest.buffer import RecordBuffer  # noqa: E402
+from frazil.buffers.record_buffer import RecordBuffer  # noqa: E402
 from frazil.metrics import Metrics  # noqa: E402
 from frazil.spark import jars, session  # noqa: E402
 from frazil.spark.bulk import SparkWriter  # noqa: E402

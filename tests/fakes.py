@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from frazil import _native
-from frazil.ingest.fetch import Chunk
+from frazil.kafka.fetch import Chunk
 
 TP = tuple[str, int]
 Record = tuple[int, int, bytes | None, bytes | None]   # offset, timestamp (ms), key, value

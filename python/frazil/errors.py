@@ -154,3 +154,19 @@ class BulkWriteError(FrazilError):
     """Spark could not write the batch. Nothing was committed; the cycle retries it."""
 
     retriable = True
+
+
+class BufferFull(FrazilError):
+    """A batch would pass the record buffer's byte cap: nothing of it was taken (it is fetched
+    again once a commit frees room)."""
+
+    retriable = True
+
+
+class UnknownWriterSchemas(FrazilError):
+    """Avro records name writer schemas the buffer has not decided yet (``ids``): nothing was taken;
+    each is fetched and registered (or refused) first."""
+
+    def __init__(self, ids: list[int]) -> None:
+        super().__init__(f"writer schema id(s) {', '.join(map(str, ids))} not registered yet")
+        self.ids = ids

@@ -18,7 +18,7 @@ from frazil.buffers.positions import resume_at
 from frazil.config import Config, KafkaConfig
 from frazil.errors import FrazilError, KafkaUnavailable, NotFound
 from frazil.iceberg.offsets import COMMIT_ID_KEY, PIPELINE_KEY, SEALED_KEY, VTTS_KEY, Held, merge_progress
-from frazil.kafka_clients import connect, options
+from frazil.kafka.clients import connect, options
 
 if TYPE_CHECKING:
     from frazil.ingest.routing import Router

@@ -20,8 +20,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 import support
 from frazil.errors import CorruptBatchError
-from frazil.ingest import fetch
-from frazil.kafka_clients import stop_client
+from frazil.kafka import fetch
+from frazil.kafka.clients import stop_client
 from frazil_dev import kafka_tools
 from frazil_dev.kafka_broker import KafkaBroker
 

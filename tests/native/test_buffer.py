@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from frazil import _native
-from frazil.ingest.buffer import RecordBuffer
+from frazil.buffers.record_buffer import RecordBuffer
 
 
 class Rec:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from frazil.config import DEBEZIUM, ChangesConfig
-from frazil.ingest.changes import ChangeBuffer, key_row
+from frazil.buffers.changes import ChangeBuffer, key_row
 
 SCHEMA = pa.schema([
     pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string()),

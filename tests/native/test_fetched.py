@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from frazil import _native
-from frazil.ingest.buffer import RecordBuffer
-from frazil.ingest.fetch import Chunk
+from frazil.buffers.record_buffer import RecordBuffer
+from frazil.kafka.fetch import Chunk
 
 SCHEMA = pa.schema([
     pa.field("id", pa.int64(), nullable=False),

@@ -18,8 +18,8 @@ from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
 from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import TopicPartition, merge_progress
-from frazil.ingest.buffer import AvroRecordBuffer, RecordBuffer
-from frazil.ingest.changes import ChangeBuffer, staging_buffer_schema
+from frazil.buffers.record_buffer import AvroRecordBuffer, RecordBuffer
+from frazil.buffers.changes import ChangeBuffer, staging_buffer_schema
 from frazil.buffers.conform import conform
 from frazil.buffers.positions import Takers, resume_at
 

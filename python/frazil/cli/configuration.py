@@ -31,7 +31,7 @@ def _keyed(table: config_mod.TableConfig) -> str:
 
 
 def check(args: argparse.Namespace) -> int:
-    from frazil import kafka_clients
+    from frazil.kafka import clients as kafka_clients
 
     cfg = config_mod.load(args.config)
     kafka_clients.options(cfg.kafka)   # the TLS files load (a CA that is not PEM is a config error)

@@ -29,7 +29,7 @@ from frazil.events import codec
 from frazil.config import KafkaConfig
 from frazil.events.payloads import Event, Payload
 from frazil.flow import retry
-from frazil.kafka_clients import close_quietly, connect, delivered, options, stop_client
+from frazil.kafka.clients import close_quietly, connect, delivered, options, stop_client
 
 log = logging.getLogger(__name__)
 

@@ -34,10 +34,10 @@ from frazil.config import KafkaConfig
 from frazil.coordination.channel import MAX_EVENT_BYTES, ensure_topic
 from frazil.errors import FrazilError, KafkaUnavailable
 from frazil.events.payloads import DeadLetter
-from frazil.ingest import fetch
-from frazil.ingest.fetch import Record
-from frazil.kafka_clients import close_quietly, connect, options
-from frazil.kafka_clients import delivered as all_delivered
+from frazil.kafka import fetch
+from frazil.kafka.fetch import Record
+from frazil.kafka.clients import close_quietly, connect, options
+from frazil.kafka.clients import delivered as all_delivered
 from frazil.metrics import Metrics
 from frazil.flow import retry
 

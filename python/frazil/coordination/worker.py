@@ -60,7 +60,7 @@ from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import mutations
 from frazil.iceberg.datafiles import to_ref
 from frazil.iceberg.offsets import Range, TopicPartition
-from frazil.ingest import changes
+from frazil.buffers import changes
 from frazil.metrics import Metrics, Stats
 from frazil.spark.bulk import SparkWriter
 from frazil.txlog import Journal

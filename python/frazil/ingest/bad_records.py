@@ -13,14 +13,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from frazil.ingest.buffer import RecordProblem
+from frazil.buffers.record_buffer import RecordProblem
 from frazil.buffers.state import Buffers
 from frazil.buffers.targets import Target
 from frazil.config import Config
 from frazil.errors import RecordDecodeError
 from frazil.events.payloads import DeadLetter
 from frazil.iceberg.offsets import TopicPartition
-from frazil.ingest.fetch import Record
+from frazil.kafka.fetch import Record
 from frazil.metrics import Metrics, Stats
 
 log = logging.getLogger(__name__)

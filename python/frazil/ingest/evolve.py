@@ -18,17 +18,16 @@ from collections.abc import Callable, Sequence
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
-from frazil import _native
 from frazil.buffers.state import Buffers
 from frazil.buffers.targets import Target, value_options
 from frazil.config import Config
-from frazil.errors import EvolutionError, FrazilError
+from frazil.errors import EvolutionError, FrazilError, UnknownWriterSchemas
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import evolution, inference
 from frazil.iceberg.offsets import TopicPartition
 from frazil.ingest import avro
-from frazil.ingest.buffer import AvroRecordBuffer, RecordBuffer, RecordProblem
-from frazil.ingest.fetch import Record
+from frazil.buffers.record_buffer import AvroRecordBuffer, RecordBuffer, RecordProblem
+from frazil.kafka.fetch import Record
 from frazil.ingest.registry import Unusable, WriterSchemas
 from frazil.metrics import Metrics
 
@@ -94,8 +93,8 @@ class Evolver:
         while True:
             try:
                 return self._targets[name].buffer.append(tp[0], tp[1], records)
-            except _native.UnknownSchemaError as exc:
-                ids = list(exc.args[1])
+            except UnknownWriterSchemas as exc:
+                ids = exc.ids
             if not await self._learn(name, tp, records[0].offset, ids):
                 return self._targets[name].buffer.append(tp[0], tp[1], records)
             changes += 1

@@ -23,10 +23,10 @@ from frazil.errors import RecordDecodeError
 from frazil.events.payloads import DeadLetter
 from frazil.iceberg.offsets import TopicPartition
 from frazil.ingest.bad_records import BadRecords
-from frazil.ingest.buffer import RecordBuffer, RecordProblem, append_routed, values_of
-from frazil.ingest.changes import ChangeBuffer
+from frazil.buffers.record_buffer import RecordBuffer, RecordProblem, append_routed, values_of
+from frazil.buffers.changes import ChangeBuffer
 from frazil.ingest.evolve import Evolver
-from frazil.ingest.fetch import Record
+from frazil.kafka.fetch import Record
 from frazil.ingest.opening import Opener
 from frazil.ingest.routing import Router
 from frazil.metrics import Metrics, Stats
@@ -105,7 +105,7 @@ class Fanout:
 
     async def route(self, tp: TopicPartition, records: list[Record]) -> list[Appended]:
         """Append ``records`` of ``tp`` (all with a value) to the buffer of every table that takes
-        them. Raises ``_native.BufferFullError`` (one table with a byte cap: nothing taken)."""
+        them. Raises ``BufferFull`` (one table with a byte cap: nothing taken)."""
         values = values_of(records) if self._several or self._router.for_topic(tp[0]).by_value else []
         groups = self._router.groups(tp[0], values)
         everything = range(len(records))

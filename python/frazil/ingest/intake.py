@@ -26,14 +26,14 @@ from typing import Protocol
 from frazil import _native
 from frazil.buffers.state import Buffers
 from frazil.config import Config
-from frazil.errors import FrazilError
+from frazil.errors import BufferFull, FrazilError
 from frazil.iceberg.offsets import TopicPartition
 from frazil.ingest.bad_records import BadRecords
-from frazil.ingest.buffer import RecordBuffer, RecordProblem
-from frazil.ingest.changes import ChangeBuffer
+from frazil.buffers.record_buffer import RecordBuffer, RecordProblem
+from frazil.buffers.changes import ChangeBuffer
 from frazil.ingest.evolve import Evolver
 from frazil.ingest.fanout import Appended, Fanout, Take
-from frazil.ingest.fetch import Chunk, Record
+from frazil.kafka.fetch import Chunk, Record
 from frazil.ingest.routing import Router
 from frazil.metrics import Metrics, Stats
 
@@ -185,7 +185,7 @@ class Intake:
         values = [r for r in records if r.value is not None]
         try:
             appended = await self._fanout.route(tp, values) if values else []
-        except _native.BufferFullError:
+        except BufferFull:
             # Nothing of this batch was taken (one table: the buffer's hard cap refused it whole).
             self._source.seek_back(tp, summary.first_offset)
             return False
@@ -254,7 +254,7 @@ class Intake:
                 i, _, buffer, begin, _ = work[k]
                 try:
                     results[k] = buffer.append_fetched(jobs[i].tp[0], jobs[i].tp[1], jobs[i].chunk.fetched, begin)
-                except _native.BufferFullError:
+                except BufferFull:
                     results[k] = None
 
         threads = min(DECODE_THREADS, len(work))

@@ -26,7 +26,7 @@ from frazil.events.payloads import CommitComplete, Event, StartCommit
 from frazil.flow.backpressure import Action, Backpressure
 from frazil.flow.catch_up import CatchUp
 from frazil.iceberg.offsets import TopicPartition
-from frazil.ingest.fetch import Chunk
+from frazil.kafka.fetch import Chunk
 from frazil.ingest.intake import MAX_DEAD_LETTERS, Intake
 from frazil.metrics import Metrics, Stats
 

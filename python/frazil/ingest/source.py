@@ -14,9 +14,9 @@ from aiokafka.structs import OffsetAndMetadata
 from frazil.config import KafkaConfig
 from frazil.errors import TopicMismatchError
 from frazil.flow import retry
-from frazil.ingest import fetch
-from frazil.ingest.fetch import Chunk
-from frazil.kafka_clients import connect, options, stop_client
+from frazil.kafka import fetch
+from frazil.kafka.fetch import Chunk
+from frazil.kafka.clients import connect, options, stop_client
 from frazil.iceberg.offsets import TopicPartition as TP
 
 log = logging.getLogger(__name__)
@@ -43,8 +43,8 @@ class KafkaSource:
     """Consumes the pipeline's topics. On assignment it asks ``on_assigned`` where each partition
     must resume (the table's stored offsets, rule 2) and seeks there; partitions the table has
     never seen start at ``auto_offset_reset``. Group offsets are only a low watermark for lag.
-    Fetches come back raw: one :class:`~frazil.ingest.fetch.Chunk` per partition fetch, its
-    records read natively (``ingest/fetch.py``).
+    Fetches come back raw: one :class:`~frazil.kafka.fetch.Chunk` per partition fetch, its
+    records read natively (``kafka/fetch.py``).
     """
 
     def __init__(self, cfg: KafkaConfig, *, outage_timeout_s: float = 900.0) -> None:

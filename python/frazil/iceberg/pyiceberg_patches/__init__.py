@@ -24,7 +24,7 @@ only through ``row_delta``, and every frazil commit goes through the tiered appe
 private pyiceberg classes and have no unpatched fallback. Switching off only the others would keep
 the data right but bring back a commit cost that grows with the table's history, with only a log
 line to say so. A daemon that starts and then falls behind its topics is worse than one that
-refuses and says what to install. The aiokafka hook (``ingest/fetch.py``) follows the same policy.
+refuses and says what to install. The aiokafka hook (``kafka/fetch.py``) follows the same policy.
 ``pyproject.toml`` pins a range of releases; ``TESTED`` lists the ones that were checked.
 
 Everything here is used only after ``install_all`` has accepted the release:

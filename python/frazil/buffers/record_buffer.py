@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import pyarrow as pa
 
 from frazil import _native
-from frazil.errors import FrazilError
+from frazil.errors import BufferFull, FrazilError, UnknownWriterSchemas
 
 
 class KafkaRecord(Protocol):
@@ -78,20 +79,23 @@ class RecordBuffer:
     def append(self, topic: str, partition: int, records: Sequence[KafkaRecord]) -> list[RecordProblem]:
         """Decode ``records`` of one topic-partition; returns the ones that could not be decoded
         (none of them is appended). Raises
-        ``_native.BufferFullError`` (taking nothing) when they do not fit the byte cap."""
-        return self._problems(self._native.append(
-            topic=topic,
-            partition=partition,
-            offsets=[r.offset for r in records],
-            timestamps_ms=[r.timestamp for r in records],
-            keys=[r.key for r in records],
-            values=values_of(records),
-        ))
+        ``BufferFull`` (taking nothing) when they do not fit the byte cap."""
+        with _translated():
+            return self._problems(self._native.append(
+                topic=topic,
+                partition=partition,
+                offsets=[r.offset for r in records],
+                timestamps_ms=[r.timestamp for r in records],
+                keys=[r.key for r in records],
+                values=values_of(records),
+            ))
 
     def append_fetched(self, topic: str, partition: int, fetched: _native.Fetched, start: int = 0) -> list[RecordProblem]:
         """Decode the records of one partition fetch from index ``start`` on that have a value,
         straight from the fetched bytes; as :meth:`append` otherwise."""
-        return self._problems(self._native.append_fetched(topic=topic, partition=partition, fetched=fetched, start=start))
+        with _translated():
+            return self._problems(self._native.append_fetched(topic=topic, partition=partition, fetched=fetched,
+                                                              start=start))
 
     def _problems(self, result: _native.AppendResult) -> list[RecordProblem]:
         self.fields_ignored += len(result.unknown_fields)
@@ -114,7 +118,7 @@ class AvroRecordBuffer(RecordBuffer):
     """Decodes Avro record values (plain datums, or the Confluent wire format) into rows of one
     Arrow schema, off the GIL. Each writer schema is registered with its reader schema (or
     refused) before records of it are taken: an append naming one it does not know raises
-    ``_native.UnknownSchemaError`` (``args[1]``: the ids) and takes nothing."""
+    ``UnknownWriterSchemas`` (``ids``) and takes nothing."""
 
     def __init__(self, schema: pa.Schema, *, confluent: bool, metadata_columns: bool,
                  max_bytes: int | None = None) -> None:
@@ -151,9 +155,10 @@ class AvroRecordBuffer(RecordBuffer):
 
     def append(self, topic: str, partition: int, records: Sequence[KafkaRecord]) -> list[RecordProblem]:
         values = values_of(records)
-        problems = self._problems(self._avro.append(
-            topic=topic, partition=partition, offsets=[r.offset for r in records],
-            timestamps_ms=[r.timestamp for r in records], keys=[r.key for r in records], values=values))
+        with _translated():
+            problems = self._problems(self._avro.append(
+                topic=topic, partition=partition, offsets=[r.offset for r in records],
+                timestamps_ms=[r.timestamp for r in records], keys=[r.key for r in records], values=values))
         if self._ignored:
             bad = {p.offset for p in problems}
             self.fields_ignored += sum(self._ignored.get(schema_id_of(v) if self._confluent else 0, 0)
@@ -166,6 +171,17 @@ class AvroRecordBuffer(RecordBuffer):
 
     def clear(self) -> None:
         self._avro.clear()
+
+
+@contextlib.contextmanager
+def _translated() -> Iterator[None]:
+    """The native buffer's refusals as frazil's errors: callers never catch ``_native`` classes."""
+    try:
+        yield
+    except _native.BufferFullError as exc:
+        raise BufferFull(str(exc)) from None
+    except _native.UnknownSchemaError as exc:
+        raise UnknownWriterSchemas(list(exc.args[1])) from None
 
 
 def schema_id_of(value: bytes) -> int:

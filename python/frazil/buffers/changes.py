@@ -15,7 +15,7 @@ import pyarrow as pa
 from frazil import _native
 from frazil.config import OP_COLUMN, ChangesConfig
 from frazil.iceberg.catalog import META_COLUMNS
-from frazil.ingest.buffer import KafkaRecord, RecordBuffer, RecordProblem, values_of
+from frazil.buffers.record_buffer import KafkaRecord, RecordBuffer, RecordProblem, values_of
 from frazil.buffers.conform import conform
 
 UPSERT, DELETE = 1, 2
@@ -67,7 +67,7 @@ class ChangeBuffer(RecordBuffer):
 
     def append(self, topic: str, partition: int, records: Sequence[KafkaRecord]) -> list[RecordProblem]:
         """Records with a value: each an upsert or a delete (or a bad record, not appended). Raises
-        ``_native.BufferFullError`` (taking nothing) when the upserts do not fit the byte cap."""
+        ``BufferFull`` (taking nothing) when the upserts do not fit the byte cap."""
         spec = self.changes
         if not spec.op:   # upsert mode: every value is the row
             return super().append(topic, partition, records)
