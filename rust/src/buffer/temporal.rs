@@ -53,12 +53,13 @@ fn unit_name(unit: TimeUnit) -> &'static str {
     }
 }
 
+#[inline(always)]
 fn num(b: &[u8]) -> Option<i64> {
     b.iter().try_fold(0i64, |n, &d| d.is_ascii_digit().then(|| n * 10 + i64::from(d - b'0')))
 }
 
 /// Days since 1970-01-01 of `YYYY-MM-DD` (the first 10 bytes of `b`), if it is a real date.
-#[inline]
+#[inline(always)]
 fn iso_days(b: &[u8]) -> Option<i64> {
     if b.len() < 10 || b[4] != b'-' || b[7] != b'-' {
         return None;
@@ -80,7 +81,7 @@ fn iso_days(b: &[u8]) -> Option<i64> {
 
 /// Nanoseconds since midnight of `HH:MM:SS` with up to 9 digits of fraction at the start of `b`
 /// (no leap second), and the number of bytes it takes.
-#[inline]
+#[inline(always)]
 fn iso_clock(b: &[u8]) -> Option<(i64, usize)> {
     if b.len() < 8 || b[2] != b':' || b[5] != b':' {
         return None;
@@ -113,7 +114,7 @@ pub(crate) fn iso_nanos(b: &[u8]) -> Option<i128> {
 }
 
 /// [`iso_nanos`] for any four-digit year.
-#[inline]
+#[inline(always)]
 fn iso_instant(b: &[u8]) -> Option<i128> {
     if b.len() < 19 || !matches!(b[10], b'T' | b' ') {
         return None;
