@@ -8,9 +8,8 @@
 //! - dates, times and timestamps (`temporal.rs`): ISO-8601 text, with a UTC offset for a timestamp
 //!   with zone and without one for a timestamp without zone; a number only for a timestamp, with
 //!   the unit the column declares;
-//! - structs and maps (`unique.rs`): arrow-json's own decoders, behind a check that no object
-//!   has a key twice (arrow-json keeps the last value of a repeated field, both entries of a
-//!   repeated map key).
+//! - structs (`structs.rs`) and maps (`unique.rs`): each key once per object (arrow-json keeps
+//!   the last value of a repeated field, and both entries of a repeated map key).
 //!
 //! Any other token is a record error naming what was expected.
 
@@ -25,8 +24,9 @@ use arrow::error::ArrowError;
 use arrow::json::reader::{ArrayDecoder, DecoderContext, DecoderFactory, Tape, TapeElement};
 use base64::Engine;
 
+use super::structs::Structs;
 use super::temporal::{Dates, Times, Timestamps};
-use super::unique::{UniqueFields, UniqueKeys};
+use super::unique::UniqueKeys;
 
 const UUID_EXTENSION: &str = "arrow.uuid";
 /// Field metadata: the unit of a number sent for a timestamp column (`s`, `ms`, `us`, `ns`).
@@ -58,10 +58,7 @@ impl DecoderFactory for Factory {
         };
         Ok(match field.data_type() {
             // arrow-json keeps the last of a repeated field, and both entries of a repeated map key
-            DataType::Struct(fields) => {
-                let inner = ctx.make_builtin_decoder(field, is_nullable)?;
-                Some(Box::new(UniqueFields::new(inner, fields, field.name().is_empty())))
-            }
+            DataType::Struct(_) => Structs::of(ctx, field, is_nullable)?.map(|s| Box::new(s) as Box<dyn ArrayDecoder>),
             DataType::Map(..) => Some(Box::new(UniqueKeys::new(ctx.make_builtin_decoder(field, is_nullable)?))),
             DataType::Int8 => Some(Box::new(ExactInt::<Int8Builder>::new("an int8", round))),
             DataType::Int16 => Some(Box::new(ExactInt::<Int16Builder>::new("an int16", round))),

@@ -13,6 +13,7 @@ pub mod avro;
 mod decoders;
 mod dedupe;
 mod fast;
+mod structs;
 mod temporal;
 mod unique;
 mod validate;

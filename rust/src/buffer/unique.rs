@@ -1,17 +1,17 @@
 //! Each key once per JSON object. Of two equal keys arrow-json's struct decoder keeps the last
 //! value and its map decoder keeps both entries: either way the row is not what was sent, or not
-//! one value per key. These wrappers of its own decoders refuse such a record first (the buffer's
-//! slow path then names it), at the cost of one comparison a key while the producer keeps its
-//! order: an object whose keys come in the order of the last one (or a prefix of it) has each
-//! once, since that one had.
+//! one value per key. Such a record is bad, named by the field's path, or by its map column:
+//! - structs are decoded by `structs.rs`, which refuses a repeated field on the walk over each
+//!   object's keys that finds the fields' values;
+//! - maps by arrow-json behind [`UniqueKeys`], which checks each object's keys first;
+//! - a value that `validate::check` parses (reported unknown fields, case folding, an escaped
+//!   surrogate) is parsed by [`parse_unique`], which refuses a repeated key at any depth: such a
+//!   value may be re-serialized, which would keep only the last. Keys a struct does not have are
+//!   checked only there: arrow-json refuses them in strict mode, and with
+//!   `unknown_fields = "report"` every value is parsed so.
 //!
-//! A value that `validate::check` parses (reported unknown fields, case folding, an escaped
-//! surrogate) is parsed by [`parse_unique`], which refuses a repeated key at any depth: such a
-//! value may be re-serialized, which would keep only the last. Keys a struct does not have are
-//! not tracked by the wrappers: arrow-json refuses them in strict mode, and with
-//! `unknown_fields = "report"` every value goes through [`parse_unique`].
+//! A decode that meets a repeated key fails; the buffer's slow path then names the record.
 
-use std::collections::HashMap;
 use std::fmt;
 
 use arrow::array::ArrayRef;
@@ -34,102 +34,6 @@ pub(crate) fn twice(top_level: bool) -> &'static str {
 /// Why a record with a key twice in one map is bad (the map column is named beside it).
 pub(crate) fn twice_in_map(key: &str) -> String {
     format!("key {key:?} appears twice in the map; a value is stored as sent, so the producer must send each key once")
-}
-
-/// A struct's decoder behind a check that no object has one of its fields twice.
-pub(crate) struct UniqueFields {
-    inner: Box<dyn ArrayDecoder>,
-    names: Vec<Box<str>>,
-    /// Wide structs find a field out of order by hash (arrow-json's own threshold).
-    index: Option<HashMap<Box<str>, usize>>,
-    top_level: bool,
-    /// The fields of the last object read in full, in its order: `first`, then `next` of each,
-    /// `order` of them, all distinct. An object whose keys are a prefix of it is checked by one
-    /// comparison a key; any other is read in full ([`Self::read`]).
-    first: usize,
-    next: Vec<usize>,
-    order: usize,
-    /// Per field, the object read in full it was last seen in (`object`): seen in this one when
-    /// equal.
-    seen: Vec<u32>,
-    object: u32,
-}
-
-impl UniqueFields {
-    /// `top_level`: the record itself (arrow-json's nameless root), not a struct inside it.
-    pub(crate) fn new(inner: Box<dyn ArrayDecoder>, fields: &Fields, top_level: bool) -> Self {
-        let names: Vec<Box<str>> = fields.iter().map(|f| f.name().as_str().into()).collect();
-        let n = names.len();
-        let index = (n >= 16).then(|| names.iter().enumerate().map(|(k, name)| (name.clone(), k)).collect());
-        let (next, seen) = (vec![0; n], vec![0; n]);
-        UniqueFields { inner, names, index, top_level, first: 0, next, order: 0, seen, object: 0 }
-    }
-
-    /// The first field that `tape`'s object at `p` has twice, if any (anything but an object is
-    /// left to arrow-json, which says what it expected).
-    fn repeated<'t>(&mut self, tape: &Tape<'t>, p: u32) -> Result<Option<&'t str>, ArrowError> {
-        let TapeElement::StartObject(end) = tape.get(p) else { return Ok(None) };
-        let (mut cur, mut k, mut n) = (p + 1, self.first, 0);
-        while cur < end {
-            let TapeElement::String(s) = tape.get(cur) else { return Ok(None) };
-            if n == self.order || *self.names[k] != *tape.get_string(s) {
-                return self.read(tape, p, end);
-            }
-            (k, n) = (self.next[k], n + 1);
-            cur = tape.next(cur + 1, "field value")?;
-        }
-        Ok(None)
-    }
-
-    /// [`Self::repeated`] for an object in another order: each key found by name and marked
-    /// seen; the order of its fields is kept for the next objects.
-    fn read<'t>(&mut self, tape: &Tape<'t>, p: u32, end: u32) -> Result<Option<&'t str>, ArrowError> {
-        self.object = self.object.wrapping_add(1);
-        if self.object == 0 {
-            self.seen.fill(0);
-            self.object = 1;
-        }
-        self.order = 0;
-        let mut previous: Option<usize> = None;
-        let mut cur = p + 1;
-        while cur < end {
-            let TapeElement::String(s) = tape.get(cur) else { return Ok(None) };
-            let name = tape.get_string(s);
-            let found = match &self.index {
-                Some(index) => index.get(name).copied(),
-                None => self.names.iter().position(|n| **n == *name),
-            };
-            if let Some(k) = found {
-                if std::mem::replace(&mut self.seen[k], self.object) == self.object {
-                    return Ok(Some(name));
-                }
-                match previous {
-                    Some(before) => self.next[before] = k,
-                    None => self.first = k,
-                }
-                previous = Some(k);
-            }
-            cur = tape.next(cur + 1, "field value")?;
-        }
-        // the order only now, when no field was repeated: a repeat would break the chain
-        self.order = self.seen.iter().filter(|&&s| s == self.object).count();
-        Ok(None)
-    }
-}
-
-impl ArrayDecoder for UniqueFields {
-    fn decode(&mut self, tape: &Tape<'_>, pos: &[u32]) -> Result<ArrayRef, ArrowError> {
-        for &p in pos {
-            if let Some(name) = self.repeated(tape, p)? {
-                // named as arrow-json names a field, so the path of the struct around it is added
-                return Err(ArrowError::JsonError(format!(
-                    "whilst decoding field '{name}': {}",
-                    twice(self.top_level)
-                )));
-            }
-        }
-        self.inner.decode(tape, pos)
-    }
 }
 
 /// A map's decoder behind a check that no object has one key twice.
