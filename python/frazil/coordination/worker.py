@@ -29,20 +29,17 @@ import asyncio
 import dataclasses
 import logging
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from aiokafka.errors import KafkaError
-from pyiceberg.manifest import DataFile
-from pyiceberg.table import Table
 
 from frazil import faults
 from frazil.buffers.state import Buffers
-from frazil.buffers.targets import Target
 from frazil.config import Config
 from frazil.coordination.batch import Batch, Part
 from frazil.coordination.channel import Received
+from frazil.coordination.writing import PartWriter
 from frazil.errors import CatalogUnavailable, CommitFailed, FrazilError, OutageTimeout
 from frazil.events.payloads import (
     Assignment,
@@ -56,11 +53,8 @@ from frazil.events.payloads import (
 )
 from frazil.flow import retry
 from frazil.flow.outage import Outage
-from frazil.iceberg import catalog as iceberg_catalog
-from frazil.iceberg import mutations
 from frazil.iceberg.datafiles import to_ref
 from frazil.iceberg.offsets import Range, TopicPartition
-from frazil.buffers import changes
 from frazil.metrics import Metrics, Stats
 from frazil.spark.bulk import SparkWriter
 from frazil.txlog import Journal
@@ -100,7 +94,8 @@ class Worker:
         lock); ``clock``: monotonic seconds (the outage clock, the request timer, the timings)."""
         self._cfg, self._buffers, self._targets, self._channel = cfg, buffers, buffers.targets, channel
         self._journal, self._positions, self._source = journal, buffers.positions, source
-        self._metrics, self._stats, self._bulk, self._clock = metrics, stats, bulk, clock
+        self._metrics, self._stats, self._clock = metrics, stats, clock
+        self._writer = PartWriter(cfg, buffers.targets, journal, metrics, bulk, clock)
         self.batch: Batch | None = None
         self.in_flight: str | None = None         # the commit id the batch was last reported under
         self.reported: frozenset[str] = frozenset()   # the tables whose parts it reported
@@ -110,6 +105,9 @@ class Worker:
         # when the cycle last answered began (its StartCommit): an outage is counted from the first
         # failed cycle's start, as the coordinator counts it, so both say the same duration
         self._cycle_began: float | None = None
+        # the cycle last answered, until its CommitComplete: even a reply with no files carries the
+        # watermark the coordinator keeps, so a draining stop waits for it
+        self._answered: str | None = None
         self.writing_bytes = 0   # an estimate of what the Parquet writers hold while a batch is written
 
     @property
@@ -125,15 +123,19 @@ class Worker:
     @property
     def idle(self) -> bool:
         """Nothing buffered, held or waiting for its cycle."""
-        return not self._positions.buffered and self.batch is None and self.in_flight is None
+        return (not self._positions.buffered and self.batch is None and self.in_flight is None
+                and self._answered is None)
 
     async def handle(self, payload: Payload, sent_ms: int | None = None) -> None:
         """One control event (sent at ``sent_ms``): answer a StartCommit; settle a reply on its
         CommitComplete."""
         if isinstance(payload, StartCommit):
             await self.reply(payload.commit_id, sent_ms)
-        elif isinstance(payload, CommitComplete) and payload.commit_id == self.in_flight:
-            await self.settle(payload.failed_tables)
+        elif isinstance(payload, CommitComplete):
+            if payload.commit_id == self._answered:
+                self._answered = None
+            if payload.commit_id == self.in_flight:
+                await self.settle(payload.failed_tables)
 
     def request_due(self, full: bool, now: float) -> bool:
         """Ask for a cycle now? When full (the record-count and bytes triggers): once per cycle,
@@ -180,7 +182,7 @@ class Worker:
             # the Parquet writers' working set counts against the budget while they run (backpressure)
             self.writing_bytes = int(WRITE_WORKING_SET * batch.nbytes)
             try:
-                written, tables, loaded_s, wrote_s, failures = await asyncio.to_thread(self._write_parts, batch, commit_id)
+                written, tables, loaded_s, wrote_s, failures = await asyncio.to_thread(self._writer.write, batch, commit_id)
             finally:
                 self.writing_bytes = 0
             batch = self.batch = written
@@ -209,6 +211,7 @@ class Worker:
         logged = self._clock()
         try:
             await self._channel.send(payloads, fault_point="worker.in_reply_transaction")
+            self._answered = commit_id
         except KafkaError as exc:
             # e.g. paused past the transaction timeout: the broker aborted the reply. If it did land
             # after all, our next reply overlaps the table and is refused; either way: read again.
@@ -241,42 +244,6 @@ class Worker:
             return True
         waiting = {name for name, part in self.batch.parts.items() if part.files}
         return any((t.rows or t.dead) and t.name not in waiting for t in self._targets)
-
-    def _write_parts(self, batch: Batch, commit_id: str) -> tuple[
-            Batch, dict[str, Table], float, float, dict[str, FrazilError | OSError]]:
-        """Blocking. Each part's table loaded, and its new rows written as data files and logged
-        (once); the batch with what was written, the tables, the seconds loading and writing, and
-        the failure of each table that could not be loaded or written (the others go on)."""
-        tables: dict[str, Table] = {}
-        loaded_s = wrote_s = 0.0
-        written: list[txrecords.Record] = []   # logged together (one fsync), before anything is reported
-        failures: dict[str, FrazilError | OSError] = {}
-        for name, part in sorted(batch.parts.items()):
-            target = self._targets[name]
-            try:
-                began = self._clock()
-                tables[name] = table = target.load()
-                loaded_s += self._clock() - began
-                if not part.files and part.rows:   # held files are reported as they are; rows taken since wait in ``later``
-                    assert part.data is not None
-                    began = self._clock()
-                    files = self._write_files(target, table, part, commit_id)
-                    took = self._clock() - began
-                    wrote_s += took
-                    self._metrics.flushed(name, took, [f.file_size_in_bytes for f in files])
-                    part = dataclasses.replace(part, data=None, files=tuple(files), nbytes=0, deletes=None)
-                    written.append(txrecords.files(name, part.paths, part.ranges))
-                    batch = dataclasses.replace(batch, parts={**batch.parts, name: part})
-            except (FrazilError, OSError) as exc:
-                failures[name] = exc
-        if written:
-            self._journal.append(written)
-            for record in written:
-                try:
-                    faults.hit("worker.after_files_written", record["table"])
-                except OSError as exc:   # as a storage error after the write would: reported next cycle
-                    failures.setdefault(record["table"], exc)
-        return batch, tables, loaded_s, wrote_s, failures
 
     def _watermark(self, tp: TopicPartition, *, if_landed: bool = False) -> int | None:
         """The first offset of ``tp`` not yet in every table that takes it: the oldest start of a
@@ -429,36 +396,6 @@ class Worker:
                                since={tp: ranges[tp].start for tp in tps}, dead=dead, deletes=deletes)
         return Batch(ranges, parts)
 
-    def _write_files(self, target: Target, table: Table, part: Part, commit_id: str) -> list[DataFile]:
-        """Data files for a part: through Spark when it is a bulk flush, else in process. A keyed
-        table's part is its latest change per key: the upserts as data files, the deletes as a
-        key file (the coordinator turns both into position deletes of the rows they replace)."""
-        data = part.data
-        assert data is not None
-        keys = None
-        if target.cfg.changes is not None:
-            latest = mutations.latest(data, part.deletes, target.cfg.identifier_columns)
-            if latest.replaced:
-                self._metrics.changes_replaced(target.name, latest.replaced, latest.split_keys)
-            if latest.split_keys:
-                log.warning("table %s: %d key(s) changed from more than one partition in one batch; the change with "
-                            "the highest (partition, offset) won. Keep each key in one partition", target.name,
-                            latest.split_keys)
-            if target.cfg.changes.target:   # a staging table: upserts and deletes as rows, merged by Spark
-                data, keys = changes.staged(latest.rows, latest.deletes, iceberg_catalog.arrow_schema(table)), None
-            else:
-                data, keys = latest.rows if latest.rows is not None else data.slice(0, 0), latest.deletes
-        files: list[DataFile] = []
-        if data.num_rows:
-            if self._bulk is not None and data.num_rows >= self._cfg.spark.bulk_min_rows:
-                # a fresh folder per attempt: a failed attempt's files are left for orphan removal
-                files = self._bulk.write(table, data, f"{commit_id}-{uuid.uuid4().hex[:8]}")
-            else:
-                files = target.committer.write_files(data, table)
-        if keys is not None and keys.num_rows:
-            files.append(target.committer.write_keys(keys, table))
-        return files
-
     async def position(self, tps: set[TopicPartition]) -> dict[TopicPartition, int]:
         """Where ``tps`` are read from: every table's offsets and watermark (rule 2). The catalog
         or storage failing (an outage, a locked catalog) is waited out, as commits are: read again
@@ -497,4 +434,5 @@ class Worker:
         self._buffers.drop(tps)
         self.batch = None
         self.in_flight = None
+        self._answered = None
         self.reported = frozenset()
