@@ -6,7 +6,7 @@ RUST_SOURCES := $(shell find rust/src -name '*.rs') rust/Cargo.toml Cargo.toml C
 export FRAZIL_CACHE ?= $(HOME)/.cache/frazil
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help venv build bench-deps demo test test-rust test-python stubtest typecheck chaos chaos-tests bench bench-maintenance bench-profile bench-native bench-txlog bench-ingest-txlog eos outage kafka-fetch spark-fetch clean
+.PHONY: help venv build bench-deps demo test test-fast lint test-rust test-python stubtest typecheck chaos chaos-tests bench bench-maintenance bench-profile bench-native bench-txlog bench-ingest-txlog eos outage kafka-fetch spark-fetch clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -53,15 +53,25 @@ test-rust: ## Rust unit tests of the native core
 stubtest: build ## check python/frazil/_native.pyi against the built module
 	$(PY) -m mypy.stubtest frazil._native --mypy-config-file pyproject.toml
 
-typecheck: build ## mypy --strict on python/frazil
+typecheck: build ## mypy --strict on python/frazil and dev/frazil_dev
 	$(PY) -m mypy
+
+lint: build ## ruff, cargo fmt --check, cargo clippy -D warnings (with and without the python feature), mypy --strict, stubtest
+	$(PY) -m ruff check python tests benches dev
+	cargo fmt -p frazil-native --check
+	cargo clippy -q --all-targets --no-default-features -p frazil-native -- -D warnings
+	PYO3_PYTHON=$(abspath $(PY)) cargo clippy -q --all-targets --features python -p frazil-native -- -D warnings
+	$(MAKE) --no-print-directory typecheck stubtest
 
 test-python: build ## Python tests: unit, native, integration (real Kafka + catalog), Spark, chaos
 	$(PY) -m frazil.spark.jars fetch --aws >/dev/null
 	PYTHONPATH=dev $(PY) -m frazil_dev.rest_catalog >/dev/null
 	$(PY) -m pytest $${PYTEST_ARGS:-}
 
-test: test-rust stubtest typecheck test-python ## everything CI runs
+test: lint test-rust test-python ## everything CI runs: lint, Rust tests, every Python test against real servers
+
+test-fast: build ## the tests that need no server (unit and native): a couple of minutes, for while you work
+	$(PY) -m pytest tests/unit tests/native -q $${PYTEST_ARGS:-}
 
 chaos: build ## the seeded chaos run: 500 faults of every kind, several at once; independent verifier; benches/results/chaos.json
 	$(PY) -m frazil.spark.jars fetch >/dev/null
