@@ -8,7 +8,7 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 COLORS = {"frazil": "#1f6feb", "spark-ss": "#e36209", "plain-python": "#6e7781", "kafka-connect": "#bf3989",
           "ceiling-consume": "#2da44e", "ceiling-parquet": "#8250df"}

@@ -37,21 +37,20 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import _results  # noqa: E402
-from _datasets import CLICKSTREAM  # noqa: E402
-
-from frazil.config import CatalogConfig, Column, MaintenanceConfig, TableConfig  # noqa: E402
-from frazil.daemon import tune_gc  # noqa: E402
-from frazil.iceberg import catalog as iceberg_catalog  # noqa: E402
-from frazil.iceberg.committer import Committer  # noqa: E402
-from frazil.iceberg.offsets import Range  # noqa: E402
-from frazil.buffers.record_buffer import RecordBuffer  # noqa: E402
-from frazil.metrics import Metrics  # noqa: E402
-from frazil.spark import jars, session  # noqa: E402
-from frazil.spark.bulk import SparkWriter  # noqa: E402
-from frazil.spark.jobs import TableJobs  # noqa: E402
-from frazil.spark.maintainer import Maintainer  # noqa: E402
-from frazil.spark.schedule import Job  # noqa: E402
+import _results
+from _datasets import CLICKSTREAM
+from frazil.buffers.record_buffer import RecordBuffer
+from frazil.config import CatalogConfig, Column, MaintenanceConfig, TableConfig
+from frazil.daemon import tune_gc
+from frazil.iceberg import catalog as iceberg_catalog
+from frazil.iceberg.committer import Committer
+from frazil.iceberg.offsets import Range
+from frazil.metrics import Metrics
+from frazil.spark import jars, session
+from frazil.spark.bulk import SparkWriter
+from frazil.spark.jobs import TableJobs
+from frazil.spark.maintainer import Maintainer
+from frazil.spark.schedule import Job
 
 CATALOG = "bench"
 TP = ("clickstream", 0)

@@ -20,7 +20,6 @@ import _results
 from frazil.txlog import JournalPolicy, open_journal
 
 
-
 def record(i: int) -> dict[str, object]:
     return {"type": "files", "table": "db.events",
             "files": [f"file:///warehouse/db/events/data/00000-{i}-6b3c1a2e-8f4d-4d0a-9c1e-3f2b7a9d0c11.parquet"],

@@ -5,7 +5,6 @@ catalog server (Apache Iceberg's REST fixture) and a local S3-compatible object 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 

@@ -65,10 +65,10 @@ def main() -> None:
         return
     job: dict[str, Any] = json.loads(args.job.read_text())
     import pyarrow as pa
+    from plain_python import table_for  # the same table set-up as the plain loop
 
     import _dev  # noqa: F401 - dev/ on the path, for frazil_dev (benches/ is on PYTHONPATH: e2e.py)
     from frazil_dev.workload import create_topic
-    from plain_python import table_for  # the same table set-up as the plain loop
 
     table_for(job, pa.ipc.read_schema(pa.py_buffer(base64.b64decode(job["arrow_schema"]))))
     control = f"{job['name']}-control".replace("_", "-")

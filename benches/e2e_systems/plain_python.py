@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from pyiceberg.catalog import load_catalog
-from pyiceberg.exceptions import NoSuchTableError, NamespaceAlreadyExistsError
+from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
 from pyiceberg.transforms import DayTransform
 
 OFFSETS_KEY = "plain.offsets"

@@ -16,14 +16,13 @@ import uvloop
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from frazil import faults, systemd
-from frazil import config
+from frazil import config, faults, systemd
 from frazil.config import Config
+from frazil.coordination import mode as modes
+from frazil.coordination.recovery import open_and_settle
+from frazil.coordination.service import CoordinatorService
 from frazil.errors import CatalogUnavailable, ConfigError, FrazilError
 from frazil.iceberg import catalog as iceberg_catalog
-from frazil.coordination.recovery import open_and_settle
-from frazil.coordination import mode as modes
-from frazil.coordination.service import CoordinatorService
 from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import TopicPartition
 from frazil.ingest import assemble

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import eos
 from frazil.status import end_offsets
 from frazil_dev.kafka_broker import KafkaBroker
+from harness import eos
 
 pytestmark = [pytest.mark.chaos]
 

@@ -39,9 +39,9 @@ from typing import Any
 
 import frazil
 from frazil import faults as fault_points
+from frazil.config import CatalogConfig
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
-from frazil.config import CatalogConfig
 from frazil.status import end_offsets
 from frazil_dev.kafka_broker import KafkaBroker
 from frazil_dev.workload import create_topic
@@ -688,7 +688,7 @@ async def read_topic(bootstrap: str, topic: str, *, committed: bool = False) -> 
 
 
 async def _partitions(consumer: Any, topic: str) -> set[int]:
-    await consumer._client.force_metadata_update()   # noqa: SLF001 - a fresh consumer knows no topic yet
+    await consumer._client.force_metadata_update()   # a fresh consumer knows no topic yet
     return consumer.partitions_for_topic(topic) or set()
 
 
@@ -839,7 +839,7 @@ def topic_ends(bootstrap: str, timeout: float = 180) -> dict[tuple[str, int], in
     while True:
         try:
             return asyncio.run(end_offsets(bootstrap, [EVENTS, CHANGES]))
-        except Exception:  # noqa: BLE001 - the broker is down for now
+        except Exception:  # the broker is down for now
             if time.monotonic() > deadline:
                 raise
             time.sleep(1.0)

@@ -18,12 +18,12 @@ from pathlib import Path
 import fastavro
 import pytest
 from aiokafka import AIOKafkaProducer
+from pyiceberg.types import IntegerType, LongType, StructType
+from test_dead_letters import dead_letters, run, source_of
 
 import support
 from frazil_dev.kafka_broker import KafkaBroker
 from frazil_dev.schema_registry import SchemaRegistry
-from pyiceberg.types import IntegerType, LongType, StructType
-from test_dead_letters import dead_letters, run, source_of
 
 pytestmark = [pytest.mark.integration]
 

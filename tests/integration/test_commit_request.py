@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import eos
-from harness.outage import scrape
 from frazil.status import end_offsets
 from frazil_dev.kafka_broker import KafkaBroker, free_port
+from harness import eos
+from harness.outage import scrape
 
 pytestmark = pytest.mark.integration
 

@@ -195,8 +195,9 @@ def test_a_created_table_maps_names_to_field_ids_for_files_written_without_them(
 def test_a_created_table_gets_its_identifier_columns_sort_order_and_properties(setup) -> None:
     import dataclasses
 
-    from frazil.errors import ConfigError
     from pyiceberg.table.sorting import NullOrder, SortDirection
+
+    from frazil.errors import ConfigError
 
     catalog, cfg = setup
     columns = tuple(dataclasses.replace(c, required=True) if c.name == "id" else c for c in cfg.table.columns)

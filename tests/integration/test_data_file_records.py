@@ -10,18 +10,26 @@ import pyiceberg
 import pytest
 from pyiceberg.avro.resolver import construct_writer
 from pyiceberg.avro.writer import Writer
-from pyiceberg.manifest import (DataFile, DataFileContent, FileFormat, ManifestContent, ManifestEntry, ManifestWriter,
-                                data_file_with_partition, write_manifest)
+from pyiceberg.manifest import (
+    DataFile,
+    DataFileContent,
+    FileFormat,
+    ManifestContent,
+    ManifestEntry,
+    ManifestWriter,
+    data_file_with_partition,
+    write_manifest,
+)
 from pyiceberg.table import Table
 from pyiceberg.typedef import Record
 from pyiceberg.types import DoubleType, IcebergType, LongType, NestedField, StructType
-
-from frazil.iceberg import pyiceberg_patches
-from frazil.iceberg.pyiceberg_patches import avro_records, data_file_records
-from frazil.iceberg.committer import Committer
-from frazil.iceberg.offsets import Range
 from test_committer import TP, rows
 from test_manifest_merge import commit_tens, table_with
+
+from frazil.iceberg import pyiceberg_patches
+from frazil.iceberg.committer import Committer
+from frazil.iceberg.offsets import Range
+from frazil.iceberg.pyiceberg_patches import avro_records, data_file_records
 
 pytestmark = [pytest.mark.integration]
 

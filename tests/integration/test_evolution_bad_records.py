@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 
 import pytest
+from test_dead_letters import dead_letters, source_of
 
 import support
 from frazil_dev.kafka_broker import KafkaBroker
-from test_dead_letters import dead_letters, source_of
 
 pytestmark = [pytest.mark.integration]
 

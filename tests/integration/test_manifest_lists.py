@@ -16,21 +16,26 @@ import pyarrow as pa
 import pyiceberg
 import pytest
 from pyiceberg import manifest as pyiceberg_manifest
-from pyiceberg.io import InputFile
 from pyiceberg.avro.resolver import resolve_writer
-from pyiceberg.manifest import (DEFAULT_READ_VERSION, MANIFEST_LIST_FILE_SCHEMAS, ManifestFile, read_manifest_list,
-                                write_manifest_list)
+from pyiceberg.io import InputFile
+from pyiceberg.manifest import (
+    DEFAULT_READ_VERSION,
+    MANIFEST_LIST_FILE_SCHEMAS,
+    ManifestFile,
+    read_manifest_list,
+    write_manifest_list,
+)
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField
+from test_committer import TP, rows
+from test_manifest_merge import commit_tens, table_with
 
 import support
 from frazil.iceberg import pyiceberg_patches
-from frazil.iceberg.pyiceberg_patches import avro_records, manifest_lists
 from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import Range
-from test_committer import TP, rows
-from test_manifest_merge import commit_tens, table_with
+from frazil.iceberg.pyiceberg_patches import avro_records, manifest_lists
 
 pytestmark = [pytest.mark.integration]
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from pyiceberg.catalog import Catalog
+from test_committer import TP, rows
 
 import support
 from frazil import config
@@ -19,7 +20,6 @@ from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import Range
 from frazil.iceberg.pyiceberg_patches import manifest_merge
-from test_committer import TP, rows
 
 COMMITS = 70
 

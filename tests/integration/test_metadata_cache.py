@@ -24,9 +24,9 @@ from pyiceberg.types import LongType, NestedField, StringType
 from frazil.config import CatalogConfig
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import pyiceberg_patches
-from frazil.iceberg.pyiceberg_patches import metadata_cache
 from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import Range
+from frazil.iceberg.pyiceberg_patches import metadata_cache
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "s", StringType(), required=False))
 

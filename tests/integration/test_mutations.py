@@ -10,10 +10,10 @@ import asyncio
 from pathlib import Path
 
 import pytest
+import test_manifest_lists
 
 import changes
 import support
-import test_manifest_lists
 from frazil_dev.kafka_broker import KafkaBroker
 
 pytestmark = [pytest.mark.integration]

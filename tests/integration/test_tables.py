@@ -17,8 +17,16 @@ import pytest
 import support
 from frazil.iceberg import offsets
 from frazil_dev.kafka_broker import KafkaBroker
-from routed import (KINDS, TABLES, check_every_table, config, produce, run_frazil, value,
-                    wait_until_every_table_holds_its_records)
+from routed import (
+    KINDS,
+    TABLES,
+    check_every_table,
+    config,
+    produce,
+    run_frazil,
+    value,
+    wait_until_every_table_holds_its_records,
+)
 
 pytestmark = [pytest.mark.integration]
 

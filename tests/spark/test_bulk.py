@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from helpers import make_table, rows
 from pyiceberg.catalog import Catalog
 from pyiceberg.transforms import BucketTransform, DayTransform
 
@@ -17,8 +18,6 @@ from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import Range
 from frazil.spark import session
 from frazil.spark.bulk import SparkWriter
-
-from helpers import make_table, rows
 
 pytestmark = pytest.mark.spark
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import make_table, rows
 from pyiceberg.catalog import Catalog
 
 from frazil.config import CatalogConfig, MaintenanceConfig
@@ -17,8 +18,6 @@ from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import Range
 from frazil.spark.jobs import TableJobs
 from frazil.spark.schedule import FULL_RUN, Job
-
-from helpers import make_table, rows
 
 pytestmark = pytest.mark.spark
 TP = ("events", 0)

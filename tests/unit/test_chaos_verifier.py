@@ -97,7 +97,6 @@ def test_summarize_counts_every_engine_and_the_dead_letters() -> None:
 def _exited(tmp_path: Any, last_line: str, sig: int) -> chaos.Proc:
     """A process that writes ``last_line`` to its log and dies of ``sig``, as a frazil process
     whose event loop has ended dies of a signal that arrives on its way out."""
-    import os
     import subprocess
     import sys
     import time

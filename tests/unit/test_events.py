@@ -23,10 +23,10 @@ from frazil.events import (
     EventDecodeError,
     OffsetRange,
     StartCommit,
+    codec,
     decode,
     encode,
 )
-from frazil.events import codec
 
 longs = st.integers(-(2**63), 2**63 - 1)
 ints = st.integers(-(2**31), 2**31 - 1)

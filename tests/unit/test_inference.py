@@ -3,8 +3,16 @@
 import json
 
 import pytest
-from pyiceberg.types import (BooleanType, DoubleType, ListType, LongType, MapType, StringType, StructType,
-                             TimestamptzType)
+from pyiceberg.types import (
+    BooleanType,
+    DoubleType,
+    ListType,
+    LongType,
+    MapType,
+    StringType,
+    StructType,
+    TimestamptzType,
+)
 
 from frazil.errors import InferenceError
 from frazil.iceberg.inference import infer, schema
@@ -79,10 +87,11 @@ def test_a_partition_spec_on_an_inferred_schema_must_fit_its_column() -> None:
 def test_lenient_inference_leaves_out_records_that_disagree_and_never_stops_the_others() -> None:
     """Found by the chaos run: a batch with new-field records and a record whose id was a string
     (bad for its own reason) evolved nothing, and every new-field record became a dead letter."""
-    from frazil.iceberg import evolution
-    from frazil.iceberg.inference import infer_lenient
     from pyiceberg.schema import Schema
     from pyiceberg.types import NestedField
+
+    from frazil.iceberg import evolution
+    from frazil.iceberg.inference import infer_lenient
 
     new_field = [json.dumps({"id": i, "x2": f"v{i}"}).encode() for i in range(3)]
     batch = [*new_field, json.dumps({"id": "bad-1"}).encode(), b"not json"]

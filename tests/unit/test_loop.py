@@ -12,9 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fakes import FakeSource, json_records
 
 import support
+from fakes import FakeSource, json_records
 from frazil import daemon
 from frazil.config import Config
 from frazil.errors import RecordDecodeError

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from frazil.iceberg.offsets import Range
 from collections.abc import Callable
 
 from frazil.buffers.positions import Positions, Takers, resume_at
+from frazil.iceberg.offsets import Range
 
 A, B = ("t", 0), ("t", 1)
 

@@ -18,10 +18,9 @@ from pyiceberg.table import snapshots as pyiceberg_snapshots
 from pyiceberg.table.metadata import TableMetadataV1, TableMetadataV2, TableMetadataV3
 
 from frazil.config import CatalogConfig
-from frazil.errors import FrazilError
+from frazil.errors import FrazilError, UntestedPyiceberg
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import pyiceberg_patches
-from frazil.errors import UntestedPyiceberg
 from frazil.iceberg.pyiceberg_patches import manifest_lists
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -31,7 +31,7 @@ AUTH = "Basic " + base64.b64encode(b"u:p").decode()
 class Handler(BaseHTTPRequestHandler):
     calls: Counter[str] = Counter()
 
-    def do_GET(self) -> None:   # noqa: N802 - http.server's name
+    def do_GET(self) -> None:   # http.server's name
         Handler.calls[self.path] += 1
         if self.headers.get("Authorization") != AUTH:
             return self._answer(401, {"error_code": 40101, "message": "unauthorized"})

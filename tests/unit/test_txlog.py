@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from frazil.errors import CorruptJournalError
-from frazil.txlog import JournalPolicy, TxState, open_journal, recover
-from frazil.txlog import framing
+from frazil.txlog import JournalPolicy, TxState, framing, open_journal, recover
 
 
 def files(i: int) -> dict:

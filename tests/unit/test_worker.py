@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakes import FakeSource, fetch_of, json_records
 
 import support
+from fakes import FakeSource, fetch_of, json_records
 from frazil.buffers.positions import Takers
 from frazil.buffers.state import Buffers
 from frazil.buffers.targets import Targets

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from frazil import _native
+from frazil.buffers.conform import conform
+from frazil.buffers.record_buffer import KafkaRecord, RecordBuffer, RecordProblem, values_of
 from frazil.config import OP_COLUMN, ChangesConfig
 from frazil.iceberg.catalog import META_COLUMNS
-from frazil.buffers.record_buffer import KafkaRecord, RecordBuffer, RecordProblem, values_of
-from frazil.buffers.conform import conform
 
 UPSERT, DELETE = 1, 2
 

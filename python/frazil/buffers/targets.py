@@ -12,16 +12,16 @@ import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
+from frazil.buffers.changes import ChangeBuffer, staging_buffer_schema
+from frazil.buffers.conform import conform
+from frazil.buffers.positions import Takers, resume_at
+from frazil.buffers.record_buffer import AvroRecordBuffer, RecordBuffer
 from frazil.config import Config, TableConfig
 from frazil.events.payloads import DeadLetter
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
 from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import TopicPartition, merge_progress
-from frazil.buffers.record_buffer import AvroRecordBuffer, RecordBuffer
-from frazil.buffers.changes import ChangeBuffer, staging_buffer_schema
-from frazil.buffers.conform import conform
-from frazil.buffers.positions import Takers, resume_at
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,6 @@ exist.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
@@ -25,8 +24,8 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from aiokafka.structs import OffsetAndMetadata
 
 from frazil import faults
-from frazil.events import codec
 from frazil.config import KafkaConfig
+from frazil.events import codec
 from frazil.events.payloads import Event, Payload
 from frazil.flow import retry
 from frazil.kafka.clients import close_quietly, connect, delivered, options, stop_client

@@ -36,15 +36,21 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
+from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
-
-from pyiceberg.catalog import Catalog
 
 from frazil import faults
 from frazil.coordination.channel import Received
 from frazil.coordination.commit_state import CommitState, Readiness, TableCommit, TopicPartition
-from frazil.errors import CommitFailed, CommitOutcomeUnknown, FrazilError, OffsetGapError, OffsetOverlapError, OutageTimeout
+from frazil.errors import (
+    CommitFailed,
+    CommitOutcomeUnknown,
+    FrazilError,
+    OffsetGapError,
+    OffsetOverlapError,
+    OutageTimeout,
+)
 from frazil.events.payloads import (
     CommitComplete,
     CommitRequest,
@@ -420,7 +426,7 @@ def table_committer(catalog: Catalog, pipeline: str, *, max_attempts: int, journ
             return committer.seal(commit_id, reason=table.seal)
         try:
             loaded = committer.load()
-        except Exception as exc:  # noqa: BLE001 - catalog unreachable: nothing was attempted
+        except Exception as exc:  # catalog unreachable: nothing was attempted
             raise CommitFailed(f"commit {commit_id}: cannot load {table.table} ({type(exc).__name__}: "
                                        f"{exc}); nothing was committed") from exc
         foreign = table.table_uuids - {"", str(loaded.metadata.table_uuid)}

@@ -19,7 +19,6 @@ coordinator that lost the role is fenced and cannot send.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import defaultdict
@@ -34,12 +33,12 @@ from frazil.config import KafkaConfig
 from frazil.coordination.channel import MAX_EVENT_BYTES, ensure_topic
 from frazil.errors import FrazilError, KafkaUnavailable
 from frazil.events.payloads import DeadLetter
+from frazil.flow import retry
 from frazil.kafka import fetch
-from frazil.kafka.fetch import Record
 from frazil.kafka.clients import close_quietly, connect, options
 from frazil.kafka.clients import delivered as all_delivered
+from frazil.kafka.fetch import Record
 from frazil.metrics import Metrics
-from frazil.flow import retry
 
 log = logging.getLogger(__name__)
 

@@ -136,7 +136,7 @@ _SCHEMAS = {1: SCHEMA_V1, 2: SCHEMA_V2, 3: SCHEMA_V3, 4: SCHEMA_V4, 5: SCHEMA_V5
 def writer_schemas() -> dict[int, Any]:
     """The versions' schemas parsed by fastavro, on first use: a single-mode pipeline never sends an
     event, and fastavro's import is a tenth of a second of every start."""
-    import fastavro  # noqa: PLC0415
+    import fastavro
 
     return {version: fastavro.parse_schema(schema) for version, schema in _SCHEMAS.items()}
 
@@ -169,7 +169,7 @@ def encode(event: Event) -> bytes:
     out.write(bytes((MAGIC, VERSION)))
     record = {"group": event.group, "sender": event.sender, "sent_ms": event.sent_ms,
               "payload": _payload_record(event.payload)}
-    import fastavro  # noqa: PLC0415 - see writer_schemas
+    import fastavro  # see writer_schemas
 
     fastavro.schemaless_writer(out, writer_schemas()[VERSION], record)
     return out.getvalue()
@@ -199,7 +199,7 @@ def decode(data: bytes, *, where: str = "") -> Event:
     if len(data) < 2 or data[0] != MAGIC:
         raise EventDecodeError(f"control-topic record{at} is not a frazil event (starts with {data[:8]!r}); "
                                "is another application writing to the control topic?")
-    import fastavro  # noqa: PLC0415 - see writer_schemas
+    import fastavro  # see writer_schemas
 
     schemas = writer_schemas()
     writer = schemas.get(data[1])
@@ -209,7 +209,7 @@ def decode(data: bytes, *, where: str = "") -> Event:
                                "a newer version")
     try:
         record = fastavro.schemaless_reader(io.BytesIO(data[2:]), writer, schemas[VERSION], return_record_name=True)
-    except Exception as exc:  # noqa: BLE001 - truncated or corrupt Avro
+    except Exception as exc:  # truncated or corrupt Avro
         raise EventDecodeError(f"control-topic event{at} is corrupt ({type(exc).__name__}: {exc})") from exc
     assert isinstance(record, dict)
     name, body = record["payload"]

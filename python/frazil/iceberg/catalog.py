@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog, load_catalog
-from sqlalchemy.exc import ArgumentError as SAArgumentError
 from pyiceberg.exceptions import (
     CommitFailedException,
     NamespaceAlreadyExistsError,
@@ -52,6 +51,7 @@ from pyiceberg.types import (
     TimeType,
     UUIDType,
 )
+from sqlalchemy.exc import ArgumentError as SAArgumentError
 
 from frazil.config import (
     OP_COLUMN,
@@ -294,7 +294,7 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
             catalog.create_namespace(namespace)
         except NamespaceAlreadyExistsError:
             pass
-        except Exception:  # noqa: BLE001 - several processes starting at once: SQLite's unique key fires
+        except Exception:  # several processes starting at once: SQLite's unique key fires
             if not catalog.namespace_exists(namespace):
                 raise
         new_schema = schema() if schema is not None else schema_for(cfg)
@@ -313,7 +313,7 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
                      " inferred from its first records" if schema is not None else "", list(cfg.partition_by) or "nothing")
         except TableAlreadyExistsError:
             table = catalog.load_table(cfg.name)
-        except Exception:  # noqa: BLE001 - the same race, for the table
+        except Exception:  # the same race, for the table
             if not catalog.table_exists(cfg.name):
                 raise
             table = catalog.load_table(cfg.name)

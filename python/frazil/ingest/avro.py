@@ -116,7 +116,7 @@ def resolve(writer: Any, table: Schema, *, exclude: tuple[str, ...] = (), unknow
     name), so names resolve as the Avro spec says; the reader schema names every type by its full
     name. Field aliases are left out of the writer schema the records are decoded with: the
     decoder would match a reader field by a writer field's alias, which this module does not."""
-    import fastavro  # noqa: PLC0415 - a tenth of a second of every start; JSON pipelines never need it
+    import fastavro  # a tenth of a second of every start; JSON pipelines never need it
 
     try:
         expanded = fastavro.parse_schema(writer, expand=True, _write_hint=False)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
+from frazil.buffers.record_buffer import AvroRecordBuffer, RecordBuffer, RecordProblem
 from frazil.buffers.state import Buffers
 from frazil.buffers.targets import Target, value_options
 from frazil.config import Config
@@ -26,9 +27,8 @@ from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import evolution, inference
 from frazil.iceberg.offsets import TopicPartition
 from frazil.ingest import avro
-from frazil.buffers.record_buffer import AvroRecordBuffer, RecordBuffer, RecordProblem
-from frazil.kafka.fetch import Record
 from frazil.ingest.registry import Unusable, WriterSchemas
+from frazil.kafka.fetch import Record
 from frazil.metrics import Metrics
 
 log = logging.getLogger(__name__)

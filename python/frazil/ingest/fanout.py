@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from frazil import _native
+from frazil.buffers.changes import ChangeBuffer
+from frazil.buffers.record_buffer import RecordBuffer, RecordProblem, append_routed, values_of
 from frazil.buffers.state import Buffers
 from frazil.buffers.targets import Target
 from frazil.config import Config
@@ -23,12 +25,10 @@ from frazil.errors import RecordDecodeError
 from frazil.events.payloads import DeadLetter
 from frazil.iceberg.offsets import TopicPartition
 from frazil.ingest.bad_records import BadRecords
-from frazil.buffers.record_buffer import RecordBuffer, RecordProblem, append_routed, values_of
-from frazil.buffers.changes import ChangeBuffer
 from frazil.ingest.evolve import Evolver
-from frazil.kafka.fetch import Record
 from frazil.ingest.opening import Opener
 from frazil.ingest.routing import Router
+from frazil.kafka.fetch import Record
 from frazil.metrics import Metrics, Stats
 
 log = logging.getLogger(__name__)

@@ -24,17 +24,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from frazil import _native
+from frazil.buffers.changes import ChangeBuffer
+from frazil.buffers.record_buffer import RecordBuffer, RecordProblem
 from frazil.buffers.state import Buffers
 from frazil.config import Config
 from frazil.errors import BufferFull, FrazilError
 from frazil.iceberg.offsets import TopicPartition
 from frazil.ingest.bad_records import BadRecords
-from frazil.buffers.record_buffer import RecordBuffer, RecordProblem
-from frazil.buffers.changes import ChangeBuffer
 from frazil.ingest.evolve import Evolver
 from frazil.ingest.fanout import Appended, Fanout, Take
-from frazil.kafka.fetch import Chunk, Record
 from frazil.ingest.routing import Router
+from frazil.kafka.fetch import Chunk, Record
 from frazil.metrics import Metrics, Stats
 
 log = logging.getLogger(__name__)

@@ -26,8 +26,8 @@ from frazil.events.payloads import CommitComplete, Event, StartCommit
 from frazil.flow.backpressure import Action, Backpressure
 from frazil.flow.catch_up import CatchUp
 from frazil.iceberg.offsets import TopicPartition
-from frazil.kafka.fetch import Chunk
 from frazil.ingest.intake import MAX_DEAD_LETTERS, Intake
+from frazil.kafka.fetch import Chunk
 from frazil.metrics import Metrics, Stats
 
 log = logging.getLogger(__name__)

@@ -14,10 +14,10 @@ from aiokafka.structs import OffsetAndMetadata
 from frazil.config import KafkaConfig
 from frazil.errors import TopicMismatchError
 from frazil.flow import retry
-from frazil.kafka import fetch
-from frazil.kafka.fetch import Chunk
-from frazil.kafka.clients import connect, options, stop_client
 from frazil.iceberg.offsets import TopicPartition as TP
+from frazil.kafka import fetch
+from frazil.kafka.clients import connect, options, stop_client
+from frazil.kafka.fetch import Chunk
 
 log = logging.getLogger(__name__)
 

@@ -146,7 +146,6 @@ class SparkWriter:
         try:
             spark = session.get(self._settings)
             from pyspark.sql import functions as F
-
             from pyspark.sql.pandas.types import from_arrow_schema
 
             ids = {f.name: int(f.metadata[b"PARQUET:field_id"]) for f in data.schema}
@@ -168,7 +167,7 @@ class SparkWriter:
             files = [data_file(table, path) for path in paths]
         except BulkWriteError:
             raise
-        except Exception as exc:  # noqa: BLE001 - Spark, py4j and storage errors: nothing was committed
+        except Exception as exc:  # Spark, py4j and storage errors: nothing was committed
             raise BulkWriteError(f"Spark could not write {data.num_rows} rows for {table.name()}: "
                                  f"{describe(exc)}; nothing was committed") from exc
         rows = sum(f.record_count for f in files)

@@ -94,7 +94,7 @@ class TableJobs:
         for attempt in retry.attempts(self._attempts, self._backoff, self._sleep):
             try:
                 counts = action()
-            except Exception as exc:  # noqa: BLE001 - py4j and Spark raise many kinds; all are retried
+            except Exception as exc:  # py4j and Spark raise many kinds; all are retried
                 summary = describe(exc)
                 if self.cancelled:
                     raise MaintenanceError(f"{job.value} on {self._table} was cancelled (frazil is stopping)") from exc

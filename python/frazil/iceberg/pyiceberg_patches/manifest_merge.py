@@ -52,7 +52,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import cachetools
-from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestFile, _inherit_from_manifest
+from pyiceberg.manifest import (
+    DataFile,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    _inherit_from_manifest,
+)
 from pyiceberg.table import Transaction
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _ManifestMergeManager, _MergeAppendFiles
