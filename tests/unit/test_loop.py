@@ -162,7 +162,7 @@ async def test_a_restart_fetches_no_record_every_table_taking_it_already_holds(t
     cfg = support.load(path)
     logs: dict[tuple[str, int], list[tuple[int, int, bytes | None, bytes | None]]] = {("a", 0): [], ("b", 0): [],
                                                                                       ("d", 0): []}
-    expected: dict[str, set[int]] = {}
+    previous: dict[tuple[str, int], int] = {}   # where the last run ended, by partition
     for run in range(4):
         for topic, n in (("a", 70), ("b", 30 if run % 2 else 0), ("d", 50)):
             first = len(logs[(topic, 0)])
