@@ -58,7 +58,8 @@ def wide_records(n: int, seed: int = 11, *, nested: bool = False) -> list[bytes]
             r[f"l{j}"] = rng.randrange(-10**12, 10**12)
             r[f"d{j}"] = rng.uniform(-1e6, 1e6)
         r["flag"] = rng.random() < 0.5
-        r["at"] = f"2026-11-{1 + i % 28:02d}T{rng.randrange(24):02d}:{rng.randrange(60):02d}:00.{rng.randrange(1000):03d}Z"
+        r["at"] = (f"2026-11-{1 + i % 28:02d}T{rng.randrange(24):02d}:{rng.randrange(60):02d}:00."
+                   f"{rng.randrange(1000):03d}Z")
         lat, lon, city = rng.uniform(-90, 90), rng.uniform(-180, 180), rng.choice(_WORDS).title()
         tags = [rng.choice(_WORDS) for _ in range(rng.randint(0, 4))]
         if nested:

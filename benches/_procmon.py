@@ -51,4 +51,5 @@ class TreeMonitor:
         self._sample()
         self._stop.set()
         self._thread.join()
-        return {"rss_peak_mb": round(self.peak_rss / 2**20, 1), "cpu_s": round(sum(self._cpu.values()) + self._reaped, 2)}
+        return {"rss_peak_mb": round(self.peak_rss / 2**20, 1),
+                "cpu_s": round(sum(self._cpu.values()) + self._reaped, 2)}

@@ -88,7 +88,8 @@ def main() -> int:
         asyncio.run(produce(broker.bootstrap, "bench", sample_events(args.records), partitions=6))
         ends = asyncio.run(end_offsets(broker.bootstrap, ["bench"]))
         runs = [("fsync_always", "always", 0.2), ("fsync_never", "never", 0.2), ("fsync_always_b", "always", 0.2),
-                ("fsync_never_b", "never", 0.2), ("many_commits_always", "always", 0.1), ("many_commits_never", "never", 0.1)]
+                ("fsync_never_b", "never", 0.2), ("many_commits_always", "always", 0.1),
+                ("many_commits_never", "never", 0.1)]
         print(f"{'run':<22}{'fsync':>8}{'interval':>10}{'seconds':>9}{'records/s':>12}{'commits':>9}")
         for name, fsync, interval in runs:
             row = {"run": name, **land(workdir, broker.bootstrap, name, fsync, interval, ends, args.records)}

@@ -121,7 +121,8 @@ async def commit_cycles(catalog: Any, cfg: TableConfig, batch: pa.Table, cycles:
     stop = asyncio.Event()
     task = None
     if maintenance is not None:   # the daemon's own service, as `frazil run` builds it
-        maintainer = Maintainer.for_table(catalog, cfg.name, maintenance, spark_settings, CATALOG, Metrics("bench", cfg.name))
+        maintainer = Maintainer.for_table(catalog, cfg.name, maintenance, spark_settings, CATALOG,
+                                          Metrics("bench", cfg.name))
         task = asyncio.create_task(maintainer.run(stop))
     commit_ms: list[float] = []
     most_snapshots = 0
@@ -145,7 +146,8 @@ async def commit_cycles(catalog: Any, cfg: TableConfig, batch: pa.Table, cycles:
     runs: list[Any] = []
     if task is not None and maintainer is not None:
         await task
-        runs = [[{"job": r.job.value, "seconds": round(r.seconds, 2), **r.counts} for r in run] for run in maintainer.runs]
+        runs = [[{"job": r.job.value, "seconds": round(r.seconds, 2), **r.counts} for r in run]
+                for run in maintainer.runs]
     table = catalog.load_table(cfg.name)
     assert table.scan(selected_fields=("_kafka_offset",)).to_arrow().num_rows == cycles * rows, "rows lost"
     return {
@@ -208,7 +210,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         before = catalog.load_table("bench.off").inspect.files().num_rows
         compact = jobs.one(Job.COMPACT)
         after = catalog.load_table("bench.off").inspect.files().num_rows
-        compaction = {"files_before": before, "files_after": after, "seconds": round(compact.seconds, 1), **compact.counts}
+        compaction = {"files_before": before, "files_after": after, "seconds": round(compact.seconds, 1),
+                      **compact.counts}
         print(f"    {before} -> {after} data files in {compact.seconds:.1f}s", flush=True)
 
         print(f"3/3 bulk writes of {args.bulk_rows:,} rows, in process and through Spark", flush=True)
@@ -234,8 +237,10 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("frazil.spark").setLevel(logging.INFO)
     result = asyncio.run(main_async(args))
-    rows = [{"run": "maintenance off", **{k: v for k, v in result["maintenance_off"].items() if k != "commit_ms_by_100"}},
-            {"run": "maintenance on", **{k: v for k, v in result["maintenance_on"].items() if k != "commit_ms_by_100"}}]
+    rows = [{"run": "maintenance off",
+             **{k: v for k, v in result["maintenance_off"].items() if k != "commit_ms_by_100"}},
+            {"run": "maintenance on",
+             **{k: v for k, v in result["maintenance_on"].items() if k != "commit_ms_by_100"}}]
     _results.write(args.out, rows, **result)
     print(json.dumps({k: result[k] for k in ("commit_ms_first10", "commit_ms_last10", "compaction")}, indent=2))
     return 0

@@ -85,8 +85,8 @@ def run_native(schema: pa.Schema, work: list[dict[str, object]], threads: int, *
     def one(i: int) -> None:
         c = work[i]
         values = c["bad_values"] if bad_every else c["values"]
-        result = buf.append(topic="bench", partition=i % threads, offsets=c["offsets"], timestamps_ms=c["timestamps_ms"],
-                            keys=c["keys"], values=values)
+        result = buf.append(topic="bench", partition=i % threads, offsets=c["offsets"],
+                            timestamps_ms=c["timestamps_ms"], keys=c["keys"], values=values)
         bad[i] = len(result.errors)
         assert bad[i] == (len(values) + bad_every - 1) // bad_every if bad_every else not result.errors
 
@@ -180,8 +180,8 @@ def run_native_avro(schema: pa.Schema, writer: dict[str, object], work: list[dic
 
     def one(i: int) -> None:
         c = work[i]
-        result = buf.append(topic="bench", partition=i % threads, offsets=c["offsets"], timestamps_ms=c["timestamps_ms"],
-                            keys=c["keys"], values=c["values"])
+        result = buf.append(topic="bench", partition=i % threads, offsets=c["offsets"],
+                            timestamps_ms=c["timestamps_ms"], keys=c["keys"], values=c["values"])
         assert not result.errors, result.errors[:1]
 
     _parallel(one, len(work), threads)

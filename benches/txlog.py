@@ -41,7 +41,8 @@ def measure(policy: str, group: int, seconds: float) -> dict[str, object]:
             n += group
         elapsed = time.perf_counter() - started
         journal.close()
-        return {"fsync": policy, "group": group, "reports_per_s": round(n / elapsed), "fsyncs_per_s": round(journal.fsyncs / elapsed)}
+        return {"fsync": policy, "group": group, "reports_per_s": round(n / elapsed),
+                "fsyncs_per_s": round(journal.fsyncs / elapsed)}
     finally:
         shutil.rmtree(directory)
 

@@ -341,8 +341,8 @@ class Bench:
                 return datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
         return None
 
-    def markers(self, proc: subprocess.Popen[bytes], job: dict[str, Any], changes: Changes, marks: list[tuple[int, Row]],
-                every_s: float, timeout: float) -> dict[str, Any]:
+    def markers(self, proc: subprocess.Popen[bytes], job: dict[str, Any], changes: Changes,
+                marks: list[tuple[int, Row]], every_s: float, timeout: float) -> dict[str, Any]:
         """Produce ``marks`` (key, row) one every ``every_s``; poll the table until a scan returns
         each one's version. Latencies in ms."""
         from pyiceberg.expressions import In
@@ -441,7 +441,8 @@ def verify(catalog: Any, table_name: str, expected: dict[int, Row]) -> dict[str,
     missing = sorted(set(expected) - set(got))
     extra = sorted(set(got) - set(expected))
     wrong = sorted(k for k in set(got) & set(expected) if got[k] != expected[k])
-    return {"rows": len(ids), "expected_rows": len(expected), "mismatches": len(duplicated) + len(missing) + len(extra) + len(wrong),
+    return {"rows": len(ids), "expected_rows": len(expected),
+            "mismatches": len(duplicated) + len(missing) + len(extra) + len(wrong),
             "duplicated_keys": len(duplicated), "missing_keys": len(missing), "extra_keys": len(extra),
             "wrong_rows": len(wrong),
             "examples": {"duplicated": duplicated[:5], "missing": missing[:5], "extra": extra[:5],
@@ -514,7 +515,8 @@ def frazil_log(path: Path) -> dict[str, Any]:
                                    r"merged in ([\d.]+)s", text, re.MULTILINE)]
     failed = [{"at": _log_time(m.group(1)), "error": m.group(2)[:300]}
               for m in re.finditer(r"^(\S+ \S+) ERROR \S+: merge of \S+ into \S+ failed: (.*)$", text, re.MULTILINE)]
-    problems = [line for line in text.splitlines() if re.search(r" (WARNING|ERROR|CRITICAL) ", line) or "Traceback" in line]
+    problems = [line for line in text.splitlines()
+                if re.search(r" (WARNING|ERROR|CRITICAL) ", line) or "Traceback" in line]
     return {"commits": len(commits), "rows": sum(c[0] for c in commits), "replaced": sum(c[1] for c in commits),
             "commit_attempts_over_1": sum(1 for c in commits if c[2] > 1),
             "commit_ms_p50": took[len(took) // 2] if took else None, "commit_ms_max": took[-1] if took else None,
@@ -593,10 +595,10 @@ def run_system(bench: Bench, system: str, changes: Changes, args: argparse.Names
             row["staged_s"] = round(staged_at - began, 2) if began else None
             row["staged_s_from_launch"] = round(staged_at - launched, 2)
             staged = f"; all staged at {row['staged_s']} s"
-        print(f"  {system}: {total:,} changes {'merged' if staged_at is not None else 'committed'} in {row['seconds']} s "
-              f"from the first read ({row['changes_per_s'] or 0:,} changes/s; {row['seconds_from_launch']} s from "
-              f"launch, {row['changes_per_s_from_launch']:,} changes/s{staged}), rss {usage['rss_peak_mb']:,.0f} MiB, "
-              f"cpu {usage['cpu_s']:,.0f} s", flush=True)
+        print(f"  {system}: {total:,} changes {'merged' if staged_at is not None else 'committed'} "
+              f"in {row['seconds']} s from the first read ({row['changes_per_s'] or 0:,} changes/s; "
+              f"{row['seconds_from_launch']} s from launch, {row['changes_per_s_from_launch']:,} changes/s{staged}), "
+              f"rss {usage['rss_peak_mb']:,.0f} MiB, cpu {usage['cpu_s']:,.0f} s", flush=True)
         # latency: marker updates of existing keys, after catch-up
         marks = []
         for _ in range(args.markers):
@@ -619,7 +621,8 @@ def run_system(bench: Bench, system: str, changes: Changes, args: argparse.Names
         if system == "frazil-spark-merge":
             row.update(merge_figures(row["frazil_log"], bench.catalog.load_table(job["table"]), job["name"], launched))
             staging = bench.catalog.load_table(job["table"] + STAGING_SUFFIX)
-            row["staging_table"] = {"name": job["table"] + STAGING_SUFFIX, "rows_left": staging.scan().to_arrow().num_rows,
+            row["staging_table"] = {"name": job["table"] + STAGING_SUFFIX,
+                                    "rows_left": staging.scan().to_arrow().num_rows,
                                     "snapshots": len(staging.metadata.snapshots)}
             print(f"  {system}: {row['merge_commits']} MERGE commits at "
                   f"{[c['at_s'] for c in row['merge_commits_each']]} s from launch; {row['merges']} merges logged "
@@ -667,7 +670,8 @@ def after_compaction(bench: Bench, rows: list[dict[str, Any]], changes: Changes,
             c, r = row["check_after_compaction"], row["read_cost_after_compaction"]
             took = ", ".join(f"{k} {v['seconds']} s" for k, v in row["compaction"].items())
             print(f"  {row['system']}: compacted ({took}); {c['mismatches']} mismatches; {r['data_files']} data files "
-                  f"{r['data_file_codecs']}, {r['position_delete_files']} delete files, full scan {r['scan_s']} s", flush=True)
+                  f"{r['data_file_codecs']}, {r['position_delete_files']} delete files, full scan {r['scan_s']} s",
+                  flush=True)
     finally:
         session.stop()
 
@@ -734,7 +738,8 @@ def source_state() -> dict[str, Any]:
 
     changed = [line[3:] for line in git("status", "--porcelain", "--", "python", "rust").splitlines()]
     # the systems' processes import frazil as this one does (the same sys.path, PYTHONPATH included)
-    return {"frazil_imported_from": str(Path(frazil.__file__).parent), "git_head": git("rev-parse", "--short", "HEAD").strip(),
+    return {"frazil_imported_from": str(Path(frazil.__file__).parent),
+            "git_head": git("rev-parse", "--short", "HEAD").strip(),
             "uncommitted_files_in_checkout": changed}
 
 

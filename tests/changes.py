@@ -88,7 +88,8 @@ def row(key: int, version: int, rng: random.Random) -> dict[str, object]:
     return {"id": key, "name": f"k{key}v{version}", "amount": round(rng.random() * 1000, 2), "version": version}
 
 
-def debezium_stream(keys: int, changes: int, seed: int, *, envelope_every: int = 7) -> Iterator[tuple[int, bytes, bytes | None]]:
+def debezium_stream(keys: int, changes: int, seed: int, *,
+                    envelope_every: int = 7) -> Iterator[tuple[int, bytes, bytes | None]]:
     """(key, Kafka key, value) of a Debezium-shaped stream: per key a create (``c``, some ``r`` as a
     snapshot read), updates (``u``, ``before`` the old row), deletes (``d``, the key in ``before``)
     each followed by Debezium's tombstone, and creates again after a delete. Every

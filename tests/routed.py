@@ -34,7 +34,8 @@ def takes(table: tuple[str, str, str, str], topic: str, kind: str, region: str) 
     """The routing rules, written out again independently of frazil's router."""
     _, topics, field, route = table
     value = {"kind": kind, "meta.region": region}.get(field)
-    return (not topics or re.fullmatch(topics, topic) is not None) and (not field or re.fullmatch(route, value or "") is not None)
+    return ((not topics or re.fullmatch(topics, topic) is not None)
+            and (not field or re.fullmatch(route, value or "") is not None))
 
 
 def config(tmp_path: Path, bootstrap: str, topics: list[str] | str, pipeline: str, extra: str = "",
@@ -79,7 +80,8 @@ def value(i: int) -> bytes:
 
 async def produce(bootstrap: str, topics: list[str], start: int, count: int) -> None:
     for n, topic in enumerate(topics):
-        await support.produce(bootstrap, topic, (value(i) for i in range(start + n * 10_000, start + n * 10_000 + count)), 2)
+        await support.produce(bootstrap, topic,
+                              (value(i) for i in range(start + n * 10_000, start + n * 10_000 + count)), 2)
 
 
 @contextlib.contextmanager
@@ -101,7 +103,8 @@ def run_frazil(config_path: Path, log: Path, faults: str = "") -> subprocess.Pop
 
 
 def wait_until_every_table_holds_its_records(cfg: Config, ends: dict[tuple[str, int], int],
-                                             proc: subprocess.Popen[bytes], log: Path, *, but: str = "") -> dict[str, int]:
+                                             proc: subprocess.Popen[bytes], log: Path, *,
+                                             but: str = "") -> dict[str, int]:
     """Until :func:`check_every_table` passes (the process still running); then its row counts."""
     deadline = time.monotonic() + 120
     last: AssertionError | None = None

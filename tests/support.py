@@ -102,7 +102,8 @@ def load(path: Path) -> Config:
 
 def count_offsets(catalog: Catalog, table_name: str) -> Counter[tuple[str, int, int]]:
     """Independent reader: scans the table itself (not frazil's counters or offsets)."""
-    data = catalog.load_table(table_name).scan(selected_fields=("_kafka_topic", "_kafka_partition", "_kafka_offset")).to_arrow()
+    data = catalog.load_table(table_name).scan(
+        selected_fields=("_kafka_topic", "_kafka_partition", "_kafka_offset")).to_arrow()
     return Counter(zip(data.column("_kafka_topic").to_pylist(), data.column("_kafka_partition").to_pylist(),
                        data.column("_kafka_offset").to_pylist()))
 
@@ -122,16 +123,19 @@ def assert_exactly_once(counts: Counter[tuple[str, int, int]], ends: Mapping[tup
 def assert_exactly_once_by_partition(catalog: Catalog, table_name: str, ends: Mapping[tuple[str, int], int]) -> None:
     """``assert_exactly_once`` for millions of rows, in Arrow: per partition, as many rows as distinct
     offsets as ``end``, from 0 to ``end - 1``, means each offset of ``[0, end)`` once and nothing else."""
-    data = catalog.load_table(table_name).scan(selected_fields=("_kafka_topic", "_kafka_partition", "_kafka_offset")).to_arrow()
+    data = catalog.load_table(table_name).scan(
+        selected_fields=("_kafka_topic", "_kafka_partition", "_kafka_offset")).to_arrow()
     agg = data.group_by(["_kafka_topic", "_kafka_partition"]).aggregate([
-        ("_kafka_offset", "count"), ("_kafka_offset", "count_distinct"), ("_kafka_offset", "min"), ("_kafka_offset", "max")])
+        ("_kafka_offset", "count"), ("_kafka_offset", "count_distinct"), ("_kafka_offset", "min"),
+        ("_kafka_offset", "max")])
     found = {(r["_kafka_topic"], r["_kafka_partition"]): (r["_kafka_offset_count"], r["_kafka_offset_count_distinct"],
                                                          r["_kafka_offset_min"], r["_kafka_offset_max"])
              for r in agg.to_pylist()}
     expected = {tp: (end, end, 0, end - 1) for tp, end in ends.items() if end > 0}
     wrong = {tp: (found.get(tp), want) for tp, want in expected.items() if found.get(tp) != want}
     extra = set(found) - set(expected)
-    assert not wrong and not extra, f"(rows, distinct, min, max) found vs expected: {wrong}; unexpected partitions {extra}"
+    assert not wrong and not extra, (f"(rows, distinct, min, max) found vs expected: {wrong}; "
+                                     f"unexpected partitions {extra}")
 
 
 def stored(catalog: Catalog, cfg: Config) -> dict[tuple[str, int], int]:

@@ -142,7 +142,8 @@ def main(*, records: int, workdir: Path) -> int:
         for row in by_country.slice(0, 5).to_pylist():
             print(f"   {row['country']}  {row['price_count']:>6,} purchases  {row['price_sum']:>12,.2f}")
         by_day = pc.value_counts(pc.strftime(data.column("event_time"), format="%Y-%m-%d")).to_pylist()
-        print("   events per day: " + ", ".join(f"{d['values']} {d['counts']:,}" for d in sorted(by_day, key=lambda d: d["values"])))
+        print("   events per day: " + ", ".join(f"{d['values']} {d['counts']:,}"
+                                                for d in sorted(by_day, key=lambda d: d["values"])))
         ok = rows == records == distinct and ok_compact and ok_status
         print("8. stopping the broker")
     print(f"demo {'OK' if ok else 'FAILED'}: {rows:,} rows for {records:,} events")

@@ -207,7 +207,8 @@ class KafkaBroker:
         return f"127.0.0.1:{self.port}"
 
     @classmethod
-    def start(cls, workdir: Path, *, version: str = KAFKA_VERSION, heap: str = "512m", secure: bool = False) -> KafkaBroker:
+    def start(cls, workdir: Path, *, version: str = KAFKA_VERSION, heap: str = "512m",
+              secure: bool = False) -> KafkaBroker:
         """``secure``: also listen with SASL and with SASL over TLS (``SecurePorts``)."""
         lib = ensure_jars(version)
         workdir = Path(workdir).resolve()
@@ -220,8 +221,9 @@ class KafkaBroker:
         (workdir / "log4j2.xml").write_text(_LOG4J2.format(path=workdir / "server.log"))
         java = ["java", f"-Dlog4j2.configurationFile={workdir / 'log4j2.xml'}", "-cp", f"{lib}/*"]
         cluster_id = new_cluster_id()
-        scram = [arg for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512")
-                 for arg in ("--add-scram", f"{mechanism}=[name={SASL_USER},password={SASL_PASSWORD}]")] if secure else []
+        scram = ([arg for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512")
+                  for arg in ("--add-scram", f"{mechanism}=[name={SASL_USER},password={SASL_PASSWORD}]")]
+                 if secure else [])
         fmt = subprocess.run([*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props), *scram],
                              capture_output=True, text=True)
         if fmt.returncode != 0:
@@ -232,8 +234,8 @@ class KafkaBroker:
 
     def _launch(self) -> None:
         """Start the broker process on the formatted data directory and wait until it serves."""
-        java = ["java", f"-Xmx{self.heap}", "-XX:+UseSerialGC", f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.xml'}",
-                "-cp", f"{self.lib or ensure_jars()}/*"]
+        java = ["java", f"-Xmx{self.heap}", "-XX:+UseSerialGC",
+                f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.xml'}", "-cp", f"{self.lib or ensure_jars()}/*"]
         with open(self.workdir / "stdout.log", "ab") as out:  # the child keeps its own handle
             self._proc = subprocess.Popen([*java, "kafka.Kafka", str(self.workdir / "server.properties")],
                                           stdout=out, stderr=subprocess.STDOUT, start_new_session=True)

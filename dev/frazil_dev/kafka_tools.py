@@ -77,6 +77,7 @@ def consume_rate(bootstrap: str, topic: str, records: int, *, group: str, workdi
     try:
         fetch_s = float(row["fetch.time.ms"]) / 1000
         return ConsumeRate(records=int(row["data.consumed.in.nMsg"]), mb=float(row["data.consumed.in.MB"]),
-                           fetch_s=fetch_s, records_per_s=float(row["fetch.nMsg.sec"]), mb_per_s=float(row["fetch.MB.sec"]))
+                           fetch_s=fetch_s, records_per_s=float(row["fetch.nMsg.sec"]),
+                           mb_per_s=float(row["fetch.MB.sec"]))
     except (KeyError, ValueError) as exc:
         raise BrokerError(f"ConsumerPerformance's result is not as expected ({exc}): {out.strip()[-1000:]}") from exc

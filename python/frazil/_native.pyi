@@ -4,9 +4,9 @@ from typing import Literal, final
 
 import pyarrow as pa
 
-__all__ = ["ALIGNMENT", "AppendResult", "AvroBuffer", "BufferFullError", "CorruptBatchError", "DecodeError", "FetchSummary",
-           "Fetched", "JsonBuffer", "NativeError", "UnknownField", "UnknownSchemaError", "__version__", "KeyIndex",
-           "append_routed", "read_fetch", "route_groups", "split_changes"]
+__all__ = ["ALIGNMENT", "AppendResult", "AvroBuffer", "BufferFullError", "CorruptBatchError", "DecodeError",
+           "FetchSummary", "Fetched", "JsonBuffer", "NativeError", "UnknownField", "UnknownSchemaError",
+           "__version__", "KeyIndex", "append_routed", "read_fetch", "route_groups", "split_changes"]
 
 __version__: str
 ALIGNMENT: int
@@ -78,7 +78,8 @@ class Fetched:
     def summary(self, start: int = 0) -> FetchSummary:
         """Counts over the records from index ``start`` on (all zero when there are none)."""
     def columns(self, start: int = 0, offsets: list[int] | None = None
-                ) -> tuple[list[int], list[int], list[bytes | None], list[bytes | None], list[list[tuple[str, bytes | None]]]]:
+                ) -> tuple[list[int], list[int], list[bytes | None], list[bytes | None],
+                           list[list[tuple[str, bytes | None]]]]:
         """The records from index ``start`` on, or those at ``offsets`` (sorted), as columns:
         offsets, timestamps (ms), keys, values, headers."""
 

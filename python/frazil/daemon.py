@@ -126,7 +126,8 @@ async def open_tables(cfg: Config) -> tuple[Catalog, dict[str, Table]]:
         raise
     except Exception as exc:  # noqa: BLE001 - locked, down, refused: say so in one line
         raise CatalogUnavailable(f"catalog {cfg.catalog.name} ({iceberg_catalog.describe(cfg.catalog)}) did not answer "
-                                 f"while the tables were opened: {type(exc).__name__}: {iceberg_catalog.first_line(exc)}. "
+                                 f"while the tables were opened: {type(exc).__name__}: "
+                                 f"{iceberg_catalog.first_line(exc)}. "
                                  "Nothing was read; "
                                  "start again once it answers") from None
     return catalog, tables

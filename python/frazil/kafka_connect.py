@@ -20,7 +20,8 @@ from pathlib import Path
 from frazil import config as config_mod
 from frazil.errors import ConfigError
 
-CONNECTOR_CLASSES = ("org.apache.iceberg.connect.IcebergSinkConnector", "io.tabular.iceberg.connect.IcebergSinkConnector")
+CONNECTOR_CLASSES = ("org.apache.iceberg.connect.IcebergSinkConnector",
+                     "io.tabular.iceberg.connect.IcebergSinkConnector")
 _NAME = re.compile(r"[^A-Za-z0-9_.-]")
 # Kafka Connect's partition transforms (SchemaUtils) as frazil spells them
 _TRANSFORMS = {"year": "year", "years": "year", "month": "month", "months": "month", "day": "day", "days": "day",
@@ -174,8 +175,8 @@ def convert(name: str, config: dict[str, str], *, pipeline: str = "", bootstrap_
     of frazil's template (Kafka Connect's route value names namespace and table together)."""
     cls = config.get("connector.class", "")
     if cls not in CONNECTOR_CLASSES:
-        raise ConnectorConfigError(f"connector.class is {cls or 'missing'!r}; import-kc reads Apache Iceberg sink connectors "
-                           f"({CONNECTOR_CLASSES[0]})")
+        raise ConnectorConfigError(f"connector.class is {cls or 'missing'!r}; import-kc reads Apache Iceberg sink "
+                                   f"connectors ({CONNECTOR_CLASSES[0]})")
     used: set[str] = {"connector.class", "name"}
     out = Conversion("")
     skip = out.not_carried.append
@@ -225,7 +226,8 @@ def convert(name: str, config: dict[str, str], *, pipeline: str = "", bootstrap_
             skip(("errors.tolerance", "\"all\" without a dead-letter topic skips bad records silently; frazil never "
                   "drops a record: it stops (on_bad_record = \"fail\"); set on_bad_record = \"dead_letter\" to go on"))
     for key in ("errors.deadletterqueue.context.headers.enable", "errors.deadletterqueue.topic.replication.factor",
-                "errors.log.enable", "errors.log.include.messages", "errors.retry.timeout", "errors.retry.delay.max.ms"):
+                "errors.log.enable", "errors.log.include.messages", "errors.retry.timeout",
+                "errors.retry.delay.max.ms"):
         leave(key, "Kafka Connect's error handling; frazil's dead letters always carry the error in headers "
               "(frazil.error, frazil.error.field, frazil.source.*) and the topic is created with up to 3 replicas")
 
@@ -281,8 +283,8 @@ def convert(name: str, config: dict[str, str], *, pipeline: str = "", bootstrap_
     for key, why in (("iceberg.control.group-id-prefix", "frazil's coordinator group is <kafka.group_id>-coordinator"),
                      ("iceberg.control.commit.threads", "frazil commits each table once per cycle"),
                      ("iceberg.control.commit.max-consecutive-failures",
-                      "frazil keeps retrying for pipeline.outage_timeout_s (900 s by default) while holding the records, "
-                      "then stops"),
+                      "frazil keeps retrying for pipeline.outage_timeout_s (900 s by default) while holding the "
+                      "records, then stops"),
                      ("iceberg.coordinator.transactional.prefix",
                       "frazil's transactional ids are frazil-<pipeline>-coordinator and frazil-<pipeline>-<member>")):
         leave(key, why)
@@ -299,8 +301,8 @@ def convert(name: str, config: dict[str, str], *, pipeline: str = "", bootstrap_
               "tables' columns declared for Avro (add [table] columns)"))
     elif converter.endswith("JsonConverter"):
         if take("value.converter.schemas.enable", "true").lower() == "true":
-            skip(("value.converter.schemas.enable", "JSON with an embedded schema envelope ({\"schema\", \"payload\"}) is "
-                  "not read: frazil reads plain JSON objects"))
+            skip(("value.converter.schemas.enable", "JSON with an embedded schema envelope ({\"schema\", "
+                  "\"payload\"}) is not read: frazil reads plain JSON objects"))
     elif converter:
         skip(("value.converter", f"{converter}: frazil reads JSON objects or Avro"))
     for key in sorted(k for k in config if k.startswith(("key.converter", "value.converter.", "header.converter"))):
@@ -323,7 +325,8 @@ def convert(name: str, config: dict[str, str], *, pipeline: str = "", bootstrap_
         elif prop == "io-impl":
             skip((key, "a Java FileIO class: pyiceberg picks its FileIO from the warehouse scheme (s3://, gs://, ...)"))
         elif prop.startswith("jdbc."):
-            skip((key, "JDBC settings: put the user and password in a SQLAlchemy uri (uri_env = ...) for a SQL catalog"))
+            skip((key, "JDBC settings: put the user and password in a SQLAlchemy uri (uri_env = ...) for a SQL "
+                  "catalog"))
         elif value and (_SECRET_KEYS.search(prop) or (prop == "uri" and _URI_SECRET.search(value))):
             var = catalog[f"{prop}_env"] = secret(f"FRAZIL_CATALOG_{prop}", key)
             skip((key, f"a secret: not written to the file; [catalog] properties {prop}_env = \"{var}\" reads it "
@@ -338,9 +341,9 @@ def convert(name: str, config: dict[str, str], *, pipeline: str = "", bootstrap_
     sections["catalog"] = {"name": catalog_name, "properties": catalog} if catalog else {"name": catalog_name}
     if catalog.get("type", "sql") not in ("sql", "rest"):
         sections["maintenance"] = {"enabled": False}
-        skip(("iceberg.catalog.*", f"a {catalog['type']} catalog: frazil ingests into it, but its Spark maintenance shares "
-              "only SQL (SQLite, PostgreSQL) and REST catalogs, so [maintenance] enabled = false; compact with your "
-              "own Spark jobs"))
+        skip(("iceberg.catalog.*", f"a {catalog['type']} catalog: frazil ingests into it, but its Spark maintenance "
+              "shares only SQL (SQLite, PostgreSQL) and REST catalogs, so [maintenance] enabled = false; compact with "
+              "your own Spark jobs"))
 
     # --- tables
     create = flag("iceberg.tables.auto-create-enabled", False)
@@ -354,8 +357,8 @@ def convert(name: str, config: dict[str, str], *, pipeline: str = "", bootstrap_
     route_field = take("iceberg.tables.route-field")
     default_partition = take("iceberg.tables.default-partition-by")
     for key in ("iceberg.tables.schema-force-optional", "iceberg.tables.replace-null-with-default",
-                "iceberg.tables.default-commit-branch", "iceberg.tables.cdc-field", "iceberg.tables.upsert-mode-enabled",
-                "iceberg.tables.default-id-columns"):
+                "iceberg.tables.default-commit-branch", "iceberg.tables.cdc-field",
+                "iceberg.tables.upsert-mode-enabled", "iceberg.tables.default-id-columns"):
         leave(key, {"iceberg.tables.schema-force-optional": "inferred columns are optional already; declared ones "
                                                             "keep their `required`",
                     "iceberg.tables.replace-null-with-default": "frazil stores a null as null",
@@ -413,10 +416,10 @@ def convert(name: str, config: dict[str, str], *, pipeline: str = "", bootstrap_
                  if not create else "")))
     elif not tables:
         raise ConnectorConfigError("the connector names no table: iceberg.tables (or dynamic routing with "
-                           "iceberg.tables.dynamic-enabled and iceberg.tables.route-field)")
+                                   "iceberg.tables.dynamic-enabled and iceberg.tables.route-field)")
     if not create:
-        skip(("iceberg.tables.auto-create-enabled", "off: the tables must exist; frazil writes them as they are, without "
-              "its _kafka_* metadata columns (metadata_columns = false)"))
+        skip(("iceberg.tables.auto-create-enabled", "off: the tables must exist; frazil writes them as they are, "
+              "without its _kafka_* metadata columns (metadata_columns = false)"))
     for key in sorted(set(config) - used):
         if key.startswith("iceberg.table.") and not any(key.startswith(f"iceberg.table.{t['name']}.") for t in tables):
             skip((key, "names a table that iceberg.tables does not list"))

@@ -109,7 +109,8 @@ def test_idle_partitions_hold_nothing_back_and_a_silent_worker_only_until_the_ti
     try:
         for name in ("w0", "w1"):
             group.start(name)
-        _wait_for(lambda: all("replied to commit" in group.tail(n, 20000) for n in ("w0", "w1")), "both workers to reply")
+        _wait_for(lambda: all("replied to commit" in group.tail(n, 20000) for n in ("w0", "w1")),
+                  "both workers to reply")
         # one record on partition 0, three idle partitions: it lands in a full commit, with VTTS
         asyncio.run(eos.produce(kafka.bootstrap, topic, [eos.record(0)], partitions=1, label=None))
         eos.wait_committed(tmp_path, {(topic, 0): 1}, group, timeout=30)
@@ -121,7 +122,8 @@ def test_idle_partitions_hold_nothing_back_and_a_silent_worker_only_until_the_ti
         before = len(_snapshots(tmp_path))
         silent = "w1" if _coordinator(group) == "w0" else "w0"   # not the coordinator: it must go on
         group.procs[silent].send_signal(signal.SIGSTOP)
-        asyncio.run(eos.produce(kafka.bootstrap, topic, (eos.record(i) for i in range(1, 41)), partitions=4, label=None))
+        asyncio.run(eos.produce(kafka.bootstrap, topic, (eos.record(i) for i in range(1, 41)), partitions=4,
+                                label=None))
         ends = asyncio.run(end_offsets(kafka.bootstrap, [topic]))
         eos.wait_committed(tmp_path, ends, group, timeout=60)
         after = _snapshots(tmp_path)[before:]
@@ -144,7 +146,8 @@ def test_a_zombie_worker_woken_after_its_partitions_moved_lands_nothing_twice(ka
     try:
         for name in ("w0", "w1"):
             group.start(name)
-        _wait_for(lambda: all("replied to commit" in group.tail(n, 20000) for n in ("w0", "w1")), "both workers to reply")
+        _wait_for(lambda: all("replied to commit" in group.tail(n, 20000) for n in ("w0", "w1")),
+                  "both workers to reply")
         for c in range(records // chunk):
             asyncio.run(eos.produce(kafka.bootstrap, topic, (eos.record(i) for i in range(c * chunk, (c + 1) * chunk)),
                                     partitions=4, label=None))
@@ -174,7 +177,8 @@ class _Stream:
     produced: int = 0
 
     def __call__(self, n: int) -> None:
-        asyncio.run(eos.produce(self.bootstrap, self.topic, (eos.record(i) for i in range(self.produced, self.produced + n)),
+        asyncio.run(eos.produce(self.bootstrap, self.topic,
+                                (eos.record(i) for i in range(self.produced, self.produced + n)),
                                 partitions=4, label=None))
         self.produced += n
 
@@ -299,7 +303,8 @@ def test_files_a_cycle_could_not_land_are_held_by_their_workers_and_land_in_a_la
     try:
         for name in ("w0", "w1"):
             group.start(name, {"FRAZIL_FAULTS": faults_spec})
-        _wait_for(lambda: all("replied to commit" in group.tail(n, 20000) for n in ("w0", "w1")), "both workers to reply")
+        _wait_for(lambda: all("replied to commit" in group.tail(n, 20000) for n in ("w0", "w1")),
+                  "both workers to reply")
         for c in range(records // chunk):
             asyncio.run(eos.produce(kafka.bootstrap, topic, (eos.record(i) for i in range(c * chunk, (c + 1) * chunk)),
                                     partitions=4, label=None))

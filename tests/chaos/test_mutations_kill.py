@@ -47,7 +47,8 @@ def _produce_slowly(bootstrap: str, topic: str, stream: list, done: threading.Ev
 
 
 def _start(config: Path, log: Path, fault: str | None) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "FRAZIL_FAULTS": fault} if fault else {k: v for k, v in os.environ.items() if k != "FRAZIL_FAULTS"}
+    env = ({**os.environ, "FRAZIL_FAULTS": fault} if fault
+           else {k: v for k, v in os.environ.items() if k != "FRAZIL_FAULTS"})
     with open(log, "ab") as out:
         return subprocess.Popen([sys.executable, "-m", "frazil.cli", "run", "--config", str(config)],
                                 stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -75,7 +76,8 @@ def test_a_change_stream_killed_at_every_commit_point_ends_equal_to_the_referenc
     stream = list(changes.debezium_stream(KEYS, CHANGES, seed) if kind == "cdc" else
                   changes.upsert_stream(KEYS, CHANGES, seed))
     done, errors = threading.Event(), []
-    producer = threading.Thread(target=_produce_slowly, args=(kafka.bootstrap, topic, stream, done, errors), daemon=True)
+    producer = threading.Thread(target=_produce_slowly, args=(kafka.bootstrap, topic, stream, done, errors),
+                                daemon=True)
     producer.start()
 
     kills: dict[str, int] = {}

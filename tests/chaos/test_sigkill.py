@@ -40,7 +40,8 @@ def _produce_slowly(bootstrap: str, topic: str, done: threading.Event, errors: l
         for c in range(CHUNKS):
             n = per_chunk if c < CHUNKS - 1 else RECORDS - per_chunk * (CHUNKS - 1)
             start = c * per_chunk
-            asyncio.run(support.produce(bootstrap, topic, (support.record(i) for i in range(start, start + n)), PARTITIONS))
+            asyncio.run(support.produce(bootstrap, topic, (support.record(i) for i in range(start, start + n)),
+                                        PARTITIONS))
             time.sleep(1.0)
     except BaseException as exc:  # noqa: BLE001 - reported by the test
         errors.append(exc)

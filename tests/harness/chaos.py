@@ -240,8 +240,9 @@ class Procs:
     def config(self, name: str) -> Path:
         path = self.workdir / f"{name}.toml"
         if not path.exists():
-            path.write_text(CONFIG.format(pipeline=PIPELINE, workdir=self.workdir, worker=name, bootstrap=self.bootstrap,
-                                          events=EVENTS, changes=CHANGES, session_ms=int(SESSION_TIMEOUT_S * 1000),
+            path.write_text(CONFIG.format(pipeline=PIPELINE, workdir=self.workdir, worker=name,
+                                          bootstrap=self.bootstrap, events=EVENTS, changes=CHANGES,
+                                          session_ms=int(SESSION_TIMEOUT_S * 1000),
                                           maintenance=str(self.maintenance).lower(), event_columns=EVENT_COLUMNS))
         return path
 
@@ -253,7 +254,8 @@ class Procs:
             spec = self.workdir / f"faults-{name}"
             spec.write_text("")
             with open(logfile, "wb") as out:
-                popen = subprocess.Popen([sys.executable, "-m", "frazil.cli", "run", "--config", str(self.config(name))],
+                popen = subprocess.Popen([sys.executable, "-m", "frazil.cli", "run", "--config",
+                                          str(self.config(name))],
                                          stdout=out, stderr=subprocess.STDOUT,
                                          env={**self.env, fault_points.FILE_ENV: str(spec)})
             proc = Proc(name, popen, logfile, time.monotonic())
@@ -787,7 +789,8 @@ def verify(bootstrap: str, catalog_cfg: CatalogConfig, spark: Any) -> dict[str, 
                 data = spark.sql(f"SELECT * FROM frazil.{table}").toArrow()
             per[table] = compare_append(data, want[table], want["fields"])
         if engine == "pyiceberg":
-            state = catalog.load_table("chaos.state").scan(selected_fields=("id", "name", "amount", "version")).to_arrow()
+            state = catalog.load_table("chaos.state").scan(
+                selected_fields=("id", "name", "amount", "version")).to_arrow()
         else:
             spark.sql("REFRESH TABLE frazil.chaos.state")
             state = spark.sql("SELECT id, name, amount, version FROM frazil.chaos.state").toArrow()
@@ -1001,13 +1004,15 @@ def run(workdir: Path, broker: KafkaBroker, *, faults: int, seed: int, max_concu
                 maintained[line.split("frazil.spark.jobs: maintenance ", 1)[1].split(" ", 1)[0]] += 1
     # records that reached their table: events by their offsets, changes by the upsert table's offsets
     # (its rows were checked against the latest change of every key)
-    landed = (report["engines"]["pyiceberg"]["chaos.events"]["rows"] - report["engines"]["pyiceberg"]["chaos.events"]["duplicates"]
+    landed = (report["engines"]["pyiceberg"]["chaos.events"]["rows"]
+              - report["engines"]["pyiceberg"]["chaos.events"]["duplicates"]
               + sum(end for (t, _), end in ends.items() if t == CHANGES))
     result = {
         "faults_total": len(done), "faults": dict(sorted(kinds.items())), "produced": report["produced"],
         "landed": landed, "dead_lettered": report["dead_letters"]["records"], "lost": lost, "duplicates": dup,
         "recovery_s": recovery, "seed": seed, "fault_phase_s": round(fault_phase_s, 1),
-        "restarts": dict(restarts), "start_failures": procs.start_failures, "producer_retries": producer.failures, "schema_changes": producer.fields_added,
+        "restarts": dict(restarts), "start_failures": procs.start_failures, "producer_retries": producer.failures,
+        "schema_changes": producer.fields_added,
         "pipeline_maintenance_jobs": dict(sorted(maintained.items())),
         "exit_codes": codes, "bad_exits": bad_exits, "verify": report,
         "log": [f"{f.started - started:7.1f}s {f.kind}: {f.detail}" for f in sorted(done, key=lambda f: f.started)],
@@ -1041,11 +1046,13 @@ def main(argv: list[str] | None = None) -> int:
     keys = ("faults_total", "faults", "produced", "landed", "dead_lettered", "lost", "duplicates", "recovery_s")
     summary = {k: result[k] for k in keys}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({**summary, "seed": seed, "fault_phase_s": result["fault_phase_s"]}, indent=2) + "\n")
+    args.out.write_text(json.dumps({**summary, "seed": seed, "fault_phase_s": result["fault_phase_s"]}, indent=2)
+                        + "\n")
     (args.dir / "report.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "log"}, indent=2, default=str))
     good = ok(result)
-    print(f"chaos {'OK' if good else 'FAILED'} (seed {seed}): wrote {args.out}; every fault in {args.dir / 'report.json'}")
+    print(f"chaos {'OK' if good else 'FAILED'} (seed {seed}): wrote {args.out}; every fault in "
+          f"{args.dir / 'report.json'}")
     return 0 if good else 1
 
 

@@ -132,8 +132,8 @@ def setup(workdir: Path, bootstrap: str, workers: int, *, interval: float = 1.0,
         # the pipeline is named after the topic: runs on one broker must not share a control topic,
         # a coordinator transactional id or a consumer group (a coordinator would finish another
         # run's open cycle into this run's table)
-        group.config(name).write_text(CONFIG.format(interval=interval, workdir=workdir, worker=name, bootstrap=bootstrap,
-                                                    topic=topic, timeout=timeout, pipeline=topic,
+        group.config(name).write_text(CONFIG.format(interval=interval, workdir=workdir, worker=name,
+                                                    bootstrap=bootstrap, topic=topic, timeout=timeout, pipeline=topic,
                                                     pipeline_extra=pipeline_extra))
     return group
 
@@ -258,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     shutil.rmtree(args.dir, ignore_errors=True)
-    print(f"eos: {args.workers} workers, {args.records:,} records, at least {args.kills} SIGKILLs (seed {seed})", flush=True)
+    print(f"eos: {args.workers} workers, {args.records:,} records, at least {args.kills} SIGKILLs (seed {seed})",
+          flush=True)
     with KafkaBroker.start(args.dir / "kafka") as broker:
         result = kill_run(args.dir, broker.bootstrap, records=args.records, workers=args.workers, kills=args.kills,
                           seed=seed)

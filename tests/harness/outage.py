@@ -7,7 +7,8 @@ and pauses from its log, waits until the table holds everything, and counts ever
 (partition, offset) in the table with an independent scan. In either coordination mode: single
 (worker and coordinator in process) or distributed (the same roles over the control topic).
 
-    PYTHONPATH=tests:dev python -m harness.outage [--mode both] [--outage-s 60] [--budget-mb 32] [--out benches/results/outage.json]
+    PYTHONPATH=tests:dev python -m harness.outage [--mode both] [--outage-s 60] [--budget-mb 32] \\
+        [--out benches/results/outage.json]
 """
 
 from __future__ import annotations
@@ -125,8 +126,9 @@ def run(bootstrap: str, workdir: Path, *, mode: str = "single", outage_s: float 
     config_path = workdir / "frazil.toml"
     metrics_port = free_port()
     topic = f"outage-{mode}"
-    config_path.write_text(CONFIG.format(bootstrap=bootstrap, topic=topic, topic_ident=topic.replace("-", "_"), mode=mode,
-                                         budget_mb=budget_mb, metrics_port=metrics_port, columns=CLICKSTREAM_COLUMNS))
+    config_path.write_text(CONFIG.format(bootstrap=bootstrap, topic=topic, topic_ident=topic.replace("-", "_"),
+                                         mode=mode, budget_mb=budget_mb, metrics_port=metrics_port,
+                                         columns=CLICKSTREAM_COLUMNS))
     cfg = config_mod.load(config_path)
     asyncio.run(create_topic(bootstrap, topic, PARTITIONS))
     produce_s = before_s + outage_s + after_s
@@ -160,7 +162,8 @@ def run(bootstrap: str, workdir: Path, *, mode: str = "single", outage_s: float 
                                 daemon=True)
     try:
         producer.start()
-        say(f"{mode} mode: producing {len(values):,} records over {produce_s:.0f}s; catalog outage of {outage_s:.0f}s after {before_s:.0f}s")
+        say(f"{mode} mode: producing {len(values):,} records over {produce_s:.0f}s; catalog outage of "
+            f"{outage_s:.0f}s after {before_s:.0f}s")
         time.sleep(before_s)
         held = threading.Event()
         locker = threading.Thread(target=_hold_catalog_lock, args=(Path(cfg.catalog.properties["uri"][len("sqlite:///"):]),
@@ -177,7 +180,8 @@ def run(bootstrap: str, workdir: Path, *, mode: str = "single", outage_s: float 
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise RuntimeError(f"frazil run exited with {proc.returncode}; the end of {log_path}:\n{_tail(log_path)}")
+                raise RuntimeError(f"frazil run exited with {proc.returncode}; the end of {log_path}:\n"
+                                   f"{_tail(log_path)}")
             stored = offsets.stored_offsets(catalog.load_table(cfg.table.name).properties, cfg.pipeline)
             if all(stored.get(tp, 0) >= end for tp, end in ends.items()):
                 break

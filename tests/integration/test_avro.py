@@ -102,7 +102,8 @@ def test_two_writer_schemas_land_as_one_evolved_table_and_bad_values_go_to_the_d
     assert ids["v1"] != ids["v2"]
     asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
     asyncio.run(produce(kafka.bootstrap, topic, ids, range(RECORDS // 2)))   # v1 (and bad ones)
-    extra = (MODES[mode] + f'\n[values]\nformat = "avro-confluent"\n\n[schema_registry]\nurl = "{schema_registry.url}"\n')
+    extra = (MODES[mode] + '\n[values]\nformat = "avro-confluent"\n\n'
+             f'[schema_registry]\nurl = "{schema_registry.url}"\n')
     config = support.write_config(tmp_path, kafka.bootstrap, [topic], pipeline=topic, interval=0.5, extra=extra)
     text = config.read_text().replace("[kafka]", 'on_bad_record = "dead_letter"\n\n[kafka]', 1)
     config.write_text(text.replace('name = "db.events"\n', 'name = "db.events"\nunknown_fields = "evolve"\n', 1))

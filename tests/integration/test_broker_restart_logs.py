@@ -44,7 +44,8 @@ def test_a_broker_outage_loses_nothing_and_its_client_errors_fold_into_a_few_lin
         log = tmp_path / "frazil.log"
         with open(log, "wb") as out:
             proc = subprocess.Popen([sys.executable, "-m", "frazil.cli", "run", "--config", str(config)],
-                                    cwd=tmp_path / "run", stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+                                    cwd=tmp_path / "run", stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT)
         try:
             produced = asyncio.run(support.produce(broker.bootstrap, TOPIC, (support.record(i) for i in range(1000)),
                                                    PARTITIONS))

@@ -12,7 +12,8 @@ from frazil_dev.kafka_broker import KafkaBroker
 pytestmark = pytest.mark.integration
 
 
-def channel(kafka: KafkaBroker, topic: str, member: str, *, group: str = "p", coordinator: bool = False) -> ControlChannel:
+def channel(kafka: KafkaBroker, topic: str, member: str, *, group: str = "p",
+            coordinator: bool = False) -> ControlChannel:
     return ControlChannel(kafka.bootstrap, topic, group=group, member=member, transactional_id=f"{group}-{member}",
                           consumer_group=f"{group}-coordinator" if coordinator else None)
 

@@ -21,12 +21,14 @@ def test_a_full_worker_buffer_starts_a_cycle_long_before_the_interval(kafka: Kaf
     ports = {name: free_port() for name in ("w0", "w1")}
     for name in ("w0", "w1"):
         cfg = group.config(name)
-        cfg.write_text(cfg.read_text().replace('commit_interval_s = 600.0', 'commit_interval_s = 600.0\nmax_buffer_records = 2000')
+        cfg.write_text(cfg.read_text().replace('commit_interval_s = 600.0',
+                                               'commit_interval_s = 600.0\nmax_buffer_records = 2000')
                        + f"\n[metrics]\nport = {ports[name]}\n")
     try:
         for name in ("w0", "w1"):
             group.start(name)
-        asyncio.run(eos.produce(kafka.bootstrap, topic, (eos.record(i) for i in range(20_000)), partitions=4, label=None))
+        asyncio.run(eos.produce(kafka.bootstrap, topic, (eos.record(i) for i in range(20_000)), partitions=4,
+                                label=None))
         ends = asyncio.run(end_offsets(kafka.bootstrap, [topic]))
         # the interval is 10 minutes: only the workers' requests can land this within the wait
         eos.wait_committed(tmp_path, ends, group, timeout=90)

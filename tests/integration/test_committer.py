@@ -60,7 +60,8 @@ def once_before_catalog(monkeypatch: pytest.MonkeyPatch, action: Callable[[], ob
 
 
 def data_snapshots(catalog: Catalog, cfg: config.Config) -> int:
-    return sum(1 for s in catalog.load_table(cfg.table.name).snapshots() if s.summary and s.summary.operation.value == "append")
+    return sum(1 for s in catalog.load_table(cfg.table.name).snapshots()
+               if s.summary and s.summary.operation.value == "append")
 
 
 def test_offsets_move_only_with_data_and_ranges_must_be_contiguous(setup) -> None:
@@ -243,7 +244,8 @@ def test_a_sealed_commit_id_never_lands_even_from_a_commit_already_past_its_chec
 def test_sealing_a_commit_id_that_landed_finds_it_and_changes_nothing(setup) -> None:
     """The zombie's commit landed before the seal: the seal says so (its bad records are then sent)."""
     catalog, cfg = setup
-    landed = Committer(catalog, cfg.table.name, cfg.pipeline).commit(rows(cfg, catalog, 0, 10), {TP: Range(0, 10)}, "c-1")
+    landed = Committer(catalog, cfg.table.name, cfg.pipeline).commit(rows(cfg, catalog, 0, 10),
+                                                                     {TP: Range(0, 10)}, "c-1")
     snapshots = len(catalog.load_table(cfg.table.name).snapshots())
     result = Committer(catalog, cfg.table.name, cfg.pipeline).seal("c-1", reason="taken over")
     assert result.found and result.snapshot_id == landed.snapshot_id and result.offsets == {TP: 10}

@@ -62,7 +62,8 @@ def test_every_manifest_is_byte_for_byte_what_pyiceberg_writes(tmp_path: Path, m
     snapshot = table.current_snapshot()
     assert snapshot is not None
     manifests = [m for m in snapshot.manifests(table.io) if m.content == ManifestContent.DATA]
-    assert {m.partition_spec_id for m in manifests} == {0, 1} and max(m.existing_files_count or 0 for m in manifests) >= 2
+    assert ({m.partition_spec_id for m in manifests} == {0, 1}
+            and max(m.existing_files_count or 0 for m in manifests) >= 2)
     for n, manifest in enumerate(manifests):
         entries = manifest.fetch_manifest_entry(table.io, discard_deleted=False)
         before = data_file_records._record.cache_info().misses
@@ -96,7 +97,8 @@ def test_a_data_file_is_kept_apart_under_each_schema() -> None:
             format_version=2, partition_type=StructType(NestedField(1000, "p", partition_type, required=False))))
 
     data_file = DataFile.from_args(content=DataFileContent.DATA, file_path="file:///promoted.parquet",
-                                   file_format=FileFormat.PARQUET, partition=Record(1), record_count=3, file_size_in_bytes=10)
+                                   file_format=FileFormat.PARQUET, partition=Record(1), record_count=3,
+                                   file_size_in_bytes=10)
     as_long, as_double = writer(LongType()), writer(DoubleType())
     assert as_long is writer(LongType())   # one writer per schema
     kept = data_file_records._record(as_long, data_file), data_file_records._record(as_double, data_file)

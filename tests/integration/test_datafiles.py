@@ -67,7 +67,8 @@ def test_files_reported_for_another_table_of_the_same_name_are_refused(tmp_path:
     cfg = TableConfig("db.t", (Column("id", "long", True),))
     old = iceberg_catalog.ensure_table(catalog, cfg)
     data = pa.Table.from_pydict({"id": [1, 2, 3], "_kafka_topic": ["t"] * 3, "_kafka_partition": [0] * 3,
-                                 "_kafka_offset": [0, 1, 2], "_kafka_timestamp": [datetime(2026, 11, 1, tzinfo=UTC)] * 3,
+                                 "_kafka_offset": [0, 1, 2],
+                                 "_kafka_timestamp": [datetime(2026, 11, 1, tzinfo=UTC)] * 3,
                                  "_kafka_key": [None] * 3}, schema=iceberg_catalog.arrow_schema(old))
     refs = tuple(to_ref(f, old.spec(), old.schema())
                  for f in Committer(catalog, "db.t", "p", sleep=lambda s: None).write_files(data))
@@ -76,9 +77,11 @@ def test_files_reported_for_another_table_of_the_same_name_are_refused(tmp_path:
 
     catalog.drop_table("db.t")
     new = iceberg_catalog.ensure_table(catalog, cfg)
-    with pytest.raises(FrazilError, match=f"written for table UUID\\(s\\) {old.metadata.table_uuid}.*nothing was committed"):
+    with pytest.raises(FrazilError,
+                       match=f"written for table UUID\\(s\\) {old.metadata.table_uuid}.*nothing was committed"):
         commit(reply, "c1", None)
     assert catalog.load_table("db.t").snapshots() == []
 
     # the same files reported for the table as it is now land
-    assert commit(TableCommit("db.t", refs, reply.ranges, frozenset({str(new.metadata.table_uuid)})), "c2", None).rows == 3
+    assert commit(TableCommit("db.t", refs, reply.ranges, frozenset({str(new.metadata.table_uuid)})),
+                  "c2", None).rows == 3

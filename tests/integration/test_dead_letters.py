@@ -170,7 +170,8 @@ def test_every_bad_record_reaches_the_dead_letter_topic_once_across_a_kill(kafka
         own = [(k, v) for k, v in letter.headers if not k.startswith("frazil.")]
         assert own == ([("origin", f"h{i}".encode())] if i % 2 else []), (where, own)
     assert {k for k, n in seen.items() if n > 1} == set(), "duplicated in the dead-letter topic"
-    assert set(seen) == set(bad), f"missing {sorted(set(bad) - set(seen))[:5]}, unexpected {sorted(set(seen) - set(bad))[:5]}"
+    assert set(seen) == set(bad), (f"missing {sorted(set(bad) - set(seen))[:5]}, "
+                                   f"unexpected {sorted(set(seen) - set(bad))[:5]}")
     text = log.read_text()
     assert "bad record(s) of db.events to" in text
 
@@ -285,4 +286,5 @@ def test_records_routing_finds_bad_reach_the_dead_letter_topic_once_across_a_kil
         assert (h["frazil.table"], h["frazil.carried_by"]) == (table, "db.clicks"), h
         assert words in h["frazil.error"], h
     assert {k for k, c in seen.items() if c > 1} == set(), "duplicated in the dead-letter topic"
-    assert set(seen) == set(bad), f"missing {sorted(set(bad) - set(seen))[:5]}, unexpected {sorted(set(seen) - set(bad))[:5]}"
+    assert set(seen) == set(bad), (f"missing {sorted(set(bad) - set(seen))[:5]}, "
+                                   f"unexpected {sorted(set(seen) - set(bad))[:5]}")

@@ -116,11 +116,12 @@ def test_fifty_tables_created_while_streaming_each_with_its_records_once(kafka: 
 
 @pytest.mark.parametrize(("dynamic", "bad", "message"), [
     ('table = "bad.{kind}"', {"id": 1}, "field 'kind': it names no table"),
-    ('table = "bad.{kind}"\ncreate = false', {"id": 1, "kind": "nope"}, "table bad.nope does not exist and create is false"),
+    ('table = "bad.{kind}"\ncreate = false', {"id": 1, "kind": "nope"},
+     "table bad.nope does not exist and create is false"),
     ('table = "bad.{kind}"', {"id": 1, "kind": "a", "extra": True}, "field 'extra': bad.a has no such column"),
 ])
-def test_a_record_that_cannot_go_to_its_table_stops_the_pipeline_naming_it(kafka: KafkaBroker, tmp_path: Path,
-                                                                          dynamic: str, bad: dict, message: str) -> None:
+def test_a_record_that_cannot_go_to_its_table_stops_the_pipeline_naming_it(
+        kafka: KafkaBroker, tmp_path: Path, dynamic: str, bad: dict, message: str) -> None:
     topic = "dyn-bad-" + "".join(c for c in message.split(":")[0] if c.isalnum())[:30]
     asyncio.run(support.create_topic(kafka.bootstrap, topic, 1))
     values = [json.dumps({"id": 0, "kind": "a"}).encode()] if "extra" in bad else []

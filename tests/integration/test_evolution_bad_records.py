@@ -69,7 +69,8 @@ def test_new_fields_in_every_partition_of_one_poll_evolve_the_table_once_and_sto
     values = [value_of(i) if i != BAD_AT else support.record(i) for i in range(OLD + NEW)]
     asyncio.run(support.produce(kafka.bootstrap, topic, values, PARTITIONS))
     path = support.write_config(tmp_path, kafka.bootstrap, [topic], pipeline="evolve-poll")
-    path.write_text(path.read_text().replace('name = "db.events"\n', 'name = "db.events"\nunknown_fields = "evolve"\n', 1))
+    path.write_text(path.read_text().replace('name = "db.events"\n',
+                                             'name = "db.events"\nunknown_fields = "evolve"\n', 1))
     cfg = support.load(path)
     assert cfg.table.unknown_fields == "evolve" and cfg.on_bad_record == "fail"
     ends = asyncio.run(support.end_offsets(kafka.bootstrap, [topic]))

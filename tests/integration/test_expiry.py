@@ -171,4 +171,5 @@ def test_the_plan_keeps_the_newest_half_and_refuses_a_young_table(catalog: Catal
     assert chosen is not None
     current = table.current_snapshot()
     assert current is not None and chosen.main_at == current.snapshot_id
-    assert current.snapshot_id not in chosen.snapshot_ids and len(table.metadata.snapshots) - len(chosen.snapshot_ids) >= 3
+    assert (current.snapshot_id not in chosen.snapshot_ids
+            and len(table.metadata.snapshots) - len(chosen.snapshot_ids) >= 3)

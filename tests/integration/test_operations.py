@@ -27,7 +27,8 @@ pytestmark = [pytest.mark.integration]
 PARTITIONS = 2
 
 
-def frazil(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def frazil(*args: str, cwd: Path, env: dict[str, str] | None = None,
+           timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "frazil.cli", *args], cwd=cwd, capture_output=True, text=True,
                           stdin=subprocess.DEVNULL,
                           timeout=timeout, env={**os.environ, **(env or {})})
@@ -148,7 +149,8 @@ def test_each_cli_error_is_one_line_with_its_exit_status(kafka: KafkaBroker, tmp
     # unreachable broker: 3
     dead = support.write_config(tmp_path / "dead", f"127.0.0.1:{free_port()}", [topic])
     for args in (("offsets",), ("status",), ("config", "check", "--connect")):
-        one_line_error(frazil(*args, "--config", str(dead), cwd=tmp_path), 3, "cannot reach Kafka", "Connect call failed")
+        one_line_error(frazil(*args, "--config", str(dead), cwd=tmp_path), 3, "cannot reach Kafka",
+                       "Connect call failed")
     # a mistyped catalog URI is a configuration error: 2
     typo = support.write_config(tmp_path / "typo", kafka.bootstrap, [topic])
     typo.write_text(typo.read_text().replace('uri = "sqlite:///', 'uri = "sqlit:///'))
@@ -191,7 +193,8 @@ def test_each_cli_error_is_one_line_with_its_exit_status(kafka: KafkaBroker, tmp
     not_pem = tmp_path / "ca.pem"
     not_pem.write_text("not a certificate\n")
     tls = support.write_config(tmp_path / "tls", kafka.bootstrap, [topic])
-    tls.write_text(tls.read_text().replace("[kafka]", f'[kafka]\nsecurity_protocol = "SSL"\nssl_cafile = "{not_pem}"', 1))
+    tls.write_text(tls.read_text().replace("[kafka]",
+                                           f'[kafka]\nsecurity_protocol = "SSL"\nssl_cafile = "{not_pem}"', 1))
     for args in (("config", "check"), ("config", "check", "--connect"), ("status",)):
         one_line_error(frazil(*args, "--config", str(tls), cwd=tmp_path), 2, "kafka.ssl_cafile")
     # a config file frazil may not read (0640 root:frazil, read by another operator): 2
@@ -263,8 +266,8 @@ def test_run_under_systemd_notify_reports_status_and_drains_on_sigterm(kafka: Ka
         table = report["tables"][0]
         snapshot = catalog.load_table(cfg.table.name).current_snapshot()
         assert table["snapshot_id"] == snapshot.snapshot_id and table["commit_id"].startswith("ops-")
-        assert {(r["topic"], r["partition"]): (r["table_offset"], r["log_end"], r["lag"]) for r in table["partitions"]} \
-            == {tp: (end, end, 0) for tp, end in ends.items()}
+        assert {(r["topic"], r["partition"]): (r["table_offset"], r["log_end"], r["lag"])
+                for r in table["partitions"]} == {tp: (end, end, 0) for tp, end in ends.items()}
         assert len(report["members"]) == 1 and sorted(map(tuple, report["members"][0]["partitions"])) == sorted(ends)
         assert report["coordinator"] == "each process, for its own partitions"
         text = frazil("status", "--config", str(config), cwd=tmp_path)
@@ -388,7 +391,8 @@ def test_offsets_from_group_takes_over_where_a_kafka_connect_sink_stopped(kafka:
         try:
             while not consumer.assignment():
                 await consumer.getmany(timeout_ms=200)
-            await consumer.commit({TopicPartition(t, p): OffsetAndMetadata(o, "") for (t, p), o in connector_at.items()})
+            await consumer.commit({TopicPartition(t, p): OffsetAndMetadata(o, "")
+                                   for (t, p), o in connector_at.items()})
             await asyncio.to_thread(check)   # type: ignore[arg-type]
         finally:
             await consumer.stop()

@@ -148,7 +148,8 @@ async def test_metrics_count_what_happened(kafka: KafkaBroker, tmp_path: Path) -
 
 async def test_bad_json_stops_the_pipeline_and_names_the_record(kafka: KafkaBroker, tmp_path: Path) -> None:
     (topic,) = await new_topics(kafka, 1, 1)
-    values = [support.record(i) for i in range(50)] + [b'{"id": 50, "name": '] + [support.record(i) for i in range(51, 60)]
+    values = ([support.record(i) for i in range(50)] + [b'{"id": 50, "name": ']
+              + [support.record(i) for i in range(51, 60)])
     await support.produce(kafka.bootstrap, topic, values, 1)
     cfg = support.load(support.write_config(tmp_path, kafka.bootstrap, [topic]))
     with pytest.raises(RecordDecodeError) as exc:

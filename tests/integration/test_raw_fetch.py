@@ -108,8 +108,10 @@ async def test_the_hook_is_pinned_to_its_aiokafka_and_only_raw_consumers_get_chu
         got_plain = await plain.getmany(timeout_ms=5000)
         items = got_raw[TopicPartition(topic, 0)]
         assert all(isinstance(i, fetch.Chunk) for i in items)   # the hook is active
-        assert not any(isinstance(i, fetch.Chunk) for i in got_plain[TopicPartition(topic, 0)])   # and only for raw consumers
-        assert [r for i in items for r in rows_of(i)] == [r for i in got_plain[TopicPartition(topic, 0)] for r in rows_of(i)]
+        # and only for raw consumers
+        assert not any(isinstance(i, fetch.Chunk) for i in got_plain[TopicPartition(topic, 0)])
+        assert [r for i in items for r in rows_of(i)] == [r for i in got_plain[TopicPartition(topic, 0)]
+                                                          for r in rows_of(i)]
         assert await raw.position(TopicPartition(topic, 0)) == 50
     finally:
         await stop_client(raw)
@@ -186,7 +188,8 @@ async def test_read_committed_skips_aborted_transactions_and_control_batches(kaf
     assert uncommitted == await read_all(kafka, topic, raw=False, isolation_level="read_uncommitted")
 
 
-async def test_a_fetch_of_an_aborted_transaction_only_moves_the_position_and_returns_nothing(kafka: KafkaBroker) -> None:
+async def test_a_fetch_of_an_aborted_transaction_only_moves_the_position_and_returns_nothing(
+        kafka: KafkaBroker) -> None:
     topic = await new_topic(kafka)
     tp = TopicPartition(topic, 0)
     producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap, transactional_id=f"{topic}-txn")
@@ -214,9 +217,11 @@ async def test_a_fetch_of_an_aborted_transaction_only_moves_the_position_and_ret
         await stop_client(c)
 
 
-async def test_a_compacted_topic_with_offset_gaps_and_tombstones_reads_back_as_aiokafka_reads_it(kafka: KafkaBroker) -> None:
-    topic = await new_topic(kafka, configs={"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.001",
-                                            "min.compaction.lag.ms": "0", "delete.retention.ms": "3600000"})
+async def test_a_compacted_topic_with_offset_gaps_and_tombstones_reads_back_as_aiokafka_reads_it(
+        kafka: KafkaBroker) -> None:
+    topic = await new_topic(kafka, configs={"cleanup.policy": "compact", "segment.ms": "100",
+                                            "min.cleanable.dirty.ratio": "0.001", "min.compaction.lag.ms": "0",
+                                            "delete.retention.ms": "3600000"})
     producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap, compression_type="lz4", linger_ms=5)
     await producer.start()
     try:
@@ -339,8 +344,8 @@ async def test_the_pipeline_reads_a_java_producers_transactional_zstd_topic_exac
     topic = await new_topic(kafka, partitions=3)
     records = tmp_path / "records.txt"
     records.write_text("\n".join(support.record(i).decode() for i in range(500)))
-    await asyncio.to_thread(kafka_tools.produce, kafka.bootstrap, topic, records, 6000, transactional_id=f"{topic}-java",
-                            props={"compression.type": "zstd", "linger.ms": "10"})
+    await asyncio.to_thread(kafka_tools.produce, kafka.bootstrap, topic, records, 6000,
+                            transactional_id=f"{topic}-java", props={"compression.type": "zstd", "linger.ms": "10"})
     cfg = support.load(support.write_config(tmp_path, kafka.bootstrap, [topic]))
     ends = await support.end_offsets(kafka.bootstrap, [topic])
     # the last transaction's marker is the last offset of each partition: a fetch that carries the

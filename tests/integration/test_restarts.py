@@ -139,8 +139,8 @@ def test_restarts_under_load_fetch_nothing_every_table_taking_it_holds(kafka: Ka
         for run in range(4):
             log_path = tmp_path / f"run{run}.log"
             with log_path.open("w") as log:
-                proc = subprocess.Popen([sys.executable, "-m", "frazil.cli", "run", "--config", str(path)], cwd=tmp_path,
-                                        stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+                proc = subprocess.Popen([sys.executable, "-m", "frazil.cli", "run", "--config", str(path)],
+                                        cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
             def committed(log_path: Path = log_path) -> None:
                 assert log_path.read_text().count("settled:") >= 3, "not three cycles yet"
 

@@ -140,7 +140,8 @@ def test_a_table_whose_commits_keep_failing_holds_back_no_other_table(kafka: Kaf
     asyncio.run(produce(kafka.bootstrap, topics[:1], 0, 800))
     for n, topic in enumerate(topics[1:], start=1):   # no refunds in these yet
         ids = range(n * 10_000, n * 10_000 + 1100)
-        asyncio.run(support.produce(kafka.bootstrap, topic, [value(i) for i in ids if KINDS[i % 4] != "refund"][:800], 2))
+        asyncio.run(support.produce(kafka.bootstrap, topic,
+                                    [value(i) for i in ids if KINDS[i % 4] != "refund"][:800], 2))
     extra = '[coordination]\nmode = "distributed"\ncommit_timeout_s = 5\n' if mode == "distributed" else ""
     path = config(tmp_path, kafka.bootstrap, topics, f"indep-{mode}", extra, pipeline_extra="max_commit_attempts = 1")
     cfg = support.load(path)

@@ -92,7 +92,8 @@ def test_run_starts_treat_two_nulls_as_equal_and_look_at_every_field() -> None:
 def test_a_large_unpartitioned_flush_is_one_file_per_core_with_every_row_once(tmp_path: Path, monkeypatch) -> None:
     catalog = iceberg_catalog.load(CatalogConfig("frazil", {"type": "sql", "uri": f"sqlite:///{tmp_path}/c.db",
                                                             "warehouse": f"file://{tmp_path}"}))
-    table = iceberg_catalog.ensure_table(catalog, TableConfig("db.u", (Column("id", "long", True), Column("name", "string"),
+    table = iceberg_catalog.ensure_table(catalog, TableConfig("db.u", (Column("id", "long", True),
+                                                                       Column("name", "string"),
                                                                        Column("at", "timestamptz"))))
     monkeypatch.setattr(writes, "PARALLEL_MIN_BYTES", 1000)
     monkeypatch.setattr(writes.os, "cpu_count", lambda: 3)

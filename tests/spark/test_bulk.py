@@ -60,7 +60,8 @@ def test_spark_files_carry_field_ids_metrics_and_one_partition_each(spark: Any, 
     expected = pc.sum(pc.and_(pc.greater_equal(data.column("at"), lo), pc.less(data.column("at"), hi))).as_py()
     assert one_day.num_rows == expected > 0
     # and Spark reads the committed table the same way
-    assert spark.sql("SELECT count(*) AS n, count(DISTINCT _kafka_offset) AS d FROM lake.db.bulk_parts").first() == (20_000, 20_000)
+    assert spark.sql("SELECT count(*) AS n, count(DISTINCT _kafka_offset) AS d FROM lake.db.bulk_parts").first() \
+        == (20_000, 20_000)
 
 
 def test_in_process_and_spark_files_hold_the_same_rows(spark: Any, catalog: Catalog, warehouse: CatalogConfig) -> None:
@@ -69,7 +70,8 @@ def test_in_process_and_spark_files_hold_the_same_rows(spark: Any, catalog: Cata
     committer = Committer(catalog, "db.bulk_same", "p", sleep=lambda s: None)
     spark_files = writer(warehouse).write(table, data, "w2")
     local_files = committer.write_files(data)
-    read = [pq.read_table([f.file_path.removeprefix("file://") for f in fs]).sort_by("id") for fs in (spark_files, local_files)]
+    read = [pq.read_table([f.file_path.removeprefix("file://") for f in fs]).sort_by("id")
+            for fs in (spark_files, local_files)]
     assert read[0].to_pylist() == read[1].to_pylist()
     # the same Parquet types too: `timestamp` stays local time (not adjusted to UTC), `timestamptz` UTC
     def types(t: pa.Table) -> list[pa.DataType]:

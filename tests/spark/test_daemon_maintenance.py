@@ -105,8 +105,8 @@ def test_compaction_and_expiry_run_while_frazil_ingests_and_lose_nothing(kafka: 
 
     lines = text.splitlines()
     # one line per commit that landed data, logged by the coordinator role (in process in single mode)
-    commits = [i for i, line in enumerate(lines) if re.search(r"coordinator: commit \S+ landed in \S+ as snapshot \d+ with \d+ rows",
-                                                              line)]
+    commits = [i for i, line in enumerate(lines)
+               if re.search(r"coordinator: commit \S+ landed in \S+ as snapshot \d+ with \d+ rows", line)]
     compactions = [(i, int(m.group(1)), int(m.group(2))) for i, line in enumerate(lines)
                    if (m := re.search(r"maintenance rewrite_data_files on \S+ took .*rewritten_data_files_count=(\d+), "
                                       r"added_data_files_count=(\d+)", line))]

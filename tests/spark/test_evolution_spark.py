@@ -121,7 +121,8 @@ def test_records_that_outgrow_the_table_evolve_it_mid_stream_and_both_engines_re
             procs[1].wait(timeout=30)
             procs[1] = run(path, log, 1)
         ends = asyncio.run(support.end_offsets(kafka.bootstrap, [topic]))
-        support.wait_until_committed(catalog, cfg, ends, timeout=180, alive=lambda: all(p.poll() is None for p in procs))
+        support.wait_until_committed(catalog, cfg, ends, timeout=180,
+                                     alive=lambda: all(p.poll() is None for p in procs))
     finally:
         for p in procs:
             if p.poll() is None:
@@ -131,8 +132,10 @@ def test_records_that_outgrow_the_table_evolve_it_mid_stream_and_both_engines_re
 
     table = catalog.load_table(cfg.table.name)
     schema = table.schema()
-    assert str(schema.find_field("qty").field_type) == "long" and str(schema.find_field("price").field_type) == "decimal(8, 2)"
-    assert str(schema.find_field("geo.alt").field_type) == "long" and str(schema.find_field("tags").field_type) == "list<string>"
+    assert (str(schema.find_field("qty").field_type) == "long"
+            and str(schema.find_field("price").field_type) == "decimal(8, 2)")
+    assert (str(schema.find_field("geo.alt").field_type) == "long"
+            and str(schema.find_field("tags").field_type) == "list<string>")
     assert str(schema.find_field("ratio").field_type) == "double"
     for name in ("id", "qty", "price", "geo", "geo.lat", "ratio"):
         assert schema.find_field(name).field_id == before.find_field(name).field_id, name

@@ -206,7 +206,8 @@ def test_the_key_index_stands_through_a_delete_file_rewrite_and_is_rebuilt_after
     with caplog.at_level("INFO", logger="frazil.iceberg.committer"):
         assert commit(range(55, 65), "d") == 10
     assert "the key index stands" in caplog.text and "key index built" not in caplog.text, caplog.text
-    spark.sql(f"CALL {warehouse.name}.system.rewrite_data_files(table => '{name}', options => map('min-input-files', '1'))")
+    spark.sql(f"CALL {warehouse.name}.system.rewrite_data_files(table => '{name}', "
+              "options => map('min-input-files', '1'))")
     caplog.clear()
     with caplog.at_level("INFO", logger="frazil.iceberg.committer"):
         assert commit(range(0, 10), "e") == 10

@@ -39,7 +39,8 @@ def test_spark_sql_reads_each_routed_table_with_every_offset_once_where_it_belon
 
     catalog = support.catalog_of(cfg)
     for name, *_ in TABLES:
-        rows = spark.sql(f"SELECT _kafka_topic, _kafka_partition, _kafka_offset, count(*) AS n FROM {warehouse.name}.{name} "
+        rows = spark.sql("SELECT _kafka_topic, _kafka_partition, _kafka_offset, count(*) AS n "
+                         f"FROM {warehouse.name}.{name} "
                          "GROUP BY _kafka_topic, _kafka_partition, _kafka_offset").collect()
         doubled = [r for r in rows if r.n != 1]
         assert not doubled, f"Spark sees records of {name} more than once: {doubled[:5]}"

@@ -63,7 +63,8 @@ def test_the_expected_tables_are_computed_from_the_records_themselves() -> None:
 def test_a_faithful_table_passes_and_each_kind_of_damage_is_counted() -> None:
     want = chaos.expected(_events(), _changes())
     good = [(k[2], v) for k, v in sorted(want["chaos.events"].items())]
-    assert chaos.compare_append(_table(good), want["chaos.events"], ["x1"]) | {"wrong_examples": [], "lost_examples": []} \
+    assert (chaos.compare_append(_table(good), want["chaos.events"], ["x1"])
+            | {"wrong_examples": [], "lost_examples": []}) \
         == {"rows": 6, "lost": 0, "duplicates": 0, "unexpected": 0, "wrong_values": 0, "wrong_examples": [],
             "missing_columns": [], "lost_examples": []}
     damaged = good[1:] + [good[2]] + [(6, {"id": 6})]
@@ -109,7 +110,8 @@ def _exited(tmp_path: Any, last_line: str, sig: int) -> chaos.Proc:
     return chaos.Proc("x1", popen, log, time.monotonic())
 
 
-def test_a_process_on_its_way_out_after_a_start_failure_is_a_start_failure_whatever_signal_raced_it(tmp_path: Any) -> None:
+def test_a_process_on_its_way_out_after_a_start_failure_is_a_start_failure_whatever_signal_raced_it(
+        tmp_path: Any) -> None:
     """The chaos run (seed 215986939, fault ~250): a rebalance storm's SIGTERM reached a process
     that could not reach Kafka and was exiting 3; it died of the signal's default action (-15)."""
     import signal

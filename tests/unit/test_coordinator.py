@@ -417,7 +417,8 @@ async def test_a_taken_over_cycle_whose_bad_records_only_a_dropped_reply_carried
     already, its bad records go out; if not, it never can land."""
     first = FakeChannel({})
     first.log += [Event("p", "coordinator", 0, payload=StartCommit("old-1")),
-                  Event("p", "zombie", 0, payload=DataWritten("old-1", "db.t", (DataFileRef("z.parquet", "PARQUET", 1, 1, 0),),
+                  Event("p", "zombie", 0, payload=DataWritten("old-1", "db.t",
+                                                              (DataFileRef("z.parquet", "PARQUET", 1, 1, 0),),
                                                               (OffsetRange("t", 0, 0, 5, 1),),
                                                               dead_letters=(DeadLetter("t", 0, 3, "id", "bad"),))),
                   Event("p", "zombie", 0, payload=DataComplete("old-1", (Assignment("t", 0, 1),))),

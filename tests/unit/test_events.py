@@ -38,8 +38,8 @@ columns = st.builds(ColumnStat, field_id=ints, value_count=opt_long, null_count=
                     size_bytes=opt_long, lower=opt_bytes, upper=opt_bytes)
 files = st.builds(DataFileRef, path=text, file_format=st.just("PARQUET"), record_count=longs, size_bytes=longs,
                   spec_id=ints, partition=st.lists(opt_bytes, max_size=3).map(tuple),
-                  columns=st.lists(columns, max_size=3).map(tuple), split_offsets=st.lists(longs, max_size=3).map(tuple),
-                  sort_order_id=st.none() | ints)
+                  columns=st.lists(columns, max_size=3).map(tuple),
+                  split_offsets=st.lists(longs, max_size=3).map(tuple), sort_order_id=st.none() | ints)
 ranges = st.builds(OffsetRange, topic=text, partition=ints, start=longs, end=longs, generation=ints)
 payloads = st.one_of(
     st.builds(StartCommit, commit_id=text),
@@ -48,7 +48,8 @@ payloads = st.one_of(
               dead_letters=st.lists(st.builds(DeadLetter, topic=text, partition=ints, offset=longs, field=text,
                                               reason=text, meant_for=st.none() | text), max_size=3).map(tuple)),
     st.builds(DataComplete, commit_id=text,
-              assignments=st.lists(st.builds(Assignment, topic=text, partition=ints, generation=ints), max_size=4).map(tuple),
+              assignments=st.lists(st.builds(Assignment, topic=text, partition=ints, generation=ints),
+                                   max_size=4).map(tuple),
               last_record_ms=opt_long),
     st.builds(CommitToTable, commit_id=text, table=text, snapshot_id=opt_long, valid_through_ms=opt_long),
     st.builds(CommitComplete, commit_id=text, valid_through_ms=opt_long,
@@ -122,7 +123,8 @@ def test_a_version_2_completion_reads_with_no_progress_and_progress_survives_the
     """Version 3 added the workers' watermark per partition; a version-2 worker reports none."""
     out = io.BytesIO()
     out.write(bytes((codec.MAGIC, 2)))
-    complete = {"commit_id": "c1", "assignments": [{"topic": "t", "partition": 0, "generation": 3}], "last_record_ms": None}
+    complete = {"commit_id": "c1", "assignments": [{"topic": "t", "partition": 0, "generation": 3}],
+                "last_record_ms": None}
     fastavro.schemaless_writer(out, codec.writer_schemas()[2], {
         "group": "p", "sender": "w", "sent_ms": 1, "payload": ("io.frazil.events.v1.DataComplete", complete)})
     assert decode(out.getvalue()).payload == DataComplete("c1", (Assignment("t", 0, 3),))

@@ -49,8 +49,8 @@ def test_a_snapshot_changed_under_its_manifest_list_is_built_again() -> None:
 
 
 def test_tables_are_kept_apart_and_bounded() -> None:
-    folded: Folded[tuple[int, ...]] = Folded((), lambda value, snapshots: value + tuple(s.snapshot_id for s in snapshots),
-                                              tables=2)
+    folded: Folded[tuple[int, ...]] = Folded(
+        (), lambda value, snapshots: value + tuple(s.snapshot_id for s in snapshots), tables=2)
     assert folded.of(metadata("a", 1, 2)) == (1, 2) and folded.of(metadata("b", 1)) == (1,)
     assert folded.of(metadata("a", 1, 2, 3)) == (1, 2, 3) and folded.folded == 4
     folded.of(metadata("c", 7))   # b is the least recently used: out

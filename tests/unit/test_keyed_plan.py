@@ -11,7 +11,8 @@ from frazil.iceberg.mutations import KeyIndex, latest, plan
 
 def changes(ids: list[int], partitions: list[int], offsets: list[int], **more: list[object]) -> pa.Table:
     return pa.table({"id": pa.array(ids, pa.int64()), **{k: pa.array(v) for k, v in more.items()},
-                     "_kafka_partition": pa.array(partitions, pa.int32()), "_kafka_offset": pa.array(offsets, pa.int64())})
+                     "_kafka_partition": pa.array(partitions, pa.int32()),
+                     "_kafka_offset": pa.array(offsets, pa.int64())})
 
 
 def test_the_latest_change_of_each_key_wins_by_partition_and_offset_not_by_arrival() -> None:

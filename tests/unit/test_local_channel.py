@@ -57,7 +57,8 @@ async def test_a_send_that_fails_inside_its_transaction_shows_nothing() -> None:
 
 async def test_poll_waits_for_the_next_event_and_no_longer() -> None:
     topic = LocalTopic()
-    reader, sender = LocalChannel(topic, group="p", member="c", coordinator=True), LocalChannel(topic, group="p", member="w")
+    reader, sender = (LocalChannel(topic, group="p", member="c", coordinator=True),
+                      LocalChannel(topic, group="p", member="w"))
     await reader.start()
     assert await asyncio.wait_for(reader.poll(20), 1) == []          # times out, empty
     later = asyncio.get_running_loop().call_later(0.05, lambda: asyncio.ensure_future(sender.send([StartCommit("x")])))

@@ -56,7 +56,8 @@ def test_repeats_fold_into_the_first_line_and_one_summary_with_the_count_and_dur
     log.log("frazil.coordination.worker", logging.INFO, "replied to commit %s", "c1", at=31.0)   # 11 s quiet: ended
     (summary,) = log.summaries()
     assert summary.name == "aiokafka" and summary.levelno == ERROR
-    assert summary.getMessage() == "repeated 999 times over 20.0 s: Unable connect to node with id 2: [Errno 111] Connection refused"
+    assert summary.getMessage() == ("repeated 999 times over 20.0 s: Unable connect to node with id 2: "
+                                    "[Errno 111] Connection refused")
     assert (summary.repeated, summary.over_s) == (999, 20.0)
     assert log.text[-1] == "replied to commit c1", "the summary is written before the line that noticed the end"
     log.log("aiokafka", ERROR, REFUSED, 1, ConnectionRefusedError(111, "Connection refused"), at=40.0)

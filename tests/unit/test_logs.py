@@ -28,4 +28,5 @@ def test_group_coordinator_not_available_is_info_at_first_and_error_if_it_goes_o
     assert " ERROR " in lines[20] and "GroupCoordinatorNotAvailableError" in lines[20]
     assert " ERROR " in lines[21] and "GroupAuthorizationFailed" in lines[21]
     # the 22nd, a repeat of the 21st, is folded into a summary with its count
-    assert " ERROR " in lines[22] and "repeated 1 time over" in lines[22] and "GroupCoordinatorNotAvailable" in lines[22]
+    assert (" ERROR " in lines[22] and "repeated 1 time over" in lines[22]
+            and "GroupCoordinatorNotAvailable" in lines[22])

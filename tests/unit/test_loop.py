@@ -49,7 +49,8 @@ def counts(cfg: Config, table: str) -> dict[tuple[str, int, int], int]:
 
 
 def rows(n: int, first: int = 0) -> list[dict[str, object] | None]:
-    return [{"id": i, "name": f"n{i}", "amount": i * 0.5, "at": "2026-11-01T10:00:00Z"} for i in range(first, first + n)]
+    return [{"id": i, "name": f"n{i}", "amount": i * 0.5, "at": "2026-11-01T10:00:00Z"}
+            for i in range(first, first + n)]
 
 
 async def test_every_record_of_every_partition_lands_once_and_a_restart_takes_only_new_ones(tmp_path: Path) -> None:

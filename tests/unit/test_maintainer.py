@@ -22,7 +22,8 @@ class FakeJobs:
 
     def run(self, jobs: tuple[Job, ...]) -> tuple[list[JobResult], list[Job]]:
         self.ran.append(jobs)
-        return [JobResult(j, 0.5, 1, {"x": 1}) for j in jobs if j is not Job.ORPHANS], [j for j in jobs if j is Job.ORPHANS]
+        return ([JobResult(j, 0.5, 1, {"x": 1}) for j in jobs if j is not Job.ORPHANS],
+                [j for j in jobs if j is Job.ORPHANS])
 
 
 def result(snapshots: int) -> CommitResult:
@@ -48,7 +49,8 @@ async def test_a_commit_over_max_snapshots_runs_expiry_once_and_failures_are_cou
     await asyncio.sleep(1.2)
     stop.set()
     await task
-    assert len(fake.ran) == 2 and metrics.value("frazil_maintenance_runs_total", job="remove_orphan_files", result="failed") == 1
+    assert len(fake.ran) == 2 and metrics.value("frazil_maintenance_runs_total", job="remove_orphan_files",
+                                                result="failed") == 1
     assert metrics.value("frazil_maintenance_runs_total", job="rewrite_data_files", result="ok") == 1
 
 

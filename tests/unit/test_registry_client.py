@@ -44,7 +44,8 @@ class Handler(BaseHTTPRequestHandler):
         if schema_id == "4":
             return self._answer(200, {"schema": "syntax = \"proto3\";", "schemaType": "PROTOBUF"})
         if schema_id == "5":
-            return self._answer(200, {"schema": SCHEMA, "references": [{"name": "com.x.Y", "subject": "y", "version": 1}]})
+            return self._answer(200, {"schema": SCHEMA,
+                                      "references": [{"name": "com.x.Y", "subject": "y", "version": 1}]})
         if self.path.startswith("/wrong/"):   # a path the registry does not serve: 404 without its error code
             return self._answer(404, {"message": "RESTEASY003210: Could not find resource"})
         return self._answer(404, {"error_code": 40403, "message": f"Schema {schema_id} not found"})
@@ -85,7 +86,8 @@ def quick(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(registry, "BACKOFF", retry.Backoff(0.01))
 
 
-def schemas(url: str, *, username: str = "u", password: str = "p", ca_file: str = "", attempts: int = 3) -> WriterSchemas:
+def schemas(url: str, *, username: str = "u", password: str = "p", ca_file: str = "",
+            attempts: int = 3) -> WriterSchemas:
     return WriterSchemas(ValuesConfig("avro-confluent", registry=RegistryConfig(
         url, username, password, ca_file, timeout_s=5, max_attempts=attempts)))
 

@@ -21,7 +21,8 @@ def test_one_table_without_rules_takes_everything_without_reading_values() -> No
 
 
 def test_topics_by_full_regex_match() -> None:
-    router = Router(tables({"name": "ns.orders", "topics": r"shop\.orders(\..*)?"}, {"name": "ns.rest", "topics": "shop.*"}))
+    router = Router(tables({"name": "ns.orders", "topics": r"shop\.orders(\..*)?"},
+                           {"name": "ns.rest", "topics": "shop.*"}))
     assert router.groups("shop.orders.eu", []) == [Group(("ns.orders", "ns.rest"), None)]
     assert router.groups("shop.payments", []) == [Group(("ns.rest",), None)]
     assert router.groups("xshop.orders", []) == [Group((), None)], "a partial match takes nothing"

@@ -34,14 +34,16 @@ def test_conf_for_postgresql_passes_the_credentials_apart_from_the_jdbc_uri() ->
     conf = session.conf("lake", {"type": "sql", "uri": "postgresql+psycopg://bob:s3cret@db.internal:6432/ice?sslmode=require",
                                  "warehouse": "s3://b/w", "s3.endpoint": "http://minio:9000"}, jars=[])
     assert conf["spark.sql.catalog.lake.uri"] == "jdbc:postgresql://db.internal:6432/ice?sslmode=require"
-    assert conf["spark.sql.catalog.lake.jdbc.user"] == "bob" and conf["spark.sql.catalog.lake.jdbc.password"] == "s3cret"
+    assert (conf["spark.sql.catalog.lake.jdbc.user"] == "bob"
+            and conf["spark.sql.catalog.lake.jdbc.password"] == "s3cret")
     assert conf["spark.sql.catalog.lake.s3.endpoint"] == "http://minio:9000"
     assert conf["spark.sql.catalog.lake.catalog-impl"] == "org.apache.iceberg.jdbc.JdbcCatalog"
 
 
 def test_conf_for_a_rest_catalog() -> None:
     conf = session.conf("lake", {"type": "rest", "uri": "https://cat:8181", "credential": "id:secret",
-                                 "warehouse": "wh", "header.X-Iceberg-Access-Delegation": "vended-credentials"}, jars=[])
+                                 "warehouse": "wh", "header.X-Iceberg-Access-Delegation": "vended-credentials"},
+                        jars=[])
     assert conf["spark.sql.catalog.lake.type"] == "rest" and conf["spark.sql.catalog.lake.uri"] == "https://cat:8181"
     assert conf["spark.sql.catalog.lake.credential"] == "id:secret"
     assert conf["spark.sql.catalog.lake.header.X-Iceberg-Access-Delegation"] == "vended-credentials"

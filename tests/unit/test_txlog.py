@@ -155,7 +155,8 @@ def test_disk_use_stays_bounded_over_a_long_run(tmp_path: Path) -> None:
     assert recover(tmp_path).state.lsn == journal.state.lsn
 
 
-def test_the_operator_command_prints_without_changing_anything(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_operator_command_prints_without_changing_anything(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
     from frazil.cli import main
 
     with open_journal(tmp_path, JournalPolicy(checkpoint_records=4))[0] as journal:
@@ -201,7 +202,8 @@ def test_a_landed_commits_bad_records_wait_in_the_log_until_they_are_sent() -> N
     letters = [DeadLetter("t", 0, 3, "id", "is required"), DeadLetter("t", 0, 4, "", "names no table", ""),
                DeadLetter("t", 0, 5, "", "cannot be opened", "db.gone")]
     s, lsn = TxState(), 0
-    for record in (records.intent("c1", "db.t", ["f.parquet"], {}, letters), records.outcome("c1", "db.t", "committed", 7),
+    for record in (records.intent("c1", "db.t", ["f.parquet"], {}, letters),
+                   records.outcome("c1", "db.t", "committed", 7),
                    records.intent("c2", "db.t", [], {}, letters), records.outcome("c2", "db.t", "failed"),
                    records.intent("c3", "db.t", [], {}, letters), records.outcome("c3", "db.t", "abandoned")):
         lsn += 1

@@ -54,7 +54,8 @@ class ChangeBuffer(RecordBuffer):
                                   case_insensitive=case_insensitive)
         self.tombstones_skipped = 0   # counted here, read and reset by the pipeline
 
-    def append_fetched(self, topic: str, partition: int, fetched: _native.Fetched, start: int = 0) -> list[RecordProblem]:
+    def append_fetched(self, topic: str, partition: int, fetched: _native.Fetched,
+                       start: int = 0) -> list[RecordProblem]:
         raise TypeError("a change buffer splits each record into a row or a key first: append records, not a fetch")
 
     @property
@@ -78,7 +79,8 @@ class ChangeBuffer(RecordBuffer):
         deletes: list[_Change] = []
         for record, kind, row in zip(records, kinds, rows):
             if row is not None:
-                (upserts if kind == UPSERT else deletes).append(_Change(record.offset, record.timestamp, record.key, row))
+                (upserts if kind == UPSERT else deletes).append(
+                    _Change(record.offset, record.timestamp, record.key, row))
         problems = super().append(topic, partition, upserts) if upserts else []   # the capped buffer first
         self._keys.fields_ignored = 0
         if deletes:

@@ -49,7 +49,8 @@ class RecordBuffer:
     """Decodes JSON record values into rows of one Arrow schema, off the GIL."""
 
     def __init__(self, schema: pa.Schema, *, metadata_columns: bool, max_bytes: int | None = None,
-                 strict_fields: str | None = None, unknown_fields: str = "fail", case_insensitive: bool = False) -> None:
+                 strict_fields: str | None = None, unknown_fields: str = "fail",
+                 case_insensitive: bool = False) -> None:
         """A field the schema does not have: with ``unknown_fields="fail"`` a bad record (named
         with its path, and a column it differs from only in case), for the reason
         ``strict_fields`` when given (a table whose schema was inferred); with ``"ignore"`` it is
@@ -90,7 +91,8 @@ class RecordBuffer:
                 values=values_of(records),
             ))
 
-    def append_fetched(self, topic: str, partition: int, fetched: _native.Fetched, start: int = 0) -> list[RecordProblem]:
+    def append_fetched(self, topic: str, partition: int, fetched: _native.Fetched,
+                       start: int = 0) -> list[RecordProblem]:
         """Decode the records of one partition fetch from index ``start`` on that have a value,
         straight from the fetched bytes; as :meth:`append` otherwise."""
         with _translated():

@@ -142,8 +142,10 @@ class Targets:
         """A record buffer for ``table`` as it is now. With one declared table and nothing else it
         has the memory budget as a hard cap."""
         if self._values.avro:
-            return AvroRecordBuffer(iceberg_catalog.arrow_schema(table), confluent=self._values.format == "avro-confluent",
-                                    metadata_columns=cfg.metadata_columns, max_bytes=self._budget if self.single else None)
+            return AvroRecordBuffer(iceberg_catalog.arrow_schema(table),
+                                    confluent=self._values.format == "avro-confluent",
+                                    metadata_columns=cfg.metadata_columns,
+                                    max_bytes=self._budget if self.single else None)
         if cfg.changes is not None:
             schema = iceberg_catalog.arrow_schema(table, value_options(cfg))
             if cfg.changes.target:   # a staging table: decoded against the declared columns
@@ -152,7 +154,8 @@ class Targets:
                                 cfg.identifier_columns, max_bytes=self._budget if self.single else None,
                                 strict_fields=_strict(cfg.name) if inferred else None,
                                 unknown_fields=cfg.unknown_fields, case_insensitive=cfg.case_insensitive)
-        return RecordBuffer(iceberg_catalog.arrow_schema(table, value_options(cfg)), metadata_columns=cfg.metadata_columns,
+        return RecordBuffer(iceberg_catalog.arrow_schema(table, value_options(cfg)),
+                            metadata_columns=cfg.metadata_columns,
                             max_bytes=self._budget if self.single else None,
                             strict_fields=_strict(cfg.name) if inferred else None,
                             unknown_fields=cfg.unknown_fields, case_insensitive=cfg.case_insensitive)

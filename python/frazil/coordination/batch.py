@@ -65,7 +65,8 @@ class Part:
         each partition's range from this start to ``newer``'s end. Written: ``newer`` waits in
         ``later``, its ranges starting where these files end."""
         if self.files:
-            starts = {tp: Range(self.ranges[tp].end, r.end) if tp in self.ranges else r for tp, r in newer.ranges.items()}
+            starts = {tp: Range(self.ranges[tp].end, r.end) if tp in self.ranges else r
+                      for tp, r in newer.ranges.items()}
             newer = dataclasses.replace(newer, ranges=starts)
             return dataclasses.replace(self, later=self.later.merge(newer) if self.later else newer)
         assert self.data is not None and newer.data is not None

@@ -147,9 +147,10 @@ class Coordinator:
                 requested = True
             elif isinstance(payload, StartCommit):
                 requested = False
-                open_cycle = CommitState(payload.commit_id, self._partitions(), received.event.sent_ms, self._timeout_ms,
-                                         fence=self._fence, senders=self._senders, taken_over=True)
-            elif isinstance(payload, CommitComplete) and open_cycle is not None and payload.commit_id == open_cycle.commit_id:
+                open_cycle = CommitState(payload.commit_id, self._partitions(), received.event.sent_ms,
+                                         self._timeout_ms, fence=self._fence, senders=self._senders, taken_over=True)
+            elif (isinstance(payload, CommitComplete) and open_cycle is not None
+                  and payload.commit_id == open_cycle.commit_id):
                 open_cycle = None
             elif isinstance(payload, (DataWritten, DataComplete)) and open_cycle is not None:
                 open_cycle.add(received.event.sender, payload)
@@ -336,7 +337,8 @@ class Coordinator:
         ``outage_timeout_s``; then the coordinator stops and the next one takes the cycle over again."""
         def expired(exc: BaseException, failing: float) -> BaseException:
             return OutageTimeout(f"commit {commit_id}: could not seal it in {table.table} for {failing:.0f}s ({exc}); "
-                                 "stopping the coordinator before the cycle is closed: the next one takes it over again")
+                                 "stopping the coordinator before the cycle is closed: the next one takes it "
+                                 "over again")
 
         try:
             return await retry.wait_out(
@@ -440,8 +442,8 @@ def table_committer(catalog: Catalog, pipeline: str, *, max_attempts: int, journ
         for r in table.ranges:
             tp = (r.topic, r.partition)
             if tp in ranges:
-                raise FrazilError(f"commit {commit_id} to {table.table}: two ranges for {r.topic}[{r.partition}] in one "
-                                  "cycle (two owners of one partition in one generation); this is a bug")
+                raise FrazilError(f"commit {commit_id} to {table.table}: two ranges for {r.topic}[{r.partition}] "
+                                  "in one cycle (two owners of one partition in one generation); this is a bug")
             ranges[tp] = Range(r.start, r.end)
         files = [from_ref(f, specs[f.spec_id], schema) for f in table.files]
         progress = {(t, p): o for t, p, o in table.progress}

@@ -123,8 +123,8 @@ class DeadLetterSink:
             delivered = []
             for letter in todo:
                 record = originals.get((letter.topic, letter.partition, letter.offset))
-                missing = "" if record is not None else ("the source no longer holds this record (retention or compaction): "
-                                                         "key and value are empty")
+                missing = "" if record is not None else ("the source no longer holds this record (retention or "
+                                                         "compaction): key and value are empty")
                 if missing:
                     log.warning("commit %s: %s[%d]@%d is gone from the source; its dead letter carries only the "
                                 "error", commit_id, letter.topic, letter.partition, letter.offset)

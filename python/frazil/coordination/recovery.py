@@ -36,7 +36,8 @@ def open_and_settle(directory: Path, policy: JournalPolicy, committer_for: Calla
         _settle_intent(journal, committer_for(intent["table"]), intent["commit_id"], intent)
     for table, batches in sorted(journal.state.pending.items()):
         paths = [f for batch in batches for f in batch["files"]]
-        replied = sorted({r.get("commit_id", k) for k, r in journal.state.replies.items() if set(r["files"]) & set(paths)})
+        replied = sorted({r.get("commit_id", k) for k, r in journal.state.replies.items()
+                          if set(r["files"]) & set(paths)})
         log.warning("txlog: %d data file(s) of %s written before this start never landed through this process%s; "
                     "their records are read again from the table's offsets unless that cycle lands them",
                     len(paths), table, f" (reported in commit {', '.join(replied)})" if replied else "")

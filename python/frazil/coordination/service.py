@@ -11,11 +11,11 @@ of the first matching topic, by name) is the coordinator (the consumer group gua
 one owner per generation). With a pattern the matching topics are listed again every
 ``kafka.metadata_max_age_ms``, and a cycle waits for every partition of them; while two processes
 disagree about a new first topic, both may lead for a moment: the newer coordinator's producer
-fences the older one, and the catalog's compare-and-swap refuses anything it commits late. When the assignment moves, the old
-owner stops its coordinator and the new one starts, reading the control topic from the position
-the last one committed. A rebalance that leaves the partition where it was does not stop the
-coordinator (aiokafka's rebalances are eager: every member gives up everything first); until the
-new assignment is known, the old one counts.
+fences the older one, and the catalog's compare-and-swap refuses anything it commits late. When the
+assignment moves, the old owner stops its coordinator and the new one starts, reading the control
+topic from the position the last one committed. A rebalance that leaves the partition where it was
+does not stop the coordinator (aiokafka's rebalances are eager: every member gives up everything
+first); until the new assignment is known, the old one counts.
 
 A coordinator that does not know it lost (paused, partitioned away) is fenced twice: its
 control-topic producer shares the role's transactional id, so the new one's start fences its
@@ -177,7 +177,8 @@ class CoordinatorService:
         try:
             if dead_letters is not None:
                 await dead_letters.start()
-            if mode.lists_partitions and not cfg.kafka.topic_pattern:   # the listed topics exist: we own one's partition
+            # the listed topics exist: we own one's partition
+            if mode.lists_partitions and not cfg.kafka.topic_pattern:
                 self._partitions = frozenset(await partitions(cfg.kafka, cfg.kafka.topics))
             committer = table_committer(self._catalog, cfg.pipeline, max_attempts=cfg.max_commit_attempts,
                                         journal=self._journal, log_dead_letters=mode.keeps_dead_letters,
@@ -235,7 +236,8 @@ def kafka_outage(exc: BaseException) -> bool:
     so a broker-side error costs a restart, bounded by ``outage_timeout_s``, not the process."""
     seen: BaseException | None = exc
     while seen is not None:
-        if isinstance(seen, (KafkaUnavailable, UnknownError)) or (isinstance(seen, KafkaError) and bool(seen.retriable)):
+        if (isinstance(seen, (KafkaUnavailable, UnknownError))
+                or (isinstance(seen, KafkaError) and bool(seen.retriable))):
             return True
         seen = seen.__cause__
     return False

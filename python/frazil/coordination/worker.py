@@ -4,10 +4,11 @@ mode, the control topic in distributed mode).
 
 A worker holds at most one *batch*: the rows drained from every table's buffer, one *part* per
 table that took rows, with the offset range each source partition covers (per table: from the
-offset that table holds); each reply drains the buffers into it. A reply writes the parts' data files (once: a part keeps its files
-until it lands), logs them in the transaction log and sends, in one transaction, one
-``DataWritten`` per part (files and ranges, with the assignment generation) and ``DataComplete``
-(every owned partition with its watermark: the first offset not yet in every table that takes it).
+offset that table holds); each reply drains the buffers into it. A reply writes the parts' data
+files (once: a part keeps its files until it lands), logs them in the transaction log and sends, in
+one transaction, one ``DataWritten`` per part (files and ranges, with the assignment generation) and
+``DataComplete`` (every owned partition with its watermark: the first offset not yet in every table
+that takes it).
 After the cycle's ``CommitComplete`` the worker compares each part's table offsets with its ranges:
 - landed: the part is gone (the table's floors move); once every part has landed, so is the batch,
   and the consumer group's low watermark moves to the batch's end;
@@ -182,7 +183,8 @@ class Worker:
             # the Parquet writers' working set counts against the budget while they run (backpressure)
             self.writing_bytes = int(WRITE_WORKING_SET * batch.nbytes)
             try:
-                written, tables, loaded_s, wrote_s, failures = await asyncio.to_thread(self._writer.write, batch, commit_id)
+                written, tables, loaded_s, wrote_s, failures = await asyncio.to_thread(
+                    self._writer.write, batch, commit_id)
             finally:
                 self.writing_bytes = 0
             batch = self.batch = written
@@ -200,7 +202,8 @@ class Worker:
                     continue
                 table = tables[name]
                 refs = tuple(to_ref(f, table.spec(), table.schema()) for f in part.files)
-                ranges = tuple(OffsetRange(t, p, r.start, r.end, generation) for (t, p), r in sorted(part.ranges.items()))
+                ranges = tuple(OffsetRange(t, p, r.start, r.end, generation)
+                               for (t, p), r in sorted(part.ranges.items()))
                 payloads.append(DataWritten(commit_id, name, refs, ranges, str(table.metadata.table_uuid), part.dead))
             self.reported = frozenset(batch.parts) - frozenset(failures)
             self.in_flight = commit_id if self.reported else None

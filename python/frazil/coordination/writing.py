@@ -52,7 +52,8 @@ class PartWriter:
                 began = self._clock()
                 tables[name] = table = target.load()
                 loaded_s += self._clock() - began
-                if not part.files and part.rows:   # held files are reported as they are; rows taken since wait in ``later``
+                # held files are reported as they are; rows taken since wait in ``later``
+                if not part.files and part.rows:
                     assert part.data is not None
                     began = self._clock()
                     files = self._files(target, table, part, commit_id)

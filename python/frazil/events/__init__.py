@@ -17,5 +17,6 @@ from frazil.events.payloads import (
     StartCommit,
 )
 
-__all__ = ["Assignment", "ColumnStat", "CommitComplete", "CommitRequest", "CommitToTable", "DataComplete", "DataFileRef",
-           "DataWritten", "DeadLetter", "Event", "EventDecodeError", "OffsetRange", "StartCommit", "decode", "encode"]
+__all__ = ["Assignment", "ColumnStat", "CommitComplete", "CommitRequest", "CommitToTable", "DataComplete",
+           "DataFileRef", "DataWritten", "DeadLetter", "Event", "EventDecodeError", "OffsetRange", "StartCommit",
+           "decode", "encode"]

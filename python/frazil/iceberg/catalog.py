@@ -238,8 +238,8 @@ def check_spec_fits(schema: Schema, partition_by: tuple[PartitionField, ...], ta
     for field in partition_by:
         column_type = columns.get(field.source)
         if column_type is None or not column_type.is_primitive:
-            raise ConfigError(f"{table}: partition_by entry {str(field)!r} needs a top-level column {field.source!r} of "
-                              f"a primitive type; the table would have {', '.join(columns)}")
+            raise ConfigError(f"{table}: partition_by entry {str(field)!r} needs a top-level column "
+                              f"{field.source!r} of a primitive type; the table would have {', '.join(columns)}")
         if not field.applies_to(str(column_type)):
             raise ConfigError(f"{table}: partition_by entry {str(field)!r}: {field.transform}() does not apply to "
                               f"{field.source!r}, a {column_type} column; it takes {', '.join(field.takes)}")
@@ -310,7 +310,8 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
                                                      **(properties or {})})
             created = True
             log.info("created table %s with %d columns%s, partitioned by %s", cfg.name, len(new_schema.fields),
-                     " inferred from its first records" if schema is not None else "", list(cfg.partition_by) or "nothing")
+                     " inferred from its first records" if schema is not None else "",
+                     list(cfg.partition_by) or "nothing")
         except TableAlreadyExistsError:
             table = catalog.load_table(cfg.name)
         except Exception:  # the same race, for the table
@@ -320,7 +321,8 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
     missing = [c for c in ([m[0] for m in META_COLUMNS] if cfg.metadata_columns else []) + [c.name for c in cfg.columns]
                + ([OP_COLUMN] if staging(cfg) else []) if c not in {f.name for f in table.schema().fields}]
     if missing:
-        raise ConfigError(f"table {cfg.name} has no column(s) {', '.join(missing)}; add them to the table or drop them from the config")
+        raise ConfigError(f"table {cfg.name} has no column(s) {', '.join(missing)}; add them to the table or drop "
+                          "them from the config")
     fields = {f.name: f for f in table.schema().fields}
     differ = [f"{c.name} is {fields[c.name].field_type} in the table but {c.type} in the config" for c in cfg.columns
               if fields[c.name].field_type != _iceberg_type(c.type)
@@ -374,8 +376,8 @@ def _keyed_properties(table: Table, cfg: TableConfig) -> dict[str, str]:
     if cfg.changes is None:
         if was in mutations.KEYED_MODES:
             raise ConfigError(f"table {cfg.name} is keyed ({mutations.MODE_PROPERTY} = {was}: each record replaces the "
-                              f"row of its key) but the config says mode = \"append\", which would land every change as "
-                              f"another row; set mode = \"{was}\"")
+                              f"row of its key) but the config says mode = \"append\", which would land every change "
+                              f"as another row; set mode = \"{was}\"")
         return {}
     if table.format_version < 2:
         raise ConfigError(f"table {cfg.name} is format version {table.format_version}; mode = {cfg.mode!r} writes "

@@ -171,8 +171,8 @@ class Committer:
                 decision = offsets.plan(stored, ranges)
                 if found.rolled_back is not None and decision.where(Verdict.GAP):
                     # ranges read before the rollback: refused, so the workers read again from the data's offsets
-                    raise OffsetOverlapError(f"commit {commit_id} to {self._table_name}: {found.rolled_back}. Nothing was "
-                                             "committed; the partitions are read again from there")
+                    raise OffsetOverlapError(f"commit {commit_id} to {self._table_name}: {found.rolled_back}. "
+                                             "Nothing was committed; the partitions are read again from there")
                 if self._fence:
                     self._check(decision, stored, ranges, commit_id)
                 if decision.all_committed:
@@ -188,7 +188,8 @@ class Committer:
                 if progress:
                     mark = offsets.encode(offsets.merge_progress(found.progress,
                                                                  progress))
-                    properties[offsets.progress_key(self._pipeline)] = summary[offsets.progress_key(self._pipeline)] = mark
+                    properties[offsets.progress_key(self._pipeline)] = \
+                        summary[offsets.progress_key(self._pipeline)] = mark
                 if valid_through_ms is not None:
                     summary[offsets.VTTS_KEY] = str(valid_through_ms)
                 delta: mutations.Plan | None = None
@@ -196,8 +197,9 @@ class Committer:
                     identifiers = mutations.keyed(table)
                     if identifiers or keys:
                         if not identifiers:
-                            raise FrazilError(f"commit {commit_id}: {self._table_name} is not keyed ({mutations.MODE_PROPERTY}"
-                                              " is not upsert or cdc) but the commit carries deletes; nothing was committed")
+                            raise FrazilError(f"commit {commit_id}: {self._table_name} is not keyed "
+                                              f"({mutations.MODE_PROPERTY} is not upsert or cdc) but the commit "
+                                              "carries deletes; nothing was committed")
                         changes = changes or mutations.NewKeys.read(table, files, keys, identifiers)
                         delta, deletes = self._plan(table, identifiers, changes)
                     else:
@@ -245,7 +247,8 @@ class Committer:
                                           replaced=delta.replaced if delta else 0)
                     index = self._indexes.get(self._table_name) if delta is not None else None
                     if index is not None:
-                        result = dataclasses.replace(result, index_keys=len(index), index_bytes=index.native.memory_bytes)
+                        result = dataclasses.replace(result, index_keys=len(index),
+                                                     index_bytes=index.native.memory_bytes)
                     return result
             finally:
                 lock.release()
@@ -326,9 +329,9 @@ class Committer:
     def _refuse_sealed(self, table: Table, snapshot_id: int, commit_id: str) -> None:
         reason = seal_of(table, snapshot_id)
         if reason is not None:
-            raise OffsetOverlapError(f"commit {commit_id} to {self._table_name} was sealed as snapshot {snapshot_id} by "
-                                     f"the coordinator that took the cycle over ({reason}); nothing was committed, the "
-                                     "partitions are read again from the stored offsets")
+            raise OffsetOverlapError(f"commit {commit_id} to {self._table_name} was sealed as snapshot {snapshot_id} "
+                                     f"by the coordinator that took the cycle over ({reason}); nothing was committed, "
+                                     "the partitions are read again from the stored offsets")
 
     def skip_to(self, targets: Mapping[TopicPartition, int], *, reason: str, by: str) -> CommitResult:
         """An operator's reset: the table's offsets of ``targets`` move forward to the offsets given
@@ -343,7 +346,8 @@ class Committer:
         found = self.held(table)
         stored = dict(found.offsets)
         refuse_backward_reset(self._table_name, stored, targets)
-        moves = [{"topic": t, "partition": p, "from": stored.get((t, p)), "to": o} for (t, p), o in sorted(targets.items())]
+        moves = [{"topic": t, "partition": p, "from": stored.get((t, p)), "to": o}
+                 for (t, p), o in sorted(targets.items())]
         stored.update(targets)
         commit_id = f"reset-{uuid.uuid4().hex}"
         encoded = offsets.encode(stored)
@@ -385,8 +389,8 @@ class Committer:
         except CommitFailedException as exc:
             raise CommitFailed(f"{self._table_name} changed while noting the skip ({exc}); nothing changed. "
                                        "Stop `frazil run` for the pipeline and try again") from exc
-        log.warning("table %s: %s[%d]@%d will be skipped by pipeline %s, as %s said (%s)", self._table_name, tp[0], tp[1],
-                    offset, self._pipeline, by, reason)
+        log.warning("table %s: %s[%d]@%d will be skipped by pipeline %s, as %s said (%s)", self._table_name, tp[0],
+                    tp[1], offset, self._pipeline, by, reason)
 
     def _plan(self, table: Table, identifiers: tuple[str, ...], changes: mutations.NewKeys
               ) -> tuple[mutations.Plan, list[DataFile]]:
@@ -442,7 +446,8 @@ class Committer:
     def _check(self, decision: offsets.CommitPlan, stored: Mapping[TopicPartition, int],
                ranges: Mapping[TopicPartition, Range], commit_id: str) -> None:
         def describe(tps: list[TopicPartition]) -> str:
-            return "; ".join(f"{t}[{p}] stored={stored.get((t, p))} range=[{ranges[(t, p)].start}, {ranges[(t, p)].end})"
+            return "; ".join(f"{t}[{p}] stored={stored.get((t, p))} "
+                             f"range=[{ranges[(t, p)].start}, {ranges[(t, p)].end})"
                              for t, p in tps)
 
         gaps = decision.where(Verdict.GAP)

@@ -27,7 +27,8 @@ def to_ref(data_file: DataFile, spec: PartitionSpec, schema: Schema) -> DataFile
     values = tuple(None if record[i] is None else to_bytes(cast(PrimitiveType, field.field_type), record[i])
                    for i, field in enumerate(partition_type.fields))
     ids = sorted(set(data_file.value_counts or {}) | set(data_file.null_value_counts or {})
-                 | set(data_file.column_sizes or {}) | set(data_file.lower_bounds or {}) | set(data_file.upper_bounds or {}))
+                 | set(data_file.column_sizes or {}) | set(data_file.lower_bounds or {})
+                 | set(data_file.upper_bounds or {}))
     columns = tuple(ColumnStat(field_id=i, value_count=(data_file.value_counts or {}).get(i),
                                null_count=(data_file.null_value_counts or {}).get(i),
                                nan_count=(data_file.nan_value_counts or {}).get(i),

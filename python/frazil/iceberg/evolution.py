@@ -50,7 +50,8 @@ ATTEMPTS = 5
 _TOO_LARGE_INT = re.compile(r"^-?\d+ does not fit an int \(32-bit\)")
 _TOO_LARGE_FLOAT = re.compile(r"^\S+ is out of range for a float \(32-bit\)")
 MISSING_REQUIRED = "is required, and the record has no value for it"   # the native decoder's reason
-_DECIMAL_DIGITS = re.compile(r"^(-?\d+)(?:\.\d*)?(?:[eE][-+]?\d+)? has more than \d+ digit\(s\) before the decimal point")
+_DECIMAL_DIGITS = re.compile(r"^(-?\d+)(?:\.\d*)?(?:[eE][-+]?\d+)? has more than \d+ digit\(s\) "
+                             r"before the decimal point")
 
 
 @dataclass(frozen=True)

@@ -151,7 +151,8 @@ def _iceberg(shape: Shape, ids: count) -> IcebergType:  # type: ignore[type-arg]
     if shape.kind == "double":
         return DoubleType()
     if shape.kind == "struct":
-        return StructType(*(NestedField(next(ids), name, _iceberg(s, ids), required=False) for name, s in shape.fields.items()))
+        return StructType(*(NestedField(next(ids), name, _iceberg(s, ids), required=False)
+                            for name, s in shape.fields.items()))
     assert shape.element is not None
     if shape.kind == "list":
         element_id = next(ids)

@@ -1,9 +1,9 @@
 """Source-partition offsets stored with the data, and the contiguity rules (pure, no I/O).
 
-The truth about progress lives in each table, written in the same catalog commit as the data:
-the table property ``frazil.offsets.<pipeline>`` (kept by maintenance jobs) and the same value in
-the snapshot summary (for audit, and to notice a rollback: see :func:`held`). The value maps each source partition to the next offset not
-yet committed to the table: ``{"topic": {"0": 1234, "1": 99}}``.
+The truth about progress lives in each table, written in the same catalog commit as the data: the
+table property ``frazil.offsets.<pipeline>`` (kept by maintenance jobs) and the same value in the
+snapshot summary (for audit, and to notice a rollback: see :func:`held`). The value maps each source
+partition to the next offset not yet committed to the table: ``{"topic": {"0": 1234, "1": 99}}``.
 """
 
 from __future__ import annotations

@@ -53,12 +53,13 @@ PARALLEL_MIN_BYTES = 64 << 20
 DICTIONARY_PAGE_BYTES = 256 << 10
 
 
-def data_files(metadata: TableMetadata, data: pa.Table, io: FileIO, write_uuid: uuid.UUID | None = None) -> list[DataFile]:
+def data_files(metadata: TableMetadata, data: pa.Table, io: FileIO,
+               write_uuid: uuid.UUID | None = None) -> list[DataFile]:
     """Write ``data`` (the table's Arrow schema) as data files of the table ``metadata`` describes."""
     write_uuid = write_uuid or uuid.uuid4()
     if TableProperties.PARQUET_DICT_SIZE_BYTES not in metadata.properties:
-        metadata = metadata.model_copy(update={"properties": {**metadata.properties,
-                                                              TableProperties.PARQUET_DICT_SIZE_BYTES: str(DICTIONARY_PAGE_BYTES)}})
+        metadata = metadata.model_copy(update={"properties": {
+            **metadata.properties, TableProperties.PARQUET_DICT_SIZE_BYTES: str(DICTIONARY_PAGE_BYTES)}})
     spec = metadata.spec()
     if data.num_rows == 0:
         return []
@@ -81,7 +82,8 @@ def data_files(metadata: TableMetadata, data: pa.Table, io: FileIO, write_uuid: 
     runs: dict[tuple[Any, ...], list[pa.Table]] = {}
     for value, start, end in zip(values, starts, ends, strict=True):
         runs.setdefault(value, []).append(data.slice(start, end - start))
-    keys = [PartitionKey(field_values=[PartitionFieldValue(field=f, value=v) for f, v in zip(spec.fields, value, strict=True)],
+    keys = [PartitionKey(field_values=[PartitionFieldValue(field=f, value=v)
+                                       for f, v in zip(spec.fields, value, strict=True)],
                          partition_spec=spec, schema=schema) for value in runs]
     return _write_slices(metadata, data, io, write_uuid, keys, [[pa.concat_tables(slices)] for slices in runs.values()])
 
@@ -102,7 +104,8 @@ def _write_slices(metadata: TableMetadata, data: pa.Table, io: FileIO, write_uui
     assert target_size is not None
     task_schema = pyarrow_to_schema(data.schema, name_mapping=metadata.schema().name_mapping,
                                     format_version=metadata.format_version,
-                                    downcast_ns_timestamp_to_us=Config().get_bool(DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE) or False)
+                                    downcast_ns_timestamp_to_us=(
+                                        Config().get_bool(DOWNCAST_NS_TIMESTAMP_TO_US_ON_WRITE) or False))
     counter = itertools.count(0)
 
     def tasks() -> Iterator[WriteTask]:

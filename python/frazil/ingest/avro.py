@@ -142,7 +142,8 @@ def resolve(writer: Any, table: Schema, *, exclude: tuple[str, ...] = (), unknow
     return Readable(json.dumps(reader), json.dumps(_without_aliases(writer)), tuple(walk.ignored))
 
 
-def _spellings(schema: Any, namespace: str = "", out: dict[str, dict[str, str]] | None = None) -> dict[str, dict[str, str]]:
+def _spellings(schema: Any, namespace: str = "",
+               out: dict[str, dict[str, str]] | None = None) -> dict[str, dict[str, str]]:
     """Every named type of ``schema`` by full name (the spec's namespace rules): its ``name`` and
     ``namespace`` attributes as written."""
     out = {} if out is None else out
@@ -236,14 +237,15 @@ def _record(walk: _Walk, writer: Any, columns: list[NestedField], prefix: str) -
                 source, alias = by_name[spellings[0]], spellings[0]
             elif spellings:
                 walk.problems.append(_Problem(f"{prefix}{spellings[0]}", (
-                    f"the writer schema has field {spellings[0]!r} and the table has column {column.name!r}: they differ "
-                    "only in case; set case_insensitive = true on the table to land it there, or rename the field")))
+                    f"the writer schema has field {spellings[0]!r} and the table has column {column.name!r}: they "
+                    "differ only in case; set case_insensitive = true on the table to land it there, or rename "
+                    "the field")))
                 used.update(spellings)
                 continue
         if source is None:
             if column.required:
-                walk.problems.append(_Problem(path, f"the writer schema has no field {column.name!r} and column {path} is "
-                                                    "required", _relax(walk, column, path)))
+                walk.problems.append(_Problem(path, f"the writer schema has no field {column.name!r} and column {path} "
+                                                    "is required", _relax(walk, column, path)))
             try:
                 out_fields.append({"name": column.name, "type": ["null", _avro_of(walk, column.field_type, path)],
                                    "default": None})

@@ -99,9 +99,9 @@ class Evolver:
                 return self._targets[name].buffer.append(tp[0], tp[1], records)
             changes += 1
             if changes >= MAX_SCHEMA_CHANGES:
-                raise FrazilError(f"table {name}: the writer schemas of {tp[0]}[{tp[1]}] from offset {records[0].offset} "
-                                  f"changed the table's schema {changes} times in one batch; stopping rather than "
-                                  "going on changing it (see the log for the changes)")
+                raise FrazilError(f"table {name}: the writer schemas of {tp[0]}[{tp[1]}] from offset "
+                                  f"{records[0].offset} changed the table's schema {changes} times in one batch; "
+                                  "stopping rather than going on changing it (see the log for the changes)")
 
     async def _learn(self, name: str, tp: TopicPartition, offset: int, ids: list[int]) -> bool:
         """Decide each writer schema in ``ids`` for table ``name``: register it, refuse it (its
@@ -156,10 +156,12 @@ class Evolver:
     def _decide(self, target: Target, writer: object, schema: Schema | None = None
                 ) -> avro.Readable | avro.Refused | avro.Evolve:
         return avro.resolve(writer, target.table.schema() if schema is None else schema,
-                            exclude=tuple(m[0] for m in iceberg_catalog.META_COLUMNS) if target.cfg.metadata_columns else (),
+                            exclude=(tuple(m[0] for m in iceberg_catalog.META_COLUMNS)
+                                     if target.cfg.metadata_columns else ()),
                             unknown_fields=target.cfg.unknown_fields, case_insensitive=target.cfg.case_insensitive)
 
-    async def _change(self, target: Target, changes_for: Callable[[Schema], list[evolution.Change]], why: str) -> Table | None:
+    async def _change(self, target: Target, changes_for: Callable[[Schema], list[evolution.Change]],
+                      why: str) -> Table | None:
         """Make the changes ``changes_for`` asks of ``target``'s table, once across every process
         (``why``: what asked, for the log). The table as it now is, its buffer swapped for one of
         the new schema; None when the change cannot be made (the records stay bad records)."""

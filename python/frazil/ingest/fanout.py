@@ -111,7 +111,8 @@ class Fanout:
         everything = range(len(records))
 
         def members_of(name: str) -> list[int]:
-            return sorted({i for g in groups if name in g.tables for i in (everything if g.indices is None else g.indices)})
+            return sorted({i for g in groups if name in g.tables
+                           for i in (everything if g.indices is None else g.indices)})
 
         refused: dict[str, str] = {}   # tables named by the records that cannot be opened (dead-letter mode): why
         routing_bad: list[DeadLetter] = []   # held by the carrier once the appends below went through

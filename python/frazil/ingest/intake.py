@@ -132,7 +132,8 @@ class Intake:
                 self._took(job.tp, job.chunk, job.summary)
         return full
 
-    def _admit(self, tp: TopicPartition, chunk: Chunk, *, refuse: bool) -> tuple[int, _native.FetchSummary] | bool | None:
+    def _admit(self, tp: TopicPartition, chunk: Chunk, *,
+               refuse: bool) -> tuple[int, _native.FetchSummary] | bool | None:
         """What of one partition fetch is to be taken: ``(start, summary)``, the index of its first
         record the tables do not hold yet and the counts from there; True when there is none;
         False when it is left to be fetched again (too many bad records held), None when there is

@@ -163,7 +163,8 @@ class Pipeline:
         event = self._control.popleft()
         payload = event.payload
         if isinstance(payload, StartCommit) and any(
-                isinstance(e.payload, CommitComplete) and e.payload.commit_id == payload.commit_id for e in self._control):
+                isinstance(e.payload, CommitComplete) and e.payload.commit_id == payload.commit_id
+                for e in self._control):
             log.info("commit %s ended before this worker could answer it; skipping it", payload.commit_id)
             return None
         return asyncio.create_task(self.worker.handle(payload, event.sent_ms))

@@ -44,7 +44,8 @@ class Opener:
             iceberg_catalog.META_COLUMNS if table_cfg.metadata_columns else ()))
         try:
             table = await asyncio.to_thread(iceberg_catalog.ensure_table, self._catalog, table_cfg,
-                                            iceberg_catalog.maintenance_properties(self._cfg.maintenance), schema=inferred)
+                                            iceberg_catalog.maintenance_properties(self._cfg.maintenance),
+                                            schema=inferred)
             target = await asyncio.to_thread(self._targets.build, table_cfg, table, inferred=inferred is not None)
             self._targets.add_built(target)   # on the loop: worker threads iterate over copies
         except (ConfigError, InferenceError) as exc:

@@ -142,7 +142,8 @@ class KafkaSource:
         try:
             await self._consumer.commit(owned)
         except Exception as exc:  # noqa: BLE001 - a lagging low watermark is harmless; say so and go on
-            log.warning("could not commit consumer-group offsets (only used for lag; the table holds the truth): %s", exc)
+            log.warning("could not commit consumer-group offsets (only used for lag; the table holds the truth): %s",
+                        exc)
 
     def settled_assignment(self) -> set[TP]:
         """The assignment, or during a rebalance the one before it (what this process held last)."""
@@ -209,7 +210,8 @@ class KafkaSource:
         ends = await self._end_offsets(known)
         beyond = {(tp.topic, tp.partition): end for tp, end in ends.items() if stored[(tp.topic, tp.partition)] > end}
         if beyond:
-            detail = ", ".join(f"{t}[{p}] table={stored[(t, p)]} log end={end}" for (t, p), end in sorted(beyond.items()))
+            detail = ", ".join(f"{t}[{p}] table={stored[(t, p)]} log end={end}"
+                               for (t, p), end in sorted(beyond.items()))
             raise TopicMismatchError(
                 f"the table's stored offsets are past the end of the topic: {detail}. The topic was probably "
                 "deleted and recreated. Nothing was read. To start the new topic from its beginning, use a new "

@@ -130,7 +130,8 @@ class _RawPartition:
                                          aborted=aborted, check_crcs=check_crcs)
         except _native.CorruptBatchError as exc:
             # the position stays at the fetch offset: nothing of this fetch is taken
-            raise CorruptBatchError(topic=tp.topic, partition=tp.partition, offset=exc.args[1], detail=exc.args[0]) from None
+            raise CorruptBatchError(topic=tp.topic, partition=tp.partition, offset=exc.args[1],
+                                    detail=exc.args[0]) from None
         self.next_fetch_offset = fetched.next_offset
         if not len(fetched):
             raise StopIteration
@@ -150,8 +151,9 @@ def check() -> None:
     """Raise FrazilError unless aiokafka is the release whose fetcher the hook was written for."""
     found = getattr(aiokafka, "__version__", "?")
     if found != AIOKAFKA_VERSION:
-        raise FrazilError(f"frazil reads Kafka record batches natively by hooking aiokafka {AIOKAFKA_VERSION}'s fetcher, "
-                          f"but aiokafka {found} is installed: install aiokafka=={AIOKAFKA_VERSION} (pyproject.toml pins it)")
+        raise FrazilError(f"frazil reads Kafka record batches natively by hooking aiokafka {AIOKAFKA_VERSION}'s "
+                          f"fetcher, but aiokafka {found} is installed: install aiokafka=={AIOKAFKA_VERSION} "
+                          "(pyproject.toml pins it)")
     params = list(inspect.signature(_PartitionRecords.__init__).parameters)
     if params != _PARTITION_RECORDS_PARAMS or not hasattr(_fetcher, "READ_COMMITTED"):
         raise FrazilError("aiokafka's fetcher is not the one frazil's raw fetch was written for "

@@ -68,7 +68,8 @@ def partition_columns(catalog_name: str, schema: Schema, spec: PartitionSpec) ->
         if isinstance(t, IdentityTransform):
             expr = column
         elif isinstance(t, (YearTransform, MonthTransform, DayTransform, HourTransform)):
-            name = {YearTransform: "years", MonthTransform: "months", DayTransform: "days", HourTransform: "hours"}[type(t)]
+            name = {YearTransform: "years", MonthTransform: "months", DayTransform: "days",
+                    HourTransform: "hours"}[type(t)]
             expr = f"{fn}.{name}({column})"
         elif isinstance(t, BucketTransform):
             expr = f"{fn}.bucket({t.num_buckets}, {column})"
@@ -84,7 +85,8 @@ def _partition(table: Table, statistics: Any, path: str) -> Record:
     """The file's partition: from its column bounds for order-preserving transforms, from the
     helper directory Spark wrote it under for bucket (whose value the bounds cannot give)."""
     spec, schema = table.spec(), table.schema()
-    dirs = dict(part.split("=", 1) for part in urlparse(path).path.split("/") if part.startswith("__frazil_p") and "=" in part)
+    dirs = dict(part.split("=", 1) for part in urlparse(path).path.split("/")
+                if part.startswith("__frazil_p") and "=" in part)
     values: list[Any] = []
     for i, pf in enumerate(spec.fields):
         if isinstance(pf.transform, BucketTransform):
@@ -152,7 +154,8 @@ class SparkWriter:
             # Iceberg's `timestamp` (no zone) must stay local time in the file (TIMESTAMP_NTZ);
             # by default Spark would read it as an instant and write it adjusted to UTC.
             df = spark.createDataFrame(data, schema=from_arrow_schema(data.schema, prefer_timestamp_ntz=True))
-            df = df.select(*[F.col(f"`{name}`").alias(name, metadata={"parquet.field.id": ids[name]}) for name in df.columns])
+            df = df.select(*[F.col(f"`{name}`").alias(name, metadata={"parquet.field.id": ids[name]})
+                             for name in df.columns])
             helpers = partition_columns(self._catalog, table.schema(), table.spec())
             for name, expr in helpers:
                 df = df.withColumn(name, F.expr(expr))

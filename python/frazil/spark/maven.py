@@ -82,6 +82,7 @@ def fetch(bundle: str, artifacts: list[Artifact], *, transitive: bool = True) ->
            f"-DexcludeTransitive={'false' if transitive else 'true'}"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise FetchError(f"mvn failed ({proc.returncode}) fetching {bundle}:\n{proc.stdout[-4000:]}{proc.stderr[-4000:]}")
+        raise FetchError(f"mvn failed ({proc.returncode}) fetching {bundle}:\n"
+                         f"{proc.stdout[-4000:]}{proc.stderr[-4000:]}")
     marker.write_text(bundle)
     return lib

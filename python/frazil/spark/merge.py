@@ -108,7 +108,8 @@ class MergeResult:
     seconds: float
 
 
-def merge(spark: Any, catalog_name: str, catalog: Catalog, staging_cfg: TableConfig, pipeline: str) -> MergeResult | None:
+def merge(spark: Any, catalog_name: str, catalog: Catalog, staging_cfg: TableConfig,
+          pipeline: str) -> MergeResult | None:
     """Blocking. One merge of what waits in ``staging_cfg``'s staging table into its table; None
     when nothing waits."""
     assert staging_cfg.changes is not None and staging_cfg.changes.target
@@ -119,7 +120,8 @@ def merge(spark: Any, catalog_name: str, catalog: Catalog, staging_cfg: TableCon
         return None
     started = time.monotonic()
     ids = list(staging_cfg.identifier_columns)
-    columns = [c.name for c in staging_cfg.columns] + ([m[0] for m in META_COLUMNS] if staging_cfg.metadata_columns else [])
+    columns = [c.name for c in staging_cfg.columns] + ([m[0] for m in META_COLUMNS]
+                                                       if staging_cfg.metadata_columns else [])
     mark = {**merged_mark(target, pipeline), **found.ends}
     session = spark.newSession()   # its own SQL conf: the mark goes into this MERGE's snapshot only
     session.conf.set(f"spark.sql.iceberg.snapshot-property.{merged_key(pipeline)}", offsets.encode(mark))

@@ -89,9 +89,9 @@ def catalog_conf(catalog_name: str, properties: Mapping[str, str]) -> dict[str, 
     elif kind == "rest":
         out.update({f"{prefix}.type": "rest", f"{prefix}.uri": properties["uri"]})
     else:
-        raise ConfigError(f"catalog type {kind!r}: Spark (maintenance, bulk writes) shares \"sql\" (SQLite, PostgreSQL) "
-                          "and \"rest\" catalogs; turn maintenance off ([maintenance] enabled = false) to ingest "
-                          "into another catalog")
+        raise ConfigError(f"catalog type {kind!r}: Spark (maintenance, bulk writes) shares \"sql\" (SQLite, "
+                          "PostgreSQL) and \"rest\" catalogs; turn maintenance off ([maintenance] enabled = false) to "
+                          "ingest into another catalog")
     if "warehouse" in properties:
         out[f"{prefix}.warehouse"] = properties["warehouse"]
     out.update({f"{prefix}.{k}": v for k, v in properties.items()

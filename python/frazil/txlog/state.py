@@ -75,10 +75,11 @@ class TxState:
             if record["status"] not in ("committed", "failed", "abandoned"):
                 raise ValueError(f"unknown outcome status {record['status']!r}")
             if record["status"] == "failed":  # the files go back to pending for the next cycle
-                self.pending.setdefault(intent["table"], []).append({"files": intent["files"], "ranges": intent["ranges"]})
+                self.pending.setdefault(intent["table"], []).append({"files": intent["files"],
+                                                                     "ranges": intent["ranges"]})
             if record["status"] == "committed" and intent.get("dead_letters"):
-                self.dead_letters[intent_key(intent["commit_id"], intent["table"])] = {"commit_id": intent["commit_id"], "table": intent["table"],
-                                                              "dead_letters": intent["dead_letters"]}
+                self.dead_letters[intent_key(intent["commit_id"], intent["table"])] = {
+                    "commit_id": intent["commit_id"], "table": intent["table"], "dead_letters": intent["dead_letters"]}
             self.outcomes = (self.outcomes + [{"commit_id": record["commit_id"], "table": intent["table"],
                                                "status": record["status"],
                                                "snapshot_id": record.get("snapshot_id")}])[-self.KEEP_OUTCOMES:]
@@ -127,4 +128,5 @@ class TxState:
         intents = {intent_key(i.get("commit_id", k), i["table"]): {**i, "commit_id": i.get("commit_id", k)}
                    for k, i in data["intents"].items()}
         return cls(lsn=data["lsn"], pending=data["pending"], intents=intents, offsets=data["offsets"],
-                   outcomes=data["outcomes"], replies=data.get("replies", {}), dead_letters=data.get("dead_letters", {}))
+                   outcomes=data["outcomes"], replies=data.get("replies", {}),
+                   dead_letters=data.get("dead_letters", {}))

@@ -56,7 +56,8 @@ class _Entries:
 
     def __init__(self, entry: StructWriter) -> None:
         self.fields: tuple[tuple[int | None, Any], ...] = tuple(
-            (pos, avro_records.Kept(writer, _record) if pos == _DATA_FILE else writer) for pos, writer in entry.field_writers)
+            (pos, avro_records.Kept(writer, _record) if pos == _DATA_FILE else writer)
+            for pos, writer in entry.field_writers)
 
     def write(self, encoder: BinaryEncoder, entry: ManifestEntry) -> None:
         for pos, writer in self.fields:

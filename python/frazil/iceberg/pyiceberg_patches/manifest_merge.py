@@ -189,7 +189,8 @@ class TieredAppend(_MergeAppendFiles):
         self._remember_added(manifests)
         writer = _ManifestMergeManager(self._target_size_bytes, self._min_count_to_merge, True, self)
         out: list[ManifestFile] = []
-        for spec_id, group in writer._group_by_spec([m for m in manifests if m.content == ManifestContent.DATA]).items():
+        for spec_id, group in writer._group_by_spec([m for m in manifests
+                                                     if m.content == ManifestContent.DATA]).items():
             for members in plan([_describe(m) for m in group], self._min_count_to_merge, self._target_size_bytes):
                 if len(members) == 1:
                     out.append(group[members[0]])

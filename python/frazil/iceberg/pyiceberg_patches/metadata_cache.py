@@ -98,7 +98,8 @@ def _read(input_file: InputFile, encoding: str = UTF8) -> TableMetadata:
     with input_file.open() as stream:
         raw = stream.read()
     metadata = serializers.FromByteStream.table_metadata(
-        byte_stream=io.BytesIO(raw), encoding=encoding, compression=serializers.Compressor.get_compressor(location=location))
+        byte_stream=io.BytesIO(raw), encoding=encoding,
+        compression=serializers.Compressor.get_compressor(location=location))
     kept.put(location, metadata, len(raw))
     return metadata
 
@@ -112,7 +113,8 @@ MAX_SNAPSHOTS = 16_384
 
 
 @cachetools.cached(cachetools.LRUCache(maxsize=MAX_SNAPSHOTS), lock=threading.Lock(),
-                   key=lambda snapshot, exclude_none: (snapshot.manifest_list, snapshot.parent_snapshot_id, exclude_none))
+                   key=lambda snapshot, exclude_none: (snapshot.manifest_list, snapshot.parent_snapshot_id,
+                                                       exclude_none))
 def _snapshot(snapshot: Snapshot, exclude_none: bool) -> str:
     return snapshot.model_dump_json(exclude_none=exclude_none)
 
