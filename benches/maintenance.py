@@ -171,8 +171,9 @@ def bulk_writes(catalog: Any, spark_settings: dict[str, str], rows: int) -> list
         data = arrow_rows(table, rows)
         committer = Committer(catalog, f"bench.{name}", "bench")
         writer.write(table, data.slice(0, 1000), f"warm-{name}")  # Spark's first job pays class loading
-        for label, write in (("in-process", lambda: committer.write_files(data)),
-                             ("spark", lambda: writer.write(table, data, f"{name}-{time.monotonic_ns()}"))):
+        for label, write in (("in-process", lambda committer=committer, data=data: committer.write_files(data)),
+                             ("spark", lambda table=table, data=data, name=name:
+                              writer.write(table, data, f"{name}-{time.monotonic_ns()}"))):
             started = time.monotonic()
             files = write()
             seconds = time.monotonic() - started

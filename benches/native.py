@@ -276,7 +276,7 @@ def main() -> int:
         for threads in (1, 2):
             base = None
             for system, fn in AVRO_SYSTEMS.items():
-                SYSTEMS[system] = lambda s, w, t, fn=fn: fn(s, writer, w, t)   # type: ignore[misc]
+                SYSTEMS[system] = lambda s, w, t, fn=fn, writer=writer: fn(s, writer, w, t)   # type: ignore[misc]
                 row = {"workload": f"{workload}-avro", "avg_record_bytes": round(nbytes / len(values)),
                        **measure(system, schema, work, threads, len(values), nbytes, args.repeats)}
                 rows.append(row)

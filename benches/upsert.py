@@ -140,7 +140,7 @@ class Changes:
         (each key is in one partition), deletes removed."""
         ends_by_partition = {p: e for (_, p), e in ends.items()}
         latest: dict[int, tuple[int, Row | None]] = {}
-        for key, row, offset in zip(self.keys, self.rows, self.offsets):
+        for key, row, offset in zip(self.keys, self.rows, self.offsets, strict=True):
             if offset >= ends_by_partition.get(key % partitions, 0):
                 continue
             seen = latest.get(key)
@@ -186,7 +186,7 @@ async def produce(bootstrap: str, topic: str, partitions: int, changes: Changes,
         chunk = 5000
         for i in range(0, len(ids), chunk):
             futures = [await producer.send(topic, encode(k, r), key=str(k).encode(), partition=k % partitions)
-                       for k, r in zip(ids[i:i + chunk], rows[i:i + chunk])]
+                       for k, r in zip(ids[i:i + chunk], rows[i:i + chunk], strict=True)]
             metas = await asyncio.gather(*futures)
             changes.keys += ids[i:i + chunk]
             changes.rows += rows[i:i + chunk]
@@ -404,7 +404,7 @@ class Bench:
                               snapshot_id=snapshot.snapshot_id).to_arrow()
             now = time.time()
             scans.append(now - began)
-            found = dict(zip(data.column("id").to_pylist(), data.column("version").to_pylist()))
+            found = dict(zip(data.column("id").to_pylist(), data.column("version").to_pylist(), strict=True))
             for version, key in wanted.items():
                 if (found.get(key) or -1) >= version:
                     seen[version] = (1000 * (now - sent[version]), snapshot.timestamp_ms - 1000 * sent[version])
@@ -436,7 +436,7 @@ def verify(catalog: Any, table_name: str, expected: dict[int, Row]) -> dict[str,
     data = catalog.load_table(table_name).scan(selected_fields=("id", "name", "amount", "version")).to_arrow()
     ids = data.column("id").to_pylist()
     got = dict(zip(ids, zip(data.column("name").to_pylist(), data.column("amount").to_pylist(),
-                            data.column("version").to_pylist())))
+                            data.column("version").to_pylist(), strict=True), strict=True))
     duplicated = sorted(k for k, n in Counter(ids).items() if n > 1)
     missing = sorted(set(expected) - set(got))
     extra = sorted(set(got) - set(expected))
@@ -459,7 +459,8 @@ def read_cost(catalog: Any, table_name: str, scans: int) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
     codecs = Counter(pq.ParquetFile(path.removeprefix("file://")).metadata.row_group(0).column(0).compression
-                     for path, kind in zip(files.column("file_path").to_pylist(), files.column("content").to_pylist())
+                     for path, kind in zip(files.column("file_path").to_pylist(), files.column("content").to_pylist(),
+                                           strict=True)
                      if kind == 0)
     times = []
     for _ in range(scans):
@@ -776,7 +777,7 @@ def main() -> int:
         asyncio.run(create_topic(broker.bootstrap, topic, args.partitions))
         asyncio.run(produce(broker.bootstrap, topic, args.partitions, changes, ids, rows_, label=f"pre-fill {topic}"))
         del ids, rows_
-        nbytes = sum(len(encode(k, r) or b"") for k, r in zip(changes.keys, changes.rows))
+        nbytes = sum(len(encode(k, r) or b"") for k, r in zip(changes.keys, changes.rows, strict=True))
         print(f"topic {topic}: {len(changes.keys):,} changes, {nbytes / 1e6:,.0f} MB of values, "
               f"{len(changes.expected(args.partitions, bench.ends())):,} live keys at the end", flush=True)
         next_marker = [0]

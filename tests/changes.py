@@ -197,7 +197,7 @@ def table_rows(catalog: Catalog, name: str) -> dict[int, Row]:
     dup = {i for i in ids if ids.count(i) > 1} if len(set(ids)) < len(ids) else set()
     assert not dup, f"{len(dup)} key(s) twice in {name}, e.g. {sorted(dup)[:5]}"
     return {i: (n, a, v) for i, n, a, v in zip(ids, data.column("name").to_pylist(), data.column("amount").to_pylist(),
-                                              data.column("version").to_pylist())}
+                                              data.column("version").to_pylist(), strict=True)}
 
 
 def assert_same(found: dict[int, Row], expected: dict[int, Row], engine: str) -> None:

@@ -127,8 +127,9 @@ def check_every_table(cfg: Config, ends: dict[tuple[str, int], int], *, but: str
     everything = catalog.load_table("db.everything").scan().to_arrow()
     support.assert_exactly_once(support.count_offsets(catalog, "db.everything"), ends)
     kind_of = {(t, p, o): k for t, p, o, k in zip(*(everything.column(c).to_pylist() for c in
-                                                    ("_kafka_topic", "_kafka_partition", "_kafka_offset", "kind")))}
-    id_of = dict(zip(kind_of, everything.column("id").to_pylist()))
+                                                    ("_kafka_topic", "_kafka_partition", "_kafka_offset", "kind")),
+                                                  strict=True)}
+    id_of = dict(zip(kind_of, everything.column("id").to_pylist(), strict=True))   # each offset once: checked above
     rows = {}
     for table in TABLES:
         if table[0] == but:

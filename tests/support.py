@@ -105,7 +105,7 @@ def count_offsets(catalog: Catalog, table_name: str) -> Counter[tuple[str, int, 
     data = catalog.load_table(table_name).scan(
         selected_fields=("_kafka_topic", "_kafka_partition", "_kafka_offset")).to_arrow()
     return Counter(zip(data.column("_kafka_topic").to_pylist(), data.column("_kafka_partition").to_pylist(),
-                       data.column("_kafka_offset").to_pylist()))
+                       data.column("_kafka_offset").to_pylist(), strict=True))
 
 
 def assert_exactly_once(counts: Counter[tuple[str, int, int]], ends: Mapping[tuple[str, int], int],

@@ -112,7 +112,8 @@ def main(*, records: int, workdir: Path) -> int:
         data = table.scan().to_arrow()
         files = list(table.inspect.files().column("file_path"))
         rows = data.num_rows
-        distinct = len(set(zip(data.column("_kafka_partition").to_pylist(), data.column("_kafka_offset").to_pylist())))
+        distinct = len(set(zip(data.column("_kafka_partition").to_pylist(), data.column("_kafka_offset").to_pylist(),
+                               strict=True)))
         print("5. result")
         print(f"   events produced     {records:,}")
         print(f"   rows in {TABLE}  {rows:,}  ({distinct:,} distinct (partition, offset))")

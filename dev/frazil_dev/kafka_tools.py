@@ -73,8 +73,10 @@ def consume_rate(bootstrap: str, topic: str, records: int, *, group: str, workdi
     lines = out.strip().splitlines()
     if len(lines) < 2:
         raise BrokerError(f"ConsumerPerformance printed no result: {out.strip()[-1000:]}")
-    row = dict(zip((c.strip() for c in lines[-2].split(",")), (c.strip() for c in lines[-1].split(","))))
     try:
+        # the header and the figures: a row of another length is a format this does not read
+        row = dict(zip((c.strip() for c in lines[-2].split(",")), (c.strip() for c in lines[-1].split(",")),
+                       strict=True))
         fetch_s = float(row["fetch.time.ms"]) / 1000
         return ConsumeRate(records=int(row["data.consumed.in.nMsg"]), mb=float(row["data.consumed.in.MB"]),
                            fetch_s=fetch_s, records_per_s=float(row["fetch.nMsg.sec"]),

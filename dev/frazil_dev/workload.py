@@ -12,7 +12,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 # The sample events' table columns (TOML, a [table]'s ``columns``).
 CLICKSTREAM_COLUMNS = """\
@@ -38,7 +38,7 @@ _REFERRERS = ["https://search.example/q?term=boots", "https://social.example/pos
 def sample_events(n: int, seed: int = 7) -> list[bytes]:
     """``n`` clickstream events of about 250 bytes, over three days, reproducible by ``seed``."""
     rng = random.Random(seed)
-    t0 = datetime(2026, 11, 19, tzinfo=timezone.utc)
+    t0 = datetime(2026, 11, 19, tzinfo=UTC)
     out = []
     for i in range(n):
         event_type = rng.choice(_TYPES)

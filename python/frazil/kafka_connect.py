@@ -265,7 +265,7 @@ def convert(name: str, config: dict[str, str], *, pipeline: str = "", bootstrap_
         if key in client:
             leave(client[key], "Java key stores are not read: convert the CA to PEM for kafka.ssl_cafile (and a "
                   "client certificate to kafka.ssl_certfile/ssl_keyfile)")
-    for short, key in sorted(client.items()):
+    for _short, key in sorted(client.items()):
         if key not in used:
             leave(key, "a Kafka client setting frazil does not take (docs/configuration.md lists the [kafka] keys)")
     sections["kafka"] = kafka

@@ -736,7 +736,7 @@ def compare_append(data: Any, want: dict[Key, dict[str, Any]], fields: list[str]
     """``data``: an Arrow table of a table's rows. Counts every (topic, partition, offset) and
     checks each row's values against the record it came from."""
     cols = data.to_pydict()
-    keys = list(zip(cols["_kafka_topic"], cols["_kafka_partition"], cols["_kafka_offset"]))
+    keys = list(zip(cols["_kafka_topic"], cols["_kafka_partition"], cols["_kafka_offset"], strict=True))
     counts = Counter(keys)
     wrong = []
     names = ["id", "name", "kind", *fields]
@@ -761,7 +761,7 @@ def compare_state(data: Any, want: dict[int, tuple[str, float, int]]) -> dict[st
     cols = data.to_pydict()
     ids = cols["id"]
     counts = Counter(ids)
-    rows = list(zip(ids, zip(cols["name"], cols["amount"], cols["version"])))
+    rows = list(zip(ids, zip(cols["name"], cols["amount"], cols["version"], strict=True), strict=True))
     stale = [(k, row, want[k]) for k, row in rows if k in want and row != want[k]]   # every row, twice-held keys too
     return {"rows": len(ids), "keys_twice": sum(n - 1 for n in counts.values() if n > 1),
             "lost": len(set(want) - set(counts)), "unexpected": len(set(counts) - set(want)),
@@ -819,7 +819,7 @@ def summarize(report: dict[str, Any]) -> tuple[int, int]:
     """(lost, duplicates) over every engine, table and the dead-letter topic."""
     lost = dup = 0
     for per in report["engines"].values():
-        for name, r in per.items():
+        for r in per.values():
             lost += r["lost"] + r.get("wrong_values", 0) + r.get("stale", 0) + r.get("unexpected", 0)
             dup += r.get("duplicates", 0) + r.get("keys_twice", 0)
     lost += report["dead_letters"]["lost"] + report["dead_letters"]["unexpected"]

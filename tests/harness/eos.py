@@ -144,7 +144,7 @@ def count(workdir: Path) -> dict[str, Any]:
     table = iceberg_catalog.load(cfg.catalog).load_table(cfg.table.name)
     data = table.scan(selected_fields=("_kafka_topic", "_kafka_partition", "_kafka_offset")).to_arrow()
     counts = Counter(zip(data.column("_kafka_topic").to_pylist(), data.column("_kafka_partition").to_pylist(),
-                         data.column("_kafka_offset").to_pylist()))
+                         data.column("_kafka_offset").to_pylist(), strict=True))
     per_commit = Counter(s.summary.additional_properties.get(offsets.COMMIT_ID_KEY) for s in table.snapshots()
                          if s.summary is not None and s.summary.operation.value == "append")
     return {"counts": counts, "snapshots_per_cycle_max": max(per_commit.values(), default=0),

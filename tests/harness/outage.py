@@ -203,7 +203,8 @@ def run(bootstrap: str, workdir: Path, *, mode: str = "single", outage_s: float 
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
     data = catalog.load_table(cfg.table.name).scan(selected_fields=("_kafka_partition", "_kafka_offset")).to_arrow()
-    counts = Counter(zip(data.column("_kafka_partition").to_pylist(), data.column("_kafka_offset").to_pylist()))
+    counts = Counter(zip(data.column("_kafka_partition").to_pylist(), data.column("_kafka_offset").to_pylist(),
+                         strict=True))
     expected = {(p, o) for (_, p), end in ends.items() for o in range(end)}
     log_text = log_path.read_text(errors="replace")
     result = {

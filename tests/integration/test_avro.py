@@ -12,7 +12,7 @@ import io
 import json
 import signal
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import fastavro
@@ -53,7 +53,7 @@ def kind(i: int) -> str:
 
 def row(i: int) -> dict[str, object]:
     out: dict[str, object] = {"id": i, "name": None if i % 5 == 0 else f"n{i}", "amount": i * 0.25,
-                              "at": datetime(2026, 11, 1, tzinfo=timezone.utc) + timedelta(milliseconds=i * 1001)}
+                              "at": datetime(2026, 11, 1, tzinfo=UTC) + timedelta(milliseconds=i * 1001)}
     if kind(i) == "v2":
         out["count"] = 3_000_000_000 + i
         out["geo"] = None if i % 3 == 0 else {"city": f"c{i % 7}", "zone": i % 4}
@@ -137,7 +137,7 @@ def test_two_writer_schemas_land_as_one_evolved_table_and_bad_values_go_to_the_d
     assert isinstance(geo, StructType) and isinstance(schema.find_field("geo.zone").field_type, IntegerType), schema
     data = table.scan().to_arrow()
     counts = Counter(zip(data.column("_kafka_topic").to_pylist(), data.column("_kafka_partition").to_pylist(),
-                         data.column("_kafka_offset").to_pylist()))
+                         data.column("_kafka_offset").to_pylist(), strict=True))
     good = {(topic, i % PARTITIONS, i // PARTITIONS) for i in range(RECORDS) if kind(i) in ("v1", "v2")}
     assert {k for k, n in counts.items() if n > 1} == set(), "duplicated in the table"
     assert set(counts) == good, f"lost {sorted(good - set(counts))[:5]}, unexpected {sorted(set(counts) - good)[:5]}"

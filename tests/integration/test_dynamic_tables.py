@@ -66,7 +66,7 @@ def landed_by_kind(catalog, namespace: str) -> dict[str, list[tuple[str, int, in
         kinds = set(data.column("kind").to_pylist())
         assert len(kinds) <= 1, f"{name} holds records of several kinds: {sorted(kinds)[:5]}"
         out[name] = list(zip(data.column("_kafka_topic").to_pylist(), data.column("_kafka_partition").to_pylist(),
-                             data.column("_kafka_offset").to_pylist()))
+                             data.column("_kafka_offset").to_pylist(), strict=True))
     return out
 
 

@@ -49,7 +49,7 @@ def assert_kept_lists_match(table: Table) -> int:
             continue
         on_disk: list[ManifestFile] = list(read_manifest_list(table.io.new_input(snapshot.manifest_list)))
         assert len(kept) == len(on_disk), snapshot.manifest_list
-        for mine, theirs in zip(kept, on_disk):
+        for mine, theirs in zip(kept, on_disk, strict=True):
             assert mine._data == theirs._data, (snapshot.manifest_list, mine, theirs)
         checked += 1
     return checked

@@ -130,7 +130,7 @@ def test_a_merge_builds_the_entries_of_manifests_this_process_wrote_exactly_as_t
         assert manifest_merge._entries_written(manifest) is None   # taken out once used
         on_disk = manifest.fetch_manifest_entry(table.io, discard_deleted=False)
         assert len(remembered) == len(on_disk) >= 1
-        for mine, theirs in zip(remembered, on_disk):
+        for mine, theirs in zip(remembered, on_disk, strict=True):
             assert (mine.status, mine.snapshot_id, mine.sequence_number, mine.file_sequence_number) == (
                 theirs.status, theirs.snapshot_id, theirs.sequence_number, theirs.file_sequence_number)
             assert mine.data_file._data == theirs.data_file._data

@@ -196,7 +196,7 @@ async def test_a_fetch_of_an_aborted_transaction_only_moves_the_position_and_ret
     await producer.start()
     try:
         await producer.begin_transaction()
-        for i in range(50):
+        for _ in range(50):
             await producer.send(topic, b'{"aborted": true}', partition=0)
         await producer.abort_transaction()
     finally:
@@ -242,7 +242,8 @@ async def test_a_compacted_topic_with_offset_gaps_and_tombstones_reads_back_as_a
         assert time.monotonic() < deadline, "the log cleaner did not compact the topic"
         await asyncio.sleep(3)
     offsets = [r[1] for r in plain]
-    assert any(b - a > 1 for a, b in zip(offsets, offsets[1:]))   # gaps
+    # gaps; neighbours, so the second is one shorter
+    assert any(b - a > 1 for a, b in zip(offsets, offsets[1:], strict=False))
     raw = await read_all(kafka, topic, raw=True)
     assert raw == plain
     assert any(r[4] is None for r in raw)   # tombstones are kept as null values

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -63,7 +63,7 @@ async def test_values_land_as_sent_and_tombstones_are_counted_not_a_stop(kafka: 
         await support.run_until_committed(cfg, ends)
     rows = support.catalog_of(cfg).load_table("db.values").scan().to_arrow().sort_by("id").to_pylist()
     assert [r["id"] for r in rows] == [i for i in range(300) if i % 10 != 9]
-    utc = timezone.utc
+    utc = UTC
     for r in rows:
         i = r["id"]
         assert r["amount"] == Decimal(f"{i}.50"), r

@@ -41,7 +41,8 @@ def test_composite_keys_are_compared_column_by_column() -> None:
                         "_kafka_offset": pa.array([4], pa.int64())})
     got = latest(rows, deletes, ["a", "b"])
     assert got.rows is not None and got.deletes is not None
-    assert list(zip(got.rows.column("a").to_pylist(), got.rows.column("b").to_pylist())) == [(1, "y"), (2, "x")]
+    assert list(zip(got.rows.column("a").to_pylist(), got.rows.column("b").to_pylist(), strict=True)) \
+        == [(1, "y"), (2, "x")]
     assert got.deletes.num_rows == 1 and got.replaced == 1
 
 

@@ -114,7 +114,7 @@ async def test_a_commit_that_makes_expiry_due_wakes_the_service_at_once() -> Non
     pipeline's (``Maintainers``)."""
     for wrapped in (False, True):
         fake = FakeJobs()
-        m = Maintainer(Schedule(MaintenanceConfig(interval_s=1000, max_snapshots=10), 0.0), lambda: fake,  # type: ignore[arg-type, return-value]
+        m = Maintainer(Schedule(MaintenanceConfig(interval_s=1000, max_snapshots=10), 0.0), lambda fake=fake: fake,  # type: ignore[arg-type, return-value]
                        Metrics("p", "db.t"), snapshot_count=lambda: 5, clock=lambda: 1.0)
         service = Maintainers({"db.t": m}) if wrapped else m
         stop = asyncio.Event()

@@ -77,7 +77,7 @@ class ChangeBuffer(RecordBuffer):
             upsert_ops=list(spec.upsert_ops), delete_ops=list(spec.delete_ops), unwrap_envelope=spec.unwrap_envelope)
         upserts: list[_Change] = []
         deletes: list[_Change] = []
-        for record, kind, row in zip(records, kinds, rows):
+        for record, kind, row in zip(records, kinds, rows, strict=True):
             if row is not None:
                 (upserts if kind == UPSERT else deletes).append(
                     _Change(record.offset, record.timestamp, record.key, row))

@@ -30,7 +30,8 @@ def _array(array: pa.Array, kind: pa.DataType) -> pa.Array:
     if array.type == kind:
         return array
     if pa.types.is_struct(kind) and pa.types.is_struct(array.type):
-        have = dict(zip((array.type.field(i).name for i in range(array.type.num_fields)), array.flatten()))
+        have = dict(zip((array.type.field(i).name for i in range(array.type.num_fields)), array.flatten(),
+                        strict=True))
         children = [_array(have[f.name], f.type) if f.name in have else pa.nulls(len(array), f.type) for f in kind]
         return pa.StructArray.from_arrays(children, fields=list(kind), mask=array.is_null())
     if pa.types.is_list(kind) and pa.types.is_list(array.type):

@@ -164,7 +164,7 @@ class AvroRecordBuffer(RecordBuffer):
         if self._ignored:
             bad = {p.offset for p in problems}
             self.fields_ignored += sum(self._ignored.get(schema_id_of(v) if self._confluent else 0, 0)
-                                       for r, v in zip(records, values) if r.offset not in bad)
+                                       for r, v in zip(records, values, strict=True) if r.offset not in bad)
         return problems
 
     def drain(self) -> pa.Table | None:
@@ -206,4 +206,4 @@ def append_routed(topic: str, partition: int, records: Sequence[KafkaRecord], va
         topic=topic, partition=partition, offsets=[r.offset for r in records],
         timestamps_ms=[r.timestamp for r in records], keys=[r.key for r in records], values=values,
         targets=[(buffer._native, indices) for buffer, indices in targets])
-    return [buffer._problems(result) for (buffer, _), result in zip(targets, results)]
+    return [buffer._problems(result) for (buffer, _), result in zip(targets, results, strict=True)]

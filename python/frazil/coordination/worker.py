@@ -188,7 +188,7 @@ class Worker:
             finally:
                 self.writing_bytes = 0
             batch = self.batch = written
-            for name, exc in sorted(failures.items()):
+            for _name, exc in sorted(failures.items()):   # the first by table name
                 if isinstance(exc, FrazilError) and not exc.retriable:
                     raise exc
             if failures:

@@ -127,7 +127,7 @@ async def close_quietly(*clients: Any) -> None:
     """Stop or close each client, whatever state a failed start left it in (cleanup on an error
     path: the error being raised is the one that matters)."""
     for client in clients:
-        stop = getattr(client, "stop", None) or getattr(client, "close")
+        stop = getattr(client, "stop", None) or client.close
         try:
             await stop()
         except Exception as exc:  # noqa: BLE001 - see above

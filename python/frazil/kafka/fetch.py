@@ -84,7 +84,7 @@ class Chunk:
         """The records from index ``start`` on, or those at ``offsets`` (sorted), as objects."""
         cols = self.fetched.columns(start, offsets)
         topic, partition = self.topic, self.partition
-        return [Record(topic, partition, o, t, k, v, tuple(h)) for o, t, k, v, h in zip(*cols)]
+        return [Record(topic, partition, o, t, k, v, tuple(h)) for o, t, k, v, h in zip(*cols, strict=True)]
 
 
 class _RawRecords:
