@@ -95,8 +95,10 @@ def routed_tables(base: str, workload: _datasets.Workload) -> list[tuple[str, st
 
 
 class Bench:
-    def __init__(self, workdir: Path, bootstrap: str, interval: float, *, profile: bool = False) -> None:
+    def __init__(self, workdir: Path, bootstrap: str, interval: float, *, profile: bool = False,
+                 baseline: str | None = None) -> None:
         self.profile = profile
+        self.baseline = baseline   # the interpreter of another frazil install ("frazil-baseline")
         self.workdir = workdir
         self.bootstrap = bootstrap
         self.interval = interval
@@ -131,30 +133,39 @@ class Bench:
         """The environment of a system's process: benches/ importable (for _datasets)."""
         return {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
 
+    def env_of(self, system: str) -> dict[str, str]:
+        """A baseline frazil runs from its own install: nothing of this checkout on its path."""
+        if system == "frazil-baseline":
+            return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        return self.env()
+
     def command(self, job: dict[str, Any], workload: _datasets.Workload) -> list[str]:
         path = self.write_job(job)
         system = job["system"]
-        if system == "frazil":
+        if system in ("frazil", "frazil-baseline"):
             config = self.workdir / f"{job['name']}.toml"
             common = {"partition_by": json.dumps(job["partition_by"]), "columns": workload.dataset.columns_toml()}
             if workload.routes is None:
                 tables = TABLE.format(section="table", table=job["table"], route="", **common)
             else:
                 tables = "".join(TABLE.format(section="[tables]", table=table,
-                                              route=f'route_field = "{workload.routes[0]}"\nroute = "{value}"\n', **common)
+                                              route=f'route_field = "{workload.routes[0]}"\nroute = "{value}"\n',
+                                              **common)
                                  for table, value in routed_tables(job["table"], workload))
             config.write_text(FRAZIL_CONFIG.format(
                 name=job["name"], interval=self.interval, bootstrap=self.bootstrap, topic=job["topic"],
                 catalog=CATALOG, uri=self.props["uri"], warehouse=self.props["warehouse"], tables=tables))
-            return [sys.executable, "-m", "frazil.cli", "run", "--config", str(config)]
-        script = {"spark-ss": "spark_ss.py", "plain-python": "plain_python.py", "kafka-connect": "kafka_connect.py"}[system]
+            python = self.baseline if system == "frazil-baseline" and self.baseline else sys.executable
+            return [python, "-m", "frazil.cli", "run", "--config", str(config)]
+        script = {"spark-ss": "spark_ss.py", "plain-python": "plain_python.py",
+                  "kafka-connect": "kafka_connect.py"}[system]
         return [sys.executable, str(HERE / "e2e_systems" / script), "--job", str(path)]
 
     def launch(self, job: dict[str, Any], workload: _datasets.Workload) -> tuple[subprocess.Popen[bytes], float]:
         log = open(self.workdir / f"{job['name']}.log", "wb")
         started = time.time()
         proc = subprocess.Popen(self.command(job, workload), stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, env=self.env())
+                                start_new_session=True, env=self.env_of(job["system"]))
         log.close()
         return proc, started
 
@@ -173,7 +184,8 @@ class Bench:
         last_print = 0.0
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"{job['system']} exited with {proc.returncode}; see {self.workdir / job['name']}.log")
+                raise RuntimeError(f"{job['system']} exited with {proc.returncode}; see "
+                                   f"{self.workdir / job['name']}.log")
             landed = self.total_records(job.get("tables") or job["table"])
             now = time.time()
             if landed >= expect:
@@ -205,7 +217,8 @@ class Bench:
         offset) below the log end, exactly once."""
         tables = [self.catalog.load_table(t) for t in (table_name if isinstance(table_name, list) else [table_name])]
         got = pa.concat_tables(t.scan(selected_fields=("_kafka_partition", "_kafka_offset")).to_arrow() for t in tables)
-        key = pc.add(pc.multiply(pc.cast(got.column("_kafka_partition"), pa.int64()), 1 << 40), got.column("_kafka_offset"))
+        key = pc.add(pc.multiply(pc.cast(got.column("_kafka_partition"), pa.int64()), 1 << 40),
+                     got.column("_kafka_offset"))
         distinct = pc.count_distinct(key).as_py()
         expect = sum(ends.values())
         snapshots = sum(1 for t in tables for _ in t.snapshots())
@@ -237,7 +250,8 @@ class Bench:
         return {"system": system, "workload": workload.name, **rates(records, nbytes, seconds),
                 **usage, "cpu_s_per_million": round(usage["cpu_s"] * 1e6 / records, 1), **check, **profile}
 
-    def ceiling(self, kind: str, workload: _datasets.Workload, topic: str, records: int, run: int = 0) -> dict[str, Any]:
+    def ceiling(self, kind: str, workload: _datasets.Workload, topic: str, records: int,
+                run: int = 0) -> dict[str, Any]:
         path = self.write_job(self.job(kind, workload, topic, records, run))
         proc = subprocess.Popen([sys.executable, str(HERE / "e2e_systems" / "ceilings.py"), kind.split("-")[1],
                                  "--job", str(path)], stdout=subprocess.PIPE, env=self.env())
@@ -247,8 +261,8 @@ class Bench:
         if proc.returncode != 0:
             raise RuntimeError(f"{kind} failed with {proc.returncode}")
         result = json.loads(out.decode().strip().splitlines()[-1])
-        return {"system": kind, "workload": workload.name, **rates(result["records"], result["bytes"], result["seconds"]),
-                "rss_peak_mb": usage["rss_peak_mb"]}
+        return {"system": kind, "workload": workload.name,
+                **rates(result["records"], result["bytes"], result["seconds"]), "rss_peak_mb": usage["rss_peak_mb"]}
 
     def latency(self, system: str, workload: _datasets.Workload, rate: int, warmup_s: float,
                 measure_s: float) -> dict[str, Any]:
@@ -267,7 +281,8 @@ class Bench:
         finally:
             self.stop(proc)
         check = self.verify(job["table"], asyncio.run(end_offsets(self.bootstrap, [topic])))
-        lat = produce_to_queryable_ms(self.catalog.load_table(job["table"]), since_ms=(produce_started + warmup_s) * 1000)
+        lat = produce_to_queryable_ms(self.catalog.load_table(job["table"]),
+                                      since_ms=(produce_started + warmup_s) * 1000)
         lat.sort()
         pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]  # noqa: E731
         return {"system": system, "workload": f"{workload.name}-steady", "rate_per_s": rate,
@@ -289,6 +304,25 @@ def repeated(measure: Callable[[int], dict[str, Any]], repeat: int) -> dict[str,
     row["runs_records_per_s"] = [r["records_per_s"] for r in rows]
     row["rss_peak_mb"] = max(r["rss_peak_mb"] for r in rows)
     return row
+
+
+def interleaved(measure: Callable[[str, int], dict[str, Any]], systems: tuple[str, ...],
+                repeat: int) -> list[dict[str, Any]]:
+    """Each of ``systems`` ``repeat`` times, alternating run by run; per system the median run's
+    row with every run's rate (as :func:`repeated`)."""
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
+    for run in range(repeat):
+        for system in systems:
+            row = measure(system, run)
+            print(f"    {system} run {run + 1}: {row['records_per_s']:,} rec/s in {row['seconds']} s", flush=True)
+            runs[system].append(row)
+    out = []
+    for rows in runs.values():
+        row = dict(sorted(rows, key=lambda r: r["records_per_s"])[(len(rows) - 1) // 2])
+        row["runs_records_per_s"] = [r["records_per_s"] for r in rows]
+        row["rss_peak_mb"] = max(r["rss_peak_mb"] for r in rows)
+        out.append(row)
+    return out
 
 
 def rates(records: int, nbytes: int, seconds: float) -> dict[str, Any]:
@@ -322,7 +356,8 @@ def produce_to_queryable_ms(table: Any, *, since_ms: float) -> list[int]:
     committed_at = {s.snapshot_id: s.timestamp_ms for s in table.snapshots()}
     entries = table.inspect.entries()
     out: list[int] = []
-    for snapshot_id, data_file in zip(entries.column("snapshot_id").to_pylist(), entries.column("data_file").to_pylist()):
+    for snapshot_id, data_file in zip(entries.column("snapshot_id").to_pylist(),
+                                      entries.column("data_file").to_pylist(), strict=True):
         if data_file["content"] != 0:
             continue
         path = data_file["file_path"].removeprefix("file://")
@@ -357,8 +392,9 @@ def print_row(row: dict[str, Any]) -> None:
         print(f"  {row['system']:<16}{row['workload']:<22} p50 {row['latency_p50_ms']:>6,} ms  p99 "
               f"{row['latency_p99_ms']:>6,} ms  rss {row['rss_peak_mb']:>7,.0f} MiB", flush=True)
     else:
-        print(f"  {row['system']:<16}{row['workload']:<22}{row['records_per_s']:>10,} rec/s {row['mb_per_s']:>7,.1f} MB/s"
-              f"  rss {row['rss_peak_mb']:>7,.0f} MiB" + (f"  cpu {row['cpu_s_per_million']:>6.1f} s/M" if "cpu_s" in row else ""),
+        print(f"  {row['system']:<16}{row['workload']:<22}{row['records_per_s']:>10,} rec/s "
+              f"{row['mb_per_s']:>7,.1f} MB/s  rss {row['rss_peak_mb']:>7,.0f} MiB"
+              + (f"  cpu {row['cpu_s_per_million']:>6.1f} s/M" if "cpu_s" in row else ""),
               flush=True)
     if "runs_records_per_s" in row:
         print(f"  {'':<16}{'':<22}the median of {len(row['runs_records_per_s'])} runs: "
@@ -370,6 +406,7 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     and p99 over frazil's (above 1 means frazil is faster either way)."""
     out = []
     frazil = {r["workload"]: r for r in rows if r["system"] == "frazil"}
+    # the previous code, measured in the same run (--baseline): frazil now over frazil then
     for r in rows:
         f = frazil.get(r["workload"])
         if f is None or r["system"] == "frazil":
@@ -407,6 +444,9 @@ def main() -> int:
                              "the median is reported")
     parser.add_argument("--out", default="e2e", help="results name: benches/results/<out>.json and .png (a partial "
                                                      "run, e.g. --systems frazil, should not overwrite e2e)")
+    parser.add_argument("--baseline", metavar="PYTHON",
+                        help="the interpreter of another frazil install (e.g. the previous commit's): measured as "
+                             "frazil-baseline on every workload, alternating run by run with this checkout's frazil")
     parser.add_argument("--profile", action="store_true",
                         help="profile frazil with py-spy while it lands each workload; writes e2e_profile.json "
                              "instead of e2e.json (sampling slows the profiled runs)")
@@ -420,7 +460,7 @@ def main() -> int:
         subprocess.run([sys.executable, str(HERE / "e2e_systems" / "kafka_connect.py"), "--fetch"], check=True,
                        stdout=subprocess.DEVNULL)
     with KafkaBroker.start(workdir / "kafka", heap="1g") as broker:
-        bench = Bench(workdir, broker.bootstrap, args.interval, profile=args.profile)
+        bench = Bench(workdir, broker.bootstrap, args.interval, profile=args.profile, baseline=args.baseline)
         topics: dict[str, tuple[str, dict[Any, int], int]] = {}
         for name in args.workloads:
             workload = _datasets.WORKLOADS[name]
@@ -430,16 +470,29 @@ def main() -> int:
                 topics[dataset.name] = prefill(bench, dataset, count)
             topic, ends, nbytes = topics[dataset.name]
             print(f"workload {name}: {sum(ends.values()):,} records, {nbytes / 1e6:,.0f} MB", flush=True)
+            if args.baseline:
+                # frazil and the baseline alternate run by run, so a slow minute of the machine falls on both
+                def alternate(system: str, run: int, workload: _datasets.Workload = workload, topic: str = topic,
+                              ends: dict[Any, int] = ends, nbytes: int = nbytes) -> dict[str, Any]:
+                    return bench.throughput(system, workload, topic, ends, nbytes, run)
+
+                for row in interleaved(alternate, ("frazil", "frazil-baseline"), args.repeat):
+                    rows.append(row)
+                    print_row(row)
             for system in args.systems:
+                if args.baseline and system == "frazil":
+                    continue   # measured above, beside the baseline
                 if workload.routes and system != "frazil":
                     continue  # routing into several tables is frazil's alone here
                 if system in CEILINGS and workload.partition_by:
                     continue  # the same bytes as the unpartitioned workload
 
-                def measure(run: int, system: str = system, workload: _datasets.Workload = workload) -> dict[str, Any]:
+                def measure(run: int, system: str = system, workload: _datasets.Workload = workload,
+                            topic: str = topic, ends: dict[Any, int] = ends, nbytes: int = nbytes) -> dict[str, Any]:
                     row = (bench.ceiling(system, workload, topic, sum(ends.values()), run) if system in CEILINGS
                            else bench.throughput(system, workload, topic, ends, nbytes, run))
-                    print(f"    {system} run {run + 1}: {row['records_per_s']:,} rec/s in {row['seconds']} s", flush=True)
+                    print(f"    {system} run {run + 1}: {row['records_per_s']:,} rec/s in {row['seconds']} s",
+                          flush=True)
                     return row
 
                 row = repeated(measure, 1 if args.profile else args.repeat)
@@ -449,19 +502,22 @@ def main() -> int:
             print(f"steady {args.rate:,} records/s for {args.warmup_s + args.measure_s:.0f} s "
                   f"(latency of the last {args.measure_s:.0f} s)", flush=True)
             for system in (s for s in args.systems if s in SYSTEMS):
-                row = bench.latency(system, _datasets.WORKLOADS["clickstream"], args.rate, args.warmup_s, args.measure_s)
+                row = bench.latency(system, _datasets.WORKLOADS["clickstream"], args.rate, args.warmup_s,
+                                    args.measure_s)
                 rows.append(row)
                 print_row(row)
     versus = ratios(rows)
     for r in versus:
         print(f"  frazil vs {r['versus']:<16}{r['workload']:<22}" + (
-            f"{r['frazil_over']:.2f}x records/s" if "frazil_over" in r else f"p50 {r['p50_ratio']:.2f}x  p99 {r['p99_ratio']:.2f}x"))
+            f"{r['frazil_over']:.2f}x records/s" if "frazil_over" in r
+            else f"p50 {r['p50_ratio']:.2f}x  p99 {r['p99_ratio']:.2f}x"))
     machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "commit_interval_s": args.interval,
                "partitions": PARTITIONS, "wall_s": round(time.monotonic() - began)}
     if args.profile:
         for row in rows:
             for thread, steps in row.get("profile", {}).items():
-                print(f"  {row['system']} {row['workload']} [{thread}]: " + ", ".join(f"{k} {v}s" for k, v in steps.items()))
+                print(f"  {row['system']} {row['workload']} [{thread}]: "
+                      + ", ".join(f"{k} {v}s" for k, v in steps.items()))
         _results.write("e2e_profile", rows, machine=machine)
         return 0
     path = _results.write(args.out, rows, ratios=versus, machine=machine)
