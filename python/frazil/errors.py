@@ -136,6 +136,11 @@ class EvolutionError(FrazilError):
     """The table's schema cannot take what the records ask (the records stay bad records)."""
 
 
+class ConnectorConfigError(ConfigError, ValueError):
+    """The file is not an Iceberg sink connector's configuration, or a setting in it is malformed
+    (the message says why; ``frazil import-kc``)."""
+
+
 class TableMissingError(ConfigError):
     """A table that does not exist and may not be created."""
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from frazil import config as config_mod
-from frazil.errors import ConfigError
+from frazil.errors import ConnectorConfigError
 
 CONNECTOR_CLASSES = ("org.apache.iceberg.connect.IcebergSinkConnector",
                      "io.tabular.iceberg.connect.IcebergSinkConnector")
@@ -36,11 +36,6 @@ _SECRET_KEYS = re.compile(r"password|secret|token|credential|key", re.IGNORECASE
 _URI_SECRET = re.compile(r"://[^/@\s]*:[^/@\s]*@|[?&;][^=&;]*(?:password|secret|token|credential|key)[^=&;]*=",
                          re.IGNORECASE)
 PLACEHOLDER = "placeholder-set-by-import-kc"
-
-
-class ConnectorConfigError(ConfigError, ValueError):
-    """The file is not an Iceberg sink connector's configuration, or a setting in it is malformed
-    (the message says why)."""
 
 
 @dataclass

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from frazil import config as config_mod
 from frazil.cli.oneshot import catalog_call, load_catalog, quiet_kafka_client
-from frazil.errors import ConfigError, NotFound
+from frazil.errors import ConfigError, ConnectorConfigError, NotFound
 
 
 def _keyed(table: config_mod.TableConfig) -> str:
@@ -108,7 +108,7 @@ def import_kc(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.connector} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:   # a folder, no permission, not text
         raise ConfigError(f"{args.connector} cannot be read: {exc}") from None
-    except kafka_connect.ConnectorConfigError as exc:
+    except ConnectorConfigError as exc:
         raise ConfigError(f"{args.connector}: {exc}") from None
     try:   # what is written must be a config frazil accepts (a placeholder in each secret's variable)
         kafka_connect.check(done, (args.output or Path("frazil.toml")).resolve().parent)
