@@ -64,7 +64,7 @@ def buffer() -> _native.AvroBuffer:
 
 
 def test_every_supported_type_lands_as_sent() -> None:
-    sent = {"id": 1, "PAGE": "/a", "at": datetime.datetime(2024, 1, 2, 3, 4, 5, 678000, tzinfo=datetime.timezone.utc),
+    sent = {"id": 1, "PAGE": "/a", "at": datetime.datetime(2024, 1, 2, 3, 4, 5, 678000, tzinfo=datetime.UTC),
             "geo": {"city": "Oslo", "lat": 1.5}, "tags": ["x", "y"], "attrs": {"a": 1},
             "price": decimal.Decimal("12.34"), "day": datetime.date(2024, 1, 2), "kind": "B"}
     buf = buffer()
@@ -108,7 +108,8 @@ def test_names_resolve_as_the_spec_says_and_writer_aliases_never_redirect_a_fiel
     buf = _native.AvroBuffer(schema=schema_to_pyarrow(table), confluent=False)
     buf.register(0, got.writer, got.reader)
     out = io.BytesIO()
-    fastavro.schemaless_writer(out, fastavro.parse_schema(writer), {"e": "Y", "s": {"e2": "X", "g": {"z": 3}}, "b": "bee"})
+    fastavro.schemaless_writer(out, fastavro.parse_schema(writer),
+                               {"e": "Y", "s": {"e2": "X", "g": {"z": 3}}, "b": "bee"})
     result = buf.append(topic="t", partition=0, offsets=[0], timestamps_ms=[0], keys=[None], values=[out.getvalue()])
     assert (result.rows, result.errors) == (1, [])
     assert pa.Table.from_batches(buf.drain_batches()).to_pylist() == [

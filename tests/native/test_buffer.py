@@ -97,7 +97,8 @@ def test_matches_the_pure_python_reference(rows: list[dict]) -> None:
     result = buf.append(topic="t", partition=0, offsets=list(range(len(rows))), timestamps_ms=[0] * len(rows),
                         keys=[None] * len(rows), values=values)
     assert result.errors == []
-    assert [(u.index, u.path) for u in result.unknown_fields] == [(i, "extra") for i, r in enumerate(rows) if "extra" in r]
+    assert [(u.index, u.path) for u in result.unknown_fields] == [(i, "extra") for i, r in enumerate(rows)
+                                                                  if "extra" in r]
     batch = buf.drain()
     expected = pa.Table.from_pylist([{k: r.get(k) for k in ("id", "name", "score", "ok")} for r in rows],
                                     schema=SCHEMA.remove(4))
@@ -118,7 +119,7 @@ def test_drain_glues_a_trickle_of_small_batches_into_few_chunks_in_order() -> No
     ids, partitions = table.column("id").to_pylist(), [i // 3 % 12 for i in table.column("id").to_pylist()]
     assert sorted(ids) == list(range(3000))
     for p in range(12):  # each partition's rows in offset order
-        mine = [i for i, q in zip(ids, partitions) if q == p]
+        mine = [i for i, q in zip(ids, partitions, strict=True) if q == p]
         assert mine == sorted(mine)
     assert table.column("id").num_chunks == 1  # one write task for pyiceberg, not a thousand
 

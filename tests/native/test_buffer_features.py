@@ -23,7 +23,8 @@ def append(buf: _native.JsonBuffer, partition: int, offsets: list[int], values: 
 
 
 def test_threads_append_at_once_and_every_row_keeps_its_value() -> None:
-    schema = pa.schema(list(FLAT) + [pa.field("_kafka_topic", pa.string(), False), pa.field("_kafka_partition", pa.int32(), False),
+    schema = pa.schema(list(FLAT) + [pa.field("_kafka_topic", pa.string(), False),
+                                     pa.field("_kafka_partition", pa.int32(), False),
                                      pa.field("_kafka_offset", pa.int64(), False),
                                      pa.field("_kafka_timestamp", pa.timestamp("us", tz="UTC"), False),
                                      pa.field("_kafka_key", pa.binary())])
@@ -47,7 +48,8 @@ def test_threads_append_at_once_and_every_row_keeps_its_value() -> None:
     assert not failures, failures
     batch = buf.drain()
     assert batch is not None and batch.num_rows == 4 * 20 * 500
-    rows = zip(batch.column("id").to_pylist(), batch.column("_kafka_partition").to_pylist(), batch.column("_kafka_offset").to_pylist())
+    rows = zip(batch.column("id").to_pylist(), batch.column("_kafka_partition").to_pylist(),
+               batch.column("_kafka_offset").to_pylist(), strict=True)
     assert all(i == p * 1_000_000 + o for i, p, o in rows)
 
 
@@ -165,14 +167,18 @@ nested_records = st.lists(
     st.fixed_dictionaries(
         {"id": st.integers(-(2**63), 2**63 - 1)},
         optional={
-            "user": st.one_of(st.none(), st.fixed_dictionaries({}, optional={"name": texts, "age": st.integers(-(2**31), 2**31 - 1)})),
+            "user": st.one_of(st.none(), st.fixed_dictionaries({}, optional={"name": texts,
+                                                                             "age": st.integers(-(2**31), 2**31 - 1)})),
             "tags": st.one_of(st.none(), st.lists(st.one_of(st.none(), texts), max_size=4)),
-            "items": st.one_of(st.none(), st.lists(st.fixed_dictionaries({"sku": texts, "qty": st.integers(0, 10**6)}), max_size=3)),
+            "items": st.one_of(st.none(), st.lists(st.fixed_dictionaries({"sku": texts, "qty": st.integers(0, 10**6)}),
+                                                   max_size=3)),
             "attrs": st.one_of(st.none(), st.dictionaries(texts, st.integers(-100, 100), max_size=3)),
             "price": st.one_of(st.none(), st.decimals(min_value=-10**9, max_value=10**9, places=2, allow_nan=False)),
-            "at": st.one_of(st.none(), st.datetimes(min_value=dt.datetime(1970, 1, 2), max_value=dt.datetime(2200, 1, 1),
-                                                     timezones=st.sampled_from([dt.timezone.utc, dt.timezone(dt.timedelta(hours=5, minutes=30)),
-                                                                               dt.timezone(dt.timedelta(hours=-8))]))),
+            "at": st.one_of(st.none(),
+                            st.datetimes(min_value=dt.datetime(1970, 1, 2), max_value=dt.datetime(2200, 1, 1),
+                                         timezones=st.sampled_from([dt.UTC,
+                                                                    dt.timezone(dt.timedelta(hours=5, minutes=30)),
+                                                                    dt.timezone(dt.timedelta(hours=-8))]))),
         },
     ),
     max_size=25,
@@ -195,7 +201,7 @@ def _reference(r: dict) -> dict:
     if out["attrs"] is not None:
         out["attrs"] = list(out["attrs"].items())
     if out["at"] is not None:
-        out["at"] = out["at"].astimezone(dt.timezone.utc)
+        out["at"] = out["at"].astimezone(dt.UTC)
     return out
 
 
@@ -218,9 +224,23 @@ def test_a_schema_from_pyiceberg_with_every_primitive_decodes() -> None:
 
     from pyiceberg.io.pyarrow import schema_to_pyarrow
     from pyiceberg.schema import Schema
-    from pyiceberg.types import (BinaryType, BooleanType, DateType, DecimalType, DoubleType, FixedType, FloatType,
-                                 IntegerType, LongType, NestedField, StringType, TimestampType, TimestamptzType,
-                                 TimeType, UUIDType)
+    from pyiceberg.types import (
+        BinaryType,
+        BooleanType,
+        DateType,
+        DecimalType,
+        DoubleType,
+        FixedType,
+        FloatType,
+        IntegerType,
+        LongType,
+        NestedField,
+        StringType,
+        TimestampType,
+        TimestamptzType,
+        TimeType,
+        UUIDType,
+    )
 
     types = [BooleanType(), IntegerType(), LongType(), FloatType(), DoubleType(), DecimalType(9, 3), DateType(),
              TimeType(), TimestampType(), TimestamptzType(), StringType(), UUIDType(), FixedType(4), BinaryType()]
@@ -236,7 +256,7 @@ def test_a_schema_from_pyiceberg_with_every_primitive_decodes() -> None:
     row = batch.to_pylist()[0]
     assert row["c5"] == decimal.Decimal("123456.789") and row["c6"] == dt.date(2026, 11, 21)
     assert row["c7"] == dt.time(12, 34, 56, 789000)
-    assert row["c9"] == dt.datetime(2026, 11, 21, 9, tzinfo=dt.timezone.utc)
+    assert row["c9"] == dt.datetime(2026, 11, 21, 9, tzinfo=dt.UTC)
     assert row["c11"] == uuid.UUID("123e4567-e89b-12d3-a456-426614174000")  # the arrow.uuid type survives
     assert (row["c12"], row["c13"]) == (b"\x00\x01\x02\x03", b"hello")
     assert all(v is None for v in batch.to_pylist()[1].values())
@@ -254,8 +274,8 @@ def test_drain_batches_hands_over_each_append_without_a_copy_into_one() -> None:
 
 def test_append_routed_fans_one_batch_out_to_several_buffers_by_index() -> None:
     meta = [pa.field("_kafka_topic", pa.string(), False), pa.field("_kafka_partition", pa.int32(), False),
-            pa.field("_kafka_offset", pa.int64(), False), pa.field("_kafka_timestamp", pa.timestamp("us", tz="UTC"), False),
-            pa.field("_kafka_key", pa.binary())]
+            pa.field("_kafka_offset", pa.int64(), False),
+            pa.field("_kafka_timestamp", pa.timestamp("us", tz="UTC"), False), pa.field("_kafka_key", pa.binary())]
     one = _native.JsonBuffer(schema=pa.schema(list(FLAT) + meta), metadata_columns=True)
     two = _native.JsonBuffer(schema=pa.schema([pa.field("id", pa.int64())]), metadata_columns=False,
                              unknown_fields="report")   # the values' "name" is not a column of this one

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from frazil.config import DEBEZIUM, ChangesConfig
 from frazil.buffers.changes import ChangeBuffer, key_row
+from frazil.config import DEBEZIUM, ChangesConfig
 
 SCHEMA = pa.schema([
     pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string()),

@@ -92,7 +92,8 @@ def test_a_start_index_skips_what_the_table_holds() -> None:
 
 
 def test_records_at_offsets_become_objects_alone() -> None:
-    chunk = Chunk("t", 0, _native.read_fetch(batches(records(50), 1, 50), fetch_offset=100, read_committed=True, aborted=[]))
+    chunk = Chunk("t", 0, _native.read_fetch(batches(records(50), 1, 50), fetch_offset=100, read_committed=True,
+                                             aborted=[]))
     assert [r.offset for r in chunk.records(offsets=[101, 120, 149, 500])] == [101, 120, 149]
     assert [r.offset for r in chunk.records(10)] == list(range(110, 150))
 

@@ -49,16 +49,16 @@ def test_a_field_twice_is_a_bad_record_naming_it_and_the_rest_of_the_batch_is_ke
 
 @pytest.mark.parametrize("options", OPTIONS.values(), ids=OPTIONS.keys())
 def test_a_field_twice_in_a_list_item_names_the_field_under_the_list(options: dict) -> None:
-    errors, rows = append(PLAIN, ['{"id": 1, "l": [{"b": 1}, {"c": "y", "c": "z"}]}', '{"id": 2, "l": [{"b": 1}, {"b": 2}]}'],
-                          **options)
+    errors, rows = append(PLAIN, ['{"id": 1, "l": [{"b": 1}, {"c": "y", "c": "z"}]}',
+                                  '{"id": 2, "l": [{"b": 1}, {"b": 2}]}'], **options)
     assert [(offset, field.replace("[1]", ""), reason) for offset, field, reason in errors] == [(0, "l.c", NESTED)]
     assert rows[0]["l"] == [{"b": 1, "c": None}, {"b": 2, "c": None}]   # the same field in two items is fine
 
 
 @pytest.mark.parametrize("options", OPTIONS.values(), ids=OPTIONS.keys())
 def test_a_key_twice_in_a_map_is_a_bad_record_naming_the_map_column(options: dict) -> None:
-    errors, rows = append(WITH_MAP, ['{"id": 1, "attrs": {"k": 1, "j": 2, "k": 3}}', '{"id": 2, "attrs": {"k": 1, "K": 2}}'],
-                          **options)
+    errors, rows = append(WITH_MAP, ['{"id": 1, "attrs": {"k": 1, "j": 2, "k": 3}}',
+                                     '{"id": 2, "attrs": {"k": 1, "K": 2}}'], **options)
     assert errors == [(0, "attrs", 'key "k" appears twice in the map; a value is stored as sent, so the producer '
                                    "must send each key once")]
     assert rows == [{"id": 2, "name": None, "a": None, "l": None, "attrs": [("k", 1), ("K", 2)]}]

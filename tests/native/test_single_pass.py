@@ -36,12 +36,14 @@ SCHEMA = pa.schema([
                                 pa.field("xs", pa.list_(pa.float64()))])),
 ])
 
-INTS = st.one_of(st.integers(-2**63, 2**63 - 1), st.integers(-200, 200), st.sampled_from([0, -0, 127, 128, -129, 2**31, -2**31 - 1]))
+INTS = st.one_of(st.integers(-2**63, 2**63 - 1), st.integers(-200, 200),
+                 st.sampled_from([0, -0, 127, 128, -129, 2**31, -2**31 - 1]))
 TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
 NUMBER_TEXT = st.sampled_from(["1e3", "-0", "0.5E-2", "7.0", "7.9", "1E400", "-1e-400", "123456789012345678901234",
                                "3.141592653589793238", "0", "-12", "1.5e1"])
 ODD = st.one_of(st.none(), st.booleans(), INTS, st.floats(allow_nan=False, allow_infinity=False), TEXT,
-                st.lists(INTS, max_size=3), st.dictionaries(st.sampled_from(["lat", "city", "k", "x"]), INTS, max_size=2))
+                st.lists(INTS, max_size=3),
+                st.dictionaries(st.sampled_from(["lat", "city", "k", "x"]), INTS, max_size=2))
 TIMES = st.sampled_from(["2026-11-01T10:00:00Z", "2026-11-01T10:00:00.123456Z", "2026-11-01T10:00:00+02:00",
                          "2026-11-01T10:00:00", "2026-11-01 10:00:00.5", "2026-11-01T10:00:00.1234567Z", "not a time",
                          "2026-13-01T00:00:00Z"])
@@ -50,7 +52,8 @@ TIMES = st.sampled_from(["2026-11-01T10:00:00Z", "2026-11-01T10:00:00.123456Z", 
 def proper(field: str, draw: st.DrawFn) -> object:
     return {
         "id": lambda: draw(INTS), "small": lambda: draw(st.integers(-140, 140)), "mid": lambda: draw(INTS),
-        "name": lambda: draw(TEXT), "lname": lambda: draw(TEXT), "score": lambda: draw(st.floats(allow_nan=False, allow_infinity=False)),
+        "name": lambda: draw(TEXT), "lname": lambda: draw(TEXT),
+        "score": lambda: draw(st.floats(allow_nan=False, allow_infinity=False)),
         "ratio": lambda: draw(st.floats(-1e39, 1e39, allow_nan=False)), "ok": lambda: draw(st.booleans()),
         "at": lambda: draw(TIMES), "local": lambda: draw(TIMES),
         "geo": lambda: {"lat": draw(st.floats(-90, 90)), "city": draw(TEXT)},
@@ -58,7 +61,9 @@ def proper(field: str, draw: st.DrawFn) -> object:
         "tags": lambda: draw(st.lists(st.one_of(TEXT, st.none()), max_size=4)),
         "ltags": lambda: draw(st.lists(st.one_of(TEXT, st.none()), max_size=4)),
         "nums": lambda: draw(st.lists(st.one_of(INTS, st.none()), max_size=4)),
-        "deep": lambda: {"inner": draw(st.one_of(st.none(), st.fixed_dictionaries({"x": st.floats(allow_nan=False, allow_infinity=False)}))),
+        "deep": lambda: {"inner": draw(st.one_of(st.none(),
+                                                 st.fixed_dictionaries({"x": st.floats(allow_nan=False,
+                                                                                       allow_infinity=False)}))),
                          "xs": draw(st.lists(st.floats(allow_nan=False, allow_infinity=False), max_size=3))},
     }[field]()
 
@@ -92,11 +97,11 @@ def record(draw: st.DrawFn, plain: bool = False) -> bytes:
         elif how == 2 and not plain:
             row[field] = draw(ODD)        # a value of another type
         elif plain and field in ("at", "local"):
-            row[field] = draw(st.sampled_from(["2026-11-01T10:00:00Z", "2026-11-01T10:00:00.123456+02:00"] if field == "at"
-                                              else ["2026-11-01T10:00:00", "2026-11-01T10:00:00.5"]))
+            row[field] = draw(st.sampled_from(["2026-11-01T10:00:00Z", "2026-11-01T10:00:00.123456+02:00"]
+                                              if field == "at" else ["2026-11-01T10:00:00", "2026-11-01T10:00:00.5"]))
         elif plain and field in ("ratio", "small", "strict", "nums", "mid"):
-            row[field] = {"ratio": 0.5, "small": -3, "strict": {"k": 4, "v": "x"}, "nums": draw(st.lists(INTS, max_size=3)),
-                          "mid": draw(st.integers(-2**31, 2**31 - 1))}[field]
+            row[field] = {"ratio": 0.5, "small": -3, "strict": {"k": 4, "v": "x"},
+                          "nums": draw(st.lists(INTS, max_size=3)), "mid": draw(st.integers(-2**31, 2**31 - 1))}[field]
         else:
             row[field] = proper(field, draw)
     text = render(row, draw)
@@ -161,9 +166,10 @@ def compare(values: list[bytes], unknown_fields: UnknownFields, took: list[int] 
 
 def test_plain_values_take_the_single_pass_and_land_exactly() -> None:
     values = [json.dumps({"id": i, "small": -5, "mid": 70000, "name": f"n\u00e9\"{i}\\", "score": 0.1 + i,
-                          "ratio": 1.5, "ok": i % 2 == 0, "at": "2026-11-01T10:00:00.123456Z", "local": "2026-11-01T10:00:00",
-                          "geo": {"lat": 1.25, "city": "Z\U0001F600"}, "strict": {"k": 1}, "tags": ["a", None, "é"],
-                          "nums": [1, 2], "deep": {"inner": None, "xs": [1e-300]}}).encode() for i in range(50)]
+                          "ratio": 1.5, "ok": i % 2 == 0, "at": "2026-11-01T10:00:00.123456Z",
+                          "local": "2026-11-01T10:00:00", "geo": {"lat": 1.25, "city": "Z\U0001F600"},
+                          "strict": {"k": 1}, "tags": ["a", None, "é"], "nums": [1, 2],
+                          "deep": {"inner": None, "xs": [1e-300]}}).encode() for i in range(50)]
     fast = decoded(values, single_pass=True)
     assert fast == decoded(values, single_pass=False)
     rows = fast[1].to_pylist()   # type: ignore[union-attr]

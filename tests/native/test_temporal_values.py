@@ -44,7 +44,7 @@ def decode(column: pa.DataType, values: list[object], single_pass: bool = True) 
 @pytest.mark.parametrize("kind", TYPES)
 def test_text_that_is_no_date_or_time_at_all_says_so_with_the_form_expected(kind: str, single_pass: bool) -> None:
     texts = ["not a date", "", "12345", "garbage-with-dash", "2026-13-01T00:00:00Z", "2026-11-27T25:00:00"]
-    for text, got in zip(texts, decode(TYPES[kind], texts, single_pass)):
+    for text, got in zip(texts, decode(TYPES[kind], texts, single_pass), strict=True):
         assert got == f"{json.dumps(text)} {EXPECTED[kind]}"
 
 
@@ -53,7 +53,7 @@ def test_only_a_timestamp_lacking_its_offset_is_refused_for_having_none(single_p
     got = decode(TYPES["timestamptz"], ["2026-11-27T10:00:00", "not a date", "2026-11-27T10:00:00+01:00"], single_pass)
     assert got[0].startswith('"2026-11-27T10:00:00" has no UTC offset; the column is a timestamp with zone: send one')
     assert got[1] == f'"not a date" {EXPECTED["timestamptz"]}'
-    assert got[2] == dt.datetime(2026, 11, 27, 9, tzinfo=dt.timezone.utc)
+    assert got[2] == dt.datetime(2026, 11, 27, 9, tzinfo=dt.UTC)
     got = decode(TYPES["timestamp"], ["2026-11-27T10:00:00Z", "2026-11-27T10:00:00"], single_pass)
     assert got[0].startswith('"2026-11-27T10:00:00Z" has a UTC offset; the column is a timestamp without zone')
     assert got[1] == dt.datetime(2026, 11, 27, 10)
@@ -63,8 +63,9 @@ def test_only_a_timestamp_lacking_its_offset_is_refused_for_having_none(single_p
 def test_a_number_without_a_declared_unit_is_refused_never_read_in_a_guessed_unit(kind: str) -> None:
     fixes = {"date": "a date column takes ISO-8601 text only (a count of days would be a guess)",
              "time": "a time column takes ISO-8601 text only (a count of microseconds would be a guess)",
-             "timestamp": "the column declares no unit for numbers", "timestamptz": "the column declares no unit for numbers"}
-    for got, number in zip(decode(TYPES[kind], [20000, 1.5]), ["20000", "1.5"]):
+             "timestamp": "the column declares no unit for numbers",
+             "timestamptz": "the column declares no unit for numbers"}
+    for got, number in zip(decode(TYPES[kind], [20000, 1.5]), ["20000", "1.5"], strict=True):
         assert isinstance(got, str) and got.startswith(f"{number} is a number, and {fixes[kind]}"), got
 
 
