@@ -157,12 +157,14 @@ class Fanout:
         results = await self._append(tp, records, values, chosen_by)
         if routing_bad:   # the appends went through (a full buffer would have this batch fetched again)
             self._bad.hold_for_routing(tp, routing_bad)
+        sizes = list(map(len, values)) if values else [len(r.value or b"") for r in records]
         out = []
         for (target, chosen), errors in zip(chosen_by, results, strict=True):
-            these = records if chosen is None else [records[i] for i in chosen]
-            out.append(Appended(target.name, errors, len(these),
-                                sum(r.serialized_value_size for r in these if r.value is not None),
-                                functools.partial(_at, these), target.buffer))
+            # counted without a list of the records: one is made only if a schema change needs them
+            count, value_bytes = ((len(records), sum(sizes)) if chosen is None
+                                  else (len(chosen), sum(map(sizes.__getitem__, chosen))))
+            out.append(Appended(target.name, errors, count, value_bytes, functools.partial(_picked, records, chosen),
+                                target.buffer))
         return out
 
     async def _append(self, tp: TopicPartition, records: list[Record], values: list[bytes],
@@ -204,6 +206,11 @@ class Fanout:
                 out.append(Appended(target.name, buffer.append_tombstones(tp[0], tp[1], kept), len(kept), 0,
                                     functools.partial(_at, kept), buffer, what="tombstone"))
         return out
+
+
+def _picked(records: Sequence[Record], chosen: list[int] | None, offsets: list[int]) -> list[Record]:
+    """Of ``records`` at ``chosen`` (None: all), those at ``offsets``."""
+    return _at(records if chosen is None else [records[i] for i in chosen], offsets)
 
 
 def _at(records: Sequence[Record], offsets: list[int]) -> list[Record]:
