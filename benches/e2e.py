@@ -308,11 +308,12 @@ def repeated(measure: Callable[[int], dict[str, Any]], repeat: int) -> dict[str,
 
 def interleaved(measure: Callable[[str, int], dict[str, Any]], systems: tuple[str, ...],
                 repeat: int) -> list[dict[str, Any]]:
-    """Each of ``systems`` ``repeat`` times, alternating run by run; per system the median run's
-    row with every run's rate (as :func:`repeated`)."""
+    """Each of ``systems`` ``repeat`` times, alternating run by run, and each pair in the other
+    order the next time (the first run after a pre-fill reads a colder page cache); per system the
+    median run's row with every run's rate (as :func:`repeated`)."""
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
     for run in range(repeat):
-        for system in systems:
+        for system in (systems if run % 2 == 0 else tuple(reversed(systems))):
             row = measure(system, run)
             print(f"    {system} run {run + 1}: {row['records_per_s']:,} rec/s in {row['seconds']} s", flush=True)
             runs[system].append(row)
