@@ -122,8 +122,5 @@ def _restart(catalog: Catalog, cfg: Config, router: Router, ends: Mapping[TopicP
 
 
 def _changed(section: S, **changes: Any) -> S:
-    """A copy of a frozen config section with ``changes`` (a dataclass, or a pydantic model)."""
-    copy = getattr(section, "model_copy", None)
-    if copy is not None:
-        return copy(update=changes)  # type: ignore[no-any-return]
+    """A copy of a frozen config section with ``changes``, validated again."""
     return dataclasses.replace(section, **changes)  # type: ignore[type-var]

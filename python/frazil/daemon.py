@@ -21,7 +21,7 @@ from frazil.config import Config
 from frazil.coordination import mode as modes
 from frazil.coordination.recovery import open_and_settle
 from frazil.coordination.service import CoordinatorService
-from frazil.errors import CatalogUnavailable, ConfigError, FrazilError
+from frazil.errors import CatalogUnavailable, ConfigError, FrazilError, first_line
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg.committer import Committer
 from frazil.iceberg.offsets import TopicPartition
@@ -127,7 +127,7 @@ async def open_tables(cfg: Config) -> tuple[Catalog, dict[str, Table]]:
     except Exception as exc:  # noqa: BLE001 - locked, down, refused: say so in one line
         raise CatalogUnavailable(f"catalog {cfg.catalog.name} ({iceberg_catalog.describe(cfg.catalog)}) did not answer "
                                  f"while the tables were opened: {type(exc).__name__}: "
-                                 f"{iceberg_catalog.first_line(exc)}. "
+                                 f"{first_line(exc)}. "
                                  "Nothing was read; "
                                  "start again once it answers") from None
     return catalog, tables

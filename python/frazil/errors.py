@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception's message as one line of at most 300 characters (the class name if it has none)."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+
+
 class FrazilError(Exception):
     """Base of every error frazil raises on purpose. ``exit_code`` is the CLI's exit status for it
     (docs/operations.md lists them)."""

@@ -1,4 +1,6 @@
-"""Read-only views of a pipeline's progress (used by the CLI, the demo and tests)."""
+"""Read-only views of a pipeline and its sources: the topics and partitions, end offsets, the
+group's members, each table's last commit, and where a restart resumes (the CLI, the daemon's
+start-up checks, the coordinator's topic list, backfill)."""
 
 from __future__ import annotations
 

@@ -54,11 +54,12 @@ def test_where_a_restart_resumes_is_the_workers_decision_over_every_table() -> N
     found = restart(sorted(ENDS), held, ROUTER)
     # the watermark is the highest any table keeps (a lower one is only stale)
     assert found.watermark == {("shop", 0): 95, ("shop", 1): 75, ("web", 0): 50, ("logs", 0): 30}
-    # shop[0]: db.refunds is at 60 but the watermark says all below 95 is landed; shop[1]: db.refunds has no
-    # offset there (it needs the watermark) and db.shop needs 70: the watermark, 75, is higher
-    # web[0]: db.web at 45, db.refunds (no offset) needs the watermark 50: the lowest need, 45, is below it
+    # shop[0]: db.refunds is at 60 but the watermark says all below 95 is landed, and db.shop, which takes
+    # every record of shop, holds up to 100: 95. shop[1]: the watermark says 75, but db.shop, which takes
+    # every record of shop, holds only up to 70: a table that takes everything is never passed, 70.
+    # web[0]: db.web takes every record of web and holds up to 45: 45, below the watermark's 50.
     # logs[0]: no table but db.refunds takes it (by a field); it needs the watermark
-    assert found.resume == {("shop", 0): 95, ("shop", 1): 75, ("web", 0): 50, ("logs", 0): 30}
+    assert found.resume == {("shop", 0): 95, ("shop", 1): 70, ("web", 0): 45, ("logs", 0): 30}
 
 
 def test_a_topic_no_table_takes_resumes_at_the_watermark_and_a_partition_nobody_knows_is_left_out() -> None:

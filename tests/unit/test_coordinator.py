@@ -462,19 +462,24 @@ class TwoTables(FakeChannel):
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("failing, kept", [((), {"db.a": 10, "db.b": 20}), (("db.a",), {"db.b": 10}),
-                                           (("db.b",), {"db.a": 10})])
+@pytest.mark.parametrize("failing, short, kept", [((), (), {"db.a": 10, "db.b": 20}),
+                                                  (("db.a",), (), {"db.b": 10}), (("db.b",), (), {"db.a": 10}),
+                                                  ((), ("db.a",), {"db.a": 10, "db.b": 10})])
 async def test_only_the_last_commit_of_a_cycle_whose_other_commits_landed_keeps_the_landed_watermark(
-        failing: tuple[str, ...], kept: dict[str, int]) -> None:
+        failing: tuple[str, ...], short: tuple[str, ...], kept: dict[str, int]) -> None:
     """The watermark a reply will have once landed is true only when every table of the cycle
     holds its part: the cycle's last commit, atomic with its own part, may keep it when every
-    commit before it landed; any other commit keeps the watermark as it was."""
+    table before it holds every range of the cycle; any other commit keeps the watermark as it
+    was. A commit found already in a table (a taken-over cycle) that lacks a late reply's range
+    (``short``) does not count as holding it."""
     stored: dict[str, int] = {}
 
     def commit(table: TableCommit, commit_id: str, vtts: int | None) -> CommitResult:
         if table.table in failing:
             raise CommitFailed("catalog down")
         stored[table.table] = dict(((t, p), o) for t, p, o in table.progress)[("t", 0)]
+        if table.table in short:   # landed by the coordinator this one took over from, without [10, 20)
+            return CommitResult(commit_id, 41, 1, {("t", 0): 10}, 1, 0.01, found=True)
         return CommitResult(commit_id, 42, 1, {("t", 0): 20}, 1, 0.01)
 
     coordinator = Coordinator(TwoTables({}), "p", frozenset({("t", 0)}), commit, timeout_s=5)

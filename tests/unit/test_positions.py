@@ -33,14 +33,12 @@ def test_a_batch_takes_the_buffered_ranges_and_the_next_starts_where_they_end() 
     assert p.take() == {}
 
 
-def test_forgetting_drops_the_buffer_and_unpositions_the_partitions() -> None:
+def test_forgetting_drops_the_buffer_and_unpositions_every_partition() -> None:
     p = Positions()
     p.positioned([A, B], {A: 100, B: 5})
     p.took(A, 100, 149)
-    p.forget([A])
-    assert not p.buffered and not p.is_positioned(A) and p.is_positioned(B)
     p.forget()
-    assert p.partitions() == set() and p.next_offsets() == {}
+    assert not p.buffered and p.partitions() == set() and p.next_offsets() == {}
 
 
 def every(*names: str) -> Callable[[str], Takers]:
@@ -79,3 +77,10 @@ def test_tables_named_by_the_records_may_need_anything_above_the_watermark() -> 
     # named by the topic alone, the one table it names decides
     one = {"t": Takers(("ns.t",))}
     assert resume_at([A], {"ns.t": {A: 400}}, {A: 300}, one.__getitem__) == {A: 400}
+
+
+def test_a_table_that_takes_every_record_of_a_topic_caps_where_it_resumes() -> None:
+    """Whatever a watermark says, a table routed by topic alone holds exactly up to its offset."""
+    both = {"t": Takers(("ns.all", "ns.some"), every=("ns.all",))}
+    assert resume_at([A], {"ns.all": {A: 40}, "ns.some": {A: 30}}, {A: 90}, both.__getitem__) == {A: 40}
+    assert resume_at([A], {"ns.all": {A: 100}, "ns.some": {A: 30}}, {A: 90}, both.__getitem__) == {A: 90}

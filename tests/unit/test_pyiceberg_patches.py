@@ -96,3 +96,18 @@ def test_every_private_pyiceberg_import_is_inside_the_package() -> None:
     assert outside == set()
     assert private_pyiceberg_imports("from pyiceberg.io.pyarrow import _dataframe_to_data_files, write_file") == [1]
     assert private_pyiceberg_imports("import pyiceberg.table._private\nfrom pyiceberg import schema") == [1]
+
+
+def test_importing_the_patches_on_an_untested_release_is_the_refusal_not_an_import_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The patch modules import pyiceberg's private names when they load: the package checks the
+    release before it imports them, so another release gets the refusal, not a traceback."""
+    import importlib
+
+    from frazil.iceberg import pyiceberg_patches
+
+    monkeypatch.setattr(pyiceberg, "__version__", "0.13.0")
+    with pytest.raises(UntestedPyiceberg, match="pyiceberg 0.13.0 is installed"):
+        importlib.reload(pyiceberg_patches)
+    monkeypatch.undo()
+    importlib.reload(pyiceberg_patches)   # as it was, for the tests after this one

@@ -73,15 +73,13 @@ class Positions:
         """The next offset taken from each positioned partition (the table's, when none yet)."""
         return {tp: self._end.get(tp, start) for tp, start in self._start.items() if start is not None}
 
-    def forget(self, tps: Iterable[TopicPartition] | None = None) -> None:
-        """Drop what is buffered; ``tps`` (default: all) take nothing until positioned again."""
+    def forget(self) -> None:
+        """Drop what is buffered; every partition takes nothing until positioned again (never only
+        some: a partition left positioned after its buffered records were dropped would resume at
+        its start while the consumer's position is past them)."""
         self._end.clear()
         self._tables.clear()
-        if tps is None:
-            self._start.clear()
-        else:
-            for tp in tps:
-                self._start.pop(tp, None)
+        self._start.clear()
 
 
 @dataclass(frozen=True)
@@ -92,6 +90,7 @@ class Takers:
 
     tables: tuple[str, ...]
     by_values: bool = False
+    every: tuple[str, ...] = ()   # of ``tables``, those that take every record of the topic (routed by topic alone)
 
 
 def resume_at(tps: Iterable[TopicPartition], stored: Mapping[str, Mapping[TopicPartition, int]],
@@ -105,7 +104,8 @@ def resume_at(tps: Iterable[TopicPartition], stored: Mapping[str, Mapping[TopicP
     it needs what the watermark says; so may a table the records name (``[dynamic]`` by a field).
     A table that never takes the topic needs nothing of it. The answer is the lowest position any
     of them still needs, or the watermark, whichever is higher; a partition nothing knows is left
-    out (it starts at ``auto_offset_reset``). Each table then skips records below its own offset."""
+    out (it starts at ``auto_offset_reset``). A table that takes every record of the topic caps it
+    at its own offset. Each table then skips records below its own offset."""
     out: dict[TopicPartition, int] = {}
     for tp in tps:
         watermark = progress.get(tp)
@@ -121,4 +121,9 @@ def resume_at(tps: Iterable[TopicPartition], stored: Mapping[str, Mapping[TopicP
             out[tp] = watermark
         else:
             out[tp] = max(watermark, min(known))
+        # a table that takes every record of the topic holds exactly up to its own offset: never
+        # resume above it, whatever a watermark says
+        every = [stored[name][tp] for name in who.every if tp in stored.get(name, {})]
+        if every and tp in out:
+            out[tp] = min(out[tp], *every)
     return out

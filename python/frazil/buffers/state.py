@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
 
 from frazil.buffers.positions import Positions
 from frazil.buffers.targets import Targets
-from frazil.iceberg.offsets import TopicPartition
 
 
 class Buffers:
@@ -26,11 +24,11 @@ class Buffers:
     def took_until(self, timestamp_ms: int) -> None:
         self.last_record_ms = max(self.last_record_ms or 0, timestamp_ms)
 
-    def drop(self, tps: Iterable[TopicPartition] | None = None) -> None:
-        """Forget every buffered row; ``tps`` (default: every partition) take nothing until they
-        are positioned again. Call with :attr:`lock` held."""
+    def drop(self) -> None:
+        """Forget every buffered row; every partition takes nothing until positioned again. Call
+        with :attr:`lock` held."""
         self.targets.clear()
-        self.positions.forget(tps)
+        self.positions.forget()
 
     @property
     def rows(self) -> int:

@@ -228,12 +228,17 @@ class Coordinator:
         failed: list[str] = []
         tables = state.tables()
         began = time.monotonic()
+        # Every table before the one at hand holds every range the cycle's replies gave it. A commit
+        # found already in a table (a taken-over cycle) may lack ranges of late replies: it does not count.
+        held = True
+        keeps_landed = False
         for i, table in enumerate(tables):
-            if i == len(tables) - 1 and len(results) == i and table.landed:
-                # every table before it landed: the cycle's last commit keeps the watermark the
-                # workers will have once it lands too (atomic with it), so a pipeline that goes
-                # idle or stops keeps a watermark that is not a cycle behind
+            if i == len(tables) - 1 and held and table.landed:
+                # the cycle's last commit keeps the watermark the workers will have once it lands too
+                # (atomic with it), so a pipeline that goes idle or stops keeps one that is not a cycle behind
                 table = dataclasses.replace(table, progress=table.landed)
+                keeps_landed = True
+            held_before, held = held, False   # until this table's result shows it holds every range (below)
             if table.dead_letters and self._dead_letters is None:
                 log.error("commit %s to %s refused: a worker reported %d bad record(s) for the dead-letter topic, "
                           "but this coordinator's pipeline.on_bad_record is not \"dead_letter\"; give every process "
@@ -285,11 +290,12 @@ class Coordinator:
             if result.index_bytes and self._metrics is not None:
                 self._metrics.key_index(table.table, result.index_keys, result.index_bytes)
             results.append(result)
+            held = held_before and _holds(result, table)
             await self._send_landed(state.commit_id, table, result)
             events.append(CommitToTable(state.commit_id, table.table, result.snapshot_id, vtts))
         landed = state.progress(landed=True)
-        if tables and len(results) == len(tables):
-            self._kept = merge_progress(self._kept, landed)   # the cycle's last commit kept it
+        if keeps_landed and results and not (results[-1].found or results[-1].already_committed):
+            self._kept = merge_progress(self._kept, landed)   # the cycle's last commit stored it
         elif not tables and self._keep_progress is not None and any(
                 o > self._kept.get(tp, -1) for tp, o in landed.items()):
             await self._keep(state.commit_id, landed)
@@ -328,8 +334,8 @@ class Coordinator:
             return
         if table is not None:
             self._kept = merge_progress(self._kept, progress)
-            log.info("commit %s: no table took the cycle's records; the pipeline's watermark is kept in %s: %s",
-                     commit_id, table, encode(progress))
+            log.info("commit %s landed no data; the pipeline's watermark is kept in %s: %s", commit_id, table,
+                     encode(progress))
 
     async def _seal(self, commit_id: str, table: TableCommit) -> CommitResult:
         """Seal ``commit_id`` in ``table`` (``CommitState.seals``). Retried through a catalog outage
@@ -348,10 +354,10 @@ class Coordinator:
                 backoff=SEAL_BACKOFF, clock=lambda: self._clock_ms() / 1000, expired=expired,
                 retriable=lambda exc: isinstance(exc, FrazilError) and exc.retriable)
         except FrazilError as exc:
-            if isinstance(exc, OutageTimeout):
-                raise
-            raise FrazilError(f"commit {commit_id}: could not seal it in {table.table} ({exc}); stopping the "
-                              "coordinator before the cycle is closed: the next one takes it over again") from exc
+            if not isinstance(exc, OutageTimeout):
+                log.error("commit %s: could not seal it in %s (%s); stopping the coordinator before the cycle is "
+                          "closed: the next one takes it over again", commit_id, table.table, exc)
+            raise
 
     async def _send_landed(self, commit_id: str, table: TableCommit, result: CommitResult) -> None:
         """The bad records of ``table`` that its landed commit counts as consumed: only the ranges the
@@ -379,6 +385,11 @@ class Coordinator:
     def _count(self, result: str) -> None:
         if self._metrics is not None:
             self._metrics.table_commit(result)
+
+
+def _holds(result: CommitResult, table: TableCommit) -> bool:
+    """Whether the table, as ``result`` left it, holds every range ``table`` asked it to commit."""
+    return all(result.offsets.get((r.topic, r.partition), -1) >= r.end for r in table.ranges)
 
 
 async def _finished(commit: CommitTable, table: TableCommit, commit_id: str, vtts: int | None, *,

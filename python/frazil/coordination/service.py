@@ -39,10 +39,9 @@ from frazil.coordination.dead_letters import DeadLetterSink
 from frazil.coordination.mode import Mode, election_partition, for_config
 from frazil.errors import KafkaUnavailable, NotFound
 from frazil.flow import retry
-from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg.committer import CommitResult, Committer
 from frazil.metrics import Metrics
-from frazil.status import partitions, source_topics
+from frazil.status import partitions, source_topics, table_names
 from frazil.txlog import Journal
 
 log = logging.getLogger(__name__)
@@ -77,10 +76,7 @@ class CoordinatorService:
         """Blocking. Store the pipeline's watermark in its first table that exists (the declared
         ones in order, then those the records named); the table's name, or None when there is none."""
         cfg = self._cfg
-        names = [t.name for t in cfg.tables]
-        if cfg.dynamic is not None:
-            names += [n for n in iceberg_catalog.dynamic_tables(self._catalog, cfg.dynamic) if n not in names]
-        for name in names:
+        for name in table_names(self._catalog, cfg):
             if not self._catalog.table_exists(name):
                 continue
             Committer(self._catalog, name, cfg.pipeline, max_attempts=cfg.max_commit_attempts).keep_progress(progress)

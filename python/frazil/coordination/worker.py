@@ -122,6 +122,11 @@ class Worker:
         return sum(p.total_dead for p in self.batch.parts.values()) if self.batch is not None else 0
 
     @property
+    def holds_records(self) -> bool:
+        """Records taken from the source that a cycle would carry: buffered, or in the batch."""
+        return self._positions.buffered or self.batch is not None
+
+    @property
     def idle(self) -> bool:
         """Nothing buffered, held or waiting for its cycle."""
         return (not self._positions.buffered and self.batch is None and self.in_flight is None
@@ -159,10 +164,10 @@ class Worker:
         transaction."""
         started = self._clock()
         waited_ms = max(0, int(time.time() * 1000) - sent_ms) if sent_ms is not None else 0
-        self._cycle_began = started - waited_ms / 1000   # when the coordinator started this cycle
         self._requested = None
         if self.in_flight is not None:   # its CommitComplete never came (the coordinator changed)
-            await self.settle()
+            await self.settle()   # a failure found here dates from the cycle it answered
+        self._cycle_began = started - waited_ms / 1000   # when the coordinator started this cycle
         if not self._positions.partitions() and not self._source.assignment:
             return  # not positioned yet: the coordinator waits for our partitions or times out
         if self._positions.buffered and self._worth_taking():
@@ -422,19 +427,19 @@ class Worker:
         """Drop what is buffered and held and read every positioned partition again from the tables."""
         async with self._buffers.lock:   # held for no await: the loop takes nothing of tps until positioned
             tps = self._positions.partitions()
-            self.drop(tps)
+            self.drop()
         resume = await self.position(tps)
         await self._source.seek(tps, resume)
         self._positions.positioned(tps, resume)
 
-    def drop(self, tps: set[TopicPartition] | None = None) -> None:
+    def drop(self) -> None:
         """Forget the buffers, the batch and the reply in flight (a rebalance, a rewind); their
-        records are read again from the tables' offsets. ``tps`` (default: every partition) take
-        nothing until they are positioned again. Call with the buffers' lock held."""
+        records are read again from the tables' offsets, and every partition takes nothing until
+        positioned again. Call with the buffers' lock held."""
         if self.batch is not None:
             self._journal.append([txrecords.settled(name, part.paths, "abandoned")
                                   for name, part in sorted(self.batch.parts.items()) if part.files])
-        self._buffers.drop(tps)
+        self._buffers.drop()
         self.batch = None
         self.in_flight = None
         self._answered = None

@@ -19,6 +19,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
+from frazil.errors import first_line
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -54,10 +56,6 @@ async def attempts_async(limit: int, backoff: Backoff,
         yield attempt
 
 
-def first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-
-
 async def wait_out(op: Callable[[], Awaitable[T]], *, what: str, timeout_s: float, backoff: Backoff,
                    retriable: Callable[[BaseException], bool], expired: Callable[[BaseException, float], BaseException],
                    clock: Callable[[], float] = time.monotonic,
@@ -77,7 +75,10 @@ async def wait_out(op: Callable[[], Awaitable[T]], *, what: str, timeout_s: floa
             started = now if started is None else started
             failing = now - started
             if failing >= timeout_s:
-                raise expired(exc, failing) from exc
+                stop = expired(exc, failing)
+                if stop is exc:
+                    raise
+                raise stop from exc
             failures += 1
             pause = backoff.delay(failures)
             log.warning("%s (%s: %s); trying again in %.1fs (failing for %.0fs of outage_timeout_s=%g)", what,
@@ -85,5 +86,6 @@ async def wait_out(op: Callable[[], Awaitable[T]], *, what: str, timeout_s: floa
             await sleep(pause)
             continue
         if failures:
-            log.warning("%s: done after %d failure(s), %.0fs", what, failures, clock() - (started or clock()))
+            log.warning("that is over, after %d failure(s) in %.0fs: %s", failures, clock() - (started or clock()),
+                        what)
         return result

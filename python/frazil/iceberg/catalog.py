@@ -62,7 +62,7 @@ from frazil.config import (
     PartitionField,
     TableConfig,
 )
-from frazil.errors import CatalogUnavailable, ConfigError, TableMissingError
+from frazil.errors import CatalogUnavailable, ConfigError, TableMissingError, first_line
 from frazil.flow import retry
 from frazil.iceberg import mutations
 from frazil.iceberg.pyiceberg_patches import install_all
@@ -123,10 +123,6 @@ def shown_properties(cfg: CatalogConfig) -> dict[str, str]:
     """The catalog properties as they may be printed: secrets masked (check-config, status)."""
     return {k: "***" if _SECRET_KEYS.search(k) else (masked_uri(v) if k == "uri" else v)
             for k, v in sorted(cfg.properties.items())}
-
-
-def first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
 
 
 def load(cfg: CatalogConfig, *, attempts: int = 5, busy_timeout_s: float | None = None) -> Catalog:

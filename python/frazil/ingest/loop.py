@@ -223,7 +223,7 @@ class Pipeline:
         while not worker.idle and cycles < DRAIN_CYCLES and not worker.outage.failing:
             if self.coordinator is None or self.coordinator.done() or self._clock() > deadline:
                 break
-            if not requested and worker.in_flight is None:
+            if not requested and worker.in_flight is None and worker.holds_records:
                 log.info("draining: committing %d buffered and %d held rows before stopping", self._buffers.rows,
                          worker.batch.rows if worker.batch else 0)
                 await worker.request("draining before stop")

@@ -84,7 +84,8 @@ class Router:
         """The tables that may take records of ``topic``: static routing decided by the topic, and
         whether tables named by the records' values (``[dynamic]`` by a field) may too."""
         route = self.for_topic(topic)
-        return Takers(tuple(dict.fromkeys([*route.always, *(r.table for r in route.rules)])), route.dynamic is not None)
+        return Takers(tuple(dict.fromkeys([*route.always, *(r.table for r in route.rules)])), route.dynamic is not None,
+                      route.always)
 
     def takes(self, topic: str, table: str) -> bool:
         """Whether table ``table`` may take records of ``topic`` (a record without a value, such as

@@ -64,10 +64,6 @@ class Record:
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
 
-    @property
-    def serialized_value_size(self) -> int:
-        return -1 if self.value is None else len(self.value)
-
 
 @dataclass(frozen=True, slots=True)
 class Chunk:

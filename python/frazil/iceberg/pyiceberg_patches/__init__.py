@@ -27,7 +27,8 @@ line to say so. A daemon that starts and then falls behind its topics is worse t
 refuses and says what to install. The aiokafka hook (``kafka/fetch.py``) follows the same policy.
 ``pyproject.toml`` pins a range of releases; ``TESTED`` lists the ones that were checked.
 
-Everything here is used only after ``install_all`` has accepted the release:
+Importing the package checks the release first (the modules subclass pyiceberg's private
+classes when they load), and everything here is used only after ``install_all`` has accepted it:
 ``iceberg/catalog.load`` calls it before any table is opened, and frazil commits only to tables from
 a catalog that call loaded. ``install_all`` is idempotent. A second call costs the version check
 and nine attribute assignments, on catalog loads only, never on the commit path.
@@ -42,7 +43,6 @@ from __future__ import annotations
 import pyiceberg
 
 from frazil.errors import UntestedPyiceberg
-from frazil.iceberg.pyiceberg_patches import data_file_records, manifest_lists, metadata_cache, metadata_copies
 
 # the pyiceberg releases every module here was checked against, by the tests UPSTREAM.md names
 TESTED = frozenset({"0.12.0"})
@@ -62,6 +62,18 @@ def check() -> None:
             f"flat and has tested those changes with pyiceberg {', '.join(sorted(TESTED, key=_release))} only: "
             f"install pyiceberg=={newest} (pip install 'pyiceberg=={newest}'). frazil does not run without them: "
             "keyed tables delete through them, and every commit would cost more as its table's history grows")
+
+
+# Before the patches load: they import and subclass pyiceberg's private names, which another
+# release may not have (an ImportError traceback instead of this package's refusal).
+check()
+
+from frazil.iceberg.pyiceberg_patches import (  # noqa: E402 - after the version check, on purpose
+    data_file_records,
+    manifest_lists,
+    metadata_cache,
+    metadata_copies,
+)
 
 
 def install_all() -> None:
