@@ -151,8 +151,8 @@ class JsonBuffer:
 
     ``single_pass`` reads plain values (strings, integers, floats, booleans, ISO-8601 timestamps,
     structs and lists of them) in one pass instead of through arrow-json's tape, with
-    ``unknown_fields="reject"`` and without ``fold_case``: the same rows; off only to compare the
-    two.
+    ``unknown_fields="reject"``; a value it does not read plainly is decoded alone by arrow-json
+    (a row, or a bad record with arrow-json's reason): the same rows; off only to compare the two.
     """
 
     def __new__(

@@ -97,6 +97,9 @@ pub(crate) struct FastDecoder {
     columns: Vec<Spec>,
     /// Fields not in the schema are an error (strict) rather than skipped.
     strict: bool,
+    /// No two columns of one struct (or of the top level) differ only in ASCII case: a field folds
+    /// to the one column it matches without regard to case, which the producer's order predicts.
+    folds_uniquely: bool,
 }
 
 impl std::fmt::Debug for FastDecoder {
@@ -108,30 +111,83 @@ impl std::fmt::Debug for FastDecoder {
 impl FastDecoder {
     /// None when a column has a type (or an option) only the arrow-json path reads.
     pub(crate) fn for_fields(fields: &Fields, strict: bool) -> Option<Self> {
-        Some(FastDecoder { columns: fields.iter().map(Spec::of).collect::<Option<_>>()?, strict })
+        let columns: Vec<Spec> = fields.iter().map(Spec::of).collect::<Option<_>>()?;
+        let folds_uniquely = folds_uniquely(&columns);
+        Some(FastDecoder { columns, strict, folds_uniquely })
     }
 
-    /// The rows of `values` at `indices`, in order, or None when any of them is not one this
-    /// decoder reads plainly (the batch is then the arrow-json path's).
+    /// The rows of `values` at `indices` this decoder reads plainly, in order, and the indices it
+    /// left for the arrow-json path (each rolled back, so a row never holds half a record); None
+    /// when it would leave more than `max_left` (the batch is then the arrow-json path's). With
+    /// `fold_case`, a field that matches no column exactly takes the first column that differs
+    /// from it only in ASCII case, as `validate::check` renames it.
     pub(crate) fn decode<'v>(
         &self,
         value: impl Fn(usize) -> &'v [u8],
         indices: &[usize],
         schema: &SchemaRef,
-    ) -> Option<RecordBatch> {
+        fold_case: bool,
+        max_left: usize,
+    ) -> Option<Decoded> {
         let mut state = Object::new(&self.columns, indices.len());
+        let how = How { strict: self.strict, fold_case, fold_by_order: fold_case && self.folds_uniquely };
+        let mut rows = 0;
+        let mut left = Vec::new();
         for &i in indices {
             let mut p = Parser { s: value(i), at: 0 };
-            p.ws();
-            state.read(&mut p, &self.columns, self.strict)?;
-            p.ws();
-            if p.at != p.s.len() {
-                return None;
+            if read_whole(&mut state, &mut p, &self.columns, how).is_some() {
+                rows += 1;
+            } else {
+                if left.len() == max_left {
+                    return None;
+                }
+                state.truncate(rows);
+                left.push(i);
             }
         }
         let columns = state.finish(&self.columns)?;
-        RecordBatch::try_new(schema.clone(), columns).ok()
+        let batch = RecordBatch::try_new(schema.clone(), columns).ok()?;
+        Some(Decoded { batch, left })
     }
+}
+
+/// What the single pass made of a batch.
+#[derive(Debug)]
+pub(crate) struct Decoded {
+    /// One row per index it read, in order.
+    pub(crate) batch: RecordBatch,
+    /// The indices it did not read plainly, in order.
+    pub(crate) left: Vec<usize>,
+}
+
+/// How names are matched: unknown fields refused (`strict`), case folded (`fold_case`), and
+/// then, when no two columns of a struct fold alike, matched in one pass (`fold_by_order`).
+#[derive(Clone, Copy)]
+struct How {
+    strict: bool,
+    fold_case: bool,
+    fold_by_order: bool,
+}
+
+/// Whether no two columns at any level differ only in ASCII case.
+fn folds_uniquely(specs: &[Spec]) -> bool {
+    specs.iter().enumerate().all(|(k, spec)| {
+        let alone = specs[..k].iter().all(|other| !other.name.eq_ignore_ascii_case(&spec.name));
+        alone
+            && match &spec.kind {
+                Kind::Struct(children) => folds_uniquely(children),
+                Kind::List { item, .. } => folds_uniquely(std::slice::from_ref(item.as_ref())),
+                _ => true,
+            }
+    })
+}
+
+/// One value: exactly one object, nothing after it but whitespace.
+fn read_whole(state: &mut Object, p: &mut Parser<'_>, specs: &[Spec], how: How) -> Option<()> {
+    p.ws();
+    state.read(p, specs, how)?;
+    p.ws();
+    (p.at == p.s.len()).then_some(())
 }
 
 /// The builders of an object's fields, and the order the producer writes them in.
@@ -155,7 +211,7 @@ impl Object {
     }
 
     /// One object into the columns (the parser is at its `{`).
-    fn read(&mut self, p: &mut Parser<'_>, specs: &[Spec], strict: bool) -> Option<()> {
+    fn read(&mut self, p: &mut Parser<'_>, specs: &[Spec], how: How) -> Option<()> {
         p.expect(b'{')?;
         self.seen.iter_mut().for_each(|s| *s = false);
         p.ws();
@@ -169,10 +225,20 @@ impl Object {
                 p.ws();
                 p.expect(b':')?;
                 p.ws();
-                let found = if specs.get(guess).is_some_and(|s| *s.name == *name) {
+                let found = if how.fold_by_order {
+                    // one column at most matches without regard to case, and an exact match is one
+                    if specs.get(guess).is_some_and(|s| s.name.eq_ignore_ascii_case(name)) {
+                        Some(guess)
+                    } else {
+                        specs.iter().position(|s| s.name.eq_ignore_ascii_case(name))
+                    }
+                } else if specs.get(guess).is_some_and(|s| *s.name == *name) {
                     Some(guess)
                 } else {
-                    specs.iter().position(|s| *s.name == *name)
+                    specs.iter().position(|s| *s.name == *name).or_else(|| {
+                        // a near miss names a column only when no column has the name exactly
+                        how.fold_case.then(|| specs.iter().position(|s| s.name.eq_ignore_ascii_case(name))).flatten()
+                    })
                 };
                 match found {
                     Some(k) => {
@@ -184,10 +250,10 @@ impl Object {
                             None => self.first = k,
                         }
                         previous = Some(k);
-                        self.columns[k].value(p, &specs[k])?;
+                        self.columns[k].value(p, &specs[k], how)?;
                         guess = self.next[k];
                     }
-                    None if strict => return None,
+                    None if how.strict => return None,
                     None => {
                         if !ascii {
                             std::str::from_utf8(name).ok()?;
@@ -219,6 +285,11 @@ impl Object {
         for (column, spec) in self.columns.iter_mut().zip(specs) {
             column.null(spec);
         }
+    }
+
+    /// Back to its first `rows` rows: what a record given up left in the builders is dropped.
+    fn truncate(&mut self, rows: usize) {
+        self.columns.iter_mut().for_each(|c| c.truncate(rows));
     }
 
     fn finish(self, specs: &[Spec]) -> Option<Vec<ArrayRef>> {
@@ -285,8 +356,28 @@ impl Column {
         }
     }
 
+    /// Back to its first `rows` values (every builder holds at least that many).
+    fn truncate(&mut self, rows: usize) {
+        self.nulls.truncate(rows);
+        match &mut self.values {
+            Values::Utf8 { offsets, data } => {
+                offsets.truncate(rows + 1);
+                data.truncate(offsets[rows] as usize);
+            }
+            Values::Int(v) | Values::Timestamp(v) => v.truncate(rows),
+            Values::F64(v) => v.truncate(rows),
+            Values::F32(v) => v.truncate(rows),
+            Values::Bool(v) => v.truncate(rows),
+            Values::Struct(object) => object.truncate(rows),
+            Values::List { offsets, item } => {
+                offsets.truncate(rows + 1);
+                item.truncate(offsets[rows] as usize);
+            }
+        }
+    }
+
     /// One value (the parser is at its first byte).
-    fn value(&mut self, p: &mut Parser<'_>, spec: &Spec) -> Option<()> {
+    fn value(&mut self, p: &mut Parser<'_>, spec: &Spec, how: How) -> Option<()> {
         if p.peek()? == b'n' {
             p.literal(b"null")?;
             if !spec.nullable || spec.has_required {
@@ -339,7 +430,9 @@ impl Column {
                 let text = p.plain_string()?;
                 v.push(decoder.parse_text(text).ok()?);
             }
-            (Values::Struct(object), Kind::Struct(children)) => object.read(p, children, true)?,
+            (Values::Struct(object), Kind::Struct(children)) => {
+                object.read(p, children, How { strict: true, ..how })?
+            }
             (Values::List { offsets, item }, Kind::List { item: item_spec, .. }) => {
                 p.expect(b'[')?;
                 p.ws();
@@ -348,7 +441,7 @@ impl Column {
                     p.at += 1;
                 } else {
                     loop {
-                        item.value(p, item_spec)?;
+                        item.value(p, item_spec, how)?;
                         count += 1;
                         p.ws();
                         match p.next()? {

@@ -10,6 +10,7 @@
 
 mod align;
 pub mod avro;
+mod decode;
 mod decoders;
 mod dedupe;
 mod fast;
@@ -30,7 +31,7 @@ use arrow::array::{ArrayRef, BinaryArray, Int32Array, Int64Array, RecordBatch, S
 use arrow::compute::{cast, concat_batches};
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use arrow::error::ArrowError;
-use arrow::json::reader::{Decoder, ReaderBuilder};
+use arrow::json::reader::ReaderBuilder;
 
 use crate::kafka::Fetched;
 use validate::Checked;
@@ -227,7 +228,7 @@ impl JsonBuffer {
         ReaderBuilder::new(value_schema.clone()).with_decoder_factory(Arc::new(decoders::Factory)).build_decoder()?;
         let shards = (0..options.shards).map(|_| Mutex::new(Vec::new())).collect();
         let reject = options.unknown_fields == UnknownFields::Reject;
-        let fast = (options.single_pass && reject && !options.fold_case)
+        let fast = (options.single_pass && reject)
             .then(|| fast::FastDecoder::for_fields(value_schema.fields(), reject))
             .flatten();
         Ok(Self {
@@ -281,10 +282,12 @@ impl JsonBuffer {
         let mut good: Vec<usize> = Vec::with_capacity(n);
         let mut rewritten: Vec<(usize, Vec<u8>)> = Vec::new();
         let mut unknown = Vec::new();
+        // the single pass folds names as it reads; only the records it leaves are folded here
+        let fold_first = self.options.fold_case && self.fast.is_none();
         for (i, value) in records.values.iter().enumerate() {
             unknown.clear();
             let report = (self.options.unknown_fields == UnknownFields::Report).then_some(&mut unknown);
-            match validate::check(value.as_ref(), self.value_schema.fields(), report, self.options.fold_case) {
+            match validate::check(value.as_ref(), self.value_schema.fields(), report, fold_first) {
                 Ok(checked) => {
                     // a field that differs from a column only in case is a bad record, never dropped
                     let near = unknown
@@ -307,40 +310,7 @@ impl JsonBuffer {
                 Err((field, reason)) => out.errors.push(self.record_error(records, i, field, reason)),
             }
         }
-        let values = Values { original: records.values, rewritten: &rewritten };
-        let fast = self.fast.as_ref().and_then(|f| f.decode(|i| values.get(i), &good, &self.value_schema));
-        if fast.is_some() {
-            self.single_pass_rows.fetch_add(good.len(), Ordering::Relaxed);
-        }
-        let decoded = match fast.map(Ok).unwrap_or_else(|| self.decode_all(&values, &good)) {
-            Ok(batch) => batch,
-            Err(_) => {
-                // Slow path: probe blocks of PROBE_BLOCK records with one reused decoder, then the
-                // records of a failing block one by one; keep the others. Bad records cost a few
-                // block-sized decodes each, not a decode of the whole chunk per halving.
-                let mut kept = Vec::with_capacity(good.len());
-                let mut bad = Vec::new();
-                let mut prober = Prober { buffer: self, decoder: None, capacity: PROBE_BLOCKS[0] + 1 };
-                prober.split(&values, &good, &PROBE_BLOCKS, &mut kept, &mut bad); // bad: decoded alone below, for the reason
-                for i in bad {
-                    match self.decode_all(&values, &[i]) {
-                        Ok(_) => kept.push(i),
-                        Err(e) => {
-                            let (field, reason) = match validate::explain_syntax(values.get(i)) {
-                                Some(reason) => (String::new(), reason),
-                                None => validate::split_field(&e.to_string()),
-                            };
-                            let (field, reason) = validate::explain_unknown(self.value_schema.fields(), field, reason);
-                            out.errors.push(self.record_error(records, i, field, reason));
-                        }
-                    }
-                }
-                out.errors.sort_by_key(|e| e.index);
-                kept.sort_unstable();
-                good = kept;
-                self.decode_all(&values, &good)?
-            }
-        };
+        let (decoded, good) = self.decode(records, good, rewritten, &mut out)?;
         if decoded.num_rows() != good.len() {
             // Never let a row drift away from its offset.
             return Err(ArrowError::JsonError(format!(
@@ -507,70 +477,6 @@ impl JsonBuffer {
         RecordError { index, partition: records.partition, offset: records.offsets[index], field, reason }
     }
 
-    fn decoder(&self, capacity: usize) -> Result<Decoder, ArrowError> {
-        ReaderBuilder::new(self.value_schema.clone())
-            .with_batch_size(capacity.max(1))
-            .with_decoder_factory(Arc::new(decoders::Factory))
-            .with_strict_mode(self.options.unknown_fields == UnknownFields::Reject)
-            .build_decoder()
-    }
-
-    /// Decodes `indices` of `values`; a panic inside arrow-json becomes an error, so the slow
-    /// path can pin it on the record that caused it instead of taking the process down.
-    fn decode_all<V: AsRef<[u8]>>(&self, values: &Values<'_, V>, indices: &[usize]) -> Result<RecordBatch, ArrowError> {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.decode_unchecked(values, indices)))
-            .unwrap_or_else(|panic| {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned());
-                Err(ArrowError::JsonError(format!(
-                    "the JSON decoder failed on this value ({})",
-                    what.unwrap_or_default()
-                )))
-            })
-    }
-
-    /// Feeds the values to one arrow-json decoder, checking after each that it added exactly one
-    /// complete row: a value holding two objects, or one whose text runs into the next value,
-    /// fails the call (the slow path then finds it) instead of shifting rows against offsets.
-    fn decode_unchecked<V: AsRef<[u8]>>(
-        &self,
-        values: &Values<'_, V>,
-        indices: &[usize],
-    ) -> Result<RecordBatch, ArrowError> {
-        // One spare row, so a value with a second object is seen rather than left unconsumed.
-        let mut decoder = self.decoder(indices.len() + 1)?;
-        self.feed(&mut decoder, values, indices)
-    }
-
-    /// [`Self::decode_unchecked`] with a decoder of at least `indices.len() + 1` rows that holds
-    /// nothing; after an error it holds a partial tape and must not be used again.
-    fn feed<V: AsRef<[u8]>>(
-        &self,
-        decoder: &mut Decoder,
-        values: &Values<'_, V>,
-        indices: &[usize],
-    ) -> Result<RecordBatch, ArrowError> {
-        let not_one = || ArrowError::JsonError("value is not exactly one JSON object".into());
-        for (k, &i) in indices.iter().enumerate() {
-            let value = values.get(i);
-            let mut pos = 0;
-            while pos < value.len() {
-                let used = decoder.decode(&value[pos..])?;
-                if used == 0 {
-                    return Err(not_one());
-                }
-                pos += used;
-            }
-            decoder.decode(b"\n")?;
-            if decoder.has_partial_record() || decoder.len() != k + 1 {
-                return Err(not_one());
-            }
-        }
-        Ok(decoder.flush()?.unwrap_or_else(|| RecordBatch::new_empty(self.value_schema.clone())))
-    }
-
     fn entry<V: AsRef<[u8]>, K: AsRef<[u8]>>(
         &self,
         decoded: RecordBatch,
@@ -610,66 +516,6 @@ impl JsonBuffer {
             + offsets.capacity() * std::mem::size_of::<i64>()
             + keys.as_ref().map_or(0, arrow::array::Array::get_array_memory_size);
         Ok(Entry { batch, partition: records.partition, offsets, keys, bytes })
-    }
-}
-
-/// Records per probe on the slow path, level by level: a failing block of 64 is probed as blocks
-/// of 8, a failing block of 8 record by record. Good blocks cost about one decode; one bad record
-/// in 100 costs about 3x the clean decode rate (benches/native.py, native-1pct-bad).
-const PROBE_BLOCKS: [usize; 3] = [64, 8, 1];
-
-/// The slow path's probes: one decoder, reused while its probes succeed (a failed probe leaves
-/// arrow-json's tape half-filled, so the next one builds a fresh decoder).
-struct Prober<'b> {
-    buffer: &'b JsonBuffer,
-    decoder: Option<Decoder>,
-    capacity: usize,
-}
-
-impl Prober<'_> {
-    /// `indices` into those that decode (`kept`, in order) and single records that do not (`bad`),
-    /// probing blocks of `sizes[0]`, then the records of a failing block in blocks of `sizes[1]`...
-    fn split<V: AsRef<[u8]>>(
-        &mut self,
-        values: &Values<'_, V>,
-        indices: &[usize],
-        sizes: &[usize],
-        kept: &mut Vec<usize>,
-        bad: &mut Vec<usize>,
-    ) {
-        let Some((&size, smaller)) = sizes.split_first() else { return };
-        for block in indices.chunks(size) {
-            if self.fits(values, block) {
-                kept.extend_from_slice(block);
-            } else if block.len() == 1 {
-                bad.push(block[0]);
-            } else {
-                self.split(values, block, smaller, kept, bad);
-            }
-        }
-    }
-
-    /// Whether `indices` (at most `capacity - 1` of them) decode together; a panic is a no.
-    fn fits<V: AsRef<[u8]>>(&mut self, values: &Values<'_, V>, indices: &[usize]) -> bool {
-        let decoder = match self.decoder.take() {
-            Some(decoder) => decoder,
-            None => match self.buffer.decoder(self.capacity) {
-                Ok(decoder) => decoder,
-                Err(_) => return false,
-            },
-        };
-        let buffer = self.buffer;
-        let probed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-            let mut decoder = decoder;
-            buffer.feed(&mut decoder, values, indices).map(|_| decoder)
-        }));
-        match probed {
-            Ok(Ok(decoder)) => {
-                self.decoder = Some(decoder);
-                true
-            }
-            _ => false,
-        }
     }
 }
 
