@@ -6,7 +6,7 @@ import pyarrow as pa
 
 __all__ = ["ALIGNMENT", "AppendResult", "AvroBuffer", "BufferFullError", "CorruptBatchError", "DecodeError",
            "FetchSummary", "Fetched", "JsonBuffer", "NativeError", "UnknownField", "UnknownSchemaError",
-           "__version__", "KeyIndex", "append_routed", "read_fetch", "route_groups", "split_changes"]
+           "__version__", "KeyIndex", "append_routed", "read_fetch", "route_fetched", "route_groups", "split_changes"]
 
 __version__: str
 ALIGNMENT: int
@@ -179,10 +179,12 @@ class JsonBuffer:
     ) -> AppendResult:
         """Decode one batch of one topic-partition. Raises BufferFullError (appending nothing)
         when the cap would be passed."""
-    def append_fetched(self, *, topic: str, partition: int, fetched: Fetched, start: int = 0) -> AppendResult:
-        """Decode the records of ``fetched`` from index ``start`` on that have a value, straight
-        from the fetched bytes; as :meth:`append` otherwise (an error's ``index`` counts the
-        records with a value from ``start``)."""
+    def append_fetched(self, *, topic: str, partition: int, fetched: Fetched, start: int = 0,
+                       at: list[int] | None = None) -> AppendResult:
+        """Decode the records of ``fetched`` from index ``start`` on that have a value, or those at
+        ``at`` (ascending indices of records with a value: a routed share of the fetch; not with
+        ``start``), straight from the fetched bytes; as :meth:`append` otherwise (an error's
+        ``index`` counts the records handed on)."""
     def drain(self) -> pa.RecordBatch | None:
         """Everything buffered as one record batch with 64-byte aligned buffers; afterwards the
         buffer no longer counts it."""
@@ -259,6 +261,12 @@ def route_groups(values: list[bytes], paths: list[list[str]]
     appearance, a key being the value as text (a string as it is, a number or boolean as its JSON
     text), or None when missing, null, an object or an array; then the values that are not one
     JSON object (in no group), with why. Runs without the GIL."""
+
+def route_fetched(fetched: Fetched, start: int, paths: list[list[str]]
+                  ) -> tuple[list[tuple[list[str | None], list[int], int]], list[tuple[int, str]]]:
+    """As :func:`route_groups`, over the records of ``fetched`` from index ``start`` on that have
+    a value, read from the fetched bytes: indices are the fetch's, and each group is
+    ``(keys, indices, value_bytes)``. Runs without the GIL."""
 
 @final
 class KeyIndex:

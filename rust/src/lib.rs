@@ -17,6 +17,7 @@ fn _native(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     m.add_class::<bindings::AvroBuffer>()?;
     m.add_class::<bindings::KeyIndex>()?;
     m.add_function(pyo3::wrap_pyfunction!(bindings::route_groups, m)?)?;
+    m.add_function(pyo3::wrap_pyfunction!(bindings::route_fetched, m)?)?;
     m.add_function(pyo3::wrap_pyfunction!(bindings::append_routed, m)?)?;
     m.add_function(pyo3::wrap_pyfunction!(bindings::split_changes, m)?)?;
     m.add_function(pyo3::wrap_pyfunction!(bindings::read_fetch, m)?)?;

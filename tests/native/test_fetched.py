@@ -124,3 +124,36 @@ def test_any_split_into_batches_and_any_floor_gives_the_list_paths_rows(n: int, 
     assert raw.append_fetched("t", 1, fetched, start) == listed.append(
         "t", 1, [r for r in chunk.records() if r.value is not None and r.offset >= floor])
     assert raw.drain() == listed.drain()
+
+
+def test_a_routed_share_of_a_fetch_appends_as_its_records_would() -> None:
+    """Grouped by a route field straight from the fetch: indices are the fetch's (tombstones in no
+    group), each group carries its value bytes, and a share appends as a list of its records."""
+    recs = [(100 + i, 1_700_000_000_000 + i, None,
+             None if i % 11 == 4 else b"{not json" if i == 7 else json.dumps({"id": i, "name": "ab"[i % 2]}).encode(),
+             []) for i in range(60)]
+    fetched = _native.read_fetch(batches(recs, 1, 16), fetch_offset=100, read_committed=True, aborted=[])
+    chunk = Chunk("t", 3, fetched)
+    groups, malformed = _native.route_fetched(fetched, 2, [["name"]])
+    assert [i for i, _ in malformed] == [7] and "not valid JSON" in malformed[0][1]
+    by_key = {keys[0]: (indices, value_bytes) for keys, indices, value_bytes in groups}
+    for key, (indices, value_bytes) in by_key.items():
+        want = [i for i in range(2, 60) if i != 7 and recs[i][3] is not None and i % 2 == "ab".index(key or "")]
+        assert indices == want
+        assert value_bytes == sum(len(recs[i][3] or b"") for i in want)
+        raw, listed = RecordBuffer(SCHEMA, metadata_columns=True), RecordBuffer(SCHEMA, metadata_columns=True)
+        assert raw.append_fetched("t", 3, fetched, at=indices) == listed.append(
+            "t", 3, [r for r in chunk.records() if r.offset - 100 in set(indices)])
+        assert raw.drain() == listed.drain()
+
+
+@pytest.mark.parametrize(("at", "says"), [([3, 2], "must ascend"), ([4], "no value"), ([600], "out of range")])
+def test_a_share_that_is_not_ascending_rows_is_refused(at: list[int], says: str) -> None:
+    recs = [(100 + i, 0, None, None if i == 4 else b'{"id": 1}', []) for i in range(10)]
+    fetched = _native.read_fetch(batches(recs, 0, 10), fetch_offset=100, read_committed=True, aborted=[])
+    buf = _native.JsonBuffer(schema=pa.schema([pa.field("id", pa.int64())]))
+    with pytest.raises(Exception, match=says):
+        buf.append_fetched(topic="t", partition=0, fetched=fetched, at=at)
+    with pytest.raises(_native.NativeError, match="start or at"):
+        buf.append_fetched(topic="t", partition=0, fetched=fetched, start=1, at=[2])
+    assert buf.rows == 0

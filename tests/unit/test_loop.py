@@ -79,25 +79,24 @@ async def test_a_bad_record_stops_the_pipeline_naming_it_and_nothing_after_it_la
     assert counts(cfg, "db.events") == {}
 
 
-async def test_routed_tables_take_what_routing_gives_them_and_the_rest_is_counted_as_read(tmp_path: Path) -> None:
-    tables = """
+def routed_config(tmp_path: Path, routes: dict[str, str]) -> Config:
+    """One topic ``t`` into tables routed by the field ``region``, each by its regex."""
+    tables = "".join(f"""
 [[tables]]
-name = "db.eu"
+name = "{name}"
 route_field = "region"
-route = "eu-.*"
-columns = [{name = "id", type = "long", required = true}, {name = "region", type = "string"}]
-
-[[tables]]
-name = "db.us"
-route_field = "region"
-route = "us"
-columns = [{name = "id", type = "long", required = true}, {name = "region", type = "string"}]
-"""
+route = "{route}"
+columns = [{{name = "id", type = "long", required = true}}, {{name = "region", type = "string"}}]
+""" for name, route in routes.items())
     path = tmp_path / "frazil.toml"
     support.write_config(tmp_path, "127.0.0.1:1", ["t"], interval=0.2)
     text = path.read_text()
     path.write_text(text[:text.index("[table]")] + tables + text[text.index("[maintenance]"):])
-    cfg = support.load(path)
+    return support.load(path)
+
+
+async def test_routed_tables_take_what_routing_gives_them_and_the_rest_is_counted_as_read(tmp_path: Path) -> None:
+    cfg = routed_config(tmp_path, {"db.eu": "eu-.*", "db.us": "us"})
     regions = ["eu-west", "us", "ap", "eu-north", "us"] * 20
     source = FakeSource({("t", 0): json_records([{"id": i, "region": r} for i, r in enumerate(regions)])}, per_fetch=33)
     await run_until(cfg, source, source.read_to_end)
@@ -105,6 +104,35 @@ columns = [{name = "id", type = "long", required = true}, {name = "region", type
     assert sorted(o for _, _, o in eu) == [i for i, r in enumerate(regions) if r.startswith("eu-")]
     assert sorted(o for _, _, o in us) == [i for i, r in enumerate(regions) if r == "us"]
     assert set(eu.values()) == set(us.values()) == {1}
+
+
+@pytest.mark.parametrize("path", ["straight from the fetch", "record by record"])
+async def test_records_routed_by_value_land_in_every_table_that_takes_them_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+    """Fetches routed by a field go straight from the fetched bytes to their open tables (a
+    record to two tables, or to none); the record-by-record path lands exactly the same rows."""
+    from frazil.ingest import intake
+    one_by_one = intake.Intake._one_by_one
+    calls = []
+
+    async def counted(self: intake.Intake, *args: object) -> bool:
+        calls.append(args[0])
+        return await one_by_one(self, *args)   # type: ignore[arg-type]
+
+    monkeypatch.setattr(intake.Intake, "_one_by_one", counted)
+    if path == "record by record":
+        monkeypatch.setattr(intake.Intake, "_routed", lambda *_: None)
+    cfg = routed_config(tmp_path, {"db.eu": "eu-.*", "db.west": ".*-west"})
+    regions = {0: ["eu-west", "eu-north", "us-west", "ap", "eu-west"] * 23, 1: ["ap", "us-west", "eu-north"] * 31}
+    logs = {("t", p): json_records([{"id": p * 1000 + i, "region": r} for i, r in enumerate(rs)])
+            for p, rs in regions.items()}
+    source = FakeSource(logs, per_fetch=29)
+    await run_until(cfg, source, source.read_to_end)
+    for table, takes in (("db.eu", lambda r: r.startswith("eu-")), ("db.west", lambda r: r.endswith("-west"))):
+        landed = counts(cfg, table)
+        assert set(landed.values()) == {1}
+        assert sorted(landed) == sorted(("t", p, i) for p, rs in regions.items() for i, r in enumerate(rs) if takes(r))
+    assert (calls == []) == (path == "straight from the fetch")
 
 
 async def test_tombstones_are_counted_as_read_and_land_nowhere_in_an_append_table(tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ class ChangeBuffer(RecordBuffer):
         self.tombstones_skipped = 0   # counted here, read and reset by the pipeline
 
     def append_fetched(self, topic: str, partition: int, fetched: _native.Fetched,
-                       start: int = 0) -> list[RecordProblem]:
+                       start: int = 0, at: list[int] | None = None) -> list[RecordProblem]:
         raise TypeError("a change buffer splits each record into a row or a key first: append records, not a fetch")
 
     @property

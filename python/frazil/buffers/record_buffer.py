@@ -92,12 +92,13 @@ class RecordBuffer:
             ))
 
     def append_fetched(self, topic: str, partition: int, fetched: _native.Fetched,
-                       start: int = 0) -> list[RecordProblem]:
-        """Decode the records of one partition fetch from index ``start`` on that have a value,
-        straight from the fetched bytes; as :meth:`append` otherwise."""
+                       start: int = 0, at: list[int] | None = None) -> list[RecordProblem]:
+        """Decode the records of one partition fetch from index ``start`` on that have a value, or
+        those at ``at`` (ascending indices of records with a value), straight from the fetched
+        bytes; as :meth:`append` otherwise."""
         with _translated():
             return self._problems(self._native.append_fetched(topic=topic, partition=partition, fetched=fetched,
-                                                              start=start))
+                                                              start=start, at=at))
 
     def _problems(self, result: _native.AppendResult) -> list[RecordProblem]:
         self.fields_ignored += len(result.unknown_fields)

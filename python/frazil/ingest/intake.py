@@ -3,11 +3,11 @@
 For each fetch, what is taken is decided once: the records from the partition's position on
 (rule 2 for the pipeline: never one a table already holds, nor one already buffered), and per
 table from its own floor on, less an operator's skips (:class:`~frazil.ingest.fanout.Take`). A
-fetch whose records all go to the same open plain tables by topic (JSON values) is decoded straight
-from the fetched bytes, every such fetch of a poll at once on one thread per core, off the GIL;
-the rest is looked at record by record (``ingest/fanout.py``). After each append its bad records
-are settled: a schema change where the table evolves (``ingest/evolve.py``), then the dead-letter
-topic or a stop (``ingest/bad_records.py``).
+fetch whose records go to open plain tables (JSON values), by topic or by a route field read
+natively, is decoded straight from the fetched bytes, every such fetch of a poll at once on one
+thread per core, off the GIL; the rest is looked at record by record (``ingest/fanout.py``).
+After each append its bad records are settled: a schema change where the table evolves
+(``ingest/evolve.py``), then the dead-letter topic or a stop (``ingest/bad_records.py``).
 
 Intake never pauses the source: it says when the buffers were full (the loop applies
 backpressure), and a fetch it could not take is sought back and fetched again.
@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import itertools
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -33,7 +34,7 @@ from frazil.iceberg.offsets import TopicPartition
 from frazil.ingest.bad_records import BadRecords
 from frazil.ingest.evolve import Evolver
 from frazil.ingest.fanout import Appended, Fanout, Take
-from frazil.ingest.routing import Router
+from frazil.ingest.routing import Group, Router
 from frazil.kafka.fetch import Chunk, Record
 from frazil.metrics import Metrics, Stats
 
@@ -49,17 +50,31 @@ class Seeker(Protocol):
 
 
 @dataclasses.dataclass(frozen=True)
+class _Share:
+    """What one table takes of a fetch routed by value: the records at ``indices`` (the fetch's,
+    ascending), with their ``value_bytes``."""
+
+    indices: list[int]
+    value_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
 class _Direct:
-    """A partition fetch going straight to ``tables`` from index ``start`` (``summary``)."""
+    """A partition fetch going straight to ``tables`` from index ``start`` (``summary``): each
+    takes every record, or its ``shares`` entry when the fetch is routed by value (``unrouted``:
+    the records no table takes)."""
 
     tp: TopicPartition
     chunk: Chunk
     start: int
     summary: _native.FetchSummary
     tables: tuple[str, ...]
+    shares: Mapping[str, _Share] | None = None
+    unrouted: int = 0
 
 
-_Decoded = tuple[str, _native.FetchSummary, list[RecordProblem], RecordBuffer]
+# per table of a job: its name, records and value bytes taken, bad records, the buffer that took them
+_Decoded = tuple[str, int, int, list[RecordProblem], RecordBuffer]
 
 
 class Intake:
@@ -92,6 +107,7 @@ class Intake:
         pending = {tp: list(chunks) for tp, chunks in batches.items()}
         while pending:
             direct: list[_Direct] = []
+            routed: list[tuple[TopicPartition, Chunk, int, _native.FetchSummary]] = []
             for tp in list(pending):
                 chunk = pending[tp].pop(0)
                 if not pending[tp]:
@@ -110,6 +126,15 @@ class Intake:
                 tables = self._direct_tables(tp)
                 if tables is not None:
                     direct.append(_Direct(tp, chunk, start, summary, tables))
+                elif self._may_route(tp, summary):
+                    routed.append((tp, chunk, start, summary))
+                elif not await self._one_by_one(tp, chunk, start, summary):
+                    full = True
+                    pending.pop(tp, None)
+            for (tp, chunk, start, summary), groups in zip(routed, await self._group(routed), strict=True):
+                job = self._routed(tp, chunk, start, summary, groups)
+                if job is not None:
+                    direct.append(job)
                 elif not await self._one_by_one(tp, chunk, start, summary):
                     full = True
                     pending.pop(tp, None)
@@ -120,15 +145,15 @@ class Intake:
                     pending.pop(job.tp, None)
                     continue
                 rows = job.summary.records - job.summary.tombstones
-                if not job.tables and rows:
-                    self._stats.records_unrouted += rows
-                    self._metrics.records_unrouted.inc(rows)
-                    log.debug("%s[%d]: %d record(s) from offset %d taken by no table", job.tp[0], job.tp[1], rows,
-                              job.summary.first_offset)
+                unrouted = job.unrouted if job.shares is not None else 0 if job.tables else rows
+                if unrouted:
+                    self._stats.records_unrouted += unrouted
+                    self._metrics.records_unrouted.inc(unrouted)
+                    log.debug("%s[%d]: %d record(s) from offset %d taken by no table", job.tp[0], job.tp[1],
+                              unrouted, job.summary.first_offset)
                 lookup = functools.partial(_records_at, job.chunk)
-                for name, these, errors, buffer in outcome:
-                    await self._settle(job.tp, Appended(name, errors, these.records - these.tombstones,
-                                                        these.value_bytes, lookup, buffer))
+                for name, records, value_bytes, errors, buffer in outcome:
+                    await self._settle(job.tp, Appended(name, errors, records, value_bytes, lookup, buffer))
                 self._took(job.tp, job.chunk, job.summary)
         return full
 
@@ -178,6 +203,59 @@ class Intake:
             if isinstance(target.buffer, ChangeBuffer) or target.skips(self._cfg.pipeline).get(tp):
                 return None
         return route.always
+
+    def _may_route(self, tp: TopicPartition, summary: _native.FetchSummary) -> bool:
+        """Whether a fetch routed by value may go straight to its tables (``_routed`` decides once
+        its records are grouped): JSON values and no tombstones (they go to keyed tables)."""
+        return self._evolver.writers is None and not summary.tombstones and self._router.for_topic(tp[0]).by_value
+
+    async def _group(self, fetches: Sequence[tuple[TopicPartition, Chunk, int, _native.FetchSummary]]
+                     ) -> list[list[Group]]:
+        """The records of each fetch routed by value grouped by their route fields, read natively
+        from the fetched bytes on one thread per core (the loop goes on meanwhile)."""
+        out: list[list[Group]] = [[] for _ in fetches]
+
+        def run(items: range) -> None:
+            for k in items:
+                tp, chunk, start, _ = fetches[k]
+                out[k] = self._router.groups_fetched(tp[0], chunk.fetched, start)
+
+        threads = min(DECODE_THREADS, len(fetches))
+        if threads:
+            await asyncio.gather(*(asyncio.to_thread(run, range(t, len(fetches), threads)) for t in range(threads)))
+        return out
+
+    def _routed(self, tp: TopicPartition, chunk: Chunk, start: int, summary: _native.FetchSummary,
+                groups: list[Group]) -> _Direct | None:
+        """A fetch routed by value (its records in ``groups``), when they can go to their tables
+        straight from the fetch: every table they name open, plain, holding none of them and
+        without an operator's skips, and no record that routing itself finds bad. None when they
+        must be looked at one by one (the rest of the time, such as a table's first records)."""
+        indices: dict[str, list[list[int]]] = {}
+        value_bytes: dict[str, int] = {}
+        unrouted = 0
+        for group in groups:
+            if group.bad is not None or group.indices is None:
+                return None
+            if not group.tables:
+                unrouted += len(group.indices)
+                continue
+            for name in group.tables:
+                if name not in indices:
+                    if name not in self._targets:
+                        return None   # opened on its first records, one by one
+                    target = self._targets[name]
+                    if isinstance(target.buffer, ChangeBuffer) or target.skips(self._cfg.pipeline).get(tp):
+                        return None
+                    floor = target.floors.get(tp)
+                    if floor is not None and floor > summary.first_offset:
+                        return None   # it holds some of them: its records are picked one by one
+                    indices[name], value_bytes[name] = [], 0
+                indices[name].append(group.indices)
+                value_bytes[name] += group.value_bytes or 0
+        shares = {name: _Share(parts[0] if len(parts) == 1 else sorted(itertools.chain.from_iterable(parts)),
+                               value_bytes[name]) for name, parts in indices.items()}
+        return _Direct(tp, chunk, start, summary, tuple(shares), shares, unrouted)
 
     async def _one_by_one(self, tp: TopicPartition, chunk: Chunk, start: int, summary: _native.FetchSummary) -> bool:
         """A fetch whose records are looked at one by one; False when the buffer's hard cap
@@ -239,22 +317,29 @@ class Intake:
         records, the buffer that took them), or None when the buffer's hard cap refused it. The
         decoding runs without the GIL on one thread per core (the loop goes on fetching and
         heartbeating meanwhile)."""
-        work: list[tuple[int, str, RecordBuffer, int, _native.FetchSummary]] = []
+        # per table of a job: (job, name, buffer, index from which it takes all, or its share; records, value bytes)
+        work: list[tuple[int, str, RecordBuffer, int | list[int], int, int]] = []
         for i, job in enumerate(jobs):
             fetched = job.chunk.fetched
             for name in job.tables:
                 target = self._targets[name]
+                if job.shares is not None:
+                    share = job.shares[name]
+                    work.append((i, name, target.buffer, share.indices, len(share.indices), share.value_bytes))
+                    continue
                 begin = Take.of(target, job.tp, self._cfg.pipeline).begin(fetched, job.start, job.summary.first_offset)
                 these = job.summary if begin == job.start else fetched.summary(begin)
                 if these.records > these.tombstones:
-                    work.append((i, name, target.buffer, begin, these))
+                    work.append((i, name, target.buffer, begin, these.records - these.tombstones, these.value_bytes))
         results: list[list[RecordProblem] | None] = [None] * len(work)
 
         def run(items: range) -> None:
             for k in items:
-                i, _, buffer, begin, _ = work[k]
+                i, _, buffer, begin, _, _ = work[k]
+                tp, fetched = jobs[i].tp, jobs[i].chunk.fetched
                 try:
-                    results[k] = buffer.append_fetched(jobs[i].tp[0], jobs[i].tp[1], jobs[i].chunk.fetched, begin)
+                    results[k] = (buffer.append_fetched(tp[0], tp[1], fetched, begin) if isinstance(begin, int)
+                                  else buffer.append_fetched(tp[0], tp[1], fetched, at=begin))
                 except BufferFull:
                     results[k] = None
 
@@ -262,7 +347,7 @@ class Intake:
         if threads:
             await asyncio.gather(*(asyncio.to_thread(run, range(t, len(work), threads)) for t in range(threads)))
         out: list[list[_Decoded] | None] = [[] for _ in jobs]
-        for (i, name, buffer, _, these), errors in zip(work, results, strict=True):
+        for (i, name, buffer, _, records, value_bytes), errors in zip(work, results, strict=True):
             done = out[i]
             if errors is None and len(jobs[i].tables) > 1:
                 # several tables never have a cap (targets.py): a refusal here would leave some appended
@@ -271,7 +356,7 @@ class Intake:
             if errors is None or done is None:
                 out[i] = None
                 continue
-            done.append((name, these, errors, buffer))
+            done.append((name, records, value_bytes, errors, buffer))
         return out
 
 

@@ -122,9 +122,24 @@ class Router:
         route = self.for_topic(topic)
         if not route.by_value:
             return [Group(route.always, None)]
-        out: list[Group] = []
         found, malformed = _native.route_groups(values, [list(p) for p in route.paths])
-        for keys, indices in found:
+        return self._grouped(route, [(keys, indices, None) for keys, indices in found], malformed)
+
+    def groups_fetched(self, topic: str, fetched: _native.Fetched, start: int) -> list[Group]:
+        """As :meth:`groups`, over the records of one partition fetch from index ``start`` on that
+        have a value, read from the fetched bytes: ``indices`` are the fetch's, and each group
+        carries its records' ``value_bytes``."""
+        route = self.for_topic(topic)
+        if not route.by_value:
+            raise ValueError(f"topic {topic} is routed by the topic alone: its fetches need no grouping")
+        found, malformed = _native.route_fetched(fetched, start, [list(p) for p in route.paths])
+        return self._grouped(route, found, malformed)
+
+    def _grouped(self, route: TopicRoute, found: Sequence[tuple[list[Key], list[int], int | None]],
+                 malformed: list[tuple[int, str]]) -> list[Group]:
+        topic = route.topic
+        out: list[Group] = []
+        for keys, indices, value_bytes in found:
             decided_key = (topic, tuple(keys))
             decided = self._decided.get(decided_key)
             if decided is None:
@@ -132,9 +147,10 @@ class Router:
                 if len(self._decided) < 100_000:   # a high-cardinality route field is decided per group
                     self._decided[decided_key] = decided
             tables, missing = decided
-            out.append(Group(tables, indices) if missing is None else Group(tables, indices, (missing, (
+            bad = None if missing is None else (missing, (
                 f"it names no table: [dynamic] table = {self._dynamic.table!r} needs a text, number or boolean "
-                "value there" if self._dynamic is not None else ""))))
+                "value there" if self._dynamic is not None else ""))
+            out.append(Group(tables, indices, bad, value_bytes))
         by_reason: dict[str, list[int]] = {}
         for i, reason in malformed:
             by_reason.setdefault(reason, []).append(i)
@@ -151,3 +167,4 @@ class Group:
     tables: tuple[str, ...]
     indices: list[int] | None
     bad: tuple[str, str] | None = None
+    value_bytes: int | None = None   # of a fetch's group (Router.groups_fetched)

@@ -113,8 +113,9 @@ impl JsonBuffer {
         to_result(py, done)
     }
 
-    /// The records of ``fetched`` from index ``start`` on that have a value, decoded without the GIL.
-    #[pyo3(signature = (*, topic, partition, fetched, start = 0))]
+    /// The records of ``fetched`` from index ``start`` on that have a value, or those at ``at``
+    /// (ascending indices of records with a value: a routed share), decoded without the GIL.
+    #[pyo3(signature = (*, topic, partition, fetched, start = 0, at = None))]
     fn append_fetched(
         &self,
         py: Python<'_>,
@@ -122,9 +123,18 @@ impl JsonBuffer {
         partition: i32,
         fetched: &Fetched,
         start: usize,
+        at: Option<Vec<u32>>,
     ) -> PyResult<AppendResult> {
+        if at.is_some() && start != 0 {
+            return Err(NativeError::new_err("append_fetched takes start or at, not both"));
+        }
         let (inner, fetched) = (&self.inner, &fetched.inner);
-        let done = py.detach(|| inner.append_fetched(topic, partition, fetched, start)).map_err(buffer_err)?;
+        let done = py
+            .detach(|| match &at {
+                None => inner.append_fetched(topic, partition, fetched, start),
+                Some(indices) => inner.append_fetched_at(topic, partition, fetched, indices),
+            })
+            .map_err(buffer_err)?;
         to_result(py, done)
     }
 

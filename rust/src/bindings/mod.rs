@@ -12,4 +12,4 @@ pub use changes::split_changes;
 pub use errors::{BufferFullError, CorruptBatchError, NativeError, UnknownSchemaError};
 pub use kafka::{read_fetch, FetchSummary, Fetched};
 pub use keyindex::KeyIndex;
-pub use route::route_groups;
+pub use route::{route_fetched, route_groups};

@@ -338,6 +338,20 @@ impl JsonBuffer {
         self.append(&taken.records(topic, partition))
     }
 
+    /// The records of `fetched` at `indices` (ascending, each with a value: a routed share of a
+    /// fetch), decoded as [`Self::append`] does, straight from the fetched bytes. An error's
+    /// `index` is the record's position in `indices`; its offset is the record's.
+    pub fn append_fetched_at(
+        &self,
+        topic: &str,
+        partition: i32,
+        fetched: &Fetched,
+        indices: &[u32],
+    ) -> Result<Appended, BufferError> {
+        let taken = Taken::at(fetched, indices).map_err(ArrowError::InvalidArgumentError)?;
+        self.append(&taken.records(topic, partition))
+    }
+
     /// Keeps `decoded` (value columns in `value_schema` order, one row per index of `good`, in
     /// order) with the metadata columns of those records; the number of rows kept.
     pub(crate) fn store<V: AsRef<[u8]>, K: AsRef<[u8]>>(
@@ -546,6 +560,35 @@ impl<'f> Taken<'f> {
             }
         }
         out
+    }
+
+    /// The records of `fetched` at `indices` (ascending, each with a value), or why not.
+    pub(crate) fn at(fetched: &'f Fetched, indices: &[u32]) -> Result<Self, String> {
+        let mut out = Taken {
+            offsets: Vec::with_capacity(indices.len()),
+            timestamps_ms: Vec::with_capacity(indices.len()),
+            keys: Vec::with_capacity(indices.len()),
+            values: Vec::with_capacity(indices.len()),
+        };
+        let mut last = None;
+        for &i in indices {
+            let i = i as usize;
+            if last.is_some_and(|l| l >= i) {
+                return Err(format!("indices must ascend: {i} comes after {}", last.unwrap_or_default()));
+            }
+            last = Some(i);
+            if i >= fetched.len() {
+                return Err(format!("index {i} is out of range for {} records", fetched.len()));
+            }
+            let value = fetched
+                .value(i)
+                .ok_or_else(|| format!("the record at index {i} has no value (a tombstone): it is no row"))?;
+            out.offsets.push(fetched.offsets()[i]);
+            out.timestamps_ms.push(fetched.timestamps_ms()[i]);
+            out.keys.push(fetched.key(i));
+            out.values.push(value);
+        }
+        Ok(out)
     }
 
     pub(crate) fn records<'a>(&'a self, topic: &'a str, partition: i32) -> Records<'a, &'f [u8], &'f [u8]> {

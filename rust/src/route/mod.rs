@@ -2,9 +2,12 @@
 //! the value (other fields are skipped, not allocated), and the records grouped by them. The
 //! router (Python) decides tables once per distinct key, not once per record. Pure Rust, no pyo3.
 
+mod scan;
+
 use std::collections::HashMap;
 use std::fmt;
 
+use crate::kafka::Fetched;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 /// The value at one path of one record, as text: a string as it is, a number or boolean as its
@@ -47,8 +50,45 @@ pub fn group<V: AsRef<[u8]>>(values: &[V], paths: &[Vec<String>]) -> Groups {
     Groups { groups, malformed }
 }
 
-/// The key at `path` in one JSON value.
+/// The records of `fetched` from index `start` on that have a value, grouped as [`group`] does;
+/// indices are the fetch's, and each group says how many value bytes its records hold.
+pub fn group_fetched(fetched: &Fetched, start: usize, paths: &[Vec<String>]) -> FetchedGroups {
+    let mut at: Vec<u32> = Vec::with_capacity(fetched.len().saturating_sub(start));
+    let mut values: Vec<&[u8]> = Vec::with_capacity(at.capacity());
+    for i in start..fetched.len() {
+        if let Some(value) = fetched.value(i) {
+            at.push(i as u32);
+            values.push(value);
+        }
+    }
+    let found = group(&values, paths);
+    let groups = found
+        .groups
+        .into_iter()
+        .map(|(keys, indices)| {
+            let bytes = indices.iter().map(|&k| values[k as usize].len() as u64).sum();
+            (keys, indices.into_iter().map(|k| at[k as usize]).collect(), bytes)
+        })
+        .collect();
+    let malformed = found.malformed.into_iter().map(|(k, reason)| (at[k as usize], reason)).collect();
+    FetchedGroups { groups, malformed }
+}
+
+/// [`Groups`] of a fetch: (keys, the fetch's indices, their value bytes) per group.
+#[derive(Debug, PartialEq, Eq, Default)]
+pub struct FetchedGroups {
+    pub groups: Vec<(Vec<Key>, Vec<u32>, u64)>,
+    pub malformed: Vec<(u32, String)>,
+}
+
+/// The key at `path` in one JSON value: read in one plain pass ([`scan`]) where that pass is sure,
+/// by serde_json otherwise.
 pub fn key_at(value: &[u8], path: &[String]) -> Key {
+    scan::key_at(value, path).unwrap_or_else(|| slow_key_at(value, path))
+}
+
+/// [`key_at`] by serde_json alone.
+fn slow_key_at(value: &[u8], path: &[String]) -> Key {
     let mut de = serde_json::Deserializer::from_slice(value);
     Seek { path }.deserialize(&mut de).ok().flatten()
 }
