@@ -75,6 +75,8 @@ class Dataset:
     name: str
     columns: list[Column]
     generate: Callable[[int], list[bytes]]
+    # the writer schema of plain Avro values (frazil's values.format = "avro"); None: JSON values
+    avro: dict[str, object] | None = None
 
     def columns_toml(self) -> str:
         items = ",\n".join(f'  {{ name = "{n}", type = "{t}"{", required = true" if r else ""} }}'
@@ -110,11 +112,47 @@ class Workload:
         return out
 
 
+def avro_schema(name: str, columns: list[Column]) -> dict[str, object]:
+    """The writer schema of a dataset's values as plain Avro: optional columns as null unions,
+    timestamps as microseconds."""
+    types = {"string": "string", "long": "long", "double": "double", "boolean": "boolean",
+             "timestamptz": {"type": "long", "logicalType": "timestamp-micros"}}
+    return {"type": "record", "name": name.replace("-", "_"), "namespace": "bench", "fields": [
+        {"name": n, "type": types[t]} if r else {"name": n, "type": ["null", types[t]], "default": None}
+        for n, t, r in columns]}
+
+
+def as_avro(values: list[bytes], schema: dict[str, object], columns: list[Column]) -> list[bytes]:
+    """JSON ``values`` as plain Avro datums of ``schema`` (fastavro, an independent encoder)."""
+    import datetime
+    import io
+
+    import fastavro
+
+    parsed = fastavro.parse_schema(schema)
+    stamps = [n for n, t, _ in columns if t == "timestamptz"]
+    out = []
+    for v in values:
+        record = json.loads(v)
+        for n in stamps:
+            if record.get(n) is not None:
+                record[n] = datetime.datetime.fromisoformat(record[n])
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, parsed, record)
+        out.append(buf.getvalue())
+    return out
+
+
 CLICKSTREAM = Dataset("clickstream", _clickstream_columns(), sample_events)
+_CLICKSTREAM_AVRO = avro_schema("clickstream", CLICKSTREAM.columns)
+CLICKSTREAM_AVRO = Dataset("clickstream-avro", CLICKSTREAM.columns,
+                           lambda n: as_avro(sample_events(n), _CLICKSTREAM_AVRO, CLICKSTREAM.columns),
+                           _CLICKSTREAM_AVRO)
 WIDE = Dataset("wide", _wide_columns(), wide_records)
 WORKLOADS = {w.name: w for w in (
     Workload("clickstream", CLICKSTREAM),
     Workload("clickstream-by-day", CLICKSTREAM, ("day(event_time)",)),
     Workload("wide", WIDE),
     Workload("clickstream-routed", CLICKSTREAM, routes=("country", tuple(COUNTRIES))),
+    Workload("clickstream-avro", CLICKSTREAM_AVRO),
 )}

@@ -152,6 +152,10 @@ class Bench:
                                               route=f'route_field = "{workload.routes[0]}"\nroute = "{value}"\n',
                                               **common)
                                  for table, value in routed_tables(job["table"], workload))
+            if workload.dataset.avro is not None:
+                schema_file = self.workdir / f"{workload.dataset.name}.avsc"
+                schema_file.write_text(json.dumps(workload.dataset.avro))
+                tables = f'[values]\nformat = "avro"\nschema_file = "{schema_file}"\n' + tables
             config.write_text(FRAZIL_CONFIG.format(
                 name=job["name"], interval=self.interval, bootstrap=self.bootstrap, topic=job["topic"],
                 catalog=CATALOG, uri=self.props["uri"], warehouse=self.props["warehouse"], tables=tables))
@@ -426,6 +430,11 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if workload.routes and name in frazil and one in frazil:
             out.append({"workload": name, "versus": f"frazil {one} (one table)",
                         "frazil_over": round(frazil[name]["records_per_s"] / frazil[one]["records_per_s"], 2)})
+        # Avro's cost: the same events as Avro datums over them as JSON
+        if workload.dataset.avro is not None and name in frazil and "clickstream" in frazil:
+            out.append({"workload": name, "versus": "frazil clickstream (JSON)",
+                        "frazil_over": round(frazil[name]["records_per_s"] / frazil["clickstream"]["records_per_s"],
+                                             2)})
     return out
 
 
@@ -483,8 +492,8 @@ def main() -> int:
             for system in args.systems:
                 if args.baseline and system == "frazil":
                     continue   # measured above, beside the baseline
-                if workload.routes and system != "frazil":
-                    continue  # routing into several tables is frazil's alone here
+                if (workload.routes or workload.dataset.avro) and system != "frazil":
+                    continue  # routing into several tables, and Avro values, are frazil's alone here
                 if system in CEILINGS and workload.partition_by:
                     continue  # the same bytes as the unpartitioned workload
 

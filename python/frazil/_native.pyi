@@ -125,6 +125,10 @@ class AppendResult:
     def errors(self) -> list[DecodeError]: ...
     @property
     def unknown_fields(self) -> list[UnknownField]: ...
+    @property
+    def fields_ignored(self) -> int:
+        """Avro: writer fields the table has no column for, left out of the rows kept (one per
+        field per row)."""
 
 @final
 class JsonBuffer:
@@ -227,9 +231,10 @@ class AvroBuffer:
         max_bytes: int | None = None,
         shards: int = 16,
     ) -> AvroBuffer: ...
-    def register(self, id: int, writer: str, reader: str) -> None:
-        """Records of schema ``id`` are read with ``writer`` into ``reader``; raises NativeError
-        when arrow-avro cannot resolve the pair or a column cannot be cast exactly."""
+    def register(self, id: int, writer: str, reader: str, ignored: int = 0) -> None:
+        """Records of schema ``id`` are read with ``writer`` into ``reader`` (``ignored``: writer
+        fields it leaves out, counted per row kept); raises NativeError when arrow-avro cannot
+        resolve the pair or a column cannot be cast exactly."""
     def refuse(self, id: int, field: str, reason: str) -> None:
         """Every record of schema ``id`` is a decode error, for ``reason`` at ``field``."""
     def append(
@@ -244,6 +249,9 @@ class AvroBuffer:
     ) -> AppendResult:
         """Decode one batch of one topic-partition. Raises UnknownSchemaError or BufferFullError
         (appending nothing)."""
+    def append_fetched(self, *, topic: str, partition: int, fetched: Fetched, start: int = 0) -> AppendResult:
+        """Decode the records of ``fetched`` from index ``start`` on that have a value, straight
+        from the fetched bytes; as :meth:`append` otherwise."""
     def drain_batches(self, *, min_rows: int = 0) -> list[pa.RecordBatch]:
         """As :meth:`JsonBuffer.drain_batches`."""
     def clear(self) -> None: ...

@@ -114,3 +114,38 @@ def test_names_resolve_as_the_spec_says_and_writer_aliases_never_redirect_a_fiel
     assert (result.rows, result.errors) == (1, [])
     assert pa.Table.from_batches(buf.drain_batches()).to_pylist() == [
         {"e": "Y", "s": {"e2": "X", "g": {"z": 3}}, "a_old": None, "b": "bee"}]
+
+
+def test_a_fetch_of_avro_values_lands_as_its_records_would_with_the_left_out_fields_counted() -> None:
+    """Decoded straight from the fetched bytes (tombstones and a bad value among them), the rows,
+    bad records and the count of writer fields left out are those of the list path."""
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+    sent = {"id": 1, "PAGE": "/a", "at": datetime.datetime(2024, 1, 2, tzinfo=datetime.UTC),
+            "geo": {"city": "Oslo", "lat": 1.5}, "tags": [], "attrs": {}, "price": decimal.Decimal("1.00"),
+            "day": datetime.date(2024, 1, 2), "kind": "A"}
+    values = [None if i % 7 == 3 else b"\x00\x00\x00\x00\x03" if i == 5 else framed(3, {**sent, "id": i})
+              for i in range(40)]
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
+    for i, v in enumerate(values):
+        builder.append(i, timestamp=1_700_000_000_000 + i, key=None, value=v, headers=[])
+    fetched = _native.read_fetch(bytes(builder.build()), fetch_offset=0, read_committed=True, aborted=[])
+
+    def registered() -> _native.AvroBuffer:
+        got = avro.resolve(WRITER, TABLE, case_insensitive=True)
+        assert isinstance(got, avro.Readable)
+        buf = _native.AvroBuffer(schema=schema_to_pyarrow(TABLE), confluent=True)
+        buf.register(3, json.dumps(WRITER), got.reader, 2)   # as if two writer fields had no column
+        return buf
+
+    raw, listed = registered(), registered()
+    start = fetched.index_of(4)
+    got = raw.append_fetched(topic="t", partition=0, fetched=fetched, start=start)
+    kept = [(i, v) for i, v in enumerate(values) if i >= 4 and v is not None]
+    want = listed.append(topic="t", partition=0, offsets=[i for i, _ in kept],
+                         timestamps_ms=[1_700_000_000_000 + i for i, _ in kept], keys=[None] * len(kept),
+                         values=[v for _, v in kept])
+    assert [(e.offset, e.reason) for e in got.errors] == [(e.offset, e.reason) for e in want.errors] and got.errors
+    assert (got.rows, got.fields_ignored) == (want.rows, want.fields_ignored) == (len(kept) - 1, 2 * (len(kept) - 1))
+    assert raw.drain_batches() == listed.drain_batches()

@@ -101,7 +101,7 @@ class RecordBuffer:
                                                               start=start, at=at))
 
     def _problems(self, result: _native.AppendResult) -> list[RecordProblem]:
-        self.fields_ignored += len(result.unknown_fields)
+        self.fields_ignored += len(result.unknown_fields) + result.fields_ignored
         strict = self._strict
         return [RecordProblem(e.offset, e.field, strict if strict is not None and e.reason.startswith(NO_SUCH_COLUMN)
                               else e.reason) for e in result.errors]
@@ -130,23 +130,19 @@ class AvroRecordBuffer(RecordBuffer):
                                               max_bytes=max_bytes)   # type: ignore[assignment]
         except _native.NativeError as exc:
             raise FrazilError(f"the record buffer cannot use this table schema: {exc}") from exc
-        self._confluent = confluent
         self._strict = None
         self._ignore = False
         self.schema = schema
         self.fields_ignored = 0
-        self._ignored: dict[int, int] = {}   # by schema id: writer fields the table has no column for (ignored)
 
     def register(self, schema_id: int, writer: str, reader: str, ignored: int = 0) -> None:
         """Records of ``schema_id`` are read with ``reader`` (``ignored``: how many of the writer's
         fields it leaves out, counted per record). Raises FrazilError when the native decoder
         cannot resolve the pair."""
         try:
-            self._avro.register(schema_id, writer, reader)
+            self._avro.register(schema_id, writer, reader, ignored)
         except _native.NativeError as exc:
             raise FrazilError(f"writer schema {schema_id} cannot be read into the table: {exc}") from exc
-        if ignored:
-            self._ignored[schema_id] = ignored
 
     def refuse(self, schema_id: int, field: str, reason: str) -> None:
         """Every record of ``schema_id`` is a bad record, for ``reason`` at ``field``."""
@@ -157,16 +153,21 @@ class AvroRecordBuffer(RecordBuffer):
         return self._native   # type: ignore[return-value]
 
     def append(self, topic: str, partition: int, records: Sequence[KafkaRecord]) -> list[RecordProblem]:
-        values = values_of(records)
         with _translated():
-            problems = self._problems(self._avro.append(
+            return self._problems(self._avro.append(
                 topic=topic, partition=partition, offsets=[r.offset for r in records],
-                timestamps_ms=[r.timestamp for r in records], keys=[r.key for r in records], values=values))
-        if self._ignored:
-            bad = {p.offset for p in problems}
-            self.fields_ignored += sum(self._ignored.get(schema_id_of(v) if self._confluent else 0, 0)
-                                       for r, v in zip(records, values, strict=True) if r.offset not in bad)
-        return problems
+                timestamps_ms=[r.timestamp for r in records], keys=[r.key for r in records],
+                values=values_of(records)))
+
+    def append_fetched(self, topic: str, partition: int, fetched: _native.Fetched,
+                       start: int = 0, at: list[int] | None = None) -> list[RecordProblem]:
+        """As :meth:`append`, for the records of a partition fetch from index ``start`` on that
+        have a value, straight from the fetched bytes (a routed share, ``at``, is JSON's only)."""
+        if at is not None:
+            raise TypeError("Avro values are taken from a fetch whole, from an index on")
+        with _translated():
+            return self._problems(self._avro.append_fetched(topic=topic, partition=partition, fetched=fetched,
+                                                            start=start))
 
     def drain(self) -> pa.Table | None:
         batches = self._avro.drain_batches(min_rows=COALESCE_ROWS)
@@ -185,11 +186,6 @@ def _translated() -> Iterator[None]:
         raise BufferFull(str(exc)) from None
     except _native.UnknownSchemaError as exc:
         raise UnknownWriterSchemas(list(exc.args[1])) from None
-
-
-def schema_id_of(value: bytes) -> int:
-    """The schema id of a value in the Confluent wire format (-1 when it is not)."""
-    return int.from_bytes(value[1:5], "big") if len(value) >= 5 and value[0] == 0 else -1
 
 
 def values_of(records: Sequence[KafkaRecord]) -> list[bytes]:

@@ -85,22 +85,31 @@ class Evolver:
         return target.buffer.append(tp[0], tp[1], failed)
 
     async def append_avro(self, name: str, tp: TopicPartition, records: list[Record]) -> list[RecordProblem]:
-        """Avro ``records`` of ``tp`` into table ``name``'s buffer; writer schemas it has not seen
-        are fetched and decided first (:meth:`_learn`), and the append is made again. Each schema
+        """Avro ``records`` of ``tp`` into table ``name``'s buffer, as :meth:`learning`."""
+        return await self.learning(name, tp, records[0].offset, lambda buffer: buffer.append(tp[0], tp[1], records))
+
+    async def learning(self, name: str, tp: TopicPartition, offset: int,
+                       append: Callable[[RecordBuffer], list[RecordProblem]],
+                       unknown: list[int] | None = None) -> list[RecordProblem]:
+        """``append`` (Avro records of ``tp`` from ``offset`` on) into table ``name``'s buffer;
+        writer schemas it has not seen (``unknown``, when an append already said which) are
+        fetched and decided first (:meth:`_learn`), and the append is made again. Each schema
         change is progress (a batch may hold many writer schemas); a round that changes nothing
         decides every id, so the append after it cannot name an unknown one."""
         changes = 0
         while True:
-            try:
-                return self._targets[name].buffer.append(tp[0], tp[1], records)
-            except UnknownWriterSchemas as exc:
-                ids = exc.ids
-            if not await self._learn(name, tp, records[0].offset, ids):
-                return self._targets[name].buffer.append(tp[0], tp[1], records)
+            if unknown is None:
+                try:
+                    return append(self._targets[name].buffer)
+                except UnknownWriterSchemas as exc:
+                    unknown = exc.ids
+            if not await self._learn(name, tp, offset, unknown):
+                return append(self._targets[name].buffer)
+            unknown = None
             changes += 1
             if changes >= MAX_SCHEMA_CHANGES:
                 raise FrazilError(f"table {name}: the writer schemas of {tp[0]}[{tp[1]}] from offset "
-                                  f"{records[0].offset} changed the table's schema {changes} times in one batch; "
+                                  f"{offset} changed the table's schema {changes} times in one batch; "
                                   "stopping rather than going on changing it (see the log for the changes)")
 
     async def _learn(self, name: str, tp: TopicPartition, offset: int, ids: list[int]) -> bool:

@@ -29,7 +29,7 @@ from frazil.buffers.changes import ChangeBuffer
 from frazil.buffers.record_buffer import RecordBuffer, RecordProblem
 from frazil.buffers.state import Buffers
 from frazil.config import Config
-from frazil.errors import BufferFull, FrazilError
+from frazil.errors import BufferFull, FrazilError, UnknownWriterSchemas
 from frazil.iceberg.offsets import TopicPartition
 from frazil.ingest.bad_records import BadRecords
 from frazil.ingest.evolve import Evolver
@@ -189,10 +189,8 @@ class Intake:
 
     def _direct_tables(self, tp: TopicPartition) -> tuple[str, ...] | None:
         """The tables that take every record of ``tp`` when its records can go to them straight
-        from the fetch (JSON values, routed by topic alone, tables open and not keyed, no
-        operator's skips); None when the records must be looked at one by one first."""
-        if self._evolver.writers is not None:
-            return None
+        from the fetch (routed by topic alone, tables open and not keyed, no operator's skips);
+        None when the records must be looked at one by one first."""
         route = self._router.for_topic(tp[0])
         if route.by_value:
             return None
@@ -331,21 +329,36 @@ class Intake:
                 these = job.summary if begin == job.start else fetched.summary(begin)
                 if these.records > these.tombstones:
                     work.append((i, name, target.buffer, begin, these.records - these.tombstones, these.value_bytes))
-        results: list[list[RecordProblem] | None] = [None] * len(work)
+        # per work item: its bad records; None when the buffer's cap refused it; Avro writer schemas not seen yet
+        results: list[list[RecordProblem] | None | UnknownWriterSchemas] = [None] * len(work)
+
+        def append(k: int, buffer: RecordBuffer) -> list[RecordProblem]:
+            i, _, _, begin, _, _ = work[k]
+            tp, fetched = jobs[i].tp, jobs[i].chunk.fetched
+            return (buffer.append_fetched(tp[0], tp[1], fetched, begin) if isinstance(begin, int)
+                    else buffer.append_fetched(tp[0], tp[1], fetched, at=begin))
 
         def run(items: range) -> None:
             for k in items:
-                i, _, buffer, begin, _, _ = work[k]
-                tp, fetched = jobs[i].tp, jobs[i].chunk.fetched
                 try:
-                    results[k] = (buffer.append_fetched(tp[0], tp[1], fetched, begin) if isinstance(begin, int)
-                                  else buffer.append_fetched(tp[0], tp[1], fetched, at=begin))
+                    results[k] = append(k, work[k][2])
                 except BufferFull:
                     results[k] = None
+                except UnknownWriterSchemas as exc:   # decided below, on the loop
+                    results[k] = exc
 
         threads = min(DECODE_THREADS, len(work))
         if threads:
             await asyncio.gather(*(asyncio.to_thread(run, range(t, len(work), threads)) for t in range(threads)))
+        for k, result in enumerate(results):
+            if isinstance(result, UnknownWriterSchemas):
+                i, name = work[k][0], work[k][1]
+                try:
+                    results[k] = await self._evolver.learning(name, jobs[i].tp, jobs[i].summary.first_offset,
+                                                              functools.partial(append, k), result.ids)
+                except BufferFull:
+                    results[k] = None
+                work[k] = (i, name, self._targets[name].buffer, *work[k][3:])   # a schema change replaces it
         out: list[list[_Decoded] | None] = [[] for _ in jobs]
         for (i, name, buffer, _, records, value_bytes), errors in zip(work, results, strict=True):
             done = out[i]
@@ -356,6 +369,7 @@ class Intake:
             if errors is None or done is None:
                 out[i] = None
                 continue
+            assert not isinstance(errors, UnknownWriterSchemas)   # learned above
             done.append((name, records, value_bytes, errors, buffer))
         return out
 

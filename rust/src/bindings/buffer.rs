@@ -52,6 +52,7 @@ pub struct AppendResult {
     rows: usize,
     errors: Vec<Py<DecodeError>>,
     unknown_fields: Vec<Py<UnknownField>>,
+    fields_ignored: usize,
 }
 
 /// Decodes Kafka record values (JSON objects) into Arrow record batches of one schema.
@@ -250,7 +251,7 @@ fn to_result(py: Python<'_>, done: buffer::Appended) -> PyResult<AppendResult> {
         .into_iter()
         .map(|u| Py::new(py, UnknownField { index: u.index, offset: u.offset, path: u.path }))
         .collect::<PyResult<_>>()?;
-    Ok(AppendResult { rows: done.rows, errors, unknown_fields })
+    Ok(AppendResult { rows: done.rows, errors, unknown_fields, fields_ignored: done.fields_ignored })
 }
 
 /// Decodes Kafka record values (Avro datums, plain or in the Confluent wire format) into Arrow
@@ -277,8 +278,9 @@ impl AvroBuffer {
         Ok(Self { inner })
     }
 
-    fn register(&self, id: u32, writer: &str, reader: &str) -> PyResult<()> {
-        self.inner.register(id, writer, reader).map_err(arrow_err)
+    #[pyo3(signature = (id, writer, reader, ignored = 0))]
+    fn register(&self, id: u32, writer: &str, reader: &str, ignored: usize) -> PyResult<()> {
+        self.inner.register(id, writer, reader, ignored).map_err(arrow_err)
     }
 
     fn refuse(&self, id: u32, field: String, reason: String) {
@@ -310,6 +312,21 @@ impl AvroBuffer {
                 })
             })
             .map_err(buffer_err)?;
+        to_result(py, done)
+    }
+
+    /// The records of ``fetched`` from index ``start`` on that have a value, decoded without the GIL.
+    #[pyo3(signature = (*, topic, partition, fetched, start = 0))]
+    fn append_fetched(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        partition: i32,
+        fetched: &Fetched,
+        start: usize,
+    ) -> PyResult<AppendResult> {
+        let (inner, fetched) = (&self.inner, &fetched.inner);
+        let done = py.detach(|| inner.append_fetched(topic, partition, fetched, start)).map_err(buffer_err)?;
         to_result(py, done)
     }
 

@@ -48,7 +48,7 @@ pub enum Framing {
 
 #[derive(Debug)]
 enum Writer {
-    Readable { writer: AvroSchema, reader: AvroSchema },
+    Readable { writer: AvroSchema, reader: AvroSchema, ignored: usize },
     Refused { field: String, reason: String },
 }
 
@@ -75,9 +75,10 @@ impl AvroBuffer {
     }
 
     /// Records with schema `id` are read with `writer` into `reader`'s fields, which must be the
-    /// value columns, in order. Checked now: a pair arrow-avro cannot resolve, or a reader whose
-    /// decoded columns cannot be cast to the table's, is an error here, not at append time.
-    pub fn register(&self, id: u32, writer: &str, reader: &str) -> Result<(), ArrowError> {
+    /// value columns, in order; `ignored` writer fields are left out (counted per row kept).
+    /// Checked now: a pair arrow-avro cannot resolve, or a reader whose decoded columns cannot be
+    /// cast to the table's, is an error here, not at append time.
+    pub fn register(&self, id: u32, writer: &str, reader: &str, ignored: usize) -> Result<(), ArrowError> {
         let writer = AvroSchema::new(writer.to_string());
         let reader = AvroSchema::new(reader.to_string());
         let mut decoder = build(id, &writer, &reader, 1)?;
@@ -108,13 +109,29 @@ impl AvroBuffer {
             }
         }
         decoder.flush().map_err(ArrowError::from)?;
-        self.writers.write().expect("writers lock poisoned").insert(id, Arc::new(Writer::Readable { writer, reader }));
+        self.writers
+            .write()
+            .expect("writers lock poisoned")
+            .insert(id, Arc::new(Writer::Readable { writer, reader, ignored }));
         Ok(())
     }
 
     /// Every record with schema `id` is a bad record, for `reason` at `field`.
     pub fn refuse(&self, id: u32, field: String, reason: String) {
         self.writers.write().expect("writers lock poisoned").insert(id, Arc::new(Writer::Refused { field, reason }));
+    }
+
+    /// The records of `fetched` from index `start` on that have a value, decoded as
+    /// [`Self::append`] does, straight from the fetched bytes.
+    pub fn append_fetched(
+        &self,
+        topic: &str,
+        partition: i32,
+        fetched: &crate::kafka::Fetched,
+        start: usize,
+    ) -> Result<Appended, BufferError> {
+        let taken = super::Taken::of(fetched, start);
+        self.append(&taken.records(topic, partition))
     }
 
     /// Decode one batch of records of one partition; thread-safe like [`JsonBuffer::append`].
@@ -187,10 +204,11 @@ impl AvroBuffer {
                         out.errors.push(self.core.record_error(records, i, field.clone(), reason.clone()));
                     }
                 }
-                Writer::Readable { writer, reader } => {
+                Writer::Readable { writer, reader, ignored } => {
                     for segment in run.chunks(SEGMENT) {
                         let (batch, kept) =
                             self.decode_segment(id, writer, reader, segment, records, &mut out.errors)?;
+                        out.fields_ignored += ignored * kept.len();
                         if !kept.is_empty() {
                             batches.push(batch);
                             good.extend(kept);

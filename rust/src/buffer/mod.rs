@@ -69,6 +69,9 @@ pub struct Appended {
     pub rows: usize,
     pub errors: Vec<RecordError>,
     pub unknown_fields: Vec<UnknownField>,
+    /// Avro: writer fields the table has no column for, left out of the rows kept (one per field
+    /// per row; the writer schema's registration says how many).
+    pub fields_ignored: usize,
 }
 
 #[derive(Debug)]

@@ -71,7 +71,7 @@ fn v2(id: i64, page: &str, at_ms: i64) -> Vec<u8> {
 #[test]
 fn plain_datums_decode_into_the_table_types() {
     let buf = buffer(Framing::Plain);
-    buf.register(PLAIN_ID, V1, READ_V1).unwrap();
+    buf.register(PLAIN_ID, V1, READ_V1, 0).unwrap();
     let done = append(&buf, &[v1(1, "/a"), v1(2, "/b")]).unwrap();
     assert_eq!(done.rows, 2);
     assert!(done.errors.is_empty());
@@ -84,8 +84,8 @@ fn plain_datums_decode_into_the_table_types() {
 #[test]
 fn two_writer_schemas_in_one_batch_keep_offset_order_and_convert_millis_exactly() {
     let buf = buffer(Framing::Confluent);
-    buf.register(1, V1, READ_V1).unwrap();
-    buf.register(2, V2, READ_V2).unwrap();
+    buf.register(1, V1, READ_V1, 0).unwrap();
+    buf.register(2, V2, READ_V2, 0).unwrap();
     let values =
         [confluent(1, &v1(1, "/a")), confluent(2, &v2(2, "/b", 1_700_000_000_123)), confluent(1, &v1(3, "/c"))];
     let done = append(&buf, &values).unwrap();
@@ -98,9 +98,20 @@ fn two_writer_schemas_in_one_batch_keep_offset_order_and_convert_millis_exactly(
 }
 
 #[test]
+fn the_writer_fields_a_registration_leaves_out_are_counted_per_row_kept() {
+    let buf = buffer(Framing::Confluent);
+    buf.register(1, V1, READ_V1, 2).unwrap();
+    buf.register(2, V2, READ_V2, 0).unwrap();
+    let truncated = confluent(1, &long(4));
+    let values = [confluent(1, &v1(1, "/a")), truncated, confluent(2, &v2(2, "/b", 1)), confluent(1, &v1(3, "/c"))];
+    let done = append(&buf, &values).unwrap();
+    assert_eq!((done.rows, done.errors.len(), done.fields_ignored), (3, 1, 4));
+}
+
+#[test]
 fn an_unknown_schema_id_refuses_the_append_whole_naming_it() {
     let buf = buffer(Framing::Confluent);
-    buf.register(1, V1, READ_V1).unwrap();
+    buf.register(1, V1, READ_V1, 0).unwrap();
     match append(&buf, &[confluent(1, &v1(1, "/a")), confluent(9, &v1(2, "/b"))]) {
         Err(BufferError::UnknownSchemas(ids)) => assert_eq!(ids, vec![9]),
         other => panic!("expected UnknownSchemas, got {other:?}"),
@@ -111,7 +122,7 @@ fn an_unknown_schema_id_refuses_the_append_whole_naming_it() {
 #[test]
 fn a_refused_schema_makes_its_records_bad_and_keeps_the_others() {
     let buf = buffer(Framing::Confluent);
-    buf.register(1, V1, READ_V1).unwrap();
+    buf.register(1, V1, READ_V1, 0).unwrap();
     buf.refuse(7, "page".into(), "writer schema 7 has page as int; column page is string".into());
     let done = append(&buf, &[confluent(7, &long(5)), confluent(1, &v1(1, "/a"))]).unwrap();
     assert_eq!(done.rows, 1);
@@ -123,7 +134,7 @@ fn a_refused_schema_makes_its_records_bad_and_keeps_the_others() {
 #[test]
 fn broken_values_are_bad_records_and_never_shift_rows_against_offsets() {
     let buf = buffer(Framing::Confluent);
-    buf.register(1, V1, READ_V1).unwrap();
+    buf.register(1, V1, READ_V1, 0).unwrap();
     let mut trailing = confluent(1, &v1(3, "/c"));
     trailing.push(42);
     let truncated = confluent(1, &[long(4), long(10), b"/d".to_vec()].concat());
@@ -150,7 +161,7 @@ fn broken_values_are_bad_records_and_never_shift_rows_against_offsets() {
 #[test]
 fn many_records_with_a_few_bad_ones_keep_every_good_one() {
     let buf = buffer(Framing::Plain);
-    buf.register(PLAIN_ID, V1, READ_V1).unwrap();
+    buf.register(PLAIN_ID, V1, READ_V1, 0).unwrap();
     let values: Vec<Vec<u8>> =
         (0..1000).map(|i| if i % 97 == 5 { vec![0x80] } else { v1(i, &format!("/{i}")) }).collect();
     let done = append(&buf, &values).unwrap();
@@ -164,15 +175,15 @@ fn many_records_with_a_few_bad_ones_keep_every_good_one() {
 #[test]
 fn a_reader_schema_that_does_not_match_the_table_is_refused_at_registration() {
     let buf = buffer(Framing::Plain);
-    let err = buf.register(PLAIN_ID, V1, V1).unwrap_err();
+    let err = buf.register(PLAIN_ID, V1, V1, 0).unwrap_err();
     assert!(err.to_string().contains("2 fields"), "{err}");
     let wrong = r#"{"type":"record","name":"Click","namespace":"web","fields":[
         {"name":"id","type":"int"},{"name":"page","type":"string"},
         {"name":"at","type":["null","string"],"default":null}]}"#;
-    let err = buf.register(PLAIN_ID, V1, wrong).unwrap_err(); // Arrow would parse the text: a guess
+    let err = buf.register(PLAIN_ID, V1, wrong, 0).unwrap_err(); // Arrow would parse the text: a guess
     assert!(err.to_string().contains("cannot become"), "{err}");
     let other = r#"{"type":"record","name":"Other","fields":[{"name":"id","type":"int"}]}"#;
-    assert!(buf.register(PLAIN_ID, V1, other).is_err());
+    assert!(buf.register(PLAIN_ID, V1, other, 0).is_err());
 }
 
 #[test]
@@ -181,7 +192,7 @@ fn a_decimal_with_more_digits_than_its_precision_is_a_bad_record_not_a_wrong_num
         {"name":"price","type":{"type":"bytes","logicalType":"decimal","precision":4,"scale":2}}]}"#;
     let table = Arc::new(Schema::new(vec![Field::new("price", DataType::Decimal128(4, 2), true)]));
     let buf = AvroBuffer::new(table, Options::default(), Framing::Plain).unwrap();
-    buf.register(PLAIN_ID, writer, writer).unwrap();
+    buf.register(PLAIN_ID, writer, writer, 0).unwrap();
     // two's-complement big-endian unscaled values: 1234 (12.34) and 12345678 (123456.78)
     let fits = [long(2), vec![0x04, 0xd2]].concat();
     let too_many = [long(4), vec![0x00, 0xbc, 0x61, 0x4e]].concat();
