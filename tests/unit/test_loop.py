@@ -256,3 +256,44 @@ async def test_records_no_table_takes_at_the_end_are_not_read_again_after_a_rest
     again = FakeSource(logs, per_fetch=40)
     await run_until(cfg, again, lambda: again.joined, timeout=30)
     assert again.fetched == [], again.fetched
+
+
+AVRO_V1 = {"type": "record", "name": "Event", "namespace": "shop", "fields": [
+    {"name": "id", "type": "long"}, {"name": "count", "type": "int"}]}
+AVRO_V2 = {**AVRO_V1, "fields": [{"name": "id", "type": "long"}, {"name": "count", "type": "long"},
+                                 {"name": "geo", "type": ["null", {"type": "record", "name": "Geo", "fields": [
+                                     {"name": "city", "type": "string"}]}], "default": None}]}
+
+
+async def test_avro_fetches_of_one_poll_learn_their_writer_schemas_again_after_another_changed_the_table(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two partitions' fetches decoded at once: the first one's writer schema changes the table
+    (a new buffer, which knows no writer schema), and the second, which named only the schema its
+    old buffer lacked, learns every one it holds before its records go in."""
+    import io
+
+    import fastavro
+
+    from frazil.ingest import registry
+
+    schemas = {1: json.dumps(AVRO_V1), 2: json.dumps(AVRO_V2)}
+    monkeypatch.setattr(registry.WriterSchemas, "_fetch", lambda _, schema_id: schemas[schema_id])
+
+    def framed(schema_id: int, i: int) -> bytes:
+        out = io.BytesIO()
+        record = {"id": i, "count": i} if schema_id == 1 else {"id": i, "count": 3_000_000_000 + i, "geo": None}
+        fastavro.schemaless_writer(out, fastavro.parse_schema(AVRO_V1 if schema_id == 1 else AVRO_V2), record)
+        return b"\x00" + schema_id.to_bytes(4, "big") + out.getvalue()
+
+    extra = '[values]\nformat = "avro-confluent"\n\n[schema_registry]\nurl = "http://127.0.0.1:1"\n'
+    path = support.write_config(tmp_path, "127.0.0.1:1", ["t"], interval=0.2, extra=extra)
+    path.write_text(path.read_text().replace('name = "db.events"\n', 'name = "db.events"\nunknown_fields = "evolve"\n',
+                                             1))
+    cfg = support.load(path)
+    # a first poll of id 1 everywhere; then partition 0 holds only id 2, partition 1 ids 1 and 2
+    kinds = {0: [1] * 10 + [2] * 10, 1: [1] * 10 + [1] * 5 + [2] * 5}
+    logs = {("t", p): [(i, 1_700_000_000_000 + i, None, framed(k, i)) for i, k in enumerate(ks)]
+            for p, ks in kinds.items()}
+    source = FakeSource(logs, per_fetch=10)
+    await run_until(cfg, source, source.read_to_end)
+    assert counts(cfg, "db.events") == {("t", p, i): 1 for p, ks in kinds.items() for i in range(len(ks))}

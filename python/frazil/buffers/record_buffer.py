@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -67,7 +68,8 @@ class RecordBuffer:
         except _native.NativeError as exc:
             raise FrazilError(f"the record buffer cannot use this table schema: {exc}") from exc
         self.schema = schema
-        self.fields_ignored = 0   # fields dropped (``unknown_fields="ignore"``); the pipeline counts and resets it
+        self.fields_ignored = 0   # fields dropped (``unknown_fields="ignore"``); the pipeline takes the count
+        self._counting = threading.Lock()   # appends to one buffer run on several decode threads
 
     @property
     def rows(self) -> int:
@@ -100,8 +102,17 @@ class RecordBuffer:
             return self._problems(self._native.append_fetched(topic=topic, partition=partition, fetched=fetched,
                                                               start=start, at=at))
 
+    def take_fields_ignored(self) -> int:
+        """The fields dropped since the last call (counted once, whatever thread appended)."""
+        with self._counting:
+            taken, self.fields_ignored = self.fields_ignored, 0
+        return taken
+
     def _problems(self, result: _native.AppendResult) -> list[RecordProblem]:
-        self.fields_ignored += len(result.unknown_fields) + result.fields_ignored
+        ignored = len(result.unknown_fields) + result.fields_ignored
+        if ignored:
+            with self._counting:
+                self.fields_ignored += ignored
         strict = self._strict
         return [RecordProblem(e.offset, e.field, strict if strict is not None and e.reason.startswith(NO_SUCH_COLUMN)
                               else e.reason) for e in result.errors]
@@ -134,6 +145,7 @@ class AvroRecordBuffer(RecordBuffer):
         self._ignore = False
         self.schema = schema
         self.fields_ignored = 0
+        self._counting = threading.Lock()
 
     def register(self, schema_id: int, writer: str, reader: str, ignored: int = 0) -> None:
         """Records of ``schema_id`` are read with ``reader`` (``ignored``: how many of the writer's

@@ -92,20 +92,27 @@ class Evolver:
                        append: Callable[[RecordBuffer], list[RecordProblem]],
                        unknown: list[int] | None = None) -> list[RecordProblem]:
         """``append`` (Avro records of ``tp`` from ``offset`` on) into table ``name``'s buffer;
-        writer schemas it has not seen (``unknown``, when an append already said which) are
-        fetched and decided first (:meth:`_learn`), and the append is made again. Each schema
-        change is progress (a batch may hold many writer schemas); a round that changes nothing
-        decides every id, so the append after it cannot name an unknown one."""
+        writer schemas it has not seen (``unknown``, when an append to the table's current buffer
+        already said which) are fetched and decided first (:meth:`_learn`), and the append is made
+        again, until it names none. Each schema change is progress (a batch may hold many writer
+        schemas), bounded by ``MAX_SCHEMA_CHANGES``."""
         changes = 0
+        decided: set[int] = set()   # ids decided for the table's current buffer
         while True:
             if unknown is None:
                 try:
                     return append(self._targets[name].buffer)
                 except UnknownWriterSchemas as exc:
                     unknown = exc.ids
-            if not await self._learn(name, tp, offset, unknown):
-                return append(self._targets[name].buffer)
+            if decided.intersection(unknown):
+                raise FrazilError(f"table {name}: writer schema(s) {sorted(decided.intersection(unknown))} were "
+                                  "decided for its buffer, which still does not know them; stopping")
+            # each round decides the ids named, or changes the table (a new buffer: bounded below)
+            changed = await self._learn(name, tp, offset, unknown)
+            decided = set() if changed else decided.union(unknown)
             unknown = None
+            if not changed:
+                continue
             changes += 1
             if changes >= MAX_SCHEMA_CHANGES:
                 raise FrazilError(f"table {name}: the writer schemas of {tp[0]}[{tp[1]}] from offset "

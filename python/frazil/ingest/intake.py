@@ -278,10 +278,11 @@ class Intake:
         """After an append: metrics, then its bad records: a schema change first when the table
         evolves, then the dead-letter topic or a stop."""
         name = appended.table
-        buffer = self._targets[name].buffer   # a schema change may have replaced it
-        if buffer.fields_ignored:
-            self._metrics.fields_ignored.inc(buffer.fields_ignored)
-            buffer.fields_ignored = 0
+        # the buffer that decoded them, and the table's now (a schema change may have replaced it)
+        for buffer in {id(b): b for b in (appended.decoded_by, self._targets[name].buffer)}.values():
+            ignored = buffer.take_fields_ignored()
+            if ignored:
+                self._metrics.fields_ignored.inc(ignored)
         errors = appended.errors
         if (errors and not appended.what and self._targets[name].cfg.unknown_fields == "evolve"
                 and self._evolver.writers is None):
@@ -352,10 +353,14 @@ class Intake:
             await asyncio.gather(*(asyncio.to_thread(run, range(t, len(work), threads)) for t in range(threads)))
         for k, result in enumerate(results):
             if isinstance(result, UnknownWriterSchemas):
-                i, name = work[k][0], work[k][1]
+                i, name, buffer, at = work[k][:4]
+                # the ids the append named are unknown to the buffer it used; a schema change since
+                # (another fetch's, above) made a new buffer that knows none yet: it is asked again
+                unknown = result.ids if self._targets[name].buffer is buffer else None
+                first = jobs[i].chunk.fetched.summary(at).first_offset if isinstance(at, int) else -1
                 try:
-                    results[k] = await self._evolver.learning(name, jobs[i].tp, jobs[i].summary.first_offset,
-                                                              functools.partial(append, k), result.ids)
+                    results[k] = await self._evolver.learning(name, jobs[i].tp, first, functools.partial(append, k),
+                                                              unknown)
                 except BufferFull:
                     results[k] = None
                 work[k] = (i, name, self._targets[name].buffer, *work[k][3:])   # a schema change replaces it

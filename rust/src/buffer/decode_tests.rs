@@ -145,8 +145,20 @@ fn fields_that_differ_only_in_case_fold_on_the_single_pass() {
     assert_eq!(batch.column(1).as_string::<i64>().value(0), "a");
 }
 
+/// `values` into a `fold_case` buffer of `schema`: the bad records (offset, field), the rows as
+/// text, and how many the single pass read.
+fn folded(schema: &SchemaRef, values: &[String], single_pass: bool) -> (Vec<(i64, String)>, String, usize) {
+    let buf = JsonBuffer::new(schema.clone(), Options { single_pass, fold_case: true, ..Options::default() }).unwrap();
+    let offsets: Vec<i64> = (0..values.len() as i64).collect();
+    let keys: Vec<Option<Vec<u8>>> = vec![None; values.len()];
+    let records = Records { topic: "t", partition: 0, offsets: &offsets, timestamps_ms: &offsets, keys: &keys, values };
+    let errors = buf.append(&records).unwrap().errors.into_iter().map(|e| (e.offset, e.field)).collect();
+    let rows = buf.drain().unwrap().map(|b| format!("{:?}", b.columns())).unwrap_or_default();
+    (errors, rows, buf.single_pass_rows())
+}
+
 #[test]
-fn columns_that_differ_only_in_case_keep_exact_names_first_on_the_single_pass() {
+fn columns_that_differ_only_in_case_leave_folding_to_the_name_checks() {
     let schema = Arc::new(Schema::new(vec![
         Field::new("a", DataType::Int64, true),
         Field::new("A", DataType::Int64, true),
@@ -158,33 +170,28 @@ fn columns_that_differ_only_in_case_keep_exact_names_first_on_the_single_pass() 
         r#"{"B": "x"}"#,
         r#"{"b": "x", "B": "y"}"#,
         r#"{"A": 4, "a": 5, "b": "z"}"#,
+        r#"{"A": 6, "b": "w"}"#,
     ]
     .iter()
     .map(|v| v.to_string())
     .collect();
-    let land = |single_pass: bool| {
-        let buf =
-            JsonBuffer::new(schema.clone(), Options { single_pass, fold_case: true, ..Options::default() }).unwrap();
-        let offsets: Vec<i64> = (0..values.len() as i64).collect();
-        let keys: Vec<Option<Vec<u8>>> = vec![None; values.len()];
-        let records = Records {
-            topic: "t",
-            partition: 0,
-            offsets: &offsets,
-            timestamps_ms: &offsets,
-            keys: &keys,
-            values: &values,
-        };
-        let errors: Vec<i64> = buf.append(&records).unwrap().errors.iter().map(|e| e.offset).collect();
-        let batch = buf.drain().unwrap().unwrap();
-        let column = |k: usize| format!("{:?}", batch.column(k));
-        (errors, column(0), column(1), column(2), buf.single_pass_rows())
-    };
-    let (errors, a, upper_a, b, single) = land(true);
-    assert_eq!((errors.clone(), a.clone(), upper_a.clone(), b.clone()), {
-        let want = land(false);
-        (want.0, want.1, want.2, want.3)
-    });
-    assert_eq!(errors, vec![3]);
-    assert_eq!(single, 4);
+    let (errors, rows, single) = folded(&schema, &values, true);
+    let (want_errors, want_rows, _) = folded(&schema, &values, false);
+    assert_eq!((&errors, &rows), (&want_errors, &want_rows));
+    assert_eq!(errors.iter().map(|e| e.0).collect::<Vec<_>>(), vec![3]);
+    assert_eq!(single, 0, "with two columns that fold alike, validate::fold_keys alone renames fields");
+}
+
+#[test]
+fn names_fold_through_lists_of_lists_on_both_paths() {
+    let inner = DataType::Struct(vec![Field::new("k", DataType::Int64, true)].into());
+    let lists =
+        DataType::List(Arc::new(Field::new("item", DataType::List(Arc::new(Field::new("item", inner, true))), true)));
+    let schema = Arc::new(Schema::new(vec![Field::new("m", lists, true)]));
+    let values = vec![r#"{"M": [[{"K": 1}, {"k": 2}], []]}"#.to_string(), r#"{"m": [[{"K": 3, "k": 4}]]}"#.to_string()];
+    let (errors, rows, single) = folded(&schema, &values, true);
+    let (want_errors, want_rows, _) = folded(&schema, &values, false);
+    assert_eq!((&errors, &rows), (&want_errors, &want_rows));
+    assert_eq!(errors.len(), 1, "two spellings of k in one struct: {errors:?}");
+    assert_eq!(single, 1);
 }

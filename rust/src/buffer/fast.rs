@@ -119,8 +119,9 @@ impl FastDecoder {
     /// The rows of `values` at `indices` this decoder reads plainly, in order, and the indices it
     /// left for the arrow-json path (each rolled back, so a row never holds half a record); None
     /// when it would leave more than `max_left` (the batch is then the arrow-json path's). With
-    /// `fold_case`, a field that matches no column exactly takes the first column that differs
-    /// from it only in ASCII case, as `validate::check` renames it.
+    /// `fold_case`, a field that matches no column exactly takes the column that differs from it
+    /// only in ASCII case, as `validate::check` renames it; None when two columns of one struct
+    /// differ only in case (the rules for such names are `validate.rs`'s alone).
     pub(crate) fn decode<'v>(
         &self,
         value: impl Fn(usize) -> &'v [u8],
@@ -130,7 +131,10 @@ impl FastDecoder {
         max_left: usize,
     ) -> Option<Decoded> {
         let mut state = Object::new(&self.columns, indices.len());
-        let how = How { strict: self.strict, fold_case, fold_by_order: fold_case && self.folds_uniquely };
+        if fold_case && !self.folds_uniquely {
+            return None; // two columns of one struct differ only in case: validate::fold_keys decides
+        }
+        let how = How { strict: self.strict, fold_case };
         let mut rows = 0;
         let mut left = Vec::new();
         for &i in indices {
@@ -160,13 +164,12 @@ pub(crate) struct Decoded {
     pub(crate) left: Vec<usize>,
 }
 
-/// How names are matched: unknown fields refused (`strict`), case folded (`fold_case`), and
-/// then, when no two columns of a struct fold alike, matched in one pass (`fold_by_order`).
+/// How names are matched: unknown fields refused (`strict`), case folded (`fold_case`: only where
+/// no two columns of a struct differ only in case, so a field matches one column at most).
 #[derive(Clone, Copy)]
 struct How {
     strict: bool,
     fold_case: bool,
-    fold_by_order: bool,
 }
 
 /// Whether no two columns at any level differ only in ASCII case.
@@ -225,7 +228,7 @@ impl Object {
                 p.ws();
                 p.expect(b':')?;
                 p.ws();
-                let found = if how.fold_by_order {
+                let found = if how.fold_case {
                     // one column at most matches without regard to case, and an exact match is one
                     if specs.get(guess).is_some_and(|s| s.name.eq_ignore_ascii_case(name)) {
                         Some(guess)
@@ -235,10 +238,7 @@ impl Object {
                 } else if specs.get(guess).is_some_and(|s| *s.name == *name) {
                     Some(guess)
                 } else {
-                    specs.iter().position(|s| *s.name == *name).or_else(|| {
-                        // a near miss names a column only when no column has the name exactly
-                        how.fold_case.then(|| specs.iter().position(|s| s.name.eq_ignore_ascii_case(name))).flatten()
-                    })
+                    specs.iter().position(|s| *s.name == *name)
                 };
                 match found {
                     Some(k) => {

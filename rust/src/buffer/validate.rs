@@ -99,21 +99,24 @@ fn fold_keys(value: &mut serde_json::Value, fields: &Fields, prefix: &str) -> Re
     for field in fields.iter() {
         let Some(child) = map.get_mut(field.name()) else { continue };
         let path = if prefix.is_empty() { field.name().clone() } else { format!("{prefix}.{}", field.name()) };
-        match (field.data_type(), child) {
-            (DataType::Struct(inner), child @ serde_json::Value::Object(_)) => {
-                changed |= fold_keys(child, inner, &path)?
-            }
-            (DataType::List(item) | DataType::LargeList(item), serde_json::Value::Array(items)) => {
-                if let DataType::Struct(inner) = item.data_type() {
-                    for (i, element) in items.iter_mut().enumerate() {
-                        changed |= fold_keys(element, inner, &format!("{path}[{i}]"))?;
-                    }
-                }
-            }
-            _ => {}
-        }
+        changed |= fold_within(child, field.data_type(), &path)?;
     }
     Ok(changed)
+}
+
+/// [`fold_keys`] on the structs inside `value`, a value of `data_type`, through lists at any depth.
+fn fold_within(value: &mut serde_json::Value, data_type: &DataType, path: &str) -> Result<bool, String> {
+    match (data_type, value) {
+        (DataType::Struct(inner), value @ serde_json::Value::Object(_)) => fold_keys(value, inner, path),
+        (DataType::List(item) | DataType::LargeList(item), serde_json::Value::Array(items)) => {
+            let mut changed = false;
+            for (i, element) in items.iter_mut().enumerate() {
+                changed |= fold_within(element, item.data_type(), &format!("{path}[{i}]"))?;
+            }
+            Ok(changed)
+        }
+        _ => Ok(false),
+    }
 }
 
 fn collect_unknown(value: &serde_json::Value, fields: &Fields, prefix: &str, out: &mut Vec<String>) {
