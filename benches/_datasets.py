@@ -77,6 +77,12 @@ class Dataset:
     generate: Callable[[int], list[bytes]]
     # the writer schema of plain Avro values (frazil's values.format = "avro"); None: JSON values
     avro: dict[str, object] | None = None
+    # one value in this many is a bad record (a text where a number goes), from the first on
+    bad_every: int = 0
+
+    def bad(self, records: int) -> int:
+        """How many of ``records`` generated values are bad records."""
+        return -(-records // self.bad_every) if self.bad_every else 0
 
     def columns_toml(self) -> str:
         items = ",\n".join(f'  {{ name = "{n}", type = "{t}"{", required = true" if r else ""} }}'
@@ -145,6 +151,16 @@ def as_avro(values: list[bytes], schema: dict[str, object], columns: list[Column
 
 CLICKSTREAM = Dataset("clickstream", _clickstream_columns(), sample_events)
 _CLICKSTREAM_AVRO = avro_schema("clickstream", CLICKSTREAM.columns)
+def with_bad(values: list[bytes], every: int) -> list[bytes]:
+    """One value in ``every`` replaced by a bad record: ``user_id`` (a long) holding text."""
+    bad = [b'{"event_id":"bad-%d","user_id":"not a number"}' % i for i in range(0, len(values), every)]
+    out = list(values)
+    out[::every] = bad
+    return out
+
+
+CLICKSTREAM_DIRTY = Dataset("clickstream-dirty", CLICKSTREAM.columns, lambda n: with_bad(sample_events(n), 100),
+                            bad_every=100)
 CLICKSTREAM_AVRO = Dataset("clickstream-avro", CLICKSTREAM.columns,
                            lambda n: as_avro(sample_events(n), _CLICKSTREAM_AVRO, CLICKSTREAM.columns),
                            _CLICKSTREAM_AVRO)
@@ -155,4 +171,5 @@ WORKLOADS = {w.name: w for w in (
     Workload("wide", WIDE),
     Workload("clickstream-routed", CLICKSTREAM, routes=("country", tuple(COUNTRIES))),
     Workload("clickstream-avro", CLICKSTREAM_AVRO),
+    Workload("clickstream-dirty", CLICKSTREAM_DIRTY),
 )}

@@ -73,7 +73,7 @@ FRAZIL_CONFIG = """\
 [pipeline]
 name = "{name}"
 commit_interval_s = {interval}
-[kafka]
+{pipeline}[kafka]
 bootstrap_servers = "{bootstrap}"
 topics = ["{topic}"]
 [catalog]
@@ -156,9 +156,12 @@ class Bench:
                 schema_file = self.workdir / f"{workload.dataset.name}.avsc"
                 schema_file.write_text(json.dumps(workload.dataset.avro))
                 tables = f'[values]\nformat = "avro"\nschema_file = "{schema_file}"\n' + tables
+            # bad records to the dead-letter topic: the pipeline goes on
+            pipeline = 'on_bad_record = "dead_letter"\n' if workload.dataset.bad_every else ""
             config.write_text(FRAZIL_CONFIG.format(
                 name=job["name"], interval=self.interval, bootstrap=self.bootstrap, topic=job["topic"],
-                catalog=CATALOG, uri=self.props["uri"], warehouse=self.props["warehouse"], tables=tables))
+                pipeline=pipeline, catalog=CATALOG, uri=self.props["uri"], warehouse=self.props["warehouse"],
+                tables=tables))
             python = self.baseline if system == "frazil-baseline" and self.baseline else sys.executable
             return [python, "-m", "frazil.cli", "run", "--config", str(config)]
         script = {"spark-ss": "spark_ss.py", "plain-python": "plain_python.py",
@@ -216,15 +219,15 @@ class Bench:
         except ProcessLookupError:
             pass
 
-    def verify(self, table_name: str | list[str], ends: dict[Any, int]) -> dict[str, Any]:
+    def verify(self, table_name: str | list[str], ends: dict[Any, int], bad: int = 0) -> dict[str, Any]:
         """Read the table (or every table of a routed workload, together) back: every (partition,
-        offset) below the log end, exactly once."""
+        offset) below the log end, exactly once, but the ``bad`` records (in the dead-letter topic)."""
         tables = [self.catalog.load_table(t) for t in (table_name if isinstance(table_name, list) else [table_name])]
         got = pa.concat_tables(t.scan(selected_fields=("_kafka_partition", "_kafka_offset")).to_arrow() for t in tables)
         key = pc.add(pc.multiply(pc.cast(got.column("_kafka_partition"), pa.int64()), 1 << 40),
                      got.column("_kafka_offset"))
         distinct = pc.count_distinct(key).as_py()
-        expect = sum(ends.values())
+        expect = sum(ends.values()) - bad
         snapshots = sum(1 for t in tables for _ in t.snapshots())
         return {"rows": got.num_rows, "distinct_offsets": distinct, "snapshots": snapshots,
                 "exactly_once": got.num_rows == distinct == expect}
@@ -234,12 +237,13 @@ class Bench:
     def throughput(self, system: str, workload: _datasets.Workload, topic: str, ends: dict[Any, int],
                    nbytes: int, run: int = 0) -> dict[str, Any]:
         records = sum(ends.values())
+        bad = workload.dataset.bad(records)
         job = self.job(system, workload, topic, records, run)
         proc, started = self.launch(job, workload)
         monitor = TreeMonitor(proc.pid)
         spy = _profile.record(proc.pid, self.workdir / f"{job['name']}.profile") if self.profile else None
         try:
-            landed_at = self.wait_landed(proc, job, records, timeout=1800)
+            landed_at = self.wait_landed(proc, job, records - bad, timeout=1800)
             usage = monitor.stop()
         finally:
             self.stop(proc)
@@ -248,7 +252,7 @@ class Bench:
             spy.wait(timeout=60)
             profile = {"profile": _profile.summarise(self.workdir / f"{job['name']}.profile")}
         seconds = landed_at - started
-        check = self.verify(job.get("tables") or job["table"], ends)
+        check = self.verify(job.get("tables") or job["table"], ends, bad)
         if not check["exactly_once"]:
             raise RuntimeError(f"{system} on {workload.name}: not exactly once: {check}")
         return {"system": system, "workload": workload.name, **rates(records, nbytes, seconds),
@@ -430,9 +434,10 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if workload.routes and name in frazil and one in frazil:
             out.append({"workload": name, "versus": f"frazil {one} (one table)",
                         "frazil_over": round(frazil[name]["records_per_s"] / frazil[one]["records_per_s"], 2)})
-        # Avro's cost: the same events as Avro datums over them as JSON
-        if workload.dataset.avro is not None and name in frazil and "clickstream" in frazil:
-            out.append({"workload": name, "versus": "frazil clickstream (JSON)",
+        # Avro's and bad records' cost: the same events as Avro datums, or with 1% bad, over the clean JSON
+        if (workload.dataset.avro is not None or workload.dataset.bad_every) and name in frazil \
+                and "clickstream" in frazil:
+            out.append({"workload": name, "versus": "frazil clickstream (clean JSON)",
                         "frazil_over": round(frazil[name]["records_per_s"] / frazil["clickstream"]["records_per_s"],
                                              2)})
     return out
@@ -492,8 +497,8 @@ def main() -> int:
             for system in args.systems:
                 if args.baseline and system == "frazil":
                     continue   # measured above, beside the baseline
-                if (workload.routes or workload.dataset.avro) and system != "frazil":
-                    continue  # routing into several tables, and Avro values, are frazil's alone here
+                if (workload.routes or workload.dataset.avro or workload.dataset.bad_every) and system != "frazil":
+                    continue  # routing, Avro values and dead letters are frazil's alone here
                 if system in CEILINGS and workload.partition_by:
                     continue  # the same bytes as the unpartitioned workload
 
