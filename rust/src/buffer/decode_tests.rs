@@ -145,16 +145,21 @@ fn fields_that_differ_only_in_case_fold_on_the_single_pass() {
     assert_eq!(batch.column(1).as_string::<i64>().value(0), "a");
 }
 
-/// `values` into a `fold_case` buffer of `schema`: the bad records (offset, field), the rows as
-/// text, and how many the single pass read.
-fn folded(schema: &SchemaRef, values: &[String], single_pass: bool) -> (Vec<(i64, String)>, String, usize) {
-    let buf = JsonBuffer::new(schema.clone(), Options { single_pass, fold_case: true, ..Options::default() }).unwrap();
+/// `values` into a buffer of `schema` with `options`: the bad records (offset, field, reason), the
+/// rows as text, and how many the single pass read.
+fn landed(schema: &SchemaRef, values: &[String], options: Options) -> (Vec<(i64, String, String)>, String, usize) {
+    let buf = JsonBuffer::new(schema.clone(), options).unwrap();
     let offsets: Vec<i64> = (0..values.len() as i64).collect();
     let keys: Vec<Option<Vec<u8>>> = vec![None; values.len()];
     let records = Records { topic: "t", partition: 0, offsets: &offsets, timestamps_ms: &offsets, keys: &keys, values };
-    let errors = buf.append(&records).unwrap().errors.into_iter().map(|e| (e.offset, e.field)).collect();
+    let errors = buf.append(&records).unwrap().errors.into_iter().map(|e| (e.offset, e.field, e.reason)).collect();
     let rows = buf.drain().unwrap().map(|b| format!("{:?}", b.columns())).unwrap_or_default();
     (errors, rows, buf.single_pass_rows())
+}
+
+/// [`landed`] with `fold_case`.
+fn folded(schema: &SchemaRef, values: &[String], single_pass: bool) -> (Vec<(i64, String, String)>, String, usize) {
+    landed(schema, values, Options { single_pass, fold_case: true, ..Options::default() })
 }
 
 #[test]
@@ -194,4 +199,44 @@ fn names_fold_through_lists_of_lists_on_both_paths() {
     assert_eq!((&errors, &rows), (&want_errors, &want_rows));
     assert_eq!(errors.len(), 1, "two spellings of k in one struct: {errors:?}");
     assert_eq!(single, 1);
+}
+
+/// Records the single pass leaves part-way through nested lists, strings and structs, first,
+/// last and back to back: the rows kept are those of the arrow-json path.
+#[test]
+fn records_left_part_way_through_nested_values_roll_back_whole() {
+    let ints = DataType::List(Arc::new(Field::new("item", DataType::Int64, true)));
+    let nested = DataType::List(Arc::new(Field::new("item", ints, true)));
+    let items = DataType::LargeList(Arc::new(Field::new(
+        "item",
+        DataType::Struct(vec![Field::new("s", DataType::Utf8, true), Field::new("n", DataType::Int64, true)].into()),
+        true,
+    )));
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, true),
+        Field::new("ll", nested, true),
+        Field::new("xs", items, true),
+        Field::new("t", DataType::Utf8, true),
+    ]));
+    let bad = [
+        r#"{"id": null, "ll": [[1, 2], [3, "x"]], "t": "a"}"#, // inside a list of lists, a null first
+        r#"{"id": 2, "xs": [{"s": "long enough text", "n": 1}, {"s": "y", "n": 1.5}]}"#, // inside a struct in a list
+        r#"{"id": 3, "t": "text", "xs": [{"s": "z"}], "ll": [[4]], "zz": 1}"#, // everything read, then unknown
+    ];
+    let good = [
+        r#"{"id": 10, "ll": [[5], [], null], "xs": [{"s": "k", "n": 2}], "t": "g"}"#,
+        r#"{"id": null, "ll": null, "xs": null, "t": null}"#,
+    ];
+    // bad first, last, back to back, alone, among good ones
+    let mixes: [&[usize]; 5] = [&[0, 3, 4], &[3, 4, 1], &[0, 1, 2, 3], &[2], &[3, 0, 4, 1, 3, 2, 4]];
+    for mix in mixes {
+        let values: Vec<String> =
+            mix.iter().map(|&k| if k < 3 { bad[k].to_string() } else { good[k - 3].to_string() }).collect();
+        let run = |single_pass: bool| landed(&schema, &values, Options { single_pass, ..Options::default() });
+        let (errors, rows, single) = run(true);
+        let (want_errors, want_rows, _) = run(false);
+        assert_eq!((&errors, &rows), (&want_errors, &want_rows), "{mix:?}");
+        assert_eq!(errors.len(), mix.iter().filter(|&&k| k < 3).count(), "{mix:?}");
+        assert_eq!(single, mix.len() - errors.len(), "{mix:?}: the good ones stay on the single pass");
+    }
 }
