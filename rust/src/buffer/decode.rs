@@ -41,9 +41,8 @@ impl JsonBuffer {
     ) -> Result<(RecordBatch, Vec<usize>), BufferError> {
         if let Some(fast) = &self.fast {
             let values = Values { original: records.values, rewritten: &rewritten };
-            let fold_case = self.options.fold_case;
             if let Some(Decoded { batch, left }) =
-                fast.decode(|i| values.get(i), &good, &self.value_schema, fold_case, most_left(good.len()))
+                fast.decode(|i| values.get(i), &good, &self.value_schema, most_left(good.len()))
             {
                 self.single_pass_rows.fetch_add(batch.num_rows(), Ordering::Relaxed);
                 if left.is_empty() {
@@ -51,7 +50,7 @@ impl JsonBuffer {
                 }
                 return self.rescue(records, good, batch, left, rewritten, out);
             }
-            if fold_case {
+            if self.options.fold_case {
                 good = self.fold(records, good, &mut rewritten, out);
             }
         }

@@ -95,46 +95,41 @@ impl Spec {
 /// The decoder of one table schema (its value columns).
 pub(crate) struct FastDecoder {
     columns: Vec<Spec>,
-    /// Fields not in the schema are an error (strict) rather than skipped.
-    strict: bool,
-    /// No two columns of one struct (or of the top level) differ only in ASCII case: a field folds
-    /// to the one column it matches without regard to case, which the producer's order predicts.
-    folds_uniquely: bool,
+    /// How field names are matched: unknown ones refused or skipped, case folded or not.
+    how: How,
 }
 
 impl std::fmt::Debug for FastDecoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FastDecoder").field("columns", &self.columns.len()).field("strict", &self.strict).finish()
+        f.debug_struct("FastDecoder").field("columns", &self.columns.len()).field("strict", &self.how.strict).finish()
     }
 }
 
 impl FastDecoder {
-    /// None when a column has a type (or an option) only the arrow-json path reads.
-    pub(crate) fn for_fields(fields: &Fields, strict: bool) -> Option<Self> {
+    /// None when a column has a type (or an option) only the arrow-json path reads. With
+    /// `fold_case`, a field that matches no column exactly takes the column that differs from it
+    /// only in ASCII case, as `validate::check` renames it; None when two columns of one struct
+    /// differ only in case (the rules for such names are `validate.rs`'s alone).
+    pub(crate) fn for_fields(fields: &Fields, strict: bool, fold_case: bool) -> Option<Self> {
         let columns: Vec<Spec> = fields.iter().map(Spec::of).collect::<Option<_>>()?;
-        let folds_uniquely = folds_uniquely(&columns);
-        Some(FastDecoder { columns, strict, folds_uniquely })
+        if fold_case && !folds_uniquely(&columns) {
+            return None;
+        }
+        Some(FastDecoder { columns, how: How { strict, fold_case } })
     }
 
     /// The rows of `values` at `indices` this decoder reads plainly, in order, and the indices it
     /// left for the arrow-json path (each rolled back, so a row never holds half a record); None
-    /// when it would leave more than `max_left` (the batch is then the arrow-json path's). With
-    /// `fold_case`, a field that matches no column exactly takes the column that differs from it
-    /// only in ASCII case, as `validate::check` renames it; None when two columns of one struct
-    /// differ only in case (the rules for such names are `validate.rs`'s alone).
+    /// when it would leave more than `max_left` (the batch is then the arrow-json path's).
     pub(crate) fn decode<'v>(
         &self,
         value: impl Fn(usize) -> &'v [u8],
         indices: &[usize],
         schema: &SchemaRef,
-        fold_case: bool,
         max_left: usize,
     ) -> Option<Decoded> {
         let mut state = Object::new(&self.columns, indices.len());
-        if fold_case && !self.folds_uniquely {
-            return None; // two columns of one struct differ only in case: validate::fold_keys decides
-        }
-        let how = How { strict: self.strict, fold_case };
+        let how = self.how;
         let mut rows = 0;
         let mut left = Vec::new();
         for &i in indices {

@@ -15,10 +15,10 @@ fn fields() -> Fields {
 fn decode(strict: bool, values: &[&str]) -> Option<RecordBatch> {
     let fields = fields();
     let schema = Arc::new(Schema::new(fields.clone()));
-    let decoder = FastDecoder::for_fields(&fields, strict).expect("plain columns");
+    let decoder = FastDecoder::for_fields(&fields, strict, false).expect("plain columns");
     let indices: Vec<usize> = (0..values.len()).collect();
     // nothing left: every value read plainly, or None
-    decoder.decode(|i| values[i].as_bytes(), &indices, &schema, false, 0).map(|d| d.batch)
+    decoder.decode(|i| values[i].as_bytes(), &indices, &schema, 0).map(|d| d.batch)
 }
 
 #[test]

@@ -232,7 +232,7 @@ impl JsonBuffer {
         let shards = (0..options.shards).map(|_| Mutex::new(Vec::new())).collect();
         let reject = options.unknown_fields == UnknownFields::Reject;
         let fast = (options.single_pass && reject)
-            .then(|| fast::FastDecoder::for_fields(value_schema.fields(), reject))
+            .then(|| fast::FastDecoder::for_fields(value_schema.fields(), reject, options.fold_case))
             .flatten();
         Ok(Self {
             schema,
