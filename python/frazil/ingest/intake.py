@@ -77,6 +77,24 @@ class _Direct:
 _Decoded = tuple[str, int, int, list[RecordProblem], RecordBuffer]
 
 
+@dataclasses.dataclass
+class _Work:
+    """One table's append of one job's fetch: every record from index ``start`` on, or those at
+    ``at`` (its share of a fetch routed by value); ``records`` and ``value_bytes`` of them. The
+    outcome: its bad records (None: the buffer's cap refused it), or the Avro writer schemas the
+    buffer did not know (``unknown``, learned on the loop), and the buffer that took them."""
+
+    job: int
+    table: str
+    buffer: RecordBuffer
+    start: int
+    at: list[int] | None
+    records: int
+    value_bytes: int
+    errors: list[RecordProblem] | None = None
+    unknown: list[int] | None = None
+
+
 class Intake:
     def __init__(self, cfg: Config, buffers: Buffers, router: Router, source: Seeker, *, fanout: Fanout,
                  evolver: Evolver, bad: BadRecords, metrics: Metrics, stats: Stats,
@@ -316,66 +334,61 @@ class Intake:
         records, the buffer that took them), or None when the buffer's hard cap refused it. The
         decoding runs without the GIL on one thread per core (the loop goes on fetching and
         heartbeating meanwhile)."""
-        # per table of a job: (job, name, buffer, index from which it takes all, or its share; records, value bytes)
-        work: list[tuple[int, str, RecordBuffer, int | list[int], int, int]] = []
+        work: list[_Work] = []
         for i, job in enumerate(jobs):
             fetched = job.chunk.fetched
             for name in job.tables:
                 target = self._targets[name]
                 if job.shares is not None:
                     share = job.shares[name]
-                    work.append((i, name, target.buffer, share.indices, len(share.indices), share.value_bytes))
+                    work.append(_Work(i, name, target.buffer, 0, share.indices, len(share.indices), share.value_bytes))
                     continue
                 begin = Take.of(target, job.tp, self._cfg.pipeline).begin(fetched, job.start, job.summary.first_offset)
                 these = job.summary if begin == job.start else fetched.summary(begin)
                 if these.records > these.tombstones:
-                    work.append((i, name, target.buffer, begin, these.records - these.tombstones, these.value_bytes))
-        # per work item: its bad records; None when the buffer's cap refused it; Avro writer schemas not seen yet
-        results: list[list[RecordProblem] | None | UnknownWriterSchemas] = [None] * len(work)
+                    work.append(_Work(i, name, target.buffer, begin, None, these.records - these.tombstones,
+                                      these.value_bytes))
 
-        def append(k: int, buffer: RecordBuffer) -> list[RecordProblem]:
-            i, _, _, begin, _, _ = work[k]
-            tp, fetched = jobs[i].tp, jobs[i].chunk.fetched
-            return (buffer.append_fetched(tp[0], tp[1], fetched, begin) if isinstance(begin, int)
-                    else buffer.append_fetched(tp[0], tp[1], fetched, at=begin))
+        def append(item: _Work, buffer: RecordBuffer) -> list[RecordProblem]:
+            tp = jobs[item.job].tp
+            return buffer.append_fetched(tp[0], tp[1], jobs[item.job].chunk.fetched, item.start, item.at)
 
-        def run(items: range) -> None:
-            for k in items:
+        def run(items: Sequence[_Work]) -> None:
+            for item in items:
                 try:
-                    results[k] = append(k, work[k][2])
+                    item.errors = append(item, item.buffer)
                 except BufferFull:
-                    results[k] = None
+                    item.errors = None
                 except UnknownWriterSchemas as exc:   # decided below, on the loop
-                    results[k] = exc
+                    item.unknown = exc.ids
 
         threads = min(DECODE_THREADS, len(work))
         if threads:
-            await asyncio.gather(*(asyncio.to_thread(run, range(t, len(work), threads)) for t in range(threads)))
-        for k, result in enumerate(results):
-            if isinstance(result, UnknownWriterSchemas):
-                i, name, buffer, at = work[k][:4]
-                # the ids the append named are unknown to the buffer it used; a schema change since
-                # (another fetch's, above) made a new buffer that knows none yet: it is asked again
-                unknown = result.ids if self._targets[name].buffer is buffer else None
-                first = jobs[i].chunk.fetched.summary(at).first_offset if isinstance(at, int) else -1
-                try:
-                    results[k] = await self._evolver.learning(name, jobs[i].tp, first, functools.partial(append, k),
-                                                              unknown)
-                except BufferFull:
-                    results[k] = None
-                work[k] = (i, name, self._targets[name].buffer, *work[k][3:])   # a schema change replaces it
+            await asyncio.gather(*(asyncio.to_thread(run, work[t::threads]) for t in range(threads)))
+        for item in work:
+            if item.unknown is None:
+                continue
+            tp, name = jobs[item.job].tp, item.table
+            # the ids the append named are unknown to the buffer it used; a schema change since
+            # (another fetch's, above) made a new buffer that knows none yet: it is asked again
+            unknown = item.unknown if self._targets[name].buffer is item.buffer else None
+            first = jobs[item.job].chunk.fetched.summary(item.start).first_offset
+            try:
+                item.errors = await self._evolver.learning(name, tp, first, functools.partial(append, item), unknown)
+            except BufferFull:
+                item.errors = None
+            item.buffer = self._targets[name].buffer   # the one that took them (a schema change replaces it)
         out: list[list[_Decoded] | None] = [[] for _ in jobs]
-        for (i, name, buffer, _, records, value_bytes), errors in zip(work, results, strict=True):
-            done = out[i]
-            if errors is None and len(jobs[i].tables) > 1:
+        for item in work:
+            i, done = item.job, out[item.job]
+            if item.errors is None and len(jobs[i].tables) > 1:
                 # several tables never have a cap (targets.py): a refusal here would leave some appended
-                raise FrazilError(f"table {name}: its buffer refused a fetch of {jobs[i].tp[0]}[{jobs[i].tp[1]}] that "
-                                  "other tables took; stopping rather than taking it twice")
-            if errors is None or done is None:
+                raise FrazilError(f"table {item.table}: its buffer refused a fetch of {jobs[i].tp[0]}[{jobs[i].tp[1]}] "
+                                  "that other tables took; stopping rather than taking it twice")
+            if item.errors is None or done is None:
                 out[i] = None
                 continue
-            assert not isinstance(errors, UnknownWriterSchemas)   # learned above
-            done.append((name, records, value_bytes, errors, buffer))
+            done.append((item.table, item.records, item.value_bytes, item.errors, item.buffer))
         return out
 
 
