@@ -33,6 +33,7 @@ ints = st.integers(-(2**31), 2**31 - 1)
 text = st.text(max_size=20)
 opt_long = st.none() | longs
 opt_bytes = st.none() | st.binary(max_size=16)
+offsets = st.integers(0, 2**63 - 1)   # a Kafka offset is never negative
 
 columns = st.builds(ColumnStat, field_id=ints, value_count=opt_long, null_count=opt_long, nan_count=opt_long,
                     size_bytes=opt_long, lower=opt_bytes, upper=opt_bytes)
@@ -45,8 +46,10 @@ payloads = st.one_of(
     st.builds(StartCommit, commit_id=text),
     st.builds(DataWritten, commit_id=text, table=text, files=st.lists(files, max_size=3).map(tuple),
               ranges=st.lists(ranges, max_size=3).map(tuple), table_uuid=text,
-              dead_letters=st.lists(st.builds(DeadLetter, topic=text, partition=ints, offset=longs, field=text,
-                                              reason=text, meant_for=st.none() | text), max_size=3).map(tuple)),
+              dead_letters=st.lists(st.builds(DeadLetter, topic=st.sampled_from(["a", "b"]), partition=st.just(0),
+                                              offset=offsets, field=st.sampled_from(["", "x"]),
+                                              reason=st.sampled_from(["r", "s"]), meant_for=st.none() | text),
+                                    max_size=8).map(tuple)),
     st.builds(DataComplete, commit_id=text,
               assignments=st.lists(st.builds(Assignment, topic=text, partition=ints, generation=ints),
                                    max_size=4).map(tuple),
@@ -130,3 +133,25 @@ def test_a_version_2_completion_reads_with_no_progress_and_progress_survives_the
     assert decode(out.getvalue()).payload == DataComplete("c1", (Assignment("t", 0, 3),))
     now = DataComplete("c1", (Assignment("t", 0, 3, progress=120), Assignment("t", 1, 3)), 5)
     assert decode(encode(Event("p", "w", 1, payload=now))).payload == now
+
+
+def test_a_flood_of_bad_records_with_one_cause_costs_a_few_bytes_each_and_keeps_its_order() -> None:
+    """Version 7 sends bad records as runs: 50,000 with one reason fit in a small reply."""
+    reason = '"n/a" is not a number; the column is a long (64-bit)'
+    letters = tuple(DeadLetter("clicks", 0, o, "user_id", reason) for o in range(1_000_000, 6_000_000, 100))
+    letters += (DeadLetter("clicks", 1, 7, "", "x", ""), DeadLetter("clicks", 0, 5, "user_id", reason))
+    reply = DataWritten("c1", "db.t", (), (), "uuid", letters)
+    data = encode(Event("p", "w", 1, payload=reply))
+    assert len(data) < 3 * len(letters)
+    assert decode(data).payload == reply
+
+
+def test_a_version_6_reply_still_reads_its_bad_records_one_by_one() -> None:
+    out = io.BytesIO()
+    out.write(bytes((codec.MAGIC, 6)))
+    letter = {"topic": "t", "partition": 2, "offset": 9, "field": "f", "reason": "r", "meant_for": None}
+    written = {"commit_id": "c1", "table": "db.t", "files": [], "ranges": [], "table_uuid": "u",
+               "dead_letters": [letter]}
+    fastavro.schemaless_writer(out, codec.writer_schemas()[6], {
+        "group": "p", "sender": "w", "sent_ms": 1, "payload": ("io.frazil.events.v1.DataWritten", written)})
+    assert decode(out.getvalue()).payload == DataWritten("c1", "db.t", (), (), "u", (DeadLetter("t", 2, 9, "f", "r"),))

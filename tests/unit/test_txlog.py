@@ -214,3 +214,19 @@ def test_a_landed_commits_bad_records_wait_in_the_log_until_they_are_sent() -> N
     assert again == s
     again.apply({**records.dead_lettered("c1", "db.t"), "lsn": lsn + 1})
     assert again.dead_letters == {}
+
+
+def test_an_intents_bad_records_are_kept_as_runs_and_a_log_of_single_letters_still_reads() -> None:
+    """Ten thousand bad records with one cause are one entry of the intent; an intent written
+    before runs (one entry per record) decodes to the same letters."""
+    from frazil.events.payloads import DeadLetter
+    from frazil.txlog import records
+
+    letters = [DeadLetter("t", 1, o, "n", "not a number") for o in range(0, 100_000, 10)]
+    letters += [DeadLetter("t", 1, 100_001, "", "names no table", ""), DeadLetter("t", 0, 2, "n", "not a number")]
+    intent = records.intent("c1", "db.t", [], {}, letters)
+    assert len(intent["dead_letters"]) == 3
+    assert records.decode_dead_letters(intent["dead_letters"]) == letters
+    one_by_one = [["t", 1, 7, "n", "not a number"], ["t", 1, 9, "", "names no table", ""]]
+    assert records.decode_dead_letters(one_by_one) == [DeadLetter("t", 1, 7, "n", "not a number"),
+                                                       DeadLetter("t", 1, 9, "", "names no table", "")]

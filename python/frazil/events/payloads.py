@@ -16,6 +16,7 @@ Partition values and column bounds travel as Iceberg's own single-value binary e
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -85,6 +86,41 @@ class DeadLetter:
     # table carries it (the pipeline's first table): "" when it names no table, else the table it
     # names, which could not be opened.
     meant_for: str | None = None
+
+
+@dataclass(frozen=True)
+class LetterRun:
+    """Dead letters in a row of one source partition with the same field, reason and
+    ``meant_for``: said once, with their offsets. A flood of bad records usually has one cause, so
+    a reply or an intent naming tens of thousands of them stays small."""
+
+    topic: str
+    partition: int
+    field: str
+    reason: str
+    meant_for: str | None
+    offsets: tuple[int, ...]
+
+
+def letter_runs(letters: Iterable[DeadLetter]) -> list[LetterRun]:
+    """``letters`` as runs, their order kept (pure; :func:`letters_of` is the inverse)."""
+    runs: list[LetterRun] = []
+    key: tuple[str, int, str, str, str | None] | None = None
+    offsets: list[int] = []
+    for d in letters:
+        k = (d.topic, d.partition, d.field, d.reason, d.meant_for)
+        if k != key:
+            if key is not None:
+                runs.append(LetterRun(*key, tuple(offsets)))
+            key, offsets = k, []
+        offsets.append(d.offset)
+    if key is not None:
+        runs.append(LetterRun(*key, tuple(offsets)))
+    return runs
+
+
+def letters_of(runs: Iterable[LetterRun]) -> tuple[DeadLetter, ...]:
+    return tuple(DeadLetter(r.topic, r.partition, o, r.field, r.reason, r.meant_for) for r in runs for o in r.offsets)
 
 
 @dataclass(frozen=True)

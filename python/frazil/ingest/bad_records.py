@@ -11,7 +11,7 @@ so across restarts its offsets say which were counted."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from frazil.buffers.record_buffer import RecordProblem
 from frazil.buffers.state import Buffers
@@ -25,12 +25,54 @@ from frazil.metrics import Metrics, Stats
 
 log = logging.getLogger(__name__)
 
+# Bad records held for the dead-letter topic before a cycle is asked for: a reply names each one
+# (as runs, payloads.letter_runs), and a reply must stay well inside the broker's message limit
+# (1 MiB by default, after compression) whatever the records' reasons.
+MAX_DEAD_LETTERS = 50_000
+MAX_LETTER_BYTES = 512 * 1024   # their estimated size in a reply, before compression
+
+
+class LetterSize:
+    """What held bad records cost in a reply, estimated from those found lately (pure): a record
+    that continues a run (same partition, field and reason as the one before) costs its offset
+    step, a few bytes; one that starts a run costs its strings. The bytes per record are decayed
+    over the last few thousand records, and the last batch's own figure is used when higher, so a
+    change of cause shows at once."""
+
+    STEP = 3    # bytes of an offset step in a run, and of the array's count
+    RUN = 16    # bytes of a run besides its strings: partition, union tags, counts, first offset
+    HALF_LIFE = 2_000   # records
+
+    def __init__(self) -> None:
+        self._bytes = self._records = self._last = 0.0
+
+    def found(self, topic: str, problems: Iterable[tuple[str, str, str | None]]) -> None:
+        """``problems``: (field, reason, meant_for) of bad records of one partition, in order."""
+        size, count, run = 0, 0, None
+        for problem in problems:
+            size += self.STEP if problem == run else self.RUN + len(topic) + sum(len(p or "") for p in problem)
+            count, run = count + 1, problem
+        if count:
+            keep = 0.5 ** (count / self.HALF_LIFE)
+            self._bytes, self._records = self._bytes * keep + size, self._records * keep + count
+            self._last = size / count
+
+    def of(self, held: int) -> float:
+        """The estimated bytes of ``held`` bad records in a reply."""
+        return held * max(self._last, self._bytes / self._records) if self._records else 0.0
+
+
+def too_many(held: int, size: LetterSize) -> bool:
+    """Whether bad records held for the dead-letter topic are enough to ask for a cycle."""
+    return held >= MAX_DEAD_LETTERS or size.of(held) >= MAX_LETTER_BYTES
+
 
 class BadRecords:
     def __init__(self, cfg: Config, buffers: Buffers, metrics: Metrics, stats: Stats) -> None:
         self._cfg, self._buffers, self._metrics, self._stats = cfg, buffers, metrics, stats
         self.dead_letter = cfg.on_bad_record == "dead_letter"
         self._several = not buffers.targets.single   # messages name the table when there may be several
+        self.size = LetterSize()
 
     def found(self, name: str, tp: TopicPartition, errors: Sequence[RecordProblem], *, what: str = "") -> None:
         """``errors``: records of ``tp`` that table ``name`` could not take (``what``: "tombstone"
@@ -44,6 +86,7 @@ class BadRecords:
             raise decode_error(tp, first, len(errors) - 1, for_table)
         # not in the buffer: held with its rows, and sent once the range they share has landed
         self._buffers.targets[name].dead.extend(DeadLetter(tp[0], tp[1], e.offset, e.field, e.reason) for e in errors)
+        self.size.found(tp[0], ((e.field, e.reason, None) for e in errors))
         self._stats.records_bad += len(errors)
         log.debug("%s[%d]: %d bad record(s) for %s, first at offset %d (field %r: %s); held for the dead-letter "
                   "topic", tp[0], tp[1], len(errors), name, first.offset, first.field, first.reason)
@@ -82,6 +125,7 @@ class BadRecords:
         assert carrier is not None   # for_routing checked
         letters.sort(key=lambda d: d.offset)
         carrier.dead.extend(letters)
+        self.size.found(tp[0], ((d.field, d.reason, d.meant_for) for d in letters))
         self._buffers.positions.table_took(carrier.name, tp)   # its commit counts them
         self._metrics.records_bad.inc(len(letters))
         self._stats.records_bad += len(letters)

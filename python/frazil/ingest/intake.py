@@ -31,7 +31,7 @@ from frazil.buffers.state import Buffers
 from frazil.config import Config
 from frazil.errors import BufferFull, FrazilError, UnknownWriterSchemas
 from frazil.iceberg.offsets import TopicPartition
-from frazil.ingest.bad_records import BadRecords
+from frazil.ingest.bad_records import BadRecords, too_many
 from frazil.ingest.evolve import Evolver
 from frazil.ingest.fanout import Appended, Fanout, Take
 from frazil.ingest.routing import Group, Router
@@ -41,8 +41,6 @@ from frazil.metrics import Metrics, Stats
 log = logging.getLogger(__name__)
 
 DECODE_THREADS = max(1, os.cpu_count() or 1)   # a poll's fetches decoded at once
-# bad records held before a cycle is asked for: a reply names each one (~100-300 bytes on the control topic)
-MAX_DEAD_LETTERS = 2_000
 
 
 class Seeker(Protocol):
@@ -100,7 +98,7 @@ class Intake:
                  evolver: Evolver, bad: BadRecords, metrics: Metrics, stats: Stats,
                  letters_elsewhere: Callable[[], int] = lambda: 0) -> None:
         """``letters_elsewhere``: bad records held past the buffers (in the worker's batch), which
-        count toward ``MAX_DEAD_LETTERS`` too."""
+        count toward the dead-letter limits too (``bad_records.too_many``)."""
         self._cfg, self._buffers, self._targets, self._positions = cfg, buffers, buffers.targets, buffers.positions
         self._router, self._source, self._fanout, self._evolver, self._bad = router, source, fanout, evolver, bad
         self._metrics, self._stats = metrics, stats
@@ -110,6 +108,10 @@ class Intake:
     def letters_held(self) -> int:
         """Bad records buffered and in the batch; none to count unless they go to a dead-letter topic."""
         return self._bad.held + self._letters_elsewhere() if self._bad.dead_letter else 0
+
+    def letters_full(self) -> bool:
+        """Whether the bad records held are enough to ask for a cycle (and to fetch no more until then)."""
+        return self._bad.dead_letter and too_many(self.letters_held(), self._bad.size)
 
     async def take(self, batches: Mapping[TopicPartition, list[Chunk]]) -> bool:
         """Take a poll's partition fetches: in rounds of one fetch per partition (a partition's next
@@ -198,7 +200,7 @@ class Intake:
         if refuse:
             self._source.seek_back(tp, summary.first_offset)
             return None
-        if self.letters_held() >= MAX_DEAD_LETTERS:
+        if self.letters_full():
             # each held bad record names itself in a reply: fetched again once they have gone out
             # (the full trigger has asked for a cycle)
             self._source.seek_back(tp, summary.first_offset)

@@ -26,7 +26,7 @@ from frazil.events.payloads import CommitComplete, Event, StartCommit
 from frazil.flow.backpressure import Action, Backpressure
 from frazil.flow.catch_up import CatchUp
 from frazil.iceberg.offsets import TopicPartition
-from frazil.ingest.intake import MAX_DEAD_LETTERS, Intake
+from frazil.ingest.intake import Intake
 from frazil.kafka.fetch import Chunk
 from frazil.metrics import Metrics, Stats
 
@@ -175,7 +175,7 @@ class Pipeline:
         while no batch is held: a backfill's rows are written while the other half fills, instead
         of ingestion pausing at the budget while one big batch is written."""
         held = self._intake.letters_held()
-        return (self._buffers.rows + held >= self._cfg.max_buffer_records or held >= MAX_DEAD_LETTERS
+        return (self._buffers.rows + held >= self._cfg.max_buffer_records or self._intake.letters_full()
                 or self._flow.paused
                 or (self.worker.batch is None and self._buffers.bytes >= self._flow.budget_bytes * EARLY_CYCLE_SHARE))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from frazil.events.payloads import DeadLetter
+from frazil.events.payloads import DeadLetter, letter_runs
 from frazil.iceberg.offsets import Range, TopicPartition
 
 Record = dict[str, Any]
@@ -40,14 +40,19 @@ def intent(commit_id: str, table: str, paths: Sequence[str], ranges: Mapping[Top
     out: Record = {"type": "intent", "commit_id": commit_id, "table": table, "ranges": encode_ranges(ranges),
                    "files": list(paths)}
     if dead_letters:
-        out["dead_letters"] = [[d.topic, d.partition, d.offset, d.field, d.reason]
-                               + ([] if d.meant_for is None else [d.meant_for]) for d in dead_letters]
+        # as runs (payloads.letter_runs): a flood of bad records with one cause is a few bytes each
+        out["dead_letters"] = [[r.topic, r.partition, list(r.offsets), r.field, r.reason]
+                               + ([] if r.meant_for is None else [r.meant_for]) for r in letter_runs(dead_letters)]
     return out
 
 
 def decode_dead_letters(encoded: Sequence[Sequence[Any]]) -> list[DeadLetter]:
-    """Five fields (bad for the table carrying it), or six: the table routing meant it for."""
-    return [DeadLetter(*d) for d in encoded]
+    """Each entry is five fields (bad for the table carrying it) or six (the table routing meant it
+    for): topic, partition, then the offsets of a run, or one offset (a log written before runs)."""
+    out: list[DeadLetter] = []
+    for topic, partition, at, *rest in encoded:
+        out.extend(DeadLetter(topic, partition, o, *rest) for o in (at if isinstance(at, list) else (at,)))
+    return out
 
 
 def dead_lettered(commit_id: str, table: str) -> Record:
