@@ -102,6 +102,9 @@ bench-txlog: build ## transaction-log appends/s by fsync policy and group size
 bench-ingest-txlog: build ## ingest throughput with the transaction log fsynced vs not, same data, one run
 	$(PY) benches/ingest_txlog.py
 
+bench-startup: build ## start-up: import, --help, and process start to the first fetch of a real run (median of 9); BENCH_ARGS="--baseline COMMIT" measures another commit beside it; startup.json
+	$(PY) benches/startup.py $${BENCH_ARGS:-}
+
 eos: build ## 3 distributed workers, 1M records, 30+ SIGKILLs; independent count; benches/results/eos.json
 	PYTHONPATH=tests:dev $(PY) -m harness.eos --records $${EOS_RECORDS:-1000000} --kills $${EOS_KILLS:-30}
 
