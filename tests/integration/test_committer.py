@@ -193,6 +193,34 @@ def test_a_created_table_maps_names_to_field_ids_for_files_written_without_them(
         (f.name,): f.field_id for f in table.schema().fields}
 
 
+def test_a_created_table_is_one_commit_with_every_property_and_a_name_mapping_of_its_nested_ids(setup) -> None:
+    """Creating a table writes its first metadata only (a pipeline creating 200 tables pays 200
+    catalog commits, not 400), and the name mapping made before the catalog numbered the schema
+    matches the ids it gave, nested ones too."""
+    import dataclasses
+
+    from pyiceberg.schema import Schema
+    from pyiceberg.table.name_mapping import create_mapping_from_schema
+    from pyiceberg.types import DoubleType, ListType, LongType, MapType, NestedField, StringType, StructType
+
+    catalog, cfg = setup
+    nested = Schema(
+        NestedField(1, "id", LongType(), required=False),
+        NestedField(2, "tags", ListType(3, StringType(), element_required=False), required=False),
+        NestedField(4, "geo", StructType(NestedField(5, "lat", DoubleType(), required=False),
+                                         NestedField(6, "attrs", MapType(7, StringType(), 8, StringType(),
+                                                                         value_required=False), required=False)),
+                    required=False))
+    wanted = dataclasses.replace(cfg.table, name="db.nested", columns=(), metadata_columns=False)
+    table = iceberg_catalog.ensure_table(catalog, wanted, schema=lambda: nested)
+    assert len(table.metadata.metadata_log) == 0   # the metadata it was created with, and no other
+    assert table.properties["write.parquet.compression-codec"] == "zstd"
+    mapping = create_mapping_from_schema(table.schema()).model_dump_json()
+    assert table.properties[iceberg_catalog.NAME_MAPPING] == mapping
+    assert iceberg_catalog.ensure_table(catalog, wanted, schema=lambda: nested).metadata_location == \
+        table.metadata_location   # nothing left to set
+
+
 def test_a_created_table_gets_its_identifier_columns_sort_order_and_properties(setup) -> None:
     import dataclasses
 

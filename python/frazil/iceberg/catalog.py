@@ -20,7 +20,7 @@ from pyiceberg.exceptions import (
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.partitioning import PartitionField as IcebergPartitionField
 from pyiceberg.partitioning import PartitionSpec
-from pyiceberg.schema import Schema
+from pyiceberg.schema import Schema, assign_fresh_schema_ids
 from pyiceberg.table import Table
 from pyiceberg.table.name_mapping import create_mapping_from_schema
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, NullOrder, SortDirection, SortField, SortOrder
@@ -301,9 +301,7 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
             raise ConfigError(f"{cfg.name}: sort_order {cfg.sort_order!r}: {exc}") from None
         try:
             table = catalog.create_table(cfg.name, new_schema, partition_spec=spec_for(new_schema, cfg.partition_by),
-                                         sort_order=order,
-                                         properties={"format-version": "2", **cfg.properties, **REQUIRED_PROPERTIES,
-                                                     **(properties or {})})
+                                         sort_order=order, properties=_created_with(new_schema, cfg, properties))
             created = True
             log.info("created table %s with %d columns%s, partitioned by %s", cfg.name, len(new_schema.fields),
                      " inferred from its first records" if schema is not None else "",
@@ -333,13 +331,8 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
     if cfg.identifier_columns and have != sorted(cfg.identifier_columns):
         raise ConfigError(f"table {cfg.name}: identifier columns are {have or 'none'} in the table but "
                           f"{sorted(cfg.identifier_columns)} in the config; make the config say what the table holds")
-    wanted = {**cfg.properties, **REQUIRED_PROPERTIES, **(properties or {}), **_keyed_properties(table, cfg)}
-    if PARQUET_CODEC not in table.properties and PARQUET_CODEC not in wanted:
-        # pyiceberg writes zstd without it; Spark's compaction would write gzip (Iceberg's old default)
-        wanted[PARQUET_CODEC] = "zstd"
-    for key, value in MANIFEST_MERGE.items():
-        if key not in table.properties and key not in wanted:
-            wanted[key] = value
+    wanted = _defaults(table.properties, {**cfg.properties, **REQUIRED_PROPERTIES, **(properties or {}),
+                                          **_keyed_properties(table, cfg)})
     if created and NAME_MAPPING not in table.properties:
         # files written without field ids by other tools stay readable: columns are found by name
         wanted[NAME_MAPPING] = create_mapping_from_schema(table.schema()).model_dump_json()
@@ -356,6 +349,29 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
                 raise
         table = catalog.load_table(cfg.name)
     return table
+
+
+def _defaults(have: Mapping[str, str], wanted: dict[str, str]) -> dict[str, str]:
+    """``wanted`` plus the properties frazil sets where neither the table (``have``) nor the config
+    says otherwise."""
+    out = dict(wanted)
+    if PARQUET_CODEC not in have and PARQUET_CODEC not in out:
+        # pyiceberg writes zstd without it; Spark's compaction would write gzip (Iceberg's old default)
+        out[PARQUET_CODEC] = "zstd"
+    for key, value in MANIFEST_MERGE.items():
+        if key not in have and key not in out:
+            out[key] = value
+    return out
+
+
+def _created_with(schema: Schema, cfg: TableConfig, properties: dict[str, str] | None) -> dict[str, str]:
+    """A new table's properties, all in its first metadata (one catalog commit for a table, not
+    two): frazil's own and its defaults, and a name mapping of the schema as the catalog numbers
+    it (fresh ids, as ``create_table`` assigns them), so files written without field ids by other
+    tools stay readable."""
+    mapping = create_mapping_from_schema(assign_fresh_schema_ids(schema)).model_dump_json()
+    return {"format-version": "2", **_defaults({}, {**cfg.properties, **REQUIRED_PROPERTIES, **(properties or {})}),
+            NAME_MAPPING: mapping}
 
 
 def _keyed_properties(table: Table, cfg: TableConfig) -> dict[str, str]:
