@@ -79,6 +79,11 @@ class Dataset:
     avro: dict[str, object] | None = None
     # one value in this many is a bad record (a text where a number goes), from the first on
     bad_every: int = 0
+    # the Avro values in the Confluent wire format: the schema registered in a real registry at
+    # pre-fill, each value its id then the datum (frazil's values.format = "avro-confluent")
+    registry: bool = False
+    # the records spread over this many topics, one table each (frazil's [dynamic] by topic)
+    topics: int = 1
 
     def bad(self, records: int) -> int:
         """How many of ``records`` generated values are bad records."""
@@ -164,6 +169,9 @@ CLICKSTREAM_DIRTY = Dataset("clickstream-dirty", CLICKSTREAM.columns, lambda n: 
 CLICKSTREAM_AVRO = Dataset("clickstream-avro", CLICKSTREAM.columns,
                            lambda n: as_avro(sample_events(n), _CLICKSTREAM_AVRO, CLICKSTREAM.columns),
                            _CLICKSTREAM_AVRO)
+CLICKSTREAM_REGISTRY = Dataset("clickstream-registry", CLICKSTREAM.columns, CLICKSTREAM_AVRO.generate,
+                               _CLICKSTREAM_AVRO, registry=True)
+CLICKSTREAM_200 = Dataset("clickstream-200", CLICKSTREAM.columns, sample_events, topics=200)
 WIDE = Dataset("wide", _wide_columns(), wide_records)
 WORKLOADS = {w.name: w for w in (
     Workload("clickstream", CLICKSTREAM),
@@ -172,4 +180,6 @@ WORKLOADS = {w.name: w for w in (
     Workload("clickstream-routed", CLICKSTREAM, routes=("country", tuple(COUNTRIES))),
     Workload("clickstream-avro", CLICKSTREAM_AVRO),
     Workload("clickstream-dirty", CLICKSTREAM_DIRTY),
+    Workload("clickstream-avro-registry", CLICKSTREAM_REGISTRY),
+    Workload("topics-200", CLICKSTREAM_200),
 )}

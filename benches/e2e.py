@@ -38,11 +38,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import platform
+import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -61,6 +64,7 @@ import _results
 from _procmon import TreeMonitor
 from frazil.status import end_offsets
 from frazil_dev.kafka_broker import KafkaBroker
+from frazil_dev.schema_registry import SchemaRegistry
 from frazil_dev.workload import create_topic, produce
 
 HERE = Path(__file__).resolve().parent
@@ -68,6 +72,8 @@ PARTITIONS = 12
 CATALOG = "frazil"
 SYSTEMS = ("frazil", "spark-ss", "plain-python", "kafka-connect")
 CEILINGS = ("ceiling-fetch", "ceiling-consume", "ceiling-parquet")
+FLOOR = "floor"   # the same work as frazil's, CPU only: fetch tool + native decode + Parquet write
+FETCH_FLOOR_RUNS = 3
 SHORT_RUN_S = 20.0   # runs shorter than this are repeated (--repeat) and their median reported
 FRAZIL_CONFIG = """\
 [pipeline]
@@ -75,17 +81,33 @@ name = "{name}"
 commit_interval_s = {interval}
 {pipeline}[kafka]
 bootstrap_servers = "{bootstrap}"
-topics = ["{topic}"]
+{source}
 [catalog]
 name = "{catalog}"
 properties = {{ uri = "{uri}", warehouse = "{warehouse}" }}
 {tables}
 """
+DYNAMIC = """[dynamic]
+table = "{table}_{{topic}}"
+partition_by = {partition_by}
+{columns}
+"""
+TOPIC_PARTITIONS = 2   # of each topic of a many-topic dataset
 TABLE = """[{section}]
 name = "{table}"
 partition_by = {partition_by}
 {route}{columns}
 """
+
+
+def topic_names(base: str, dataset: _datasets.Dataset) -> list[str]:
+    """The topics of a many-topic dataset (``base`` alone for one)."""
+    return [f"{base}-{i:03d}" for i in range(dataset.topics)] if dataset.topics > 1 else [base]
+
+
+def dynamic_table(base: str, topic: str) -> str:
+    """The table frazil's ``[dynamic] table = "<base>_{topic}"`` names for ``topic``."""
+    return f"{base}_{re.sub(r'[^a-z0-9_]', '_', topic.lower())}"
 
 
 def routed_tables(base: str, workload: _datasets.Workload) -> list[tuple[str, str]]:
@@ -99,6 +121,9 @@ class Bench:
                  baseline: str | None = None) -> None:
         self.profile = profile
         self.baseline = baseline   # the interpreter of another frazil install ("frazil-baseline")
+        self.registry: SchemaRegistry | None = None   # a real schema registry, when a workload needs one
+        self._seen: dict[str, tuple[str, int]] = {}   # table: (metadata location, records) at the last look
+        self._fetch_cpu: dict[str, float] = {}   # topic: the fetch tool's CPU s per million records
         self.workdir = workdir
         self.bootstrap = bootstrap
         self.interval = interval
@@ -121,7 +146,9 @@ class Bench:
                 "spark_ddl": workload.dataset.spark_ddl(),
                 "arrow_schema": base64.b64encode(workload.dataset.arrow_schema().serialize().to_pybytes()).decode(),
                 "checkpoint": str(self.workdir / "checkpoints" / name), "workdir": str(self.workdir),
-                "tables": [t for t, _ in routed_tables(f"bench.{name}", workload)] if workload.routes else None}
+                "tables": ([t for t, _ in routed_tables(f"bench.{name}", workload)] if workload.routes
+                           else [dynamic_table(f"bench.{name}", t) for t in topic_names(topic, workload.dataset)]
+                           if workload.dataset.topics > 1 else None)}
 
     def write_job(self, job: dict[str, Any]) -> Path:
         path = self.workdir / f"{job['name']}.json"
@@ -145,21 +172,29 @@ class Bench:
         if system in ("frazil", "frazil-baseline"):
             config = self.workdir / f"{job['name']}.toml"
             common = {"partition_by": json.dumps(job["partition_by"]), "columns": workload.dataset.columns_toml()}
-            if workload.routes is None:
+            source = f'topics = ["{job["topic"]}"]'
+            if workload.dataset.topics > 1:
+                source = f'topic_pattern = "{job["topic"]}-[0-9]+"'
+                tables = DYNAMIC.format(table=job["table"], **common)
+            elif workload.routes is None:
                 tables = TABLE.format(section="table", table=job["table"], route="", **common)
             else:
                 tables = "".join(TABLE.format(section="[tables]", table=table,
                                               route=f'route_field = "{workload.routes[0]}"\nroute = "{value}"\n',
                                               **common)
                                  for table, value in routed_tables(job["table"], workload))
-            if workload.dataset.avro is not None:
+            if workload.dataset.registry:
+                assert self.registry is not None
+                tables = (f'[values]\nformat = "avro-confluent"\n[schema_registry]\nurl = "{self.registry.url}"\n'
+                          + tables)
+            elif workload.dataset.avro is not None:
                 schema_file = self.workdir / f"{workload.dataset.name}.avsc"
                 schema_file.write_text(json.dumps(workload.dataset.avro))
                 tables = f'[values]\nformat = "avro"\nschema_file = "{schema_file}"\n' + tables
             # bad records to the dead-letter topic: the pipeline goes on
             pipeline = 'on_bad_record = "dead_letter"\n' if workload.dataset.bad_every else ""
             config.write_text(FRAZIL_CONFIG.format(
-                name=job["name"], interval=self.interval, bootstrap=self.bootstrap, topic=job["topic"],
+                name=job["name"], interval=self.interval, bootstrap=self.bootstrap, source=source,
                 pipeline=pipeline, catalog=CATALOG, uri=self.props["uri"], warehouse=self.props["warehouse"],
                 tables=tables))
             python = self.baseline if system == "frazil-baseline" and self.baseline else sys.executable
@@ -178,12 +213,25 @@ class Bench:
 
     def total_records(self, table: str | list[str]) -> int:
         if isinstance(table, list):
-            return sum(self.total_records(t) for t in table)
+            self.look(table)
+            return sum(self._seen.get(t, ("", 0))[1] for t in table)
         try:
             snapshot = self.catalog.load_table(table).current_snapshot()
         except Exception:  # noqa: BLE001 - not created yet, or the catalog is busy for a moment
             return 0
         return int(snapshot.summary.get("total-records") or 0) if snapshot else 0
+
+    def look(self, tables: list[str]) -> None:
+        """The record count of each of ``tables`` whose metadata changed since the last look: one
+        catalog query a poll, and a load only of what changed, so many tables do not load the machine."""
+        import sqlite3
+
+        with sqlite3.connect(f"file:{self.workdir}/warehouse/catalog.db?mode=ro", uri=True) as db:
+            where = dict(((ns + "." + name), loc) for ns, name, loc in db.execute(
+                "SELECT table_namespace, table_name, metadata_location FROM iceberg_tables"))
+        for t in tables:
+            if t in where and self._seen.get(t, ("", 0))[0] != where[t]:
+                self._seen[t] = (where[t], self.total_records(t))
 
     def wait_landed(self, proc: subprocess.Popen[bytes], job: dict[str, Any], expect: int, timeout: float) -> float:
         """Poll the catalog until the table holds ``expect`` records; the time it was seen."""
@@ -223,8 +271,11 @@ class Bench:
         """Read the table (or every table of a routed workload, together) back: every (partition,
         offset) below the log end, exactly once, but the ``bad`` records (in the dead-letter topic)."""
         tables = [self.catalog.load_table(t) for t in (table_name if isinstance(table_name, list) else [table_name])]
-        got = pa.concat_tables(t.scan(selected_fields=("_kafka_partition", "_kafka_offset")).to_arrow() for t in tables)
-        key = pc.add(pc.multiply(pc.cast(got.column("_kafka_partition"), pa.int64()), 1 << 40),
+        got = pa.concat_tables(t.scan(selected_fields=("_kafka_topic", "_kafka_partition", "_kafka_offset")).to_arrow()
+                               for t in tables)
+        topic = pc.cast(pc.dictionary_encode(got.column("_kafka_topic")).combine_chunks().indices, pa.int64())
+        key = pc.add(pc.add(pc.multiply(topic, 1 << 52),
+                            pc.multiply(pc.cast(got.column("_kafka_partition"), pa.int64()), 1 << 40)),
                      got.column("_kafka_offset"))
         distinct = pc.count_distinct(key).as_py()
         expect = sum(ends.values()) - bad
@@ -271,6 +322,51 @@ class Bench:
         result = json.loads(out.decode().strip().splitlines()[-1])
         return {"system": kind, "workload": workload.name,
                 **rates(result["records"], result["bytes"], result["seconds"]), "rss_peak_mb": usage["rss_peak_mb"]}
+
+    def _ceiling_cpu(self, kind: str, workload: _datasets.Workload, topic: str, records: int,
+                     name: str) -> tuple[float, dict[str, Any]]:
+        """The CPU seconds of a ceilings.py process tree (with any JVM it starts), and what it printed."""
+        job = {**self.job(kind, workload, topic, records), "name": name}
+        proc = subprocess.Popen([sys.executable, str(HERE / "e2e_systems" / "ceilings.py"), kind,
+                                 "--job", str(self.write_job(job))], stdout=subprocess.PIPE, env=self.env())
+        monitor = TreeMonitor(proc.pid)
+        out, _ = proc.communicate()
+        usage = monitor.stop()
+        if proc.returncode != 0:
+            raise RuntimeError(f"ceilings.py {kind} failed with {proc.returncode}")
+        return usage["cpu_s"], json.loads(out.decode().strip().splitlines()[-1])
+
+    def fetch_cpu_per_million(self, workload: _datasets.Workload, topic: str, records: int) -> float:
+        """Kafka's fetch tool's CPU per million records of ``topic``: a run over every record less a
+        run over a thousand, so the JVM's start and the group join are left out (cached by topic)."""
+        if topic not in self._fetch_cpu:
+            runs = []
+            for i in range(FETCH_FLOOR_RUNS):   # a JVM's start varies by a second of CPU: pairs, the median
+                at = f"{len(self._fetch_cpu)}_{i}"
+                full, _ = self._ceiling_cpu("fetch", workload, topic, records, f"floor_fetch_{at}")
+                start, _ = self._ceiling_cpu("fetch", workload, topic, 1000, f"floor_start_{at}")
+                runs.append((full - start) * 1e6 / (records - 1000))
+            self._fetch_cpu[topic] = max(0.0, statistics.median(runs))
+        return self._fetch_cpu[topic]
+
+    def floor(self, workload: _datasets.Workload, topic: str, records: int,
+              fetched: tuple[str, int] | None) -> dict[str, Any]:
+        """The same-work floor of a workload, CPU seconds per million records: Kafka's fetch tool
+        reading the records (of ``fetched``, a one-topic dataset of the same records, when the
+        workload's own records are in many topics), frazil's native decode alone and the Parquet
+        write alone, summed."""
+        _, parts = self._ceiling_cpu("floor", workload, topic, records, f"floor_{workload.name}")
+        per_million = lambda s: round(s * 1e6 / records, 2)  # noqa: E731
+        row = {"system": "floor", "workload": workload.name, "records": records,
+               "decode_cpu_s_per_million": per_million(parts["decode_cpu_s"]),
+               "write_cpu_s_per_million": per_million(parts["write_cpu_s"])}
+        fetch_topic, fetch_records = fetched or (topic, records)
+        row["fetch_cpu_s_per_million"] = round(self.fetch_cpu_per_million(workload, fetch_topic, fetch_records), 2)
+        if fetched is not None:
+            row["fetch_measured_on"] = fetch_topic
+        row["cpu_s_per_million"] = round(row["fetch_cpu_s_per_million"] + row["decode_cpu_s_per_million"]
+                                         + row["write_cpu_s_per_million"], 2)
+        return row
 
     def latency(self, system: str, workload: _datasets.Workload, rate: int, warmup_s: float,
                 measure_s: float) -> dict[str, Any]:
@@ -377,12 +473,38 @@ def produce_to_queryable_ms(table: Any, *, since_ms: float) -> list[int]:
 
 
 def prefill(bench: Bench, dataset: _datasets.Dataset, records: int) -> tuple[str, dict[Any, int], int]:
+    """The dataset's topic (the prefix of its topics, when several) filled with ``records`` values;
+    its end offsets and the values' bytes."""
     topic = f"prefill-{dataset.name}"
     values = dataset.generate(records)
-    asyncio.run(create_topic(bench.bootstrap, topic, PARTITIONS))
-    asyncio.run(produce(bench.bootstrap, topic, values, partitions=PARTITIONS, label=f"pre-fill {topic}"))
+    if dataset.registry:   # the Confluent wire format: magic byte 0, the schema's id, the datum
+        assert bench.registry is not None and dataset.avro is not None
+        header = b"\0" + bench.registry.register(f"{topic}-value", dataset.avro).to_bytes(4, "big")
+        values = [header + v for v in values]
+    topics = topic_names(topic, dataset)
+    if len(topics) == 1:
+        asyncio.run(create_topic(bench.bootstrap, topic, PARTITIONS))
+        asyncio.run(produce(bench.bootstrap, topic, values, partitions=PARTITIONS, label=f"pre-fill {topic}"))
+    else:
+        asyncio.run(create_topics(bench.bootstrap, topics, TOPIC_PARTITIONS))
+        for i, name in enumerate(topics):   # a contiguous share each
+            asyncio.run(produce(bench.bootstrap, name, values[i::len(topics)], partitions=TOPIC_PARTITIONS,
+                                label=None))
+            if (i + 1) % 20 == 0:
+                print(f"  pre-fill {topic}-*: {i + 1}/{len(topics)} topics", flush=True)
     settle()
-    return topic, asyncio.run(end_offsets(bench.bootstrap, [topic])), sum(len(v) for v in values)
+    return topic, asyncio.run(end_offsets(bench.bootstrap, topics)), sum(len(v) for v in values)
+
+
+async def create_topics(bootstrap: str, topics: list[str], partitions: int) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(t, partitions, 1) for t in topics])
+    finally:
+        await admin.close()
 
 
 def settle(quiet_s: float = 1.0) -> None:
@@ -397,7 +519,11 @@ def settle(quiet_s: float = 1.0) -> None:
 
 
 def print_row(row: dict[str, Any]) -> None:
-    if "latency_p50_ms" in row:
+    if row["system"] == FLOOR:
+        print(f"  {FLOOR:<16}{row['workload']:<22}cpu {row['cpu_s_per_million']:>6.2f} s/M = fetch "
+              f"{row['fetch_cpu_s_per_million']:.2f} + decode {row['decode_cpu_s_per_million']:.2f} + write "
+              f"{row['write_cpu_s_per_million']:.2f}", flush=True)
+    elif "latency_p50_ms" in row:
         print(f"  {row['system']:<16}{row['workload']:<22} p50 {row['latency_p50_ms']:>6,} ms  p99 "
               f"{row['latency_p99_ms']:>6,} ms  rss {row['rss_peak_mb']:>7,.0f} MiB", flush=True)
     else:
@@ -420,7 +546,10 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         f = frazil.get(r["workload"])
         if f is None or r["system"] == "frazil":
             continue
-        if "latency_p50_ms" in r:
+        if r["system"] == FLOOR:   # frazil's CPU per million records over the same work's
+            out.append({"workload": r["workload"], "versus": "floor (same work, CPU)",
+                        "cpu_over_floor": round(f["cpu_s_per_million"] / r["cpu_s_per_million"], 2)})
+        elif "latency_p50_ms" in r:
             out.append({"workload": r["workload"], "versus": r["system"],
                         "p50_ratio": round(r["latency_p50_ms"] / max(f["latency_p50_ms"], 1), 2),
                         "p99_ratio": round(r["latency_p99_ms"] / max(f["latency_p99_ms"], 1), 2)})
@@ -435,7 +564,8 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             out.append({"workload": name, "versus": f"frazil {one} (one table)",
                         "frazil_over": round(frazil[name]["records_per_s"] / frazil[one]["records_per_s"], 2)})
         # Avro's and bad records' cost: the same events as Avro datums, or with 1% bad, over the clean JSON
-        if (workload.dataset.avro is not None or workload.dataset.bad_every) and name in frazil \
+        if (workload.dataset.avro is not None or workload.dataset.bad_every or workload.dataset.topics > 1) \
+                and name in frazil and name != "clickstream" \
                 and "clickstream" in frazil:
             out.append({"workload": name, "versus": "frazil clickstream (clean JSON)",
                         "frazil_over": round(frazil[name]["records_per_s"] / frazil["clickstream"]["records_per_s"],
@@ -448,7 +578,7 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=2_000_000, help="clickstream records per topic")
     parser.add_argument("--wide-records", type=int, default=500_000)
     parser.add_argument("--interval", type=float, default=2.0, help="commit interval of every system, s")
-    parser.add_argument("--systems", nargs="+", default=[*SYSTEMS, *CEILINGS])
+    parser.add_argument("--systems", nargs="+", default=[*SYSTEMS, *CEILINGS, FLOOR])
     parser.add_argument("--workloads", nargs="+", default=list(_datasets.WORKLOADS))
     parser.add_argument("--rate", type=int, default=5000, help="steady produce rate of the latency phase, /s")
     parser.add_argument("--warmup-s", type=float, default=20.0)
@@ -474,8 +604,11 @@ def main() -> int:
     if "kafka-connect" in args.systems:  # fetch its jars before anything is timed
         subprocess.run([sys.executable, str(HERE / "e2e_systems" / "kafka_connect.py"), "--fetch"], check=True,
                        stdout=subprocess.DEVNULL)
-    with KafkaBroker.start(workdir / "kafka", heap="1g") as broker:
+    with contextlib.ExitStack() as servers:
+        broker = servers.enter_context(KafkaBroker.start(workdir / "kafka", heap="1g"))
         bench = Bench(workdir, broker.bootstrap, args.interval, profile=args.profile, baseline=args.baseline)
+        if any(_datasets.WORKLOADS[name].dataset.registry for name in args.workloads):
+            bench.registry = servers.enter_context(SchemaRegistry.start(workdir / "registry"))
         topics: dict[str, tuple[str, dict[Any, int], int]] = {}
         for name in args.workloads:
             workload = _datasets.WORKLOADS[name]
@@ -497,8 +630,20 @@ def main() -> int:
             for system in args.systems:
                 if args.baseline and system == "frazil":
                     continue   # measured above, beside the baseline
-                if (workload.routes or workload.dataset.avro or workload.dataset.bad_every) and system != "frazil":
-                    continue  # routing, Avro values and dead letters are frazil's alone here
+                if system == FLOOR:
+                    fetched = None
+                    if dataset.topics > 1:   # the fetch tool reads one topic: the same records in one
+                        if _datasets.CLICKSTREAM.name not in topics:
+                            topics[_datasets.CLICKSTREAM.name] = prefill(bench, _datasets.CLICKSTREAM, args.records)
+                        one, one_ends, _ = topics[_datasets.CLICKSTREAM.name]
+                        fetched = (one, sum(one_ends.values()))
+                    row = bench.floor(workload, topic, sum(ends.values()), fetched)
+                    rows.append(row)
+                    print_row(row)
+                    continue
+                if (workload.routes or workload.dataset.avro or workload.dataset.bad_every
+                        or workload.dataset.topics > 1) and system != "frazil":
+                    continue  # routing, Avro values, dead letters and many tables are frazil's alone here
                 if system in CEILINGS and workload.partition_by:
                     continue  # the same bytes as the unpartitioned workload
 
@@ -525,6 +670,7 @@ def main() -> int:
     for r in versus:
         print(f"  frazil vs {r['versus']:<16}{r['workload']:<22}" + (
             f"{r['frazil_over']:.2f}x records/s" if "frazil_over" in r
+            else f"{r['cpu_over_floor']:.2f}x the CPU" if "cpu_over_floor" in r
             else f"p50 {r['p50_ratio']:.2f}x  p99 {r['p99_ratio']:.2f}x"))
     machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "commit_interval_s": args.interval,
                "partitions": PARTITIONS, "wall_s": round(time.monotonic() - began)}

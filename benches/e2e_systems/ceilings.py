@@ -11,7 +11,13 @@
   Kafka columns) written to Parquet with zstd, the codec pyiceberg and Spark use by default;
   median of three writes.
 
-Each prints one JSON line: ``{"seconds": ..., "records": ..., "bytes": ...}``.
+- ``floor``: the same work as frazil's minus the fetch, each part alone in one thread, as CPU
+  seconds: the workload's values decoded by frazil's native buffer (the JSON buffer, or the Avro
+  one with the writer schema resolved by frazil), then the Arrow data written to Parquet with
+  zstd once. With the fetch tool's CPU it is the floor frazil's CPU is held against.
+
+Each prints one JSON line: ``{"seconds": ..., "records": ..., "bytes": ...}`` (``floor`` adds
+``decode_cpu_s`` and ``write_cpu_s``).
 
     python benches/e2e_systems/ceilings.py consume --job job.json
     python benches/e2e_systems/ceilings.py fetch --job job.json
@@ -93,14 +99,56 @@ def parquet(job: dict[str, Any]) -> dict[str, Any]:
     return {"seconds": statistics.median(times), "records": table.num_rows, "bytes": sum(len(v) for v in values)}
 
 
+def floor(job: dict[str, Any]) -> dict[str, Any]:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import _datasets
+    from frazil import _native
+
+    dataset = _datasets.WORKLOADS[job["workload"]].dataset
+    values = dataset.generate(job["records"])
+    schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(job["arrow_schema"])))
+    buffer: Any
+    if dataset.avro is None:
+        buffer = _native.JsonBuffer(schema=schema, metadata_columns=True, max_bytes=1 << 34)
+    else:   # as frazil decides it: the reader schema resolved against the table's columns
+        from pyiceberg.catalog import Catalog
+
+        from frazil.ingest import avro
+
+        readable = avro.resolve(dataset.avro, Catalog._convert_schema_if_needed(schema),
+                                exclude=tuple(n for n, _ in _datasets.META_ARROW))
+        assert isinstance(readable, avro.Readable), readable
+        buffer = _native.AvroBuffer(schema=schema, confluent=dataset.registry, metadata_columns=True,
+                                    max_bytes=1 << 34)
+        buffer.register(1 if dataset.registry else 0, readable.writer, readable.reader)
+        if dataset.registry:
+            values = [b"\0\0\0\0\1" + v for v in values]
+    chunk = 5_000   # about what one partition's fetch holds
+    bad = 0
+    started = time.process_time()
+    for i in range(0, len(values), chunk):
+        part = values[i:i + chunk]
+        bad += len(buffer.append(topic=job["topic"], partition=i % 12, offsets=list(range(i, i + len(part))),
+                                 timestamps_ms=[0] * len(part), keys=[None] * len(part), values=part).errors)
+    table = pa.Table.from_batches(buffer.drain_batches())
+    decode_cpu = time.process_time() - started
+    assert table.num_rows + bad == len(values), (table.num_rows, bad, len(values))
+    with tempfile.TemporaryDirectory(dir=job["workdir"]) as tmp:
+        started = time.process_time()
+        pq.write_table(table, f"{tmp}/floor.parquet", compression="zstd")
+        write_cpu = time.process_time() - started
+    return {"seconds": decode_cpu + write_cpu, "records": len(values), "bytes": sum(len(v) for v in values),
+            "decode_cpu_s": decode_cpu, "write_cpu_s": write_cpu}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("kind", choices=["consume", "fetch", "parquet"])
+    parser.add_argument("kind", choices=["consume", "fetch", "parquet", "floor"])
     parser.add_argument("--job", type=Path, required=True)
     args = parser.parse_args()
     job = json.loads(args.job.read_text())
-    result = (asyncio.run(consume(job)) if args.kind == "consume" else fetch(job) if args.kind == "fetch"
-              else parquet(job))
+    kinds = {"consume": lambda job: asyncio.run(consume(job)), "fetch": fetch, "parquet": parquet, "floor": floor}
+    result = kinds[args.kind](job)
     print(json.dumps(result), flush=True)
 
 
