@@ -1,4 +1,9 @@
-"""Lifecycle of ``frazil run``: event loop, signals, graceful drain, exit status."""
+"""Lifecycle of ``frazil run``: event loop, signals, graceful drain, exit status.
+
+What a run needs (the catalog and pyiceberg, Arrow, the coordination and ingest parts, Spark's
+modules) is imported by the functions that use it, as the run starts: importing this module, as
+``frazil --help`` and every other command does, loads none of it (tests/unit/test_startup_imports.py).
+"""
 
 from __future__ import annotations
 
@@ -11,30 +16,21 @@ import signal
 import sys
 import time
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-import uvloop
-from pyiceberg.catalog import Catalog
-from pyiceberg.table import Table
-
-from frazil import config, faults, systemd
-from frazil.config import Config
-from frazil.coordination import mode as modes
-from frazil.coordination.recovery import open_and_settle
-from frazil.coordination.service import CoordinatorService
+from frazil import faults, systemd
 from frazil.errors import CatalogUnavailable, ConfigError, FrazilError, first_line
-from frazil.iceberg import catalog as iceberg_catalog
-from frazil.iceberg.committer import Committer
-from frazil.iceberg.offsets import TopicPartition
-from frazil.ingest import assemble
-from frazil.ingest.loop import Pipeline, Source
-from frazil.metrics import Stats
-from frazil.metrics import serve as serve_metrics
-from frazil.spark import session as spark_session
-from frazil.spark.bulk import SparkWriter
-from frazil.spark.maintainer import Maintainer, Maintainers
-from frazil.spark.merge import Merger
-from frazil.status import partitions, source_topics
-from frazil.txlog import Journal, JournalPolicy
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+
+    from frazil.config import Config
+    from frazil.iceberg.offsets import TopicPartition
+    from frazil.ingest.loop import Pipeline, Source
+    from frazil.metrics import Stats
+    from frazil.spark.maintainer import Maintainer, Maintainers
+    from frazil.txlog import Journal
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +68,8 @@ def limit_malloc_arenas() -> None:
 
 def check_spark(cfg: Config) -> None:
     """Fail at start, not at the first bulk flush or maintenance run, when Spark cannot run here."""
+    from frazil.spark import session as spark_session
+
     merged = [t.changes.target for t in cfg.tables if t.changes is not None and t.changes.target]
     uses = [what for what, on in (("[maintenance] enabled", cfg.maintenance.enabled),
                                   ("[spark] bulk_min_rows", cfg.spark.bulk_min_rows > 0),
@@ -87,6 +85,8 @@ async def check_sources(cfg: Config) -> None:
     configured security (else KafkaUnavailable, exit status 3) and every listed topic exists (else
     NotFound, exit status 5), in both modes. A topic pattern may match no topic yet: its topics
     are picked up as they appear."""
+    from frazil.status import partitions, source_topics
+
     if cfg.kafka.topics:
         await partitions(cfg.kafka, cfg.kafka.topics)
     else:
@@ -99,6 +99,9 @@ async def open_tables(cfg: Config) -> tuple[Catalog, dict[str, Table]]:
     as it is when the catalog itself cannot be loaded: nothing has been read yet, and a supervisor
     starts the process again (the chaos run: a SQLite lock while a starting process loaded its
     tables ended it with a traceback and status 1)."""
+    from frazil import config
+    from frazil.iceberg import catalog as iceberg_catalog
+
     try:
         catalog = await asyncio.to_thread(iceberg_catalog.load, cfg.catalog)
         tables = {}
@@ -144,6 +147,10 @@ async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartiti
     over a channel, in process in single mode, on the control topic in distributed mode. The
     process's transaction log is settled first, before anything is read from Kafka. ``source``:
     where records come from (default: the consumer group of ``cfg.kafka``)."""
+    from frazil.coordination.recovery import open_and_settle
+    from frazil.iceberg.committer import Committer
+    from frazil.txlog import JournalPolicy
+
     check_spark(cfg)
     if source is None:
         await check_sources(cfg)
@@ -161,6 +168,15 @@ async def serve(cfg: Config, stop: asyncio.Event, *, until: Mapping[TopicPartiti
 async def _serve(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], journal: Journal, stop: asyncio.Event,
                  until: Mapping[TopicPartition, int] | None, from_offsets: Mapping[TopicPartition, int] | None,
                  notifier: systemd.Notifier, source: Source | None) -> Stats:
+    from frazil.coordination import mode as modes
+    from frazil.coordination.service import CoordinatorService
+    from frazil.ingest import assemble
+    from frazil.metrics import serve as serve_metrics
+    from frazil.spark import session as spark_session
+    from frazil.spark.bulk import SparkWriter
+    from frazil.spark.maintainer import Maintainer, Maintainers
+    from frazil.spark.merge import Merger
+
     bulk = SparkWriter(spark_session.for_config(cfg), cfg.catalog.name) if cfg.spark.bulk_min_rows else None
     mode = modes.for_config(cfg)
     fence = not faults.off("fencing")   # off only under a fault-injection test that shows what fencing prevents
@@ -268,6 +284,8 @@ def _rearm_faults() -> None:
 def run(cfg: Config) -> Stats:
     """Run in the foreground. SIGTERM or SIGINT drains and stops; a second one exits at once
     (nothing is lost: uncommitted records are read again from the table's offsets)."""
+    import uvloop
+
     limit_malloc_arenas()
 
     async def main() -> Stats:

@@ -16,6 +16,7 @@ import pytest
 import support
 from frazil import daemon
 from frazil.errors import CatalogUnavailable
+from frazil.iceberg import catalog as iceberg_catalog
 
 pytestmark = [pytest.mark.integration]
 
@@ -23,7 +24,7 @@ pytestmark = [pytest.mark.integration]
 def test_a_catalog_locked_while_the_daemon_opens_its_tables_stops_it_with_catalog_unavailable(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = support.load(support.write_config(tmp_path, "127.0.0.1:9", ["events"]))   # Kafka is not reached
-    real_load = daemon.iceberg_catalog.load
+    real_load = iceberg_catalog.load
     locks: list[sqlite3.Connection] = []
 
     def load_then_lock(catalog_cfg: Any, **kwargs: Any) -> Any:
@@ -34,7 +35,7 @@ def test_a_catalog_locked_while_the_daemon_opens_its_tables_stops_it_with_catalo
         locks.append(conn)
         return catalog
 
-    monkeypatch.setattr(daemon.iceberg_catalog, "load", load_then_lock)
+    monkeypatch.setattr(iceberg_catalog, "load", load_then_lock)
     try:
         with pytest.raises(CatalogUnavailable, match=r"did not answer while the tables were opened: "
                                                      r"OperationalError: .*database is locked") as raised:
@@ -45,7 +46,7 @@ def test_a_catalog_locked_while_the_daemon_opens_its_tables_stops_it_with_catalo
             conn.close()
     assert raised.value.exit_code == 4 and "\n" not in str(raised.value)
     # once the lock is gone the same start opens the table
-    monkeypatch.setattr(daemon.iceberg_catalog, "load", real_load)
+    monkeypatch.setattr(iceberg_catalog, "load", real_load)
     catalog, tables = asyncio.run(daemon.open_tables(cfg))
     assert list(tables) == [cfg.table.name]
     support.close_catalog(catalog)

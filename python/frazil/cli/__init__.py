@@ -29,8 +29,6 @@ import logging
 import sys
 from pathlib import Path
 
-from aiokafka.errors import KafkaError
-
 from frazil.cli import actions, configuration, inspection
 from frazil.errors import ConfigError, FrazilError, KafkaUnavailable
 
@@ -47,6 +45,19 @@ def version() -> str:
         return "unknown (not installed)"
 
 
+class _Version(argparse.Action):
+    """``--version``: the installed release, looked up only when asked (importlib.metadata costs
+    every other command 20 ms of its start)."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        print(f"frazil {version()}")
+        parser.exit()
+
+
 def _config_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", "-c", type=Path, default=Path("frazil.toml"), help="TOML config (default: frazil.toml)")
 
@@ -58,7 +69,7 @@ def _table_arg(p: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="frazil", description="Kafka into Apache Iceberg, exactly once.")
-    parser.add_argument("--version", action="version", version=f"frazil {version()}")
+    parser.add_argument("--version", action=_Version, help="show program's version number and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("run", help="run the pipeline in the foreground until SIGTERM")
     _config_arg(p)
@@ -139,10 +150,20 @@ def main(argv: list[str] | None = None) -> int:
             log.error("%s", exc)   # the daemon's log says why it stopped, too
         print(f"frazil: {type(exc).__name__}: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KafkaError as exc:   # a client call after connecting (the brokers went away): one line, not a traceback
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        if not _kafka_error(exc):
+            raise
+        # a client call after connecting (the brokers went away): one line, not a traceback
         error = KafkaUnavailable(f"Kafka: {type(exc).__name__}: {exc}")
         print(f"frazil: KafkaUnavailable: {error}", file=sys.stderr)
         return error.exit_code
-    except KeyboardInterrupt:
-        return 130
+
+
+def _kafka_error(exc: Exception) -> bool:
+    """Whether ``exc`` is one of aiokafka's errors. aiokafka is not imported for it: a command that
+    never loaded it (``--help``, ``txlog``) cannot have raised one."""
+    errors = sys.modules.get("aiokafka.errors")
+    return errors is not None and isinstance(exc, errors.KafkaError)
 

@@ -11,14 +11,18 @@ import re
 import sys
 import time
 from functools import partial
+from typing import TYPE_CHECKING
 
-from frazil import config as config_mod
 from frazil import logs
 from frazil.cli.oneshot import catalog_call, dash, load_catalog, pipeline_tables
 from frazil.errors import ConfigError, NotFound
 
+if TYPE_CHECKING:
+    from frazil import config as config_mod
+
 
 def run(args: argparse.Namespace) -> int:
+    from frazil import config as config_mod
     from frazil import daemon
 
     cfg = config_mod.load(args.config)
@@ -28,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def backfill(args: argparse.Namespace) -> int:
+    from frazil import config as config_mod
     from frazil.backfill import backfill
 
     cfg = config_mod.load(args.config)
@@ -41,6 +46,7 @@ def maintain(args: argparse.Namespace) -> int:
     """``maintain`` (and ``compact``: ``--jobs rewrite_data_files``): the jobs on every table of the
     pipeline that exists (configured, the tables their changes merge into, ``[dynamic]``-created),
     or on the one ``--table`` names, one table after the other on one Spark session."""
+    from frazil import config as config_mod
     from frazil.spark import session
     from frazil.spark.jobs import TableJobs
     from frazil.spark.schedule import FULL_RUN, Job

@@ -9,10 +9,13 @@ import asyncio
 import sys
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from frazil import config as config_mod
 from frazil.cli.oneshot import catalog_call, load_catalog, quiet_kafka_client
 from frazil.errors import ConfigError, ConnectorConfigError, NotFound
+
+if TYPE_CHECKING:
+    from frazil import config as config_mod
 
 
 def _keyed(table: config_mod.TableConfig) -> str:
@@ -31,6 +34,7 @@ def _keyed(table: config_mod.TableConfig) -> str:
 
 
 def check(args: argparse.Namespace) -> int:
+    from frazil import config as config_mod
     from frazil.kafka import clients as kafka_clients
 
     cfg = config_mod.load(args.config)

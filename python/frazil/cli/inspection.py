@@ -10,15 +10,16 @@ import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from frazil import config as config_mod
 from frazil import logs
 from frazil.cli.oneshot import catalog_call, dash, load_catalog, pipeline_tables, quiet_kafka_client
 
 if TYPE_CHECKING:
+    from frazil import config as config_mod
     from frazil.status import PartitionRow
 
 
 def offsets(args: argparse.Namespace) -> int:
+    from frazil import config as config_mod
     from frazil.cli.actions import move_offsets
     from frazil.iceberg.committer import Committer
     from frazil.ingest.routing import Router
@@ -80,6 +81,7 @@ def _print_partitions(table: str, rows: list[PartitionRow], end_label: str) -> N
 
 
 def status(args: argparse.Namespace) -> int:
+    from frazil import config as config_mod
     from frazil.coordination.mode import election_partition
     from frazil.iceberg.committer import Committer
     from frazil.ingest.routing import Router

@@ -8,12 +8,13 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
-from frazil import config as config_mod
 from frazil.errors import CatalogUnavailable, FrazilError, NotFound
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table
+
+    from frazil import config as config_mod
 
 T = TypeVar("T")
 CATALOG_WAIT_S = 2.0   # one-shot commands: how long a locked SQLite catalog is waited for per statement
