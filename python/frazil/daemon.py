@@ -41,8 +41,10 @@ GC_THRESHOLDS = (100_000, 50, 100)
 
 
 def tune_gc() -> None:
-    """Move what start-up built out of the collector's sight and collect young objects less often."""
-    gc.collect()
+    """Move what start-up built out of the collector's sight and collect young objects less often
+    (``frazil`` sets the thresholds as it starts, cli/__init__.py; this sets them for other callers).
+    Nothing is collected first: start-up leaves next to no cyclic garbage to freeze (a full
+    collection here found 23 of some 140,000 objects and took 0.1 s before the first fetch)."""
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
 
