@@ -193,6 +193,19 @@ def test_a_created_table_maps_names_to_field_ids_for_files_written_without_them(
         (f.name,): f.field_id for f in table.schema().fields}
 
 
+def test_a_sqlite_catalog_is_switched_to_its_write_ahead_log_and_stays_durable(setup) -> None:
+    """One fsync a commit instead of several: the database's journal mode is WAL (kept in the
+    file), and synchronous stays FULL, so a landed commit survives a power cut."""
+    import sqlite3
+
+    catalog, cfg = setup
+    path = cfg.catalog.properties["uri"].removeprefix("sqlite:///")
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    with catalog.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2   # FULL
+
+
 def test_a_created_table_is_one_commit_with_every_property_and_a_name_mapping_of_its_nested_ids(setup) -> None:
     """Creating a table writes its first metadata only (a pipeline creating 200 tables pays 200
     catalog commits, not 400), and the name mapping made before the catalog numbered the schema

@@ -142,7 +142,10 @@ def load(cfg: CatalogConfig, *, attempts: int = 5, busy_timeout_s: float | None 
             _writable(cfg, key, folder, path if key == "uri" else None)
     for attempt in retry.attempts(attempts, LOAD_BACKOFF):
         try:
-            return load_catalog(cfg.name, **props)
+            catalog = load_catalog(cfg.name, **props)
+            if props.get("uri", "").startswith("sqlite:"):
+                _write_ahead(cfg, catalog)
+            return catalog
         except (ImportError, ValueError, TypeError, KeyError, SAArgumentError) as exc:   # a wrong uri, type or key
             raise ConfigError(f"catalog {cfg.name} ({describe(cfg)}) cannot be loaded: {first_line(exc)}; check the "
                               "[catalog] properties (docs/configuration.md)") from None
@@ -154,6 +157,26 @@ def load(cfg: CatalogConfig, *, attempts: int = 5, busy_timeout_s: float | None 
             log.warning("loading catalog %s failed (%s: %s); retrying", cfg.name, type(exc).__name__,
                         str(exc).splitlines()[0][:200])
     raise AssertionError("unreachable")
+
+
+def _write_ahead(cfg: CatalogConfig, catalog: Catalog) -> None:
+    """A SQLite catalog's database in write-ahead-log mode: each commit is one fsync of the log
+    instead of the rollback journal's several (about 11 ms a commit here against 2), and still
+    durable (SQLite's default synchronous = FULL syncs the log at every commit). The mode is kept
+    in the file, so one switch serves every process and tool that opens it. A database another
+    process holds in a transaction cannot switch now: it switches at a later start."""
+    engine = getattr(catalog, "engine", None)
+    if engine is None:
+        return
+    try:
+        with engine.connect() as conn:
+            mode = conn.exec_driver_sql("PRAGMA journal_mode=WAL").scalar()
+    except Exception as exc:  # noqa: BLE001 - busy: it stays as it is, and works as it did
+        log.info("catalog %s: SQLite journal mode left as it is (%s: %s)", cfg.name, type(exc).__name__,
+                 first_line(exc))
+        return
+    if mode != "wal":
+        log.info("catalog %s: SQLite keeps its %s journal mode", cfg.name, mode)
 
 
 def _writable(cfg: CatalogConfig, key: str, folder: Path, database: Path | None) -> None:
