@@ -76,7 +76,28 @@ def test_a_rejected_record_writes_nothing(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         journal.append([files(1), {"type": "outcome", "commit_id": "ghost", "status": "committed"}])
     assert segment(tmp_path).stat().st_size == size and journal.state.lsn == 1
+    assert pending_files(journal.state) == ["f0.parquet"]   # the group's first record was not applied either
     journal.close()
+
+
+def test_an_append_changes_no_state_taken_before_it_and_keeps_no_callers_object(tmp_path: Path) -> None:
+    """Appends apply to a copy of the state's maps (their cost is the number of tables, not the
+    state's size): what a record replaces is new, so a failed group leaves every entry as it was,
+    and the state holds what the log holds, not the caller's lists."""
+    journal, _ = open_journal(tmp_path)
+    journal.append([files(0), {"type": "offsets", "table": "db.t", "offsets": {"t/0": 1}},
+                    {"type": "intent", "commit_id": "c1", "table": "db.t", "ranges": {}, "files": ["f9.parquet"]}])
+    before = journal.state
+    record = files(1)
+    journal.append([record, {"type": "offsets", "table": "db.t", "offsets": {"t/0": 2, "t/1": 5}},
+                    {"type": "outcome", "commit_id": "c1", "table": "db.t", "status": "failed"}])
+    assert pending_files(before) == ["f0.parquet"] and before.offsets == {"db.t": {"t/0": 1}}
+    assert pending_files(journal.state) == ["f0.parquet", "f1.parquet", "f9.parquet"]
+    assert journal.state.offsets == {"db.t": {"t/0": 2, "t/1": 5}}
+    record["files"].append("later.parquet")
+    assert pending_files(journal.state) == ["f0.parquet", "f1.parquet", "f9.parquet"]
+    journal.close()
+    assert recover(tmp_path).state.to_json() == journal.state.to_json()
 
 
 @pytest.mark.parametrize("cut", [1, 4, 8, 9, -1])

@@ -88,12 +88,12 @@ class Journal:
             return self._append(records)
 
     def _append(self, records: list[dict[str, Any]]) -> int:
-        trial = TxState.from_json(json.loads(json.dumps(self.state.to_json())))
+        trial = self.state.copy()   # all of the records, or none
         frames = []
         for record in records:
-            payload = {**record, "lsn": trial.lsn + 1}
-            trial.apply(payload)
-            frames.append(framing.encode(payload))
+            frame = framing.encode({**record, "lsn": trial.lsn + 1})
+            trial.apply(framing.decode_at(frame, 0)[0].payload)   # what the log holds, not the caller's objects
+            frames.append(frame)
         data = b"".join(frames)
         self._file.write(data)
         self._file.flush()

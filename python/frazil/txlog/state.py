@@ -52,13 +52,23 @@ class TxState:
 
     KEEP_OUTCOMES = 100
 
+    def copy(self) -> TxState:
+        """A copy to apply records to: each of its maps copied, what they hold shared (``apply``
+        replaces a table's entries, never changes them in place), so it costs the number of tables,
+        not the size of the state."""
+        return TxState(self.lsn, dict(self.pending), dict(self.intents), dict(self.offsets), list(self.outcomes),
+                       dict(self.replies), dict(self.dead_letters))
+
     def apply(self, record: dict[str, Any]) -> None:
+        """Apply one record: raises, changing nothing, on one that does not follow or is unknown.
+        The entries it replaces are new objects, so a :meth:`copy` taken before is left as it was."""
         lsn = record["lsn"]
         if lsn != self.lsn + 1:
             raise ValueError(f"record lsn {lsn} does not follow {self.lsn}")
         kind = record["type"]
         if kind == "files":
-            self.pending.setdefault(record["table"], []).append({"files": record["files"], "ranges": record["ranges"]})
+            table = record["table"]
+            self.pending[table] = [*self.pending.get(table, []), {"files": record["files"], "ranges": record["ranges"]}]
         elif kind == "intent":
             table = record["table"]
             self.intents[intent_key(record["commit_id"], table)] = {
@@ -75,8 +85,8 @@ class TxState:
             if record["status"] not in ("committed", "failed", "abandoned"):
                 raise ValueError(f"unknown outcome status {record['status']!r}")
             if record["status"] == "failed":  # the files go back to pending for the next cycle
-                self.pending.setdefault(intent["table"], []).append({"files": intent["files"],
-                                                                     "ranges": intent["ranges"]})
+                self.pending[intent["table"]] = [*self.pending.get(intent["table"], []),
+                                                 {"files": intent["files"], "ranges": intent["ranges"]}]
             if record["status"] == "committed" and intent.get("dead_letters"):
                 self.dead_letters[intent_key(intent["commit_id"], intent["table"])] = {
                     "commit_id": intent["commit_id"], "table": intent["table"], "dead_letters": intent["dead_letters"]}
@@ -101,7 +111,7 @@ class TxState:
         elif kind == "dead_lettered":
             self.dead_letters.pop(intent_key(record["commit_id"], record["table"]), None)
         elif kind == "offsets":
-            self.offsets.setdefault(record["table"], {}).update(record["offsets"])
+            self.offsets[record["table"]] = {**self.offsets.get(record["table"], {}), **record["offsets"]}
         else:
             raise ValueError(f"unknown record type {kind!r}")
         self.lsn = lsn
