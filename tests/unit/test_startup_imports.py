@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from aiokafka.errors import KafkaConnectionError
 
 from frazil import cli
+from frazil.config import CatalogConfig
+from frazil.errors import ConfigError
+from frazil.iceberg import catalog as iceberg_catalog
 
 ICEBERG_ARROW_SQL = ("pyiceberg", "pyarrow", "numpy", "sqlalchemy")
 
@@ -28,6 +32,8 @@ def loaded_after(statement: str, modules: tuple[str, ...]) -> list[str]:
     ("import frazil.daemon", (*ICEBERG_ARROW_SQL, "prometheus_client", "aiokafka", "pydantic", "uvloop")),
     # the command line: each command loads the config and what it needs when it runs
     ("import frazil.cli", (*ICEBERG_ARROW_SQL, "aiokafka", "pydantic")),
+    # the catalog's module: SQLAlchemy comes with a SQL catalog, not with a REST one
+    ("import frazil.iceberg.catalog", ("sqlalchemy",)),
 ])
 def test_importing_loads_no_library_the_module_itself_does_not_run(statement: str, heavy: tuple[str, ...]) -> None:
     assert loaded_after(statement, heavy) == []
@@ -57,3 +63,10 @@ def test_any_other_error_a_command_raises_is_not_taken_for_one(monkeypatch: pyte
     monkeypatch.setattr(cli.inspection, "txlog", txlog)
     with pytest.raises(RuntimeError, match="a bug"):
         cli.main(["txlog", "--dir", "."])
+
+
+def test_a_sql_catalog_uri_sqlalchemy_cannot_parse_is_still_a_configuration_error(tmp_path: Path) -> None:
+    cfg = CatalogConfig(name="c", properties={"type": "sql", "uri": "not a database url",
+                                              "warehouse": f"file://{tmp_path}"})
+    with pytest.raises(ConfigError, match=r"catalog c \(sql not a database url\) cannot be loaded: .*parse"):
+        iceberg_catalog.load(cfg)

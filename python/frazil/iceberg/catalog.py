@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -51,7 +52,6 @@ from pyiceberg.types import (
     TimeType,
     UUIDType,
 )
-from sqlalchemy.exc import ArgumentError as SAArgumentError
 
 from frazil.config import (
     OP_COLUMN,
@@ -146,7 +146,7 @@ def load(cfg: CatalogConfig, *, attempts: int = 5, busy_timeout_s: float | None 
             if props.get("uri", "").startswith("sqlite:"):
                 _write_ahead(cfg, catalog)
             return catalog
-        except (ImportError, ValueError, TypeError, KeyError, SAArgumentError) as exc:   # a wrong uri, type or key
+        except _wrong_properties() as exc:
             raise ConfigError(f"catalog {cfg.name} ({describe(cfg)}) cannot be loaded: {first_line(exc)}; check the "
                               "[catalog] properties (docs/configuration.md)") from None
         except Exception as exc:  # noqa: BLE001 - processes starting together race to create SQLite's tables
@@ -177,6 +177,13 @@ def _write_ahead(cfg: CatalogConfig, catalog: Catalog) -> None:
         return
     if mode != "wal":
         log.info("catalog %s: SQLite keeps its %s journal mode", cfg.name, mode)
+
+
+def _wrong_properties() -> tuple[type[Exception], ...]:
+    """What ``load_catalog`` raises for a wrong uri, type or key. SQLAlchemy's ``ArgumentError`` (a
+    malformed uri) only when a SQL catalog loaded SQLAlchemy: other catalogs start without it."""
+    sql = sys.modules.get("sqlalchemy.exc")
+    return (ImportError, ValueError, TypeError, KeyError, *((sql.ArgumentError,) if sql is not None else ()))
 
 
 def _writable(cfg: CatalogConfig, key: str, folder: Path, database: Path | None) -> None:
