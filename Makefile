@@ -93,6 +93,9 @@ bench-maintenance: build ## commit latency and metadata over 1,000 cycles with m
 bench-profile: bench-deps ## where frazil's time goes: py-spy over frazil landing each workload; e2e_profile.json
 	$(PY) benches/e2e.py --profile --systems frazil --no-latency $${BENCH_ARGS:-}
 
+bench-coordinator: build ## one coordinator's CPU per commit cycle at 1k-100k partitions x 10-1,000 tables, simulated workers, stub and SQLite catalog; coordinator_scale.json
+	$(PY) benches/coordinator_scale.py $${BENCH_ARGS:-}
+
 bench-native: build ## decode throughput: native buffer vs pyarrow.json vs json.loads, 1 and 2 threads
 	$(PY) benches/native.py --records $${BENCH_RECORDS:-200000}
 
