@@ -77,6 +77,8 @@ class Fetched:
         """The index of the first record at or past ``offset`` (``len`` when none is)."""
     def summary(self, start: int = 0) -> FetchSummary:
         """Counts over the records from index ``start`` on (all zero when there are none)."""
+    def tombstones(self, start: int = 0) -> list[int]:
+        """The offsets of the records from index ``start`` on whose value is null."""
     def columns(self, start: int = 0, offsets: list[int] | None = None
                 ) -> tuple[list[int], list[int], list[bytes | None], list[bytes | None],
                            list[list[tuple[str, bytes | None]]]]:

@@ -144,6 +144,41 @@ async def test_tombstones_are_counted_as_read_and_land_nowhere_in_an_append_tabl
     assert sorted(o for _, _, o in counts(cfg, "db.events")) == [0, 1, 2, 4, 5, 6, 7, 9]
 
 
+async def test_a_keyed_upsert_table_takes_rows_and_tombstones_straight_from_the_fetch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Upserts are decoded from the fetched bytes, their tombstones read natively: no record
+    becomes a Python object (Chunk.records is the per-record path), and the table holds the
+    latest row of every key, deleted keys gone, a tombstone below a row of its key not deleting it."""
+    import changes
+    from frazil.kafka.fetch import Chunk
+
+    cfg = support.load(changes.config(tmp_path, "127.0.0.1:1", "t", "ups", mode="upsert", interval=0.2,
+                                      extra_table='tombstones = "delete"'))
+    log: list[tuple[int, int, bytes | None, bytes | None]] = []
+    for i in range(300):   # keys 0..29, each changed ten times; every seventh change a tombstone
+        key = i % 30
+        row = {"id": key, "name": f"n{i}", "amount": i * 0.5, "version": i}
+        log.append((i, 1_700_000_000_000 + i, str(key).encode(), None if i % 7 == 3 else json.dumps(row).encode()))
+
+    def per_record(*_: object, **__: object) -> None:
+        raise AssertionError("a record of a keyed upsert table became a Python object")
+
+    monkeypatch.setattr(Chunk, "records", per_record)
+    source = FakeSource({("t", 0): log}, per_fetch=45)
+    await run_until(cfg, source, source.read_to_end)
+    latest: dict[int, tuple[int, bytes | None]] = {}
+    for offset, _, key, value in log:
+        latest[int(key or b"")] = (offset, value)
+    expected = {k: (json.loads(v)["name"], json.loads(v)["amount"], json.loads(v)["version"])
+                for k, (_, v) in latest.items() if v is not None}
+    catalog = iceberg_catalog.load(cfg.catalog)
+    try:
+        changes.assert_same(changes.table_rows(catalog, cfg.table.name), expected, "pyiceberg")
+    finally:
+        support.close_catalog(catalog)
+    assert len(expected) < 30   # some keys end deleted
+
+
 async def test_fetch_of_serves_the_bytes_a_broker_would() -> None:
     from fakes import fetch_of
 

@@ -56,7 +56,20 @@ class ChangeBuffer(RecordBuffer):
 
     def append_fetched(self, topic: str, partition: int, fetched: _native.Fetched,
                        start: int = 0, at: list[int] | None = None) -> list[RecordProblem]:
-        raise TypeError("a change buffer splits each record into a row or a key first: append records, not a fetch")
+        """Upserts (every value is the row): a partition fetch's records from index ``start`` on,
+        those with a value decoded straight from the fetched bytes, its tombstones as
+        :meth:`append_tombstones` takes them. Raises ``BufferFull`` (taking nothing) as
+        :meth:`append`. Change envelopes (``op``) are split record by record: :meth:`append`."""
+        if self.changes.op or at is not None:
+            raise TypeError("change envelopes, and shares of a fetch, are appended record by record")
+        summary = fetched.summary(start)
+        problems = (super().append_fetched(topic, partition, fetched, start)
+                    if summary.records > summary.tombstones else [])
+        if summary.tombstones:
+            offsets, timestamps, keys, _, _ = fetched.columns(start, fetched.tombstones(start))
+            problems += self.append_tombstones(topic, partition, [
+                _Change(o, t, k, None) for o, t, k in zip(offsets, timestamps, keys, strict=True)])
+        return sorted(problems, key=lambda p: p.offset)
 
     @property
     def rows(self) -> int:
@@ -94,7 +107,8 @@ class ChangeBuffer(RecordBuffer):
         key (a JSON object holding the identifier columns, or with one identifier column its value);
         a tombstone without a key is a bad record. ``"skip"``: counted, nothing taken."""
         if self.changes.tombstones != "delete":
-            self.tombstones_skipped += len(records)
+            with self._counting:   # fetches of several partitions are appended at once
+                self.tombstones_skipped += len(records)
             return []
         deletes: list[_Change] = []
         problems: list[RecordProblem] = []

@@ -209,8 +209,8 @@ class Intake:
 
     def _direct_tables(self, tp: TopicPartition) -> tuple[str, ...] | None:
         """The tables that take every record of ``tp`` when its records can go to them straight
-        from the fetch (routed by topic alone, tables open and not keyed, no operator's skips);
-        None when the records must be looked at one by one first."""
+        from the fetch (routed by topic alone, tables open, keyed ones upserts rather than change
+        envelopes, no operator's skips); None when the records must be looked at one by one first."""
         route = self._router.for_topic(tp[0])
         if route.by_value:
             return None
@@ -218,7 +218,8 @@ class Intake:
             if name not in self._targets:
                 return None
             target = self._targets[name]
-            if isinstance(target.buffer, ChangeBuffer) or target.skips(self._cfg.pipeline).get(tp):
+            if (isinstance(target.buffer, ChangeBuffer) and target.buffer.changes.op) or \
+                    target.skips(self._cfg.pipeline).get(tp):
                 return None
         return route.always
 
@@ -347,9 +348,12 @@ class Intake:
                     continue
                 begin = Take.of(target, job.tp, self._cfg.pipeline).begin(fetched, job.start, job.summary.first_offset)
                 these = job.summary if begin == job.start else fetched.summary(begin)
-                if these.records > these.tombstones:
-                    work.append(_Work(i, name, target.buffer, begin, None, these.records - these.tombstones,
-                                      these.value_bytes))
+                buffer = target.buffer
+                keyed = isinstance(buffer, ChangeBuffer)   # its tombstones delete rows, or are counted there
+                deletes = isinstance(buffer, ChangeBuffer) and buffer.changes.tombstones == "delete"
+                taken = these.records if deletes else these.records - these.tombstones
+                if taken or (keyed and these.records):
+                    work.append(_Work(i, name, buffer, begin, None, taken, these.value_bytes))
 
         def append(item: _Work, buffer: RecordBuffer) -> list[RecordProblem]:
             tp = jobs[item.job].tp

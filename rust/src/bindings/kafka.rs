@@ -109,6 +109,12 @@ impl Fetched {
         }
     }
 
+    /// The offsets of the records from index ``start`` on whose value is null (tombstones).
+    #[pyo3(signature = (start = 0))]
+    fn tombstones(&self, start: usize) -> Vec<i64> {
+        self.inner.tombstone_offsets(start)
+    }
+
     /// The records from index ``start`` on (or those at ``offsets``, sorted, when given) as
     /// columns: offsets, timestamps, keys, values, headers.
     #[pyo3(signature = (start = 0, offsets = None))]

@@ -466,6 +466,11 @@ impl Fetched {
         self.offsets.partition_point(|&o| o < offset)
     }
 
+    /// The offsets of the records from index `from` on whose value is null (tombstones).
+    pub fn tombstone_offsets(&self, from: usize) -> Vec<i64> {
+        (from.min(self.len())..self.len()).filter(|&i| self.values[i].len == NULL).map(|i| self.offsets[i]).collect()
+    }
+
     /// Counts over the records from index `from` on.
     pub fn summary(&self, from: usize) -> Summary {
         let mut s = Summary { max_timestamp_ms: i64::MIN, ..Summary::default() };

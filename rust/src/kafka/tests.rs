@@ -208,6 +208,11 @@ fn plain_batches_give_offsets_timestamps_keys_values_and_headers() {
     let s = f.summary(0);
     assert_eq!((s.records, s.tombstones, s.value_bytes, s.first_offset, s.last_offset), (3, 1, 9, 100, 102));
     assert_eq!(s.max_timestamp_ms, 1_700_000_000_007);
+    assert_eq!(
+        (f.tombstone_offsets(0), f.tombstone_offsets(1), f.tombstone_offsets(2)),
+        (vec![101], vec![101], vec![])
+    );
+    assert_eq!(f.tombstone_offsets(9), Vec::<i64>::new());
 }
 
 #[test]
