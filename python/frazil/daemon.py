@@ -173,6 +173,7 @@ async def _serve(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], jou
     from frazil.coordination import mode as modes
     from frazil.coordination.service import CoordinatorService
     from frazil.ingest import assemble
+    from frazil.kafka.copies import SourceCopies
     from frazil.metrics import serve as serve_metrics
     from frazil.spark import session as spark_session
     from frazil.spark.bulk import SparkWriter
@@ -185,6 +186,8 @@ async def _serve(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], jou
     channel = mode.worker_channel(cfg)
     await channel.start()
     metrics = assemble.metrics(cfg)
+    # bad records as the worker fetched them, for this process's dead-letter sink
+    copies = SourceCopies() if cfg.on_bad_record == "dead_letter" else None
 
     def maintainer_for(name: str) -> Maintainer:
         return Maintainer.for_table(catalog, name, cfg.maintenance, spark_session.for_config(cfg), cfg.catalog.name,
@@ -194,10 +197,11 @@ async def _serve(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], jou
     pipeline = assemble.pipeline(cfg, catalog, tables, bulk=bulk, channel=channel, journal=journal, metrics=metrics,
                                  drain_on_stop=mode.drain_on_stop,
                                  on_new_table=None if maintainer is None
-                                 else lambda name: maintainer.add(name, maintainer_for(name)), source=source)
+                                 else lambda name: maintainer.add(name, maintainer_for(name)), source=source,
+                                 copies=copies)
     coordinator_stop = asyncio.Event()   # set once the worker has drained: single mode drains through it
     service = CoordinatorService(cfg, catalog, pipeline.assignment, pipeline.metrics, journal=journal, mode=mode,
-                                 fence=fence,
+                                 fence=fence, copies=copies,
                                  on_committed=maintainer.committed if maintainer is not None else None)
     coordination = asyncio.create_task(service.run(coordinator_stop))
     staged = [t for t in cfg.tables if t.changes is not None and t.changes.target]

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -154,8 +155,44 @@ def test_every_bad_record_reaches_the_dead_letter_topic_once_across_a_kill(kafka
     assert {k for k, n in counts.items() if n > 1} == set(), "duplicated in the table"
     assert set(counts) == good, f"lost {sorted(good - set(counts))[:5]}, unexpected {sorted(set(counts) - good)[:5]}"
 
-    # every bad record in the dead-letter topic once, as it was sent, saying why
-    letters = asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic))
+    assert_sent_once(asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic)), bad, cfg)
+    text = log.read_text()
+    assert "bad record(s) of db.events to" in text
+
+
+def test_bad_records_go_to_the_dead_letter_topic_from_the_workers_copies_without_reading_the_source_again(
+        kafka: KafkaBroker, tmp_path: Path) -> None:
+    """Both roles in one process: the sink sends the bad records as the worker fetched them (each
+    send logs how many it read back from the source: none), each once, as it was sent."""
+    topic = "dlq-copies"
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
+    asyncio.run(produce(kafka.bootstrap, topic, "zstd"))
+    config = support.write_config(tmp_path, kafka.bootstrap, [topic], pipeline=topic, interval=0.5)
+    config.write_text(config.read_text().replace("[kafka]", 'on_bad_record = "dead_letter"\n\n[kafka]', 1))
+    cfg = support.load(config)
+    log = tmp_path / "frazil.log"
+    ends = asyncio.run(support.end_offsets(kafka.bootstrap, [topic]))
+    bad = {(topic, i % PARTITIONS, i // PARTITIONS): i for i in range(RECORDS) if is_bad(i)}
+
+    def all_sent() -> None:
+        sent = len(asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic)))
+        assert sent >= len(bad), f"{sent} of {len(bad)} bad records in the dead-letter topic"
+
+    proc = run(config, log)
+    try:
+        support.wait_until_committed(support.catalog_of(cfg), cfg, ends, timeout=120, alive=lambda: proc.poll() is None)
+        support.wait_for(all_sent, proc, log, timeout=60)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
+    assert_sent_once(asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic)), bad, cfg)
+    sends = re.findall(r"sent (\d+) bad record\(s\) of db.events to \S+ in \d+ ms \((\d+) read back", log.read_text())
+    assert sends and sum(int(n) for n, _ in sends) == len(bad), sends
+    assert {back for _, back in sends} == {"0"}, sends
+
+
+def assert_sent_once(letters: list, bad: dict[tuple[str, int, int], int], cfg: Config) -> None:  # type: ignore[type-arg]
+    """Every bad record in the dead-letter topic once, as it was sent, saying why."""
     seen: Counter[tuple[str, int, int]] = Counter()
     for letter in letters:
         where, h = source_of(letter)
@@ -172,8 +209,6 @@ def test_every_bad_record_reaches_the_dead_letter_topic_once_across_a_kill(kafka
     assert {k for k, n in seen.items() if n > 1} == set(), "duplicated in the dead-letter topic"
     assert set(seen) == set(bad), (f"missing {sorted(set(bad) - set(seen))[:5]}, "
                                    f"unexpected {sorted(set(seen) - set(bad))[:5]}")
-    text = log.read_text()
-    assert "bad record(s) of db.events to" in text
 
 
 ROUTING_CONFIG = """\

@@ -41,6 +41,7 @@ from frazil.flow import retry
 from frazil.kafka import fetch
 from frazil.kafka.clients import close_quietly, connect, options
 from frazil.kafka.clients import delivered as all_delivered
+from frazil.kafka.copies import SourceCopies
 from frazil.kafka.fetch import Record
 from frazil.metrics import Metrics
 
@@ -113,8 +114,11 @@ class _Batches:
 
 
 class DeadLetterSink:
-    def __init__(self, kafka: KafkaConfig | str, topic: str, pipeline: str, metrics: Metrics | None = None) -> None:
+    def __init__(self, kafka: KafkaConfig | str, topic: str, pipeline: str, metrics: Metrics | None = None, *,
+                 copies: SourceCopies | None = None) -> None:
+        """``copies``: bad records this process's workers kept as they fetched them (not read back)."""
         self._kafka, self._topic, self._pipeline, self._metrics = kafka, topic, pipeline, metrics
+        self._copies = copies
         # the records' size was fine for the source topic; the broker has the last word on the copy
         self._producer = AIOKafkaProducer(**options(kafka), transactional_id=f"frazil-{pipeline}-dead-letters",
                                           enable_idempotence=True, max_request_size=MAX_EVENT_BYTES,
@@ -156,7 +160,9 @@ class DeadLetterSink:
                          self._topic)
             return 0
         started = time.monotonic()
-        originals = await self._read_back(todo)
+        originals = self._copies.take((d.topic, d.partition, d.offset) for d in todo) if self._copies else {}
+        kept = len(originals)
+        originals.update(await self._read_back([d for d in todo if (d.topic, d.partition, d.offset) not in originals]))
         ends: dict[TopicPartition, int] = {}
         async with self._producer.transaction():
             batches = _Batches(self._producer, self._topic, sorted(await self._producer.partitions_for(self._topic)))
@@ -180,8 +186,9 @@ class DeadLetterSink:
             faults.hit("dead_letter.before_commit", table)
         if self._metrics is not None:
             self._metrics.dead_lettered.inc(len(todo))
-        log.warning("commit %s: sent %d bad record(s) of %s to %s in %.0f ms (first: %s[%d]@%d, field %r: %s)",
-                    commit_id, len(todo), table, self._topic, 1000 * (time.monotonic() - started), todo[0].topic,
+        log.warning("commit %s: sent %d bad record(s) of %s to %s in %.0f ms (%d read back from the source; first: "
+                    "%s[%d]@%d, field %r: %s)", commit_id, len(todo), table, self._topic,
+                    1000 * (time.monotonic() - started), len(todo) - kept, todo[0].topic,
                     todo[0].partition, todo[0].offset, todo[0].field, todo[0].reason)
         return len(todo)
 

@@ -40,6 +40,7 @@ from frazil.coordination.mode import Mode, election_partition, for_config
 from frazil.errors import KafkaUnavailable, NotFound
 from frazil.flow import retry
 from frazil.iceberg.committer import CommitResult, Committer
+from frazil.kafka.copies import SourceCopies
 from frazil.metrics import Metrics
 from frazil.status import partitions, source_topics, table_names
 from frazil.txlog import Journal
@@ -53,12 +54,14 @@ ROLE_BACKOFF = retry.Backoff(1.0, 30.0)   # a coordinator role that lost Kafka s
 class CoordinatorService:
     def __init__(self, cfg: Config, catalog: Catalog, assignment: Callable[[], set[TopicPartition]],
                  metrics: Metrics | None = None, *, journal: Journal | None = None, mode: Mode | None = None,
-                 fence: bool = True, on_committed: Callable[[CommitResult], None] | None = None) -> None:
+                 fence: bool = True, on_committed: Callable[[CommitResult], None] | None = None,
+                 copies: SourceCopies | None = None) -> None:
         """``mode``: single or distributed (default: as the config says; single mode's worker
         shares its in-process channel, so the daemon passes the one it made). ``fence=False``
-        only for the fault-injection test that shows what fencing prevents."""
+        only for the fault-injection test that shows what fencing prevents. ``copies``: the bad
+        records this process's worker kept, which its dead-letter sink need not read back."""
         self._cfg, self._catalog, self._assignment, self._metrics = cfg, catalog, assignment, metrics
-        self._journal, self._on_committed, self._fence = journal, on_committed, fence
+        self._journal, self._on_committed, self._fence, self._copies = journal, on_committed, fence, copies
         self._mode: Mode = mode if mode is not None else for_config(cfg)
         self._topics: list[str] = list(cfg.kafka.topics)          # with a pattern: listed every refresh
         self._partitions: frozenset[TopicPartition] = frozenset()  # of the topics, for distributed cycles
@@ -168,7 +171,8 @@ class CoordinatorService:
         mode = self._mode
         channel = mode.coordinator_channel(cfg)
         await channel.start()
-        dead_letters = (DeadLetterSink(cfg.kafka, cfg.dead_letter_topic, cfg.pipeline, self._metrics)
+        dead_letters = (DeadLetterSink(cfg.kafka, cfg.dead_letter_topic, cfg.pipeline, self._metrics,
+                                       copies=self._copies)
                         if cfg.on_bad_record == "dead_letter" else None)
         try:
             if dead_letters is not None:

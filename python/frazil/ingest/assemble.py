@@ -20,6 +20,7 @@ from frazil.ingest.loop import Pipeline, Source
 from frazil.ingest.opening import Opener
 from frazil.ingest.routing import Router
 from frazil.ingest.source import KafkaSource
+from frazil.kafka.copies import SourceCopies
 from frazil.metrics import Metrics, Stats
 from frazil.spark.bulk import SparkWriter
 from frazil.txlog import Journal
@@ -32,19 +33,21 @@ def metrics(cfg: Config) -> Metrics:
 
 def pipeline(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], *, channel: WorkerChannel, journal: Journal,
              metrics: Metrics, bulk: SparkWriter | None = None, drain_on_stop: bool = True,
-             on_new_table: Callable[[str], None] | None = None, source: Source | None = None) -> Pipeline:
+             on_new_table: Callable[[str], None] | None = None, source: Source | None = None,
+             copies: SourceCopies | None = None) -> Pipeline:
     """The loop over ``tables`` (every configured table as ``catalog.ensure_table`` left it);
     ``journal``: the process's transaction log, already settled; flushes of at least
     ``spark.bulk_min_rows`` rows are written by ``bulk`` when given; ``on_new_table``: told the
     name of each table opened while running; ``source``: the Kafka source (default: a
-    consumer-group member for ``cfg.kafka``). Build on the loop."""
+    consumer-group member for ``cfg.kafka``); ``copies``: where bad records are kept for this
+    process's dead-letter sink. Build on the loop."""
     router = Router(cfg.tables, cfg.dynamic)
     buffers = Buffers(Targets(cfg, catalog, tables, takers=router.takers))
     stats = Stats()
     kafka = source if source is not None else KafkaSource(cfg.kafka, outage_timeout_s=cfg.outage_timeout_s)
     worker = Worker(cfg, buffers=buffers, channel=channel, journal=journal, source=kafka, metrics=metrics,
                     stats=stats, bulk=bulk)
-    bad = BadRecords(cfg, buffers, metrics, stats)
+    bad = BadRecords(cfg, buffers, metrics, stats, copies=copies)
     evolver = Evolver(cfg, buffers, metrics)
     opener = Opener(cfg, catalog, buffers, on_new_table=on_new_table)
     fanout = Fanout(cfg, buffers, router, opener=opener, evolver=evolver, bad=bad, metrics=metrics, stats=stats)

@@ -11,7 +11,7 @@ so across restarts its offsets say which were counted."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from frazil.buffers.record_buffer import RecordProblem
 from frazil.buffers.state import Buffers
@@ -20,6 +20,7 @@ from frazil.config import Config
 from frazil.errors import RecordDecodeError
 from frazil.events.payloads import DeadLetter
 from frazil.iceberg.offsets import TopicPartition
+from frazil.kafka.copies import SourceCopies
 from frazil.kafka.fetch import Record
 from frazil.metrics import Metrics, Stats
 
@@ -68,15 +69,20 @@ def too_many(held: int, size: LetterSize) -> bool:
 
 
 class BadRecords:
-    def __init__(self, cfg: Config, buffers: Buffers, metrics: Metrics, stats: Stats) -> None:
+    def __init__(self, cfg: Config, buffers: Buffers, metrics: Metrics, stats: Stats, *,
+                 copies: SourceCopies | None = None) -> None:
+        """``copies``: where the bad records' own bytes are kept for this process's dead-letter sink."""
         self._cfg, self._buffers, self._metrics, self._stats = cfg, buffers, metrics, stats
+        self._copies = copies
         self.dead_letter = cfg.on_bad_record == "dead_letter"
         self._several = not buffers.targets.single   # messages name the table when there may be several
         self.size = LetterSize()
 
-    def found(self, name: str, tp: TopicPartition, errors: Sequence[RecordProblem], *, what: str = "") -> None:
+    def found(self, name: str, tp: TopicPartition, errors: Sequence[RecordProblem], *, what: str = "",
+              lookup: Callable[[list[int]], list[Record]] | None = None) -> None:
         """``errors``: records of ``tp`` that table ``name`` could not take (``what``: "tombstone"
-        when they were tombstones). Stops the pipeline, or holds them for the dead-letter topic."""
+        when they were tombstones). Stops the pipeline, or holds them for the dead-letter topic
+        (``lookup``: the records at some offsets, whose copies the sink then need not read back)."""
         if not errors:
             return
         first = errors[0]
@@ -87,6 +93,8 @@ class BadRecords:
         # not in the buffer: held with its rows, and sent once the range they share has landed
         self._buffers.targets[name].dead.extend(DeadLetter(tp[0], tp[1], e.offset, e.field, e.reason) for e in errors)
         self.size.found(tp[0], ((e.field, e.reason, None) for e in errors))
+        if self._copies is not None and lookup is not None:
+            self._copies.keep(lookup([e.offset for e in errors]))
         self._stats.records_bad += len(errors)
         log.debug("%s[%d]: %d bad record(s) for %s, first at offset %d (field %r: %s); held for the dead-letter "
                   "topic", tp[0], tp[1], len(errors), name, first.offset, first.field, first.reason)
@@ -116,8 +124,10 @@ class BadRecords:
             raise RecordDecodeError(topic=tp[0], partition=tp[1], offset=first.offset, field=field,
                                     reason=reason + more + why)
         floor = carrier.floors.get(tp)
-        return [DeadLetter(tp[0], tp[1], records[i].offset, field, reason, meant_for) for i in members
-                if floor is None or records[i].offset >= floor]
+        kept = [i for i in members if floor is None or records[i].offset >= floor]
+        if self._copies is not None:
+            self._copies.keep(records[i] for i in kept)
+        return [DeadLetter(tp[0], tp[1], records[i].offset, field, reason, meant_for) for i in kept]
 
     def hold_for_routing(self, tp: TopicPartition, letters: list[DeadLetter]) -> None:
         """Records routing found bad go with the carrier's commits: its range of ``tp`` covers them."""

@@ -310,7 +310,7 @@ class Intake:
             errors = await self._evolver.rescue(name, tp, appended.lookup([e.offset for e in errors]), errors,
                                                 appended.decoded_by)
         self._metrics.taken(name, appended.records - len(errors), appended.value_bytes)
-        self._bad.found(name, tp, errors, what=appended.what)
+        self._bad.found(name, tp, errors, what=appended.what, lookup=appended.lookup)
         self._positions.table_took(name, tp)
 
     def _took(self, tp: TopicPartition, chunk: Chunk, summary: _native.FetchSummary) -> None:
