@@ -6,7 +6,7 @@ RUST_SOURCES := $(shell find rust/src -name '*.rs') rust/Cargo.toml Cargo.toml C
 export FRAZIL_CACHE ?= $(HOME)/.cache/frazil
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help venv build bench-deps demo test test-fast lint test-rust test-python stubtest typecheck chaos chaos-tests bench bench-maintenance bench-profile bench-native bench-txlog bench-ingest-txlog eos outage kafka-fetch spark-fetch clean
+.PHONY: help venv build bench-deps demo test test-fast lint test-rust test-loom test-python stubtest typecheck chaos chaos-tests bench bench-maintenance bench-profile bench-native bench-txlog bench-ingest-txlog eos outage kafka-fetch spark-fetch clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -50,6 +50,12 @@ demo: build ## end to end: local Kafka, 200k sample events, frazil run, results 
 test-rust: ## Rust unit tests of the native core
 	cargo test -q --no-default-features -p frazil-native
 
+# loom replaces the atomics under --cfg loom, so its build has a target dir of its own (the main
+# one is not rebuilt each time) and no LTO (a test binary: links in seconds, runs as fast)
+test-loom: ## loom model checks of the buffer's lock-free shard: 2 producers and a drainer, every interleaving up to 3 preemptions (about 10 s once built)
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(CURDIR)/target/loom CARGO_PROFILE_RELEASE_LTO=false \
+		cargo test -q --release --no-default-features -p frazil-native --lib buffer::shard::
+
 stubtest: build ## check python/frazil/_native.pyi against the built module
 	$(PY) -m mypy.stubtest frazil._native --mypy-config-file pyproject.toml
 
@@ -68,7 +74,7 @@ test-python: build ## Python tests: unit, native, integration (real Kafka + cata
 	PYTHONPATH=dev $(PY) -m frazil_dev.rest_catalog >/dev/null
 	$(PY) -m pytest $${PYTEST_ARGS:-}
 
-test: lint test-rust test-python ## everything CI runs: lint, Rust tests, every Python test against real servers
+test: lint test-rust test-loom test-python ## everything CI runs: lint, Rust tests, loom model checks, every Python test against real servers
 
 test-fast: build ## the tests that need no server (unit and native): a couple of minutes, for while you work
 	$(PY) -m pytest tests/unit tests/native -q $${PYTEST_ARGS:-}

@@ -2,8 +2,9 @@
 //! target schema, plus optional Kafka metadata columns. Pure Rust, no pyo3.
 //!
 //! `append` takes `&self`: decoding runs outside any lock, and the decoded batch is pushed to one
-//! of several shards (by partition), each behind its own short mutex, so threads appending
-//! different partitions never wait for each other. Memory is accounted exactly (the Arrow
+//! of several shards (by partition), each a lock-free list ([`shard::Shard`]): appends never take
+//! a lock, not even appends of one partition, and a drain never blocks an append (an append that
+//! lands during a drain stays for the next one). Memory is accounted exactly (the Arrow
 //! buffers held plus the keys kept for deduplication) against an optional hard cap; an append
 //! that would pass it is refused whole with [`BufferError::Full`]. A record that cannot be
 //! decoded never fails the batch: it comes back as a [`RecordError`] and the rest are kept.
@@ -14,6 +15,7 @@ mod decode;
 mod decoders;
 mod dedupe;
 mod fast;
+pub mod shard;
 mod structs;
 mod temporal;
 mod unique;
@@ -24,7 +26,7 @@ pub(crate) use unique::twice;
 pub(crate) use validate::explain_syntax;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use arrow::array::TimestampMillisecondArray;
 use arrow::array::{ArrayRef, BinaryArray, Int32Array, Int64Array, RecordBatch, StringArray};
@@ -34,6 +36,7 @@ use arrow::error::ArrowError;
 use arrow::json::reader::ReaderBuilder;
 
 use crate::kafka::Fetched;
+use shard::Shard;
 use validate::Checked;
 
 /// Names of the optional Kafka metadata columns.
@@ -199,7 +202,10 @@ pub struct JsonBuffer {
     options: Options,
     /// The single-pass decoder, when the schema and options allow it (`fast.rs`).
     fast: Option<fast::FastDecoder>,
-    shards: Vec<Mutex<Vec<Entry>>>,
+    /// Entries of each shard in append order (a partition's entries all go to one shard).
+    shards: Vec<Shard<Entry>>,
+    /// Rows and bytes of the entries held, counted before an entry can be drained (so a
+    /// concurrent drain never subtracts what was not added) and uncounted after it was.
     rows: AtomicUsize,
     bytes: AtomicUsize,
     /// Rows the single pass decoded (the rest went through arrow-json).
@@ -229,7 +235,7 @@ impl JsonBuffer {
         let value_schema = Arc::new(Schema::new(value_fields));
         // Fail early on a schema the JSON decoder cannot handle.
         ReaderBuilder::new(value_schema.clone()).with_decoder_factory(Arc::new(decoders::Factory)).build_decoder()?;
-        let shards = (0..options.shards).map(|_| Mutex::new(Vec::new())).collect();
+        let shards = (0..options.shards).map(|_| Shard::new()).collect();
         let reject = options.unknown_fields == UnknownFields::Reject;
         let fast = (options.single_pass && reject)
             .then(|| fast::FastDecoder::for_fields(value_schema.fields(), reject, options.fold_case))
@@ -369,9 +375,11 @@ impl JsonBuffer {
         let entry = self.entry(decoded, records, good)?;
         self.reserve(entry.bytes)?;
         let rows = entry.batch.num_rows();
-        let shard = records.partition.unsigned_abs() as usize % self.shards.len();
-        self.shards[shard].lock().expect("shard lock poisoned").push(entry);
+        // counted before the push makes the entry drainable: a drain that takes it subtracts
+        // after this add (the push publishes it, the drain's take acquires it), never before
         self.rows.fetch_add(rows, Ordering::AcqRel);
+        let shard = records.partition.unsigned_abs() as usize % self.shards.len();
+        self.shards[shard].push(entry);
         Ok(rows)
     }
 
@@ -440,16 +448,22 @@ impl JsonBuffer {
         align::align_batch(batch)
     }
 
+    /// Every entry buffered, shard by shard, each shard's in append order (so a partition's
+    /// entries come back in the order they were appended); they are no longer counted.
     fn take_entries(&self) -> Vec<Entry> {
         let mut entries = Vec::new();
         for shard in &self.shards {
-            entries.append(&mut shard.lock().expect("shard lock poisoned"));
+            shard.take_into(&mut entries);
         }
+        self.uncount(&entries);
+        entries
+    }
+
+    fn uncount(&self, entries: &[Entry]) {
         let bytes: usize = entries.iter().map(|e| e.bytes).sum();
         let rows: usize = entries.iter().map(|e| e.batch.num_rows()).sum();
         self.bytes.fetch_sub(bytes, Ordering::AcqRel);
         self.rows.fetch_sub(rows, Ordering::AcqRel);
-        entries
     }
 
     fn concat(&self, entries: &[Entry]) -> Result<RecordBatch, ArrowError> {
@@ -465,11 +479,7 @@ impl JsonBuffer {
     /// Drop everything buffered (after a rebalance the records are read again).
     pub fn clear(&self) {
         for shard in &self.shards {
-            let entries = std::mem::take(&mut *shard.lock().expect("shard lock poisoned"));
-            let bytes: usize = entries.iter().map(|e| e.bytes).sum();
-            let rows: usize = entries.iter().map(|e| e.batch.num_rows()).sum();
-            self.bytes.fetch_sub(bytes, Ordering::AcqRel);
-            self.rows.fetch_sub(rows, Ordering::AcqRel);
+            self.uncount(&shard.take());
         }
     }
 

@@ -479,3 +479,46 @@ fn a_few_bad_records_among_many_are_found_and_every_other_row_kept_in_order() {
     assert_eq!(kept, want);
     assert_eq!(batch.column(0).as_primitive::<Int64Type>().values().to_vec(), want);
 }
+
+#[test]
+fn appends_racing_drains_lose_no_row_keep_each_appenders_order_and_never_wrap_the_counters() {
+    const THREADS: i64 = 4;
+    const BATCHES: i64 = 150;
+    const ROWS: usize = 5;
+    let buf = JsonBuffer::new(schema(true), Options { shards: 2, ..meta() }).unwrap();
+    let appended = AtomicUsize::new(0);
+    let mut drained: Vec<RecordBatch> = Vec::new();
+    std::thread::scope(|scope| {
+        for t in 0..THREADS {
+            let (buf, appended) = (&buf, &appended);
+            // threads 0 and 2 append partition 0, 1 and 3 partition 1: each shard is pushed to
+            // by two threads at once; each thread's offsets start at t * 1,000,000
+            scope.spawn(move || {
+                for b in 0..BATCHES {
+                    let (o, k, v) = rows(ROWS, t * 1_000_000 + b * ROWS as i64);
+                    buf.append(&records((t % 2) as i32, &o, &k, &v)).unwrap();
+                    appended.fetch_add(ROWS, Ordering::SeqCst);
+                }
+            });
+        }
+        while appended.load(Ordering::SeqCst) < (THREADS * BATCHES) as usize * ROWS {
+            drained.extend(buf.drain_batches(0).unwrap());
+            // a drain that subtracted before the append added would wrap to near usize::MAX
+            assert!(buf.rows() <= (THREADS * BATCHES) as usize * ROWS, "rows {}", buf.rows());
+            assert!(buf.bytes() < 1 << 40, "bytes {}", buf.bytes());
+        }
+    });
+    drained.extend(buf.drain_batches(0).unwrap());
+    assert_eq!((buf.rows(), buf.bytes()), (0, 0));
+    let mut last = [-1_i64; THREADS as usize];
+    let mut total = 0;
+    for batch in &drained {
+        for &offset in batch.column_by_name(META_OFFSET).unwrap().as_primitive::<Int64Type>().values() {
+            let t = (offset / 1_000_000) as usize;
+            assert!(offset > last[t], "thread {t}: offset {offset} after {}", last[t]);
+            last[t] = offset;
+            total += 1;
+        }
+    }
+    assert_eq!(total, (THREADS * BATCHES) as usize * ROWS);
+}
