@@ -106,20 +106,27 @@ async def test_routed_tables_take_what_routing_gives_them_and_the_rest_is_counte
     assert set(eu.values()) == set(us.values()) == {1}
 
 
-@pytest.mark.parametrize("path", ["straight from the fetch", "record by record"])
-async def test_records_routed_by_value_land_in_every_table_that_takes_them_once(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
-    """Fetches routed by a field go straight from the fetched bytes to their open tables (a
-    record to two tables, or to none); the record-by-record path lands exactly the same rows."""
+def count_one_by_one(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The partitions whose fetches take the record-by-record path, in order, from now on."""
     from frazil.ingest import intake
     one_by_one = intake.Intake._one_by_one
-    calls = []
+    calls: list[object] = []
 
     async def counted(self: intake.Intake, *args: object) -> bool:
         calls.append(args[0])
         return await one_by_one(self, *args)   # type: ignore[arg-type]
 
     monkeypatch.setattr(intake.Intake, "_one_by_one", counted)
+    return calls
+
+
+@pytest.mark.parametrize("path", ["straight from the fetch", "record by record"])
+async def test_records_routed_by_value_land_in_every_table_that_takes_them_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+    """Fetches routed by a field go straight from the fetched bytes to their open tables (a
+    record to two tables, or to none); the record-by-record path lands exactly the same rows."""
+    from frazil.ingest import intake
+    calls = count_one_by_one(monkeypatch)
     if path == "record by record":
         monkeypatch.setattr(intake.Intake, "_routed", lambda *_: None)
     cfg = routed_config(tmp_path, {"db.eu": "eu-.*", "db.west": ".*-west"})
@@ -133,6 +140,23 @@ async def test_records_routed_by_value_land_in_every_table_that_takes_them_once(
         assert set(landed.values()) == {1}
         assert sorted(landed) == sorted(("t", p, i) for p, rs in regions.items() for i, r in enumerate(rs) if takes(r))
     assert (calls == []) == (path == "straight from the fetch")
+
+
+async def test_a_table_named_by_the_records_takes_them_straight_from_the_fetch_once_it_is_open(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """[dynamic] tables by a field: a fetch naming a table not open yet goes record by record
+    (the table is opened, its schema inferred); later fetches go straight to the open tables."""
+    calls = count_one_by_one(monkeypatch)
+    path = tmp_path / "frazil.toml"
+    path.write_text(SEVERAL.format(dir=tmp_path))
+    cfg = support.load(path)
+    logs = {("d", 0): json_records([{"id": i, "kind": "xy"[i % 2]} for i in range(200)])}
+    source = FakeSource(logs, per_fetch=20)
+    await run_until(cfg, source, source.read_to_end)
+    landed = {name: counts(cfg, name) for name in ("db.kind_x", "db.kind_y")}
+    assert sorted(o for table in landed.values() for _, _, o in table) == list(range(200))
+    assert {n for table in landed.values() for n in table.values()} == {1}
+    assert len(source.fetched) == 10 and 1 <= len(calls) <= 2, calls
 
 
 async def test_tombstones_are_counted_as_read_and_land_nowhere_in_an_append_table(tmp_path: Path) -> None:
