@@ -102,7 +102,7 @@ bench-profile: bench-deps ## where frazil's time goes: py-spy over frazil landin
 bench-coordinator: build ## one coordinator's CPU per commit cycle at 1k-100k partitions x 10-1,000 tables, simulated workers, stub and SQLite catalog; coordinator_scale.json
 	$(PY) benches/coordinator_scale.py $${BENCH_ARGS:-}
 
-bench-native: build ## decode throughput: native buffer vs pyarrow.json vs json.loads, 1 and 2 threads
+bench-native: build ## decode throughput: native buffer vs pyarrow.json vs json.loads, 1 and 2 threads; shard contention, lock-free vs mutex
 	$(PY) benches/native.py --records $${BENCH_RECORDS:-200000}
 
 bench-txlog: build ## transaction-log appends/s by fsync policy and group size

@@ -14,7 +14,11 @@ Avro: the same records encoded by fastavro as plain datums (every field a null u
 as timestamp-micros), decoded by the native Avro buffer and by fastavro's schemaless_reader +
 ``pa.Table.from_pylist`` (the Python baseline), on the same chunks; ratios to fastavro.
 
-    python benches/native.py [--records N]
+Contention (``rust/examples/contention.rs``, built and run through cargo): 1 to 16 threads pushing
+entries the size of the buffer's into its lock-free shards while one thread drains, against a
+``Mutex<Vec<_>>`` per shard, interleaved in one run; rows with ``workload = "contention"``.
+
+    python benches/native.py [--records N] [--no-contention]
 """
 
 from __future__ import annotations
@@ -25,10 +29,12 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.json as pajson
@@ -261,10 +267,25 @@ def measure(system: str, schema: pa.Schema, work: list[dict[str, object]], threa
             "spread": round((max(times) - min(times)) / seconds, 3)}
 
 
+def contention() -> list[dict[str, object]]:
+    """The contention example's rows (lock-free shards vs a mutex per shard), printed as a table."""
+    command = ["cargo", "run", "--release", "-q", "-p", "frazil-native", "--no-default-features",
+               "--example", "contention", "--", "--json"]
+    out = subprocess.run(command, cwd=Path(__file__).resolve().parent.parent, check=True, capture_output=True,
+                         text=True).stdout
+    rows: list[dict[str, object]] = [{"workload": "contention", **row} for row in json.loads(out)]
+    print(f"\n{'contention':<12}{'shards':>7}{'threads':>8}{'lock-free op/s':>16}{'mutex op/s':>14}{'ratio':>8}")
+    for row in rows:
+        print(f"{'':<12}{row['shards']:>7}{row['threads']:>8}{row['lock_free_ops_per_s']:>16,}"
+              f"{row['mutex_ops_per_s']:>14,}{row['ratio']:>7.2f}x", flush=True)
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000, help="clickstream records (wide: a quarter)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-contention", action="store_true", help="skip the shard contention bench (cargo)")
     args = parser.parse_args()
     workloads = {
         "clickstream": (CLICKSTREAM, sample_events(args.records)),
@@ -299,6 +320,8 @@ def main() -> int:
                 base = base or row["records_per_s"]
                 print(f"{workload + '-avro':<17}{system:<19}{threads:>8}{row['records_per_s']:>14,}"
                       f"{row['mb_per_s']:>9.1f}{row['records_per_s'] / base:>14.1f}x vs fastavro", flush=True)
+    if not args.no_contention:
+        rows += contention()
     _results.write("native", rows, machine={"cpus": os.cpu_count(), "python": platform.python_version(),
                                             "pyarrow": pa.__version__})
     return 0
