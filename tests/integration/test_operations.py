@@ -168,6 +168,9 @@ def test_each_cli_error_is_one_line_with_its_exit_status(kafka: KafkaBroker, tmp
 
     def lock() -> None:
         conn = sqlite3.connect(tmp_path / "good" / "warehouse" / "catalog.db", isolation_level=None)
+        # the catalog is in write-ahead-log mode, where readers pass a writer's lock: held
+        # exclusively, it keeps everyone out, as another tool holding the file would
+        conn.execute("PRAGMA locking_mode=EXCLUSIVE")
         conn.execute("BEGIN EXCLUSIVE")
         held.set()
         release.wait(120)
