@@ -331,6 +331,9 @@ def test_a_rebalance_while_the_catalog_is_locked_waits_for_it_and_loses_nothing(
 
     topic = "eos-assign-locked"
     group = eos.setup(tmp_path, kafka.bootstrap, 2, interval=0.5, timeout=5.0, partitions=4, topic=topic)
+    for name in ("w0", "w1"):   # the rollback journal: a writer's lock keeps readers out (the WAL's does not)
+        path = group.config(name)
+        path.write_text(path.read_text().replace("[catalog]\n", '[catalog]\nsqlite_journal = "keep"\n', 1))
     produce = _Stream(kafka.bootstrap, topic)
     try:
         for name in ("w0", "w1"):

@@ -204,6 +204,15 @@ def test_a_sqlite_catalog_is_switched_to_its_write_ahead_log_and_stays_durable(s
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     with catalog.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2   # FULL
+    # sqlite_journal = "keep" (a network file system): a database is left in the mode it has
+    import dataclasses
+
+    kept = cfg.catalog.properties["uri"].replace("catalog.db", "kept.db")
+    keep = dataclasses.replace(cfg.catalog, properties={**cfg.catalog.properties, "uri": kept},
+                               sqlite_journal="keep")
+    support.close_catalog(iceberg_catalog.load(keep))
+    with sqlite3.connect(kept.removeprefix("sqlite:///")) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
 
 
 def test_a_created_table_is_one_commit_with_every_property_and_a_name_mapping_of_its_nested_ids(setup) -> None:

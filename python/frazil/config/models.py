@@ -158,6 +158,9 @@ class CatalogConfig:
     # may hold secrets: print iceberg.catalog.shown_properties()
     properties: dict[str, Property] = Field(default_factory=dict, repr=False,
                                             description="passed to pyiceberg's load_catalog")
+    sqlite_journal: Literal["wal", "keep"] = Field(
+        default="wal", description="a SQLite catalog's journal: wal (switched to the write-ahead log, one fsync a "
+                                   "commit) or keep (left as it is, e.g. on a network file system)")
 
 
 @dataclass(frozen=True, config=STRICT)

@@ -143,7 +143,7 @@ def load(cfg: CatalogConfig, *, attempts: int = 5, busy_timeout_s: float | None 
     for attempt in retry.attempts(attempts, LOAD_BACKOFF):
         try:
             catalog = load_catalog(cfg.name, **props)
-            if props.get("uri", "").startswith("sqlite:"):
+            if props.get("uri", "").startswith("sqlite:") and cfg.sqlite_journal == "wal":
                 _write_ahead(cfg, catalog)
             return catalog
         except _wrong_properties() as exc:
