@@ -34,7 +34,7 @@ the catalog pass runs fewer (``--catalog-warmup``, ``--catalog-cycles``) on the 
 ``frazil run`` does. Writes ``benches/results/coordinator_scale.json``.
 
     python benches/coordinator_scale.py [--partitions 1000,10000,100000] [--tables 10,100,1000]
-        [--cycles 5] [--catalog-cells 1000x10,10000x1000] [--no-catalog]
+        [--cycles 5] [--catalog-cells 1000x10,10000x1000,100000x1000:1] [--no-catalog]
 """
 
 from __future__ import annotations
@@ -260,11 +260,13 @@ def summary(cycles: list[Cycle]) -> dict[str, float]:
     return out
 
 
-def cells(text: str) -> Iterator[tuple[int, int]]:
+def cells(text: str, cycles: int) -> Iterator[tuple[int, int, int]]:
+    """``PARTITIONSxTABLES[:CYCLES]`` cells, comma-separated: (partitions, tables, measured cycles)."""
     for cell in text.split(","):
         if cell.strip():
-            p, t = cell.lower().split("x")
-            yield int(p), int(t)
+            size, _, n = cell.partition(":")
+            p, t = size.lower().split("x")
+            yield int(p), int(t), int(n) if n else cycles
 
 
 def ints(text: str) -> list[int]:
@@ -279,8 +281,9 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--cycles", type=int, default=5)
     parser.add_argument("--catalog-cells", default="1000x10,1000x100,1000x1000,10000x10,10000x100,10000x1000,"
-                        "100000x10,100000x100",
-                        help="PARTITIONSxTABLES cells for the real-catalog pass, comma-separated ('' for none)")
+                        "100000x10,100000x100,100000x1000:1",
+                        help="PARTITIONSxTABLES[:CYCLES] cells for the real-catalog pass, comma-separated ('' for "
+                             "none); CYCLES: measured cycles, else --catalog-cycles")
     parser.add_argument("--catalog-warmup", type=int, default=1)
     parser.add_argument("--catalog-cycles", type=int, default=3)
     parser.add_argument("--no-catalog", action="store_true", help="skip the real-catalog pass")
@@ -309,7 +312,7 @@ def main() -> int:
             rows.append(row)
             show(row)
     if not args.no_catalog:
-        for p, t in cells(args.catalog_cells):
+        for p, t, n in cells(args.catalog_cells, args.catalog_cycles):
             layout = Layout(p, t, args.per_worker)
             directory = Path(tempfile.mkdtemp(prefix="frazil-coordinator-bench-"))
             try:
@@ -318,7 +321,7 @@ def main() -> int:
                 created = time.perf_counter() - began
                 commit = table_committer(catalog, PIPELINE, max_attempts=3)
                 measured, extra = asyncio.run(run_cell(layout, commit, warmup=args.catalog_warmup,
-                                                       cycles=args.catalog_cycles, warehouse=f"file://{directory}"))
+                                                       cycles=n, warehouse=f"file://{directory}"))
             finally:
                 shutil.rmtree(directory, ignore_errors=True)
             row = {"pass": "catalog", "partitions": p, "tables": t, "workers": layout.workers,
