@@ -50,11 +50,10 @@ demo: build ## end to end: local Kafka, 200k sample events, frazil run, results 
 test-rust: ## Rust unit tests of the native core
 	cargo test -q --no-default-features -p frazil-native
 
-# loom replaces the atomics under --cfg loom, so its build has a target dir of its own (the main
-# one is not rebuilt each time) and no LTO (a test binary: links in seconds, runs as fast)
-test-loom: ## loom model checks of the buffer's lock-free shard: 2 producers and a drainer, every interleaving up to 3 preemptions (about 10 s once built)
-	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(CURDIR)/target/loom CARGO_PROFILE_RELEASE_LTO=false \
-		cargo test -q --release --no-default-features -p frazil-native --lib buffer::shard::
+# loom's atomics come with the crate's `loom` feature: only frazil-native is built again, the
+# dependencies' builds are test-rust's
+test-loom: ## loom model checks of the buffer's lock-free shard: 2 producers and a drainer, every interleaving up to 3 preemptions
+	cargo test -q --no-default-features --features loom -p frazil-native --lib buffer::shard::
 
 stubtest: build ## check python/frazil/_native.pyi against the built module
 	$(PY) -m mypy.stubtest frazil._native --mypy-config-file pyproject.toml

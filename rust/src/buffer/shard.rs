@@ -12,7 +12,7 @@
 //! problem and no reclamation scheme: a push only compares the head's address, it never reads
 //! the node behind it, and a drain owns every node of the chain it swapped out.
 //!
-//! Under `--cfg loom` the atomics and the cell holding each node's link are loom's, so the loom
+//! With the `loom` feature the atomics and the cell holding each node's link are loom's, so the loom
 //! model tests below check every interleaving and the memory ordering of the node links.
 
 use std::fmt;
@@ -23,20 +23,20 @@ use sync::{AtomicPtr, Ordering, UnsafeCell};
 
 /// The atomics used here: std's, or loom's when the crate is model-checked.
 mod sync {
-    #[cfg(loom)]
+    #[cfg(feature = "loom")]
     pub(super) use loom::{
         cell::UnsafeCell,
         sync::atomic::{AtomicPtr, Ordering},
     };
-    #[cfg(not(loom))]
+    #[cfg(not(feature = "loom"))]
     pub(super) use std::sync::atomic::{AtomicPtr, Ordering};
 
     /// std's `UnsafeCell` with the closure API of loom's (no cost: the closures inline away).
-    #[cfg(not(loom))]
+    #[cfg(not(feature = "loom"))]
     #[derive(Debug)]
     pub(super) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
 
-    #[cfg(not(loom))]
+    #[cfg(not(feature = "loom"))]
     impl<T> UnsafeCell<T> {
         pub(super) fn new(value: T) -> Self {
             Self(std::cell::UnsafeCell::new(value))
@@ -173,7 +173,7 @@ impl<T> Drop for Chain<T> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
@@ -255,7 +255,7 @@ mod tests {
 /// Model checks: every interleaving of two producers and a drainer, up to a bound of preemptions
 /// (3 unless `LOOM_MAX_PREEMPTIONS` says otherwise; bugs of this kind show up within 2 or 3).
 /// `make test-loom` runs them.
-#[cfg(all(test, loom))]
+#[cfg(all(test, feature = "loom"))]
 mod loom_tests {
     use super::*;
     use loom::alloc::Track;
