@@ -311,22 +311,13 @@ class Bench:
 
     def ceiling(self, kind: str, workload: _datasets.Workload, topic: str, records: int,
                 run: int = 0) -> dict[str, Any]:
-        path = self.write_job(self.job(kind, workload, topic, records, run))
-        proc = subprocess.Popen([sys.executable, str(HERE / "e2e_systems" / "ceilings.py"), kind.split("-")[1],
-                                 "--job", str(path)], stdout=subprocess.PIPE, env=self.env())
-        monitor = TreeMonitor(proc.pid)
-        out, _ = proc.communicate()
-        usage = monitor.stop()
-        if proc.returncode != 0:
-            raise RuntimeError(f"{kind} failed with {proc.returncode}")
-        result = json.loads(out.decode().strip().splitlines()[-1])
+        usage, result = self._ceilings(kind.split("-")[1], self.job(kind, workload, topic, records, run))
         return {"system": kind, "workload": workload.name,
                 **rates(result["records"], result["bytes"], result["seconds"]), "rss_peak_mb": usage["rss_peak_mb"]}
 
-    def _ceiling_cpu(self, kind: str, workload: _datasets.Workload, topic: str, records: int,
-                     name: str) -> tuple[float, dict[str, Any]]:
-        """The CPU seconds of a ceilings.py process tree (with any JVM it starts), and what it printed."""
-        job = {**self.job(kind, workload, topic, records), "name": name}
+    def _ceilings(self, kind: str, job: dict[str, Any]) -> tuple[dict[str, float], dict[str, Any]]:
+        """Run ``ceilings.py kind`` on ``job``: the usage of its process tree (with any JVM it
+        starts), and what it printed."""
         proc = subprocess.Popen([sys.executable, str(HERE / "e2e_systems" / "ceilings.py"), kind,
                                  "--job", str(self.write_job(job))], stdout=subprocess.PIPE, env=self.env())
         monitor = TreeMonitor(proc.pid)
@@ -334,7 +325,13 @@ class Bench:
         usage = monitor.stop()
         if proc.returncode != 0:
             raise RuntimeError(f"ceilings.py {kind} failed with {proc.returncode}")
-        return usage["cpu_s"], json.loads(out.decode().strip().splitlines()[-1])
+        return usage, json.loads(out.decode().strip().splitlines()[-1])
+
+    def _ceiling_cpu(self, kind: str, workload: _datasets.Workload, topic: str, records: int,
+                     name: str) -> tuple[float, dict[str, Any]]:
+        """The CPU seconds of a ceilings.py run (a job of its own, ``name``), and what it printed."""
+        usage, result = self._ceilings(kind, {**self.job(kind, workload, topic, records), "name": name})
+        return usage["cpu_s"], result
 
     def fetch_cpu_per_million(self, workload: _datasets.Workload, topic: str, records: int) -> float:
         """Kafka's fetch tool's CPU per million records of ``topic``: a run over every record less a
