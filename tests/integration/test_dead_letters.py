@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,15 @@ async def dead_letters(bootstrap: str, topic: str) -> list:  # type: ignore[type
             await consumer.stop()
 
 
+def all_sent(bootstrap: str, topic: str, count: int) -> Callable[[], None]:
+    """A check that ``count`` bad records are in the dead-letter topic (for ``support.wait_for``)."""
+    def check() -> None:
+        sent = len(asyncio.run(dead_letters(bootstrap, topic)))
+        assert sent >= count, f"{sent} of {count} bad records in the dead-letter topic"
+
+    return check
+
+
 def source_of(letter) -> tuple[tuple[str, int, int], dict[str, str]]:  # type: ignore[no-untyped-def]
     """A dead letter's source (topic, partition, offset), and frazil's headers as text."""
     h = {k: v.decode() for k, v in letter.headers if k.startswith("frazil.")}
@@ -132,10 +142,6 @@ def test_every_bad_record_reaches_the_dead_letter_topic_once_across_a_kill(kafka
     assert landed_before > 0, "the kill came after a commit landed"
 
     bad = {(topic, i % PARTITIONS, i // PARTITIONS): i for i in range(RECORDS) if is_bad(i)}
-    def all_sent() -> None:
-        sent = len(asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic)))
-        assert sent >= len(bad), f"{sent} of {len(bad)} bad records in the dead-letter topic"
-
     def answering() -> None:   # the restarted coordinator has settled what the kill left and runs cycles
         assert "replied to commit" in log.read_text()[restarted:], "no cycle yet"
 
@@ -143,7 +149,7 @@ def test_every_bad_record_reaches_the_dead_letter_topic_once_across_a_kill(kafka
     proc = run(config, log)
     try:
         support.wait_until_committed(support.catalog_of(cfg), cfg, ends, timeout=120, alive=lambda: proc.poll() is None)
-        support.wait_for(all_sent, proc, log, timeout=60)
+        support.wait_for(all_sent(kafka.bootstrap, cfg.dead_letter_topic, len(bad)), proc, log, timeout=60)
         support.wait_for(answering, proc, log, timeout=60)
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -174,14 +180,10 @@ def test_bad_records_go_to_the_dead_letter_topic_from_the_workers_copies_without
     ends = asyncio.run(support.end_offsets(kafka.bootstrap, [topic]))
     bad = {(topic, i % PARTITIONS, i // PARTITIONS): i for i in range(RECORDS) if is_bad(i)}
 
-    def all_sent() -> None:
-        sent = len(asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic)))
-        assert sent >= len(bad), f"{sent} of {len(bad)} bad records in the dead-letter topic"
-
     proc = run(config, log)
     try:
         support.wait_until_committed(support.catalog_of(cfg), cfg, ends, timeout=120, alive=lambda: proc.poll() is None)
-        support.wait_for(all_sent, proc, log, timeout=60)
+        support.wait_for(all_sent(kafka.bootstrap, cfg.dead_letter_topic, len(bad)), proc, log, timeout=60)
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
@@ -291,10 +293,6 @@ def test_records_routing_finds_bad_reach_the_dead_letter_topic_once_across_a_kil
     want_clicks = Counter(where(f"{name}-routed", i) for i in range(n) if i % 5 > 1)
     want_views = Counter(where(f"{name}-dyn", i) for i in range(n) if i % 6 > 1)
 
-    def all_sent() -> None:
-        sent = len(asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic)))
-        assert sent >= len(bad), f"{sent} of {len(bad)} bad records in the dead-letter topic"
-
     proc = run(config, log)
     try:
         catalog = support.catalog_of(cfg)
@@ -304,7 +302,7 @@ def test_records_routing_finds_bad_reach_the_dead_letter_topic_once_across_a_kil
             assert sum(support.count_offsets(catalog, "ev.view").values()) >= len(want_views)
 
         support.wait_for(landed, proc, log, timeout=120)
-        support.wait_for(all_sent, proc, log, timeout=60)
+        support.wait_for(all_sent(kafka.bootstrap, cfg.dead_letter_topic, len(bad)), proc, log, timeout=60)
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
