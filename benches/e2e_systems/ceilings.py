@@ -8,13 +8,13 @@
   Java client on this machine and broker. Its own fetch time is reported (start-up and group join
   left out); bytes are keys plus values.
 - ``parquet``: the dataset's Arrow data (built before timing by frazil's native buffer, with the
-  Kafka columns) written to Parquet with zstd, the codec pyiceberg and Spark use by default;
-  median of three writes.
+  Kafka columns) written to Parquet with zstd, the codec pyiceberg and Spark use by default, and
+  frazil's own dictionary page limit; median of three writes.
 
 - ``floor``: the same work as frazil's minus the fetch, each part alone in one thread, as CPU
   seconds: the workload's values, as Kafka record batches read natively, decoded straight from
   the fetched bytes by frazil's native buffer (the JSON buffer, or the Avro one with the writer
-  schema resolved by frazil), then the Arrow data written to Parquet with zstd once. With the
+  schema resolved by frazil), then the Arrow data written to Parquet as ``parquet`` writes it, once. With the
   fetch tool's CPU it is the floor frazil's CPU is held against.
 
 Each prints one JSON line: ``{"seconds": ..., "records": ..., "bytes": ...}`` (``floor`` adds
@@ -40,6 +40,13 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+
+def parquet_options() -> dict[str, Any]:
+    """How frazil writes its data files' Parquet: zstd and its own dictionary page limit."""
+    from frazil.iceberg.writes import DICTIONARY_PAGE_BYTES
+
+    return {"compression": "zstd", "dictionary_pagesize_limit": DICTIONARY_PAGE_BYTES}
 
 
 async def consume(job: dict[str, Any]) -> dict[str, Any]:
@@ -91,11 +98,12 @@ def parquet(job: dict[str, Any]) -> dict[str, Any]:
         buffer.append(topic=job["topic"], partition=i % 12, offsets=list(range(i, i + len(part))),
                       timestamps_ms=[0] * len(part), keys=[None] * len(part), values=part)
     table = pa.Table.from_batches(buffer.drain_batches())
+    options = parquet_options()
     times = []
     with tempfile.TemporaryDirectory(dir=job["workdir"]) as tmp:
         for i in range(3):
             started = time.perf_counter()
-            pq.write_table(table, f"{tmp}/{i}.parquet", compression="zstd")
+            pq.write_table(table, f"{tmp}/{i}.parquet", **options)
             times.append(time.perf_counter() - started)
     return {"seconds": statistics.median(times), "records": table.num_rows, "bytes": sum(len(v) for v in values)}
 
@@ -144,9 +152,10 @@ def floor(job: dict[str, Any]) -> dict[str, Any]:
     table = pa.Table.from_batches(buffer.drain_batches())
     decode_cpu = time.process_time() - started
     assert table.num_rows + bad == len(values), (table.num_rows, bad, len(values))
+    options = parquet_options()
     with tempfile.TemporaryDirectory(dir=job["workdir"]) as tmp:
         started = time.process_time()
-        pq.write_table(table, f"{tmp}/floor.parquet", compression="zstd")
+        pq.write_table(table, f"{tmp}/floor.parquet", **options)
         write_cpu = time.process_time() - started
     return {"seconds": decode_cpu + write_cpu, "records": len(values), "bytes": sum(len(v) for v in values),
             "decode_cpu_s": decode_cpu, "write_cpu_s": write_cpu}
