@@ -8,6 +8,7 @@ and key.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import re
@@ -70,6 +71,42 @@ def wide_records(n: int, seed: int = 11, *, nested: bool = False) -> list[bytes]
     return out
 
 
+
+# the keyed dataset: changes to a fixed set of keys, each key always in partition ``id % partitions``
+UPSERT_COLUMNS: list[Column] = [("id", "long", True), ("name", "string", False), ("amount", "double", False),
+                                ("version", "long", False)]
+Row = tuple[str, float, int]          # name, amount, version
+
+
+def changes(n: int, keys: int, tombstones: float = 0.10, seed: int = 17) -> tuple[list[int], list[Row | None]]:
+    """``n`` changes to random keys of ``range(keys)`` (about ``tombstones`` of them a delete,
+    None); version ``i + 1`` for the i-th."""
+    rng = random.Random(seed)
+    ids: list[int] = []
+    rows: list[Row | None] = []
+    for i in range(n):
+        key = rng.randrange(keys)
+        ids.append(key)
+        rows.append(None if rng.random() < tombstones
+                    else (f"customer {key} rev {i + 1}", round(rng.uniform(0, 10_000), 2), i + 1))
+    return ids, rows
+
+
+def encode_change(key: int, row: Row | None) -> bytes | None:
+    """A change's JSON value; None (a tombstone) for a delete."""
+    if row is None:
+        return None
+    return json.dumps({"id": key, "name": row[0], "amount": row[1], "version": row[2]}, separators=(",", ":")).encode()
+
+
+def _upsert_changes(n: int) -> tuple[list[int], list[Row | None]]:
+    return changes(n, max(1, n // 10))   # each key changed ten times on average
+
+
+def _upsert_values(n: int) -> list[bytes]:
+    """The values of the upserts among ``n`` changes (the tombstones have none)."""
+    return [v for v in itertools.starmap(encode_change, zip(*_upsert_changes(n), strict=True)) if v is not None]
+
 @dataclass(frozen=True)
 class Dataset:
     name: str
@@ -84,6 +121,10 @@ class Dataset:
     registry: bool = False
     # the records spread over this many topics, one table each (frazil's [dynamic] by topic)
     topics: int = 1
+    # a keyed dataset: the changes of n records (key ids; rows, None for a tombstone), produced with
+    # the id as Kafka key to partition ``id % partitions`` and landed as an upsert table (frazil's
+    # mode = "upsert"); ``generate`` gives its upserts' values
+    changes: Callable[[int], tuple[list[int], list[Row | None]]] | None = None
 
     def bad(self, records: int) -> int:
         """How many of ``records`` generated values are bad records."""
@@ -173,6 +214,7 @@ CLICKSTREAM_REGISTRY = Dataset("clickstream-registry", CLICKSTREAM.columns, CLIC
                                _CLICKSTREAM_AVRO, registry=True)
 CLICKSTREAM_200 = Dataset("clickstream-200", CLICKSTREAM.columns, sample_events, topics=200)
 WIDE = Dataset("wide", _wide_columns(), wide_records)
+UPSERTS = Dataset("upserts", UPSERT_COLUMNS, _upsert_values, changes=_upsert_changes)
 WORKLOADS = {w.name: w for w in (
     Workload("clickstream", CLICKSTREAM),
     Workload("clickstream-by-day", CLICKSTREAM, ("day(event_time)",)),
@@ -182,4 +224,5 @@ WORKLOADS = {w.name: w for w in (
     Workload("clickstream-dirty", CLICKSTREAM_DIRTY),
     Workload("clickstream-avro-registry", CLICKSTREAM_REGISTRY),
     Workload("topics-200", CLICKSTREAM_200),
+    Workload("upsert", UPSERTS),
 )}

@@ -19,7 +19,10 @@ table, started as its own process, while this harness polls the catalog:
 Each pre-filled topic is flushed to disk (``sync``) before the first system is timed. Throughput
 is counted from process launch until the catalog shows every record (start-up
 included, as a user waiting for a backfill sees it), then the table is read back and every
-(partition, offset) must be there exactly once. A run shorter than 20 s is noisy on a 2-core
+(partition, offset) must be there exactly once. The keyed workload (``upsert``: changes to a
+tenth as many keys, one in ten a tombstone, landed as frazil's upsert table) is timed until the
+table's committed offsets reach the topic's end, and its table must equal the latest change of
+each key; Spark's MERGE INTO on the same kind of stream is benches/upsert.py's. A run shorter than 20 s is noisy on a 2-core
 machine shared with the broker (the same code measured 396k and 524k rec/s an hour apart), so
 any system's run that short is repeated, each time into a new table with a new consumer group,
 and the median of ``--repeat`` runs (3) is reported, every run's rate beside it and the highest
@@ -93,6 +96,11 @@ partition_by = {partition_by}
 {columns}
 """
 TOPIC_PARTITIONS = 2   # of each topic of a many-topic dataset
+# a keyed dataset's table: each change replaces its key's row, a tombstone deletes it
+KEYED = """mode = "upsert"
+identifier_columns = ["id"]
+tombstones = "delete"
+"""
 TABLE = """[{section}]
 name = "{table}"
 partition_by = {partition_by}
@@ -122,6 +130,7 @@ class Bench:
         self.profile = profile
         self.baseline = baseline   # the interpreter of another frazil install ("frazil-baseline")
         self.registry: SchemaRegistry | None = None   # a real schema registry, when a workload needs one
+        self.changes: dict[str, Any] = {}   # topic: what a keyed dataset produced there (upsert.Changes)
         self._seen: dict[str, tuple[str, int]] = {}   # table: (metadata location, records) at the last look
         self._fetch_cpu: dict[str, float] = {}   # topic: the fetch tool's CPU s per million records
         self.workdir = workdir
@@ -146,6 +155,7 @@ class Bench:
                 "spark_ddl": workload.dataset.spark_ddl(),
                 "arrow_schema": base64.b64encode(workload.dataset.arrow_schema().serialize().to_pybytes()).decode(),
                 "checkpoint": str(self.workdir / "checkpoints" / name), "workdir": str(self.workdir),
+                "keyed": workload.dataset.changes is not None,
                 "tables": ([t for t, _ in routed_tables(f"bench.{name}", workload)] if workload.routes
                            else [dynamic_table(f"bench.{name}", t) for t in topic_names(topic, workload.dataset)]
                            if workload.dataset.topics > 1 else None)}
@@ -177,7 +187,8 @@ class Bench:
                 source = f'topic_pattern = "{job["topic"]}-[0-9]+"'
                 tables = DYNAMIC.format(table=job["table"], **common)
             elif workload.routes is None:
-                tables = TABLE.format(section="table", table=job["table"], route="", **common)
+                tables = TABLE.format(section="table", table=job["table"], route=KEYED if job["keyed"] else "",
+                                      **common)
             else:
                 tables = "".join(TABLE.format(section="[tables]", table=table,
                                               route=f'route_field = "{workload.routes[0]}"\nroute = "{value}"\n',
@@ -221,6 +232,16 @@ class Bench:
             return 0
         return int(snapshot.summary.get("total-records") or 0) if snapshot else 0
 
+    def committed(self, job: dict[str, Any]) -> int:
+        """The records a keyed table's committed offsets cover (its rows are fewer: one per live key)."""
+        from frazil.iceberg import offsets
+
+        try:
+            table = self.catalog.load_table(job["table"])
+        except Exception:  # noqa: BLE001 - not created yet, or the catalog is busy for a moment
+            return 0
+        return sum(offsets.stored_offsets(table.properties, job["name"]).values())
+
     def look(self, tables: list[str]) -> None:
         """The record count of each of ``tables`` whose metadata changed since the last look: one
         catalog query a poll, and a load only of what changed, so many tables do not load the machine."""
@@ -241,7 +262,7 @@ class Bench:
             if proc.poll() is not None:
                 raise RuntimeError(f"{job['system']} exited with {proc.returncode}; see "
                                    f"{self.workdir / job['name']}.log")
-            landed = self.total_records(job.get("tables") or job["table"])
+            landed = self.committed(job) if job["keyed"] else self.total_records(job.get("tables") or job["table"])
             now = time.time()
             if landed >= expect:
                 return now
@@ -283,6 +304,16 @@ class Bench:
         return {"rows": got.num_rows, "distinct_offsets": distinct, "snapshots": snapshots,
                 "exactly_once": got.num_rows == distinct == expect}
 
+    def verify_keyed(self, table_name: str, changes: Any, ends: dict[Any, int]) -> dict[str, Any]:
+        """A keyed table read back against the latest change of each key below ``ends`` (computed
+        from what the broker acknowledged): every missing, extra, doubled or wrong key counted."""
+        import upsert
+
+        found = upsert.verify(self.catalog, table_name, changes.expected(PARTITIONS, ends))
+        return {"rows": found["rows"], "expected_rows": found["expected_rows"], "mismatches": found["mismatches"],
+                "snapshots": sum(1 for _ in self.catalog.load_table(table_name).snapshots()),
+                "exactly_once": found["mismatches"] == 0}
+
     # -- the two phases --------------------------------------------------------------------------
 
     def throughput(self, system: str, workload: _datasets.Workload, topic: str, ends: dict[Any, int],
@@ -303,7 +334,8 @@ class Bench:
             spy.wait(timeout=60)
             profile = {"profile": _profile.summarise(self.workdir / f"{job['name']}.profile")}
         seconds = landed_at - started
-        check = self.verify(job.get("tables") or job["table"], ends, bad)
+        check = (self.verify_keyed(job["table"], self.changes[topic], ends) if job["keyed"]
+                 else self.verify(job.get("tables") or job["table"], ends, bad))
         if not check["exactly_once"]:
             raise RuntimeError(f"{system} on {workload.name}: not exactly once: {check}")
         return {"system": system, "workload": workload.name, **rates(records, nbytes, seconds),
@@ -479,7 +511,14 @@ def prefill(bench: Bench, dataset: _datasets.Dataset, records: int) -> tuple[str
         header = b"\0" + bench.registry.register(f"{topic}-value", dataset.avro).to_bytes(4, "big")
         values = [header + v for v in values]
     topics = topic_names(topic, dataset)
-    if len(topics) == 1:
+    if dataset.changes is not None:   # each change to partition id % partitions, keyed by its id
+        import upsert
+
+        ids, rows = dataset.changes(records)
+        produced = bench.changes[topic] = upsert.Changes()
+        asyncio.run(create_topic(bench.bootstrap, topic, PARTITIONS))
+        asyncio.run(upsert.produce(bench.bootstrap, topic, PARTITIONS, produced, ids, rows, label=f"pre-fill {topic}"))
+    elif len(topics) == 1:
         asyncio.run(create_topic(bench.bootstrap, topic, PARTITIONS))
         asyncio.run(produce(bench.bootstrap, topic, values, partitions=PARTITIONS, label=f"pre-fill {topic}"))
     else:
@@ -639,10 +678,12 @@ def main() -> int:
                     print_row(row)
                     continue
                 if (workload.routes or workload.dataset.avro or workload.dataset.bad_every
-                        or workload.dataset.topics > 1) and system != "frazil":
-                    continue  # routing, Avro values, dead letters and many tables are frazil's alone here
-                if system in CEILINGS and workload.partition_by:
-                    continue  # the same bytes as the unpartitioned workload
+                        or workload.dataset.topics > 1 or workload.dataset.changes) and system != "frazil":
+                    # routing, Avro values, dead letters, many tables and upserts are frazil's alone
+                    # here (upsert.py runs Spark's MERGE INTO on the keyed workload)
+                    continue
+                if system in CEILINGS and (workload.partition_by or workload.dataset.changes):
+                    continue  # the same bytes as the unpartitioned workload; tombstones have no value to count
 
                 def measure(run: int, system: str = system, workload: _datasets.Workload = workload,
                             topic: str = topic, ends: dict[Any, int] = ends, nbytes: int = nbytes) -> dict[str, Any]:

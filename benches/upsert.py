@@ -58,7 +58,6 @@ import asyncio
 import json
 import os
 import platform
-import random
 import re
 import shutil
 import signal
@@ -74,6 +73,9 @@ from typing import Any
 
 import _dev  # noqa: F401 - dev/ on the path, for frazil_dev
 import _results
+from _datasets import UPSERT_COLUMNS, Row
+from _datasets import changes as generate
+from _datasets import encode_change as encode
 from _procmon import TreeMonitor
 from e2e_systems.spark_ss_merge import committed_offsets
 from frazil.config import STAGING_SUFFIX
@@ -87,7 +89,7 @@ HERE = Path(__file__).resolve().parent
 CATALOG = "frazil"
 SYSTEMS = ("frazil", "frazil-spark-merge", "spark-ss-merge")
 FRAZIL_SYSTEMS = ("frazil", "frazil-spark-merge")
-COLUMNS = (("id", "long", True), ("name", "string", False), ("amount", "double", False), ("version", "long", False))
+COLUMNS = UPSERT_COLUMNS
 FRAZIL_CONFIG = """\
 [pipeline]
 name = "{name}"
@@ -121,7 +123,6 @@ master = "local[2]"
 conf = { "spark.driver.memory" = "3g", "spark.ui.showConsoleProgress" = "false" }
 """
 
-Row = tuple[str, float, int]          # name, amount, version
 TopicPartition = tuple[str, int]
 
 
@@ -147,24 +148,6 @@ class Changes:
             if seen is None or seen[0] < offset:
                 latest[key] = (offset, row)
         return {k: row for k, (_, row) in latest.items() if row is not None}
-
-
-def generate(changes: int, keys: int, tombstones: float, seed: int) -> tuple[list[int], list[Row | None]]:
-    """``changes`` changes to random keys of ``range(keys)``; version ``n + 1`` for the n-th."""
-    rng = random.Random(seed)
-    ids, rows = [], []
-    for n in range(changes):
-        key = rng.randrange(keys)
-        ids.append(key)
-        rows.append(None if rng.random() < tombstones
-                    else (f"customer {key} rev {n + 1}", round(rng.uniform(0, 10_000), 2), n + 1))
-    return ids, rows
-
-
-def encode(key: int, row: Row | None) -> bytes | None:
-    if row is None:
-        return None
-    return json.dumps({"id": key, "name": row[0], "amount": row[1], "version": row[2]}, separators=(",", ":")).encode()
 
 
 def progress_line(label: str, done: int, total: int, started: float) -> None:
