@@ -17,19 +17,20 @@ table, started as its own process, while this harness polls the catalog:
   data to Parquet.
 
 Each pre-filled topic is flushed to disk (``sync``) before the first system is timed. Throughput
-is counted from process launch until the catalog shows every record (start-up
-included, as a user waiting for a backfill sees it), then the table is read back and every
-(partition, offset) must be there exactly once. The keyed workload (``upsert``: changes to a
-tenth as many keys, one in ten a tombstone, landed as frazil's upsert table) is timed until the
-table's committed offsets reach the topic's end, and its table must equal the latest change of
-each key; Spark's MERGE INTO on the same kind of stream is benches/upsert.py's. A run shorter than 20 s is noisy on a 2-core
-machine shared with the broker (the same code measured 396k and 524k rec/s an hour apart), so
-any system's run that short is repeated, each time into a new table with a new consumer group,
-and the median of ``--repeat`` runs (3) is reported, every run's rate beside it and the highest
-peak RSS of them; longer runs are measured once. Memory is the peak RSS of the process tree,
-CPU the user + system seconds of the tree. A second phase produces at a steady rate into a
-fresh topic while each system runs and measures produce-to-queryable latency per record: the
-commit time of the snapshot that added the record's file minus the record's Kafka timestamp.
+is counted from process launch until the catalog shows every record (start-up included, as a
+user waiting for a backfill sees it), then the table is read back and every (partition, offset)
+must be there exactly once. The keyed workload (``upsert``: changes to a tenth as many keys, one
+in ten a tombstone, landed as frazil's upsert table) is timed until the table's committed
+offsets reach the topic's end, and its table must equal the latest change of each key; Spark's
+MERGE INTO on the same kind of stream is benches/upsert.py's. A run shorter than 20 s is noisy
+on a 2-core machine shared with the broker (the same code measured 396k and 524k rec/s an hour
+apart), so any system's run that short is repeated, each time into a new table with a new
+consumer group, and the median of ``--repeat`` runs (3) is reported, every run's rate beside it
+and the highest peak RSS of them; longer runs are measured once. Memory is the peak RSS of the
+process tree, CPU the user + system seconds of the tree. A second phase produces at a steady
+rate into a fresh topic while each system runs and measures produce-to-queryable latency per
+record: the commit time of the snapshot that added the record's file minus the record's Kafka
+timestamp.
 
 Writes ``benches/results/e2e.json`` and ``benches/results/e2e.png`` (``--out`` names them otherwise).
 
@@ -599,8 +600,10 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if workload.routes and name in frazil and one in frazil:
             out.append({"workload": name, "versus": f"frazil {one} (one table)",
                         "frazil_over": round(frazil[name]["records_per_s"] / frazil[one]["records_per_s"], 2)})
-        # Avro's and bad records' cost: the same events as Avro datums, or with 1% bad, over the clean JSON
-        if (workload.dataset.avro is not None or workload.dataset.bad_every or workload.dataset.topics > 1) \
+        # the cost of Avro, bad records, many tables and upserts: over the clean JSON's records/s
+        # (an upsert's record is a change: changes/s)
+        if (workload.dataset.avro is not None or workload.dataset.bad_every or workload.dataset.topics > 1
+                or workload.dataset.changes is not None) \
                 and name in frazil and name != "clickstream" \
                 and "clickstream" in frazil:
             out.append({"workload": name, "versus": "frazil clickstream (clean JSON)",
