@@ -8,10 +8,9 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
-
 from frazil import _native
 from frazil.kafka.fetch import Chunk
+from frazil_dev.batches import record_batch
 
 TP = tuple[str, int]
 Record = tuple[int, int, bytes | None, bytes | None]   # offset, timestamp (ms), key, value
@@ -19,14 +18,9 @@ Record = tuple[int, int, bytes | None, bytes | None]   # offset, timestamp (ms),
 
 def fetch_of(topic: str, partition: int, records: Sequence[Record]) -> Chunk:
     """``records`` (consecutive offsets) as one partition fetch, read natively."""
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
-                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
-    base = records[0][0]
-    for offset, ts, key, value in records:
-        builder.append(offset - base, timestamp=ts, key=key, value=value, headers=[])
-    built = builder.build()
-    built[0:8] = base.to_bytes(8, "big")   # the broker assigns the base offset (outside the CRC)
-    return Chunk(topic, partition, _native.read_fetch(bytes(built), fetch_offset=base, read_committed=True, aborted=[]))
+    built = record_batch([(offset, ts, key, value, ()) for offset, ts, key, value in records])
+    return Chunk(topic, partition, _native.read_fetch(built, fetch_offset=records[0][0], read_committed=True,
+                                                      aborted=[]))
 
 
 def json_records(values: Sequence[dict[str, object] | None], *, first: int = 0) -> list[Record]:

@@ -14,8 +14,8 @@
 - ``floor``: the same work as frazil's minus the fetch, each part alone in one thread, as CPU
   seconds: the workload's values, as Kafka record batches read natively, decoded straight from
   the fetched bytes by frazil's native buffer (the JSON buffer, or the Avro one with the writer
-  schema resolved by frazil), then the Arrow data written to Parquet as ``parquet`` writes it, once. With the
-  fetch tool's CPU it is the floor frazil's CPU is held against.
+  schema resolved by frazil), then the Arrow data written to Parquet as ``parquet`` writes it,
+  once. With the fetch tool's CPU it is the floor frazil's CPU is held against.
 
 Each prints one JSON line: ``{"seconds": ..., "records": ..., "bytes": ...}`` (``floor`` adds
 ``decode_cpu_s`` and ``write_cpu_s``).
@@ -133,18 +133,13 @@ def floor(job: dict[str, Any]) -> dict[str, Any]:
         if dataset.registry:
             values = [b"\0\0\0\0\1" + v for v in values]
     # the values as Kafka record batches read natively, as frazil's fetches are (built before timing)
-    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+    from frazil_dev.batches import record_batch
 
     chunk = 5_000   # about what one partition's fetch holds
-    fetches = []
-    for i in range(0, len(values), chunk):
-        builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
-                                            producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
-        for j, value in enumerate(values[i:i + chunk]):
-            builder.append(j, timestamp=1_700_000_000_000, key=None, value=value, headers=[])
-        built = builder.build()
-        built[0:8] = i.to_bytes(8, "big")   # the base offset, as the broker sets it
-        fetches.append((i, _native.read_fetch(bytes(built), fetch_offset=i, read_committed=True, aborted=[])))
+    fetches = [(i, _native.read_fetch(record_batch([(i + j, 1_700_000_000_000, None, v, ())
+                                                    for j, v in enumerate(values[i:i + chunk])]),
+                                      fetch_offset=i, read_committed=True, aborted=[]))
+               for i in range(0, len(values), chunk)]
     bad = 0
     started = time.process_time()
     for i, fetched in fetches:   # decoded straight from the fetched bytes, as frazil does

@@ -28,6 +28,7 @@ from pyiceberg.types import (
 
 from frazil import _native
 from frazil.ingest import avro
+from frazil_dev.batches import record_batch
 
 TABLE = Schema(
     NestedField(1, "id", LongType(), required=True), NestedField(2, "page", StringType()),
@@ -119,18 +120,13 @@ def test_names_resolve_as_the_spec_says_and_writer_aliases_never_redirect_a_fiel
 def test_a_fetch_of_avro_values_lands_as_its_records_would_with_the_left_out_fields_counted() -> None:
     """Decoded straight from the fetched bytes (tombstones and a bad value among them), the rows,
     bad records and the count of writer fields left out are those of the list path."""
-    from aiokafka.record.default_records import DefaultRecordBatchBuilder
-
     sent = {"id": 1, "PAGE": "/a", "at": datetime.datetime(2024, 1, 2, tzinfo=datetime.UTC),
             "geo": {"city": "Oslo", "lat": 1.5}, "tags": [], "attrs": {}, "price": decimal.Decimal("1.00"),
             "day": datetime.date(2024, 1, 2), "kind": "A"}
     values = [None if i % 7 == 3 else b"\x00\x00\x00\x00\x03" if i == 5 else framed(3, {**sent, "id": i})
               for i in range(40)]
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
-                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
-    for i, v in enumerate(values):
-        builder.append(i, timestamp=1_700_000_000_000 + i, key=None, value=v, headers=[])
-    fetched = _native.read_fetch(bytes(builder.build()), fetch_offset=0, read_committed=True, aborted=[])
+    built = record_batch([(i, 1_700_000_000_000 + i, None, v, ()) for i, v in enumerate(values)])
+    fetched = _native.read_fetch(built, fetch_offset=0, read_committed=True, aborted=[])
 
     def registered() -> _native.AvroBuffer:
         got = avro.resolve(WRITER, TABLE, case_insensitive=True)

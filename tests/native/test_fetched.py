@@ -8,13 +8,13 @@ import json
 
 import pyarrow as pa
 import pytest
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from frazil import _native
 from frazil.buffers.record_buffer import RecordBuffer
 from frazil.kafka.fetch import Chunk
+from frazil_dev.batches import record_batch
 
 SCHEMA = pa.schema([
     pa.field("id", pa.int64(), nullable=False),
@@ -31,18 +31,7 @@ Record = tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes | Non
 
 def batches(records: list[Record], codec: int, per_batch: int) -> bytes:
     """``records`` (offset, timestamp, key, value, headers) as v2 batches of ``per_batch``."""
-    out = bytearray()
-    for i in range(0, len(records), per_batch):
-        part = records[i:i + per_batch]
-        builder = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=0, producer_id=-1,
-                                            producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
-        base = part[0][0]
-        for offset, ts, key, value, headers in part:
-            builder.append(offset - base, timestamp=ts, key=key, value=value, headers=headers)
-        built = builder.build()
-        built[0:8] = base.to_bytes(8, "big")   # the broker assigns the base offset (outside the CRC)
-        out += built
-    return bytes(out)
+    return b"".join(record_batch(records[i:i + per_batch], codec) for i in range(0, len(records), per_batch))
 
 
 def value(i: int) -> bytes | None:
