@@ -71,7 +71,6 @@ def wide_records(n: int, seed: int = 11, *, nested: bool = False) -> list[bytes]
     return out
 
 
-
 # the keyed dataset: changes to a fixed set of keys, each key always in partition ``id % partitions``
 UPSERT_COLUMNS: list[Column] = [("id", "long", True), ("name", "string", False), ("amount", "double", False),
                                 ("version", "long", False)]
@@ -105,7 +104,13 @@ def _upsert_changes(n: int) -> tuple[list[int], list[Row | None]]:
 
 def _upsert_values(n: int) -> list[bytes]:
     """The values of the upserts among ``n`` changes (the tombstones have none)."""
-    return [v for v in itertools.starmap(encode_change, zip(*_upsert_changes(n), strict=True)) if v is not None]
+    return upsert_values(*_upsert_changes(n))
+
+
+def upsert_values(ids: list[int], rows: list[Row | None]) -> list[bytes]:
+    """The values of the upserts among changes (the tombstones have none)."""
+    return [v for v in itertools.starmap(encode_change, zip(ids, rows, strict=True)) if v is not None]
+
 
 @dataclass(frozen=True)
 class Dataset:
@@ -125,6 +130,12 @@ class Dataset:
     # the id as Kafka key to partition ``id % partitions`` and landed as an upsert table (frazil's
     # mode = "upsert"); ``generate`` gives its upserts' values
     changes: Callable[[int], tuple[list[int], list[Row | None]]] | None = None
+
+    @property
+    def frazil_only(self) -> bool:
+        """Whether only frazil lands this dataset in the end-to-end run (Avro values, dead letters,
+        many tables, upserts; upsert.py runs Spark's MERGE INTO on a keyed stream)."""
+        return self.avro is not None or bool(self.bad_every) or self.topics > 1 or self.changes is not None
 
     def bad(self, records: int) -> int:
         """How many of ``records`` generated values are bad records."""
@@ -151,6 +162,11 @@ class Workload:
     # (field, values): one table per value, taking the records whose field holds it (frazil's
     # [[tables]] routing; the peers have no routing and do not run these workloads)
     routes: tuple[str, tuple[str, ...]] | None = None
+
+    @property
+    def frazil_only(self) -> bool:
+        """Whether only frazil runs this workload (the peers have no routing either)."""
+        return self.routes is not None or self.dataset.frazil_only
 
     def day_columns(self) -> list[str]:
         """The columns partitioned by day, for the peers' own table set-up (the only transform

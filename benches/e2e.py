@@ -389,8 +389,7 @@ class Bench:
         # each part the median of FLOOR_RUNS runs, after a sync and a quiet second: right after a
         # system's runs, one floor run measured the same records' decode at 1.1-1.3 s per million
         # where it takes 0.66 alone (after the routed, dirty and 200-topic runs)
-        os.sync()
-        time.sleep(1.0)
+        settle("the systems' writes")
         runs = [self._ceiling_cpu("floor", workload, topic, records, f"floor_{workload.name}_{i}")[1]
                 for i in range(FLOOR_RUNS)]
         per_million = lambda s: round(s * 1e6 / records, 2)  # noqa: E731
@@ -513,7 +512,11 @@ def prefill(bench: Bench, dataset: _datasets.Dataset, records: int) -> tuple[str
     """The dataset's topic (the prefix of its topics, when several) filled with ``records`` values;
     its end offsets and the values' bytes."""
     topic = f"prefill-{dataset.name}"
-    values = dataset.generate(records)
+    if dataset.changes is not None:
+        ids, rows = dataset.changes(records)
+        values = _datasets.upsert_values(ids, rows)
+    else:
+        values = dataset.generate(records)
     if dataset.registry:   # the Confluent wire format: magic byte 0, the schema's id, the datum
         assert bench.registry is not None and dataset.avro is not None
         header = b"\0" + bench.registry.register(f"{topic}-value", dataset.avro).to_bytes(4, "big")
@@ -522,7 +525,6 @@ def prefill(bench: Bench, dataset: _datasets.Dataset, records: int) -> tuple[str
     if dataset.changes is not None:   # each change to partition id % partitions, keyed by its id
         import upsert
 
-        ids, rows = dataset.changes(records)
         produced = bench.changes[topic] = upsert.Changes()
         asyncio.run(create_topic(bench.bootstrap, topic, PARTITIONS))
         asyncio.run(upsert.produce(bench.bootstrap, topic, PARTITIONS, produced, ids, rows, label=f"pre-fill {topic}"))
@@ -551,15 +553,16 @@ async def create_topics(bootstrap: str, topics: list[str], partitions: int) -> N
         await admin.close()
 
 
-def settle(quiet_s: float = 1.0) -> None:
-    """The pre-fill's writes flushed to disk before anything is timed. The broker's new segments
-    stay dirty in the page cache for up to half a minute, and their writeback took I/O and CPU from
-    whichever system ran first (wide, 2026-11-26: frazil's first run read 200k records in its first
-    2 s, its next two runs 240-320k in 1.2 s; the same showed in the first clickstream run)."""
+def settle(what: str = "pre-fill", quiet_s: float = 1.0) -> None:
+    """``what`` was written flushed to disk, and a quiet second, before anything is timed. The
+    broker's new segments stay dirty in the page cache for up to half a minute, and their writeback
+    took I/O and CPU from whichever system ran first (wide, 2026-11-26: frazil's first run read 200k
+    records in its first 2 s, its next two runs 240-320k in 1.2 s; the same showed in the first
+    clickstream run)."""
     began = time.monotonic()
     os.sync()
     time.sleep(quiet_s)
-    print(f"  pre-fill flushed to disk in {time.monotonic() - began - quiet_s:.1f} s", flush=True)
+    print(f"  {what} flushed to disk in {time.monotonic() - began - quiet_s:.1f} s", flush=True)
 
 
 def print_row(row: dict[str, Any]) -> None:
@@ -609,10 +612,7 @@ def ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                         "frazil_over": round(frazil[name]["records_per_s"] / frazil[one]["records_per_s"], 2)})
         # the cost of Avro, bad records, many tables and upserts: over the clean JSON's records/s
         # (an upsert's record is a change: changes/s)
-        if (workload.dataset.avro is not None or workload.dataset.bad_every or workload.dataset.topics > 1
-                or workload.dataset.changes is not None) \
-                and name in frazil and name != "clickstream" \
-                and "clickstream" in frazil:
+        if workload.dataset.frazil_only and name in frazil and name != "clickstream" and "clickstream" in frazil:
             out.append({"workload": name, "versus": "frazil clickstream (clean JSON)",
                         "frazil_over": round(frazil[name]["records_per_s"] / frazil["clickstream"]["records_per_s"],
                                              2)})
@@ -687,10 +687,7 @@ def main() -> int:
                     rows.append(row)
                     print_row(row)
                     continue
-                if (workload.routes or workload.dataset.avro or workload.dataset.bad_every
-                        or workload.dataset.topics > 1 or workload.dataset.changes) and system != "frazil":
-                    # routing, Avro values, dead letters, many tables and upserts are frazil's alone
-                    # here (upsert.py runs Spark's MERGE INTO on the keyed workload)
+                if workload.frazil_only and system != "frazil":
                     continue
                 if system in CEILINGS and (workload.partition_by or workload.dataset.changes):
                     continue  # the same bytes as the unpartitioned workload; tombstones have no value to count
