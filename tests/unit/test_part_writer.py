@@ -22,11 +22,8 @@ class _Journal:
 
 
 class _Metrics:
-    def __init__(self) -> None:
-        self.flushed_tables: list[str] = []
-
     def flushed(self, table: str, seconds: float, sizes: list[int]) -> None:
-        self.flushed_tables.append(table)
+        pass
 
 
 def _writer(monkeypatch: pytest.MonkeyPatch, tables: list[str], files: Any) -> tuple[writing.PartWriter, _Journal]:

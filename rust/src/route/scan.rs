@@ -194,8 +194,8 @@ impl<'a> Scan<'a> {
         let mut ascii = true;
         let mut end = 0;
         // eight bytes at a time while none is a quote, a backslash, a control or past ASCII
-        while let Some(word) = rest.get(end..end + 8) {
-            if stops_string(u64::from_le_bytes(word.try_into().unwrap_or_default())) {
+        while let Some(word) = rest[end..].first_chunk::<8>() {
+            if stops_string(u64::from_le_bytes(*word)) {
                 break;
             }
             end += 8;
