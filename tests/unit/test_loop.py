@@ -159,6 +159,28 @@ async def test_a_table_named_by_the_records_takes_them_straight_from_the_fetch_o
     assert len(source.fetched) == 10 and 1 <= len(calls) <= 2, calls
 
 
+@pytest.mark.parametrize("columns", ["declared", "inferred"])
+async def test_tables_named_by_their_topic_take_even_their_first_fetch_straight_from_the_fetch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, columns: str) -> None:
+    """[dynamic] tables by topic: each is opened (created, its schema inferred from its first
+    fetch when not declared) before the poll that names it is taken, so no fetch goes record by
+    record, and every record lands once in its topic's table."""
+    calls = count_one_by_one(monkeypatch)
+    declared = 'columns = [{name = "id", type = "long", required = true}, {name = "kind", type = "string"}]'
+    path = tmp_path / "frazil.toml"
+    path.write_text(BY_TOPIC.format(dir=tmp_path, columns=declared if columns == "declared" else ""))
+    cfg = support.load(path)
+    logs = {(topic, p): json_records([{"id": i, "kind": topic} for i in range(60)])
+            for topic in ("t1", "t2", "t3") for p in (0, 1)}
+    source = FakeSource(logs, per_fetch=25)
+    await run_until(cfg, source, source.read_to_end)
+    for topic in ("t1", "t2", "t3"):
+        landed = counts(cfg, f"db.by_{topic}")
+        assert sorted(landed) == sorted((topic, p, o) for p in (0, 1) for o in range(60))
+        assert set(landed.values()) == {1}
+    assert calls == []
+
+
 async def test_tombstones_are_counted_as_read_and_land_nowhere_in_an_append_table(tmp_path: Path) -> None:
     cfg = config(tmp_path)
     values: list[dict[str, object] | None] = list(rows(10))
@@ -210,21 +232,30 @@ async def test_fetch_of_serves_the_bytes_a_broker_would() -> None:
     assert [(r.offset, r.value) for r in chunk.records()] == [(40, json.dumps({"a": 1}).encode()), (41, None)]
 
 
-SEVERAL = """
+# one pipeline over several topics (``TOPICS``) in a catalog in ``{dir}``, no maintenance
+PIPELINE = """
 [pipeline]
 name = "p"
 commit_interval_s = 0.2
 
 [kafka]
 bootstrap_servers = "127.0.0.1:1"
-topics = ["a", "b", "d"]
+topics = TOPICS
 
 [catalog]
 properties = {{ uri = "sqlite:///{dir}/catalog.db", warehouse = "file://{dir}/warehouse" }}
 
 [maintenance]
 enabled = false
+"""
 
+BY_TOPIC = PIPELINE.replace("TOPICS", '["t1", "t2", "t3"]') + """
+[dynamic]
+table = "db.by_{{topic}}"
+{columns}
+"""
+
+SEVERAL = PIPELINE.replace("TOPICS", '["a", "b", "d"]') + """
 [[tables]]
 name = "db.a"
 topics = "a"

@@ -51,7 +51,7 @@ def pipeline(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], *, chan
     evolver = Evolver(cfg, buffers, metrics)
     opener = Opener(cfg, catalog, buffers, on_new_table=on_new_table)
     fanout = Fanout(cfg, buffers, router, opener=opener, evolver=evolver, bad=bad, metrics=metrics, stats=stats)
-    intake = Intake(cfg, buffers, router, kafka, fanout=fanout, evolver=evolver, bad=bad, metrics=metrics, stats=stats,
-                    letters_elsewhere=lambda: worker.dead_letters)
+    intake = Intake(cfg, buffers, router, kafka, fanout=fanout, opener=opener, evolver=evolver, bad=bad,
+                    metrics=metrics, stats=stats, letters_elsewhere=lambda: worker.dead_letters)
     return Pipeline(cfg, buffers=buffers, source=kafka, intake=intake, worker=worker, channel=channel,
                     metrics=metrics, stats=stats, drain_on_stop=drain_on_stop)

@@ -115,6 +115,9 @@ class Fanout:
             return sorted({i for g in groups if name in g.tables
                            for i in (everything if g.indices is None else g.indices)})
 
+        def sample(name: str) -> list[bytes]:
+            return [values[i] for i in members_of(name)]
+
         refused: dict[str, str] = {}   # tables named by the records that cannot be opened (dead-letter mode): why
         routing_bad: list[DeadLetter] = []   # held by the carrier once the appends below went through
         for group in groups:
@@ -125,7 +128,7 @@ class Fanout:
                 if name not in self._targets and name not in refused:
                     try:
                         await self._opener.open(name, tp, records[members[0]].offset,
-                                                [values[i] for i in members_of(name)])
+                                                functools.partial(sample, name))
                     except RecordDecodeError as exc:
                         if not self._bad.dead_letter:
                             raise

@@ -34,6 +34,7 @@ from frazil.iceberg.offsets import TopicPartition
 from frazil.ingest.bad_records import BadRecords, too_many
 from frazil.ingest.evolve import Evolver
 from frazil.ingest.fanout import Appended, Fanout, Take
+from frazil.ingest.opening import Opener, Wanted
 from frazil.ingest.routing import Group, Router
 from frazil.kafka.fetch import Chunk, Record
 from frazil.metrics import Metrics, Stats
@@ -95,12 +96,13 @@ class _Work:
 
 class Intake:
     def __init__(self, cfg: Config, buffers: Buffers, router: Router, source: Seeker, *, fanout: Fanout,
-                 evolver: Evolver, bad: BadRecords, metrics: Metrics, stats: Stats,
+                 opener: Opener, evolver: Evolver, bad: BadRecords, metrics: Metrics, stats: Stats,
                  letters_elsewhere: Callable[[], int] = lambda: 0) -> None:
         """``letters_elsewhere``: bad records held past the buffers (in the worker's batch), which
         count toward the dead-letter limits too (``bad_records.too_many``)."""
         self._cfg, self._buffers, self._targets, self._positions = cfg, buffers, buffers.targets, buffers.positions
         self._router, self._source, self._fanout, self._evolver, self._bad = router, source, fanout, evolver, bad
+        self._opener = opener
         self._metrics, self._stats = metrics, stats
         self._letters_elsewhere = letters_elsewhere
         self._budget = cfg.memory_budget_bytes
@@ -118,7 +120,27 @@ class Intake:
         fetch only after its last one was taken). Returns whether the buffers were full: something
         was left to be fetched again."""
         async with self._buffers.lock:   # no batch is taken, and no partition dropped, halfway through
+            await self._open_named(batches)
             return await self._take(batches)
+
+    async def _open_named(self, batches: Mapping[TopicPartition, list[Chunk]]) -> None:
+        """Open the tables a poll's topics name that are not open yet (``[dynamic]`` tables named
+        by ``{topic}``, configured ones created on their first records), before its fetches are
+        taken: then a table's first fetches go straight from the fetched bytes too, not record by
+        record. A table that cannot be opened is left to the record-by-record path, which makes
+        its records bad records (or stops) with the reason."""
+        wanted: dict[str, Wanted] = {}
+        for tp, chunks in batches.items():
+            route = self._router.for_topic(tp[0])
+            if route.by_value or not chunks or not len(chunks[0].fetched) or not self._positions.is_positioned(tp):
+                continue
+            for name in route.always:
+                if name not in self._targets and name not in wanted:
+                    wanted[name] = Wanted(name, tp, chunks[0].fetched.summary(0).first_offset,
+                                          functools.partial(_values, chunks[0]))
+        if wanted:
+            for name, exc in (await self._opener.open_all(list(wanted.values()))).items():
+                log.debug("table %s not opened ahead of its records: %s", name, exc.reason)
 
     async def _take(self, batches: Mapping[TopicPartition, list[Chunk]]) -> bool:
         full = False
@@ -400,3 +422,8 @@ class Intake:
 
 def _records_at(chunk: Chunk, offsets: list[int]) -> list[Record]:
     return list(chunk.records(offsets=sorted(offsets)))
+
+
+def _values(chunk: Chunk) -> list[bytes]:
+    """The values of a fetch (its tombstones left out): a sample for a schema inferred from records."""
+    return [r.value for r in chunk.records(0) if r.value is not None]

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from pyiceberg.catalog import Catalog
 
 from frazil.buffers.state import Buffers
+from frazil.buffers.targets import Target
 from frazil.config import Config, TableConfig
 from frazil.errors import ConfigError, InferenceError, RecordDecodeError
 from frazil.iceberg import catalog as iceberg_catalog
@@ -18,6 +20,17 @@ from frazil.iceberg import inference
 from frazil.iceberg.offsets import TopicPartition
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """A table to open for the records of ``tp`` from ``offset`` on that go there (``sample``:
+    their values, asked for only when its schema is inferred from them)."""
+
+    name: str
+    tp: TopicPartition
+    offset: int
+    sample: Callable[[], list[bytes]]
 
 
 class Opener:
@@ -34,24 +47,48 @@ class Opener:
             assert self._cfg.dynamic is not None
             return self._cfg.dynamic.table_config(name)
 
-    async def open(self, name: str, tp: TopicPartition, offset: int, sample: list[bytes]) -> None:
+    async def open(self, name: str, tp: TopicPartition, offset: int, sample: Callable[[], list[bytes]]) -> None:
         """Open table ``name`` for the records of ``tp`` from ``offset`` on that go there
-        (``sample``: their values, for an inferred schema). When it cannot be had, the record at
-        ``offset`` is a bad record (RecordDecodeError)."""
-        table_cfg = self._config(name)
+        (``sample``: their values, asked for only when the schema is inferred). When it cannot be
+        had, the record at ``offset`` is a bad record (RecordDecodeError)."""
+        refused = await self.open_all([Wanted(name, tp, offset, sample)])
+        if refused:
+            raise refused[name]
+
+    async def open_all(self, wanted: Sequence[Wanted]) -> dict[str, RecordDecodeError]:
+        """Open several tables in one go, off the loop: one catalog round after another in one
+        worker thread, not a hop between the loop and a thread for each. Returns the tables that
+        cannot be had, each with the error for its first record (as :meth:`open` raises it)."""
+        def build_all() -> list[tuple[Wanted, Target | RecordDecodeError, bool]]:
+            return [self._build(w) for w in wanted]
+
+        refused: dict[str, RecordDecodeError] = {}
+        for w, target, inferred in await asyncio.to_thread(build_all):
+            if isinstance(target, RecordDecodeError):
+                refused[w.name] = target
+                continue
+            self._targets.add_built(target)   # on the loop: worker threads iterate over copies
+            log.info("table %s: taking the records that name it (%d columns%s)", w.name,
+                     len(target.table.schema().fields),
+                     ", schema inferred from the first ones: a field it does not have is a bad record" if inferred
+                     else "")
+            if self._on_new_table is not None:
+                self._on_new_table(w.name)
+        return refused
+
+    def _build(self, w: Wanted) -> tuple[Wanted, Target | RecordDecodeError, bool]:
+        """Blocking. Table ``w.name`` loaded or created, and its target built; or why it cannot be."""
+        table_cfg = self._config(w.name)
         inferred = None if table_cfg.columns else (lambda: inference.schema(
-            inference.infer(sample, maps=table_cfg.maps),
+            inference.infer(w.sample(), maps=table_cfg.maps),
             iceberg_catalog.META_COLUMNS if table_cfg.metadata_columns else ()))
         try:
-            table = await asyncio.to_thread(iceberg_catalog.ensure_table, self._catalog, table_cfg,
-                                            iceberg_catalog.maintenance_properties(self._cfg.maintenance),
-                                            schema=inferred)
-            target = await asyncio.to_thread(self._targets.build, table_cfg, table, inferred=inferred is not None)
-            self._targets.add_built(target)   # on the loop: worker threads iterate over copies
+            table = iceberg_catalog.ensure_table(self._catalog, table_cfg,
+                                                 iceberg_catalog.maintenance_properties(self._cfg.maintenance),
+                                                 schema=inferred)
+            return w, self._targets.build(table_cfg, table, inferred=inferred is not None), inferred is not None
         except (ConfigError, InferenceError) as exc:
-            raise RecordDecodeError(topic=tp[0], partition=tp[1], offset=offset, field="",
-                                    reason=f"it goes to table {name}, which cannot be opened: {exc}") from exc
-        log.info("table %s: taking the records that name it (%d columns%s)", name, len(table.schema().fields),
-                 ", schema inferred from the first ones: a field it does not have is a bad record" if inferred else "")
-        if self._on_new_table is not None:
-            self._on_new_table(name)
+            error = RecordDecodeError(topic=w.tp[0], partition=w.tp[1], offset=w.offset, field="",
+                                      reason=f"it goes to table {w.name}, which cannot be opened: {exc}")
+            error.__cause__ = exc
+            return w, error, False
