@@ -189,9 +189,12 @@ async def _serve(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], jou
     # bad records as the worker fetched them, for this process's dead-letter sink
     copies = SourceCopies() if cfg.on_bad_record == "dead_letter" else None
 
+    settings: dict[str, str] = {}   # the Spark session's, worked out once (it looks for the jars on disk)
+
     def maintainer_for(name: str) -> Maintainer:
-        return Maintainer.for_table(catalog, name, cfg.maintenance, spark_session.for_config(cfg), cfg.catalog.name,
-                                    metrics)
+        if not settings:
+            settings.update(spark_session.for_config(cfg))
+        return Maintainer.for_table(catalog, name, cfg.maintenance, settings, cfg.catalog.name, metrics)
 
     maintainer = Maintainers({name: maintainer_for(name) for name in tables}) if cfg.maintenance.enabled else None
     pipeline = assemble.pipeline(cfg, catalog, tables, bulk=bulk, channel=channel, journal=journal, metrics=metrics,

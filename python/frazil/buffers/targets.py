@@ -136,7 +136,7 @@ class Targets:
         does not have (they would be dropped silently)."""
         committer = Committer(self._catalog, cfg.name, self.pipeline, max_attempts=self._max_attempts)
         return Target(cfg, committer, self.buffer_for(cfg, table, inferred=inferred), table,
-                      committer.stored()[0] if floors else {})
+                      committer.held(table).offsets if floors else {})   # ``table`` as just loaded
 
     def buffer_for(self, cfg: TableConfig, table: Table, *, inferred: bool) -> RecordBuffer:
         """A record buffer for ``table`` as it is now. With one declared table and nothing else it

@@ -5,6 +5,7 @@ then its files until they land; rows its table takes meanwhile wait in ``later``
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -57,8 +58,14 @@ class Part:
 
     def waits_from(self, tp: TopicPartition) -> int | None:
         """The first offset of ``tp`` this part (or its ``later``) may hold and has not landed."""
-        starts = [s for s in (self.since.get(tp), self.later.waits_from(tp) if self.later else None) if s is not None]
-        return min(starts, default=None)
+        return min((s for at, s in self.waiting() if at == tp), default=None)
+
+    def waiting(self) -> Iterator[tuple[TopicPartition, int]]:
+        """Each partition with an offset this part (or its ``later``) may hold from and has not
+        landed (a partition may come twice: once here, once in ``later``)."""
+        yield from self.since.items()
+        if self.later is not None:
+            yield from self.later.waiting()
 
     def merge(self, newer: Part) -> Part:
         """This part with ``newer``, the rows its table took after it. Not written yet: one part,

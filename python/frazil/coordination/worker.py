@@ -30,7 +30,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
 from aiokafka.errors import KafkaError
@@ -212,8 +212,9 @@ class Worker:
                 payloads.append(DataWritten(commit_id, name, refs, ranges, str(table.metadata.table_uuid), part.dead))
             self.reported = frozenset(batch.parts) - frozenset(failures)
             self.in_flight = commit_id if self.reported else None
-        owned = tuple(Assignment(t, p, generation, self._watermark((t, p)), self._watermark((t, p), if_landed=True))
-                      for t, p in sorted(self._source.assignment))
+        owned_tps = sorted(self._source.assignment)
+        marks, once_landed = self._watermarks(owned_tps), self._watermarks(owned_tps, if_landed=True)
+        owned = tuple(Assignment(t, p, generation, marks[(t, p)], once_landed[(t, p)]) for t, p in owned_tps)
         payloads.append(DataComplete(commit_id, owned, self._buffers.last_record_ms))
         faults.hit("worker.before_reply")
         logged = self._clock()
@@ -253,17 +254,20 @@ class Worker:
         waiting = {name for name, part in self.batch.parts.items() if part.files}
         return any((t.rows or t.dead) and t.name not in waiting for t in self._targets)
 
-    def _watermark(self, tp: TopicPartition, *, if_landed: bool = False) -> int | None:
-        """The first offset of ``tp`` not yet in every table that takes it: the oldest start of a
-        part that has not landed, else the next batch's start. ``if_landed``: as it will be once
-        every part of the reply just sent has landed (only what waits behind those parts, and the
-        parts not reported, hold it back)."""
-        waiting: list[int] = []
+    def _watermarks(self, tps: Iterable[TopicPartition], *,
+                    if_landed: bool = False) -> dict[TopicPartition, int | None]:
+        """Per partition of ``tps``, the first offset not yet in every table that takes it: the
+        oldest start of a part that has not landed, else the next batch's start. ``if_landed``:
+        as it will be once every part of the reply just sent has landed (only what waits behind
+        those parts, and the parts not reported, hold it back). Every part is looked at once,
+        not once per partition (a cycle over many tables and partitions)."""
+        waiting: dict[TopicPartition, int] = {}
         for name, part in self.batch.parts.items() if self.batch is not None else ():
             held: Part | None = part.later if if_landed and name in self.reported else part
-            if held is not None and (w := held.waits_from(tp)) is not None:
-                waiting.append(w)
-        return min(waiting) if waiting else self._positions.start(tp)
+            for tp, start in held.waiting() if held is not None else ():
+                if start < waiting.get(tp, start + 1):
+                    waiting[tp] = start
+        return {tp: waiting[tp] if tp in waiting else self._positions.start(tp) for tp in tps}
 
     async def settle(self, failed_tables: tuple[str, ...] = ()) -> None:
         """After a cycle: did each part of our reply land? If its table's commit failed
@@ -329,7 +333,7 @@ class Worker:
                 log.warning("commit %s landed: the rows this worker held are in; the outage is over after %.0fs "
                             "(from the start of the first cycle that failed)", commit_id, lasted)
         if done:
-            await self.landed({tp: w for tp in batch.ranges if (w := self._watermark(tp)) is not None})
+            await self.landed({tp: w for tp, w in self._watermarks(batch.ranges).items() if w is not None})
         if kept:
             if done:
                 log.info("commit %s settled: %d rows landed in %d table(s); %d row(s) of %s wait for the next cycle",

@@ -22,10 +22,10 @@ from frazil.events.payloads import ColumnStat, DataFileRef
 
 def to_ref(data_file: DataFile, spec: PartitionSpec, schema: Schema) -> DataFileRef:
     """``data_file`` was written for ``spec`` (pyiceberg's writer leaves the file's spec id unset)."""
-    partition_type = spec.partition_type(schema)
     record = data_file.partition
+    # an unpartitioned spec has no partition type to work out (pyiceberg does it from the schema each time)
     values = tuple(None if record[i] is None else to_bytes(cast(PrimitiveType, field.field_type), record[i])
-                   for i, field in enumerate(partition_type.fields))
+                   for i, field in enumerate(spec.partition_type(schema).fields)) if spec.fields else ()
     ids = sorted(set(data_file.value_counts or {}) | set(data_file.null_value_counts or {})
                  | set(data_file.column_sizes or {}) | set(data_file.lower_bounds or {})
                  | set(data_file.upper_bounds or {}))

@@ -134,16 +134,18 @@ class Pipeline:
         self._check_task()
         if self._task is None and self._control:
             self._task = self._next_control()
-        full = self._full()
-        rows = self._buffers.rows
+        # the buffers' rows and bytes once for the rest of the pass: each is a sum over every table's buffer
+        rows, nbytes = self._buffers.rows, self._buffers.bytes
+        full = self._full(rows, nbytes)
         if self._task is None and self.worker.request_due(full or self._catch_up.due(rows), self._clock()):
             self._catch_up.asked()
             self._task = asyncio.create_task(self.worker.request(
                 f"{rows} rows buffered" if rows >= self._cfg.max_buffer_records
                 else "memory budget reached" if full
                 else f"caught up with a backlog: {rows} rows buffered"))
-        self._apply(self._flow.update(self.bytes_in_use))
-        self.metrics.bytes_in_use.set(self.bytes_in_use)
+        in_use = nbytes + self.worker.batch_bytes
+        self._apply(self._flow.update(in_use))
+        self.metrics.bytes_in_use.set(in_use)
         now = self._clock()
         self.metrics.failing_seconds.set(self.worker.outage.seconds(now))
         if now >= self._lag_due:
@@ -169,15 +171,15 @@ class Pipeline:
             return None
         return asyncio.create_task(self.worker.handle(payload, event.sent_ms))
 
-    def _full(self) -> bool:
+    def _full(self, rows: int, nbytes: int) -> bool:
         """The record-count and bytes triggers (bad records held for the dead-letter topic count:
         a flood of them is sent in cycles of bounded size). The bytes trigger is half the budget
         while no batch is held: a backfill's rows are written while the other half fills, instead
         of ingestion pausing at the budget while one big batch is written."""
         held = self._intake.letters_held()
-        return (self._buffers.rows + held >= self._cfg.max_buffer_records or self._intake.letters_full()
+        return (rows + held >= self._cfg.max_buffer_records or self._intake.letters_full()
                 or self._flow.paused
-                or (self.worker.batch is None and self._buffers.bytes >= self._flow.budget_bytes * EARLY_CYCLE_SHARE))
+                or (self.worker.batch is None and nbytes >= self._flow.budget_bytes * EARLY_CYCLE_SHARE))
 
     def _check_task(self) -> None:
         """Surface a worker task's failure on the loop that runs the pipeline."""
