@@ -142,6 +142,48 @@ async def test_records_routed_by_value_land_in_every_table_that_takes_them_once(
     assert (calls == []) == (path == "straight from the fetch")
 
 
+async def test_a_routed_table_holding_part_of_a_fetch_or_skipping_a_record_takes_only_the_rest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fetches routed by a field leave the path straight from the fetch where a table must pick
+    its records: one holds some of the fetch (the other table's commits failed until the process
+    stopped: the partition is read again from where that one stopped), or an operator told one
+    to skip a record. Record by record, each table takes only what it lacks, and the fetches past
+    that go straight again."""
+    from frazil import faults
+    from frazil.iceberg import offsets
+
+    calls = count_one_by_one(monkeypatch)
+    regions = ["eu-west", "eu-north", "us-west"] * 40
+    logs = {("t", 0): json_records([{"id": i, "region": r} for i, r in enumerate(regions)])}
+    cfg = routed_config(tmp_path, {"db.eu": "eu-.*", "db.west": ".*-west"})
+    faults.arm("commit.before_catalog[db.west]", "raise")
+    try:
+        source = FakeSource(logs, per_fetch=30)
+        await run_until(cfg, source, lambda: source.read_to_end() and len(counts(cfg, "db.eu")) == 80)
+    finally:
+        faults.disarm()
+    assert counts(cfg, "db.west") == {}
+    logs[("t", 0)] += json_records([{"id": i, "region": r} for i, r in enumerate(regions, 120)], first=120)
+    catalog = iceberg_catalog.load(cfg.catalog)
+    try:   # an operator says db.eu skips offset 130 (eu-north), not read yet
+        with catalog.load_table("db.eu").transaction() as tx:
+            tx.set_properties({offsets.skip_key(cfg.pipeline): offsets.encode_skips(
+                {("t", 0): {130: {"reason": "test", "by": "test", "at": "now"}}})})
+    finally:
+        support.close_catalog(catalog)
+    calls.clear()
+    source = FakeSource(logs, per_fetch=30)
+    await run_until(cfg, source, source.read_to_end)
+    everything = regions * 2
+    for table, takes in (("db.eu", lambda o, r: r.startswith("eu-") and o != 130),
+                         ("db.west", lambda o, r: r.endswith("-west"))):
+        landed = counts(cfg, table)
+        assert set(landed.values()) == {1}, table
+        assert sorted(landed) == [("t", 0, o) for o, r in enumerate(everything) if takes(o, r)], table
+    assert source.fetched[0][1] == 0   # read again from where db.west stopped
+    assert 0 < len(calls) < len(source.fetched), calls   # the rest went straight from the fetch
+
+
 async def test_a_table_named_by_the_records_takes_them_straight_from_the_fetch_once_it_is_open(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """[dynamic] tables by a field: a fetch naming a table not open yet goes record by record

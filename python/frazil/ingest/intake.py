@@ -165,7 +165,7 @@ class Intake:
                 if admitted is True:   # nothing in it the tables do not hold
                     continue
                 start, summary = admitted
-                tables = self._direct_tables(tp)
+                tables = self._direct_tables(tp, summary)
                 if tables is not None:
                     direct.append(_Direct(tp, chunk, start, summary, tables))
                 elif self._may_route(tp, summary):
@@ -229,10 +229,11 @@ class Intake:
             return False
         return start, summary
 
-    def _direct_tables(self, tp: TopicPartition) -> tuple[str, ...] | None:
+    def _direct_tables(self, tp: TopicPartition, summary: _native.FetchSummary) -> tuple[str, ...] | None:
         """The tables that take every record of ``tp`` when its records can go to them straight
         from the fetch (routed by topic alone, tables open, keyed ones upserts rather than change
-        envelopes, no operator's skips); None when the records must be looked at one by one first."""
+        envelopes, no record among them an operator said to skip); None when the records must be
+        looked at one by one first."""
         route = self._router.for_topic(tp[0])
         if route.by_value:
             return None
@@ -241,7 +242,7 @@ class Intake:
                 return None
             target = self._targets[name]
             if (isinstance(target.buffer, ChangeBuffer) and target.buffer.changes.op) or \
-                    target.skips(self._cfg.pipeline).get(tp):
+                    _skips_within(target.skips(self._cfg.pipeline).get(tp), summary):
                 return None
         return route.always
 
@@ -286,7 +287,8 @@ class Intake:
                     if name not in self._targets:
                         return None   # opened on its first records, one by one
                     target = self._targets[name]
-                    if isinstance(target.buffer, ChangeBuffer) or target.skips(self._cfg.pipeline).get(tp):
+                    if isinstance(target.buffer, ChangeBuffer) or \
+                            _skips_within(target.skips(self._cfg.pipeline).get(tp), summary):
                         return None
                     floor = target.floors.get(tp)
                     if floor is not None and floor > summary.first_offset:
@@ -427,3 +429,9 @@ def _records_at(chunk: Chunk, offsets: list[int]) -> list[Record]:
 def _values(chunk: Chunk) -> list[bytes]:
     """The values of a fetch (its tombstones left out): a sample for a schema inferred from records."""
     return [r.value for r in chunk.records(0) if r.value is not None]
+
+
+def _skips_within(skips: frozenset[int] | None, summary: _native.FetchSummary) -> bool:
+    """Whether a record an operator said to skip is among a fetch's offsets (skips are kept with
+    the table for good: one the partition has passed changes nothing)."""
+    return bool(skips) and any(summary.first_offset <= o <= summary.last_offset for o in skips or ())
