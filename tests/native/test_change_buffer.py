@@ -91,6 +91,12 @@ def test_a_flat_change_record_keeps_its_operation_column() -> None:
 
 def test_a_tombstones_key_becomes_the_identifier_columns() -> None:
     assert json.loads(key_row(b"42", ["id"], True)) == {"id": 42}
+    for key in (b"0", b"-7", b"98765432109876543210", b"007", b"-0", b"1e3", b"4.5", b" 42", b"42 ", b"+4", b"-"):
+        try:   # an integer key is taken as written; every other key as JSON (or text) is parsed
+            expected = json.loads(key)
+        except ValueError:
+            expected = key.decode()
+        assert json.loads(key_row(key, ["i\"d"], False)) == {"i\"d": expected}, key
     assert json.loads(key_row(b"user-1", ["name"], True)) == {"name": "user-1"}
     assert json.loads(key_row(b'{"a": 1, "b": "x"}', ["a", "b"], True)) == {"a": 1, "b": "x"}
     assert key_row(b"42", ["a", "b"], True) == b"null"   # a bad record: which column would 42 be?

@@ -6,7 +6,9 @@ Nothing here decides which change wins: that is :mod:`frazil.iceberg.mutations`,
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -132,11 +134,24 @@ class ChangeBuffer(RecordBuffer):
         self._keys.clear()
 
 
+# A key that is a JSON integer as it is written (no sign but minus, no leading zero): the usual key
+# of a table with one identifier column, an id. Such a key is its own JSON value: no parse needed.
+_INTEGER = re.compile(rb"-?(?:0|[1-9][0-9]*)")
+
+
+@functools.lru_cache(maxsize=64)
+def _member(name: str) -> bytes:
+    """``name`` as the JSON string that starts an object member."""
+    return json.dumps(name).encode()
+
+
 def key_row(key: bytes, identifiers: Sequence[str], unwrap_envelope: bool) -> bytes:
     """A tombstone's Kafka key as a JSON object of the identifier columns: an object as it is
     (read through a ``{"schema", "payload"}`` envelope), else, with one identifier column, the
     key as its value: JSON text as JSON, other bytes as text (the decoder then checks the
     column's type and refuses what does not fit)."""
+    if len(identifiers) == 1 and _INTEGER.fullmatch(key):
+        return b"{%s:%s}" % (_member(identifiers[0]), key)
     try:
         found = json.loads(key)
     except (ValueError, UnicodeDecodeError):
