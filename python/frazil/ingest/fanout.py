@@ -49,8 +49,8 @@ class Take:
 
     def begin(self, fetched: _native.Fetched, start: int, first_offset: int) -> int:
         """The index in ``fetched`` of the first record this table takes from index ``start`` on
-        (``first_offset``: the offset there), for a fetch taken whole: a table with skips takes its
-        records one by one instead (``Intake._direct_tables``)."""
+        (``first_offset``: the offset there), for a fetch taken whole: a table with a skip among
+        the fetch's offsets takes its records one by one instead (``Intake._direct_tables``)."""
         if self.floor is None or self.floor <= first_offset:
             return start
         return max(start, fetched.index_of(self.floor))

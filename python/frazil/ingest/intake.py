@@ -134,10 +134,12 @@ class Intake:
             route = self._router.for_topic(tp[0])
             if route.by_value or not chunks or not len(chunks[0].fetched) or not self._positions.is_positioned(tp):
                 continue
+            first = chunks[0].fetched.summary(0)
+            if first.records == first.tombstones:   # nothing to land: a table is not created for tombstones
+                continue
             for name in route.always:
                 if name not in self._targets and name not in wanted:
-                    wanted[name] = Wanted(name, tp, chunks[0].fetched.summary(0).first_offset,
-                                          functools.partial(_values, chunks[0]))
+                    wanted[name] = Wanted(name, tp, first.first_offset, functools.partial(_values, chunks[0]))
         if wanted:
             for name, exc in (await self._opener.open_all(list(wanted.values()))).items():
                 log.debug("table %s not opened ahead of its records: %s", name, exc.reason)
@@ -271,7 +273,7 @@ class Intake:
                 groups: list[Group]) -> _Direct | None:
         """A fetch routed by value (its records in ``groups``), when they can go to their tables
         straight from the fetch: every table they name open, plain, holding none of them and
-        without an operator's skips, and no record that routing itself finds bad. None when they
+        without an operator's skip among them, and no record that routing itself finds bad. None when they
         must be looked at one by one (the rest of the time, such as a table's first records)."""
         indices: dict[str, list[list[int]]] = {}
         value_bytes: dict[str, int] = {}
