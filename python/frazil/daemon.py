@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import gc
 import logging
 import os
@@ -180,7 +181,9 @@ async def _serve(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], jou
     from frazil.spark.maintainer import Maintainer, Maintainers
     from frazil.spark.merge import Merger
 
-    bulk = SparkWriter(spark_session.for_config(cfg), cfg.catalog.name) if cfg.spark.bulk_min_rows else None
+    # the Spark session's settings, worked out once when first needed (they look for the jars on disk)
+    spark_settings = functools.cache(lambda: spark_session.for_config(cfg))
+    bulk = SparkWriter(spark_settings(), cfg.catalog.name) if cfg.spark.bulk_min_rows else None
     mode = modes.for_config(cfg)
     fence = not faults.off("fencing")   # off only under a fault-injection test that shows what fencing prevents
     channel = mode.worker_channel(cfg)
@@ -189,12 +192,8 @@ async def _serve(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], jou
     # bad records as the worker fetched them, for this process's dead-letter sink
     copies = SourceCopies() if cfg.on_bad_record == "dead_letter" else None
 
-    settings: dict[str, str] = {}   # the Spark session's, worked out once (it looks for the jars on disk)
-
     def maintainer_for(name: str) -> Maintainer:
-        if not settings:
-            settings.update(spark_session.for_config(cfg))
-        return Maintainer.for_table(catalog, name, cfg.maintenance, settings, cfg.catalog.name, metrics)
+        return Maintainer.for_table(catalog, name, cfg.maintenance, spark_settings(), cfg.catalog.name, metrics)
 
     maintainer = Maintainers({name: maintainer_for(name) for name in tables}) if cfg.maintenance.enabled else None
     pipeline = assemble.pipeline(cfg, catalog, tables, bulk=bulk, channel=channel, journal=journal, metrics=metrics,
@@ -208,7 +207,7 @@ async def _serve(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], jou
                                  on_committed=maintainer.committed if maintainer is not None else None)
     coordination = asyncio.create_task(service.run(coordinator_stop))
     staged = [t for t in cfg.tables if t.changes is not None and t.changes.target]
-    merger = Merger(staged, lambda: spark_session.get(spark_session.for_config(cfg)), catalog, cfg.catalog.name,
+    merger = Merger(staged, lambda: spark_session.get(spark_settings()), catalog, cfg.catalog.name,
                     cfg.pipeline, pipeline.metrics, leading=lambda: service.leading) if staged else None
     merging = asyncio.create_task(merger.run(stop)) if merger is not None else None
     coordination.add_done_callback(lambda _: stop.set())  # a failed coordinator stops the process (raised below)

@@ -265,8 +265,7 @@ class Worker:
         for name, part in self.batch.parts.items() if self.batch is not None else ():
             held: Part | None = part.later if if_landed and name in self.reported else part
             for tp, start in held.waiting() if held is not None else ():
-                if start < waiting.get(tp, start + 1):
-                    waiting[tp] = start
+                waiting[tp] = min(start, waiting.get(tp, start))
         return {tp: waiting[tp] if tp in waiting else self._positions.start(tp) for tp in tps}
 
     async def settle(self, failed_tables: tuple[str, ...] = ()) -> None:

@@ -28,6 +28,7 @@ from frazil import _native
 from frazil.buffers.changes import ChangeBuffer
 from frazil.buffers.record_buffer import RecordBuffer, RecordProblem
 from frazil.buffers.state import Buffers
+from frazil.buffers.targets import Target
 from frazil.config import Config
 from frazil.errors import BufferFull, FrazilError, UnknownWriterSchemas
 from frazil.iceberg.offsets import TopicPartition
@@ -132,14 +133,14 @@ class Intake:
         wanted: dict[str, Wanted] = {}
         for tp, chunks in batches.items():
             route = self._router.for_topic(tp[0])
-            if route.by_value or not chunks or not len(chunks[0].fetched) or not self._positions.is_positioned(tp):
-                continue
+            missing = [] if route.by_value else [n for n in route.always if n not in self._targets and n not in wanted]
+            if not missing or not chunks or not len(chunks[0].fetched) or not self._positions.is_positioned(tp):
+                continue   # the usual poll: every table open, nothing more looked at
             first = chunks[0].fetched.summary(0)
             if first.records == first.tombstones:   # nothing to land: a table is not created for tombstones
                 continue
-            for name in route.always:
-                if name not in self._targets and name not in wanted:
-                    wanted[name] = Wanted(name, tp, first.first_offset, functools.partial(_values, chunks[0]))
+            for name in missing:
+                wanted[name] = Wanted(name, tp, first.first_offset, functools.partial(_values, chunks[0]))
         if wanted:
             for name, exc in (await self._opener.open_all(list(wanted.values()))).items():
                 log.debug("table %s not opened ahead of its records: %s", name, exc.reason)
@@ -244,9 +245,15 @@ class Intake:
                 return None
             target = self._targets[name]
             if (isinstance(target.buffer, ChangeBuffer) and target.buffer.changes.op) or \
-                    _skips_within(target.skips(self._cfg.pipeline).get(tp), summary):
+                    self._skips_within(target, tp, summary):
                 return None
         return route.always
+
+    def _skips_within(self, target: Target, tp: TopicPartition, summary: _native.FetchSummary) -> bool:
+        """Whether a record an operator told ``target`` to skip is among a fetch's offsets (skips
+        are kept with the table for good: one the partition has passed changes nothing)."""
+        skips = target.skips(self._cfg.pipeline).get(tp, ())
+        return any(summary.first_offset <= o <= summary.last_offset for o in skips)
 
     def _may_route(self, tp: TopicPartition, summary: _native.FetchSummary) -> bool:
         """Whether a fetch routed by value may go straight to its tables (``_routed`` decides once
@@ -273,8 +280,9 @@ class Intake:
                 groups: list[Group]) -> _Direct | None:
         """A fetch routed by value (its records in ``groups``), when they can go to their tables
         straight from the fetch: every table they name open, plain, holding none of them and
-        without an operator's skip among them, and no record that routing itself finds bad. None when they
-        must be looked at one by one (the rest of the time, such as a table's first records)."""
+        without an operator's skip among them, and no record that routing itself finds bad. None
+        when they must be looked at one by one (the rest of the time, such as a table's first
+        records)."""
         indices: dict[str, list[list[int]]] = {}
         value_bytes: dict[str, int] = {}
         unrouted = 0
@@ -289,8 +297,7 @@ class Intake:
                     if name not in self._targets:
                         return None   # opened on its first records, one by one
                     target = self._targets[name]
-                    if isinstance(target.buffer, ChangeBuffer) or \
-                            _skips_within(target.skips(self._cfg.pipeline).get(tp), summary):
+                    if isinstance(target.buffer, ChangeBuffer) or self._skips_within(target, tp, summary):
                         return None
                     floor = target.floors.get(tp)
                     if floor is not None and floor > summary.first_offset:
@@ -432,8 +439,3 @@ def _values(chunk: Chunk) -> list[bytes]:
     """The values of a fetch (its tombstones left out): a sample for a schema inferred from records."""
     return [r.value for r in chunk.records(0) if r.value is not None]
 
-
-def _skips_within(skips: frozenset[int] | None, summary: _native.FetchSummary) -> bool:
-    """Whether a record an operator said to skip is among a fetch's offsets (skips are kept with
-    the table for good: one the partition has passed changes nothing)."""
-    return bool(skips) and any(summary.first_offset <= o <= summary.last_offset for o in skips or ())
