@@ -201,3 +201,70 @@ def test_plain_avro_values_with_a_schema_file_land_as_sent(kafka: KafkaBroker, t
     sources = {source_of(letter)[0] for letter in letters}
     assert sources == bad and len(letters) == len(bad)
     assert all("configured writer schema" in source_of(letter)[1]["frazil.error"] for letter in letters)
+
+
+# Debezium's envelope as its Avro converter registers it: `before` defines the row record and
+# `after` refers to it by name; `source` and `transaction` are records of their own
+DEBEZIUM_ROW = {"type": "record", "name": "Value", "fields": [
+    {"name": "id", "type": "long"}, {"name": "name", "type": ["null", "string"], "default": None},
+    {"name": "at", "type": ["null", {"type": "string", "connect.name": "io.debezium.time.ZonedTimestamp"}],
+     "default": None}]}
+DEBEZIUM = {"type": "record", "name": "Envelope", "namespace": "pg.public.items",
+            "connect.name": "pg.public.items.Envelope", "fields": [
+                {"name": "before", "type": ["null", DEBEZIUM_ROW], "default": None},
+                {"name": "after", "type": ["null", "Value"], "default": None},
+                {"name": "source", "type": {"type": "record", "name": "Source", "namespace": "io.debezium.connector",
+                                            "fields": [{"name": "db", "type": "string"},
+                                                       {"name": "lsn", "type": ["null", "long"], "default": None}]}},
+                {"name": "op", "type": "string"},
+                {"name": "ts_ms", "type": ["null", "long"], "default": None},
+                {"name": "transaction", "type": ["null", {
+                    "type": "record", "name": "block", "namespace": "event", "fields": [
+                        {"name": "id", "type": "string"}, {"name": "total_order", "type": "long"}]}],
+                 "default": None}]}
+
+
+def debezium_change(i: int) -> dict[str, object]:
+    row = {"id": i // 3, "name": None if i % 4 == 0 else f"n{i}", "at": f"2026-11-0{1 + i % 9}T10:00:00Z"}
+    op = "cdu"[i % 3]
+    return {"before": None if op == "c" else {**row, "name": "old"}, "after": None if op == "d" else row,
+            "source": {"db": "shop", "lsn": 1000 + i}, "op": op, "ts_ms": 1_764_000_000_000 + i,
+            "transaction": None if i % 5 else {"id": f"tx{i}", "total_order": i}}
+
+
+def test_debezium_envelopes_in_avro_land_in_an_append_table_that_grows_their_columns(
+        kafka: KafkaBroker, schema_registry: SchemaRegistry, tmp_path: Path) -> None:
+    """An append table of one declared column takes Debezium's Avro envelope as sent: the table
+    gains `before`, `after` (one writer record type, used twice), `source`, `ts_ms` and
+    `transaction`, and every change lands once with every value as sent."""
+    topic, n = "pg.public.items", 300
+    schema_id = schema_registry.register(f"{topic}-value", DEBEZIUM)
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
+    values = [b"\x00" + schema_id.to_bytes(4, "big") + datum(DEBEZIUM, debezium_change(i)) for i in range(n)]
+    asyncio.run(support.produce(kafka.bootstrap, topic, values, PARTITIONS))
+    extra = f'\n[values]\nformat = "avro-confluent"\n\n[schema_registry]\nurl = "{schema_registry.url}"\n'
+    config = support.write_config(tmp_path, kafka.bootstrap, [topic], pipeline="debezium", interval=0.5, extra=extra)
+    text = config.read_text()
+    declared = text[text.index("columns = ["):text.index("]\n", text.index("columns = [")) + 2]
+    text = text.replace(declared, 'unknown_fields = "evolve"\ncolumns = [{ name = "op", type = "string" }]\n')
+    config.write_text(text.replace("[kafka]", 'on_bad_record = "fail"\n\n[kafka]', 1))
+    cfg = support.load(config)
+    ends = asyncio.run(support.end_offsets(kafka.bootstrap, [topic]))
+    log = tmp_path / "frazil.log"
+    proc = run(config, log)
+    try:
+        support.wait_until_committed(support.catalog_of(cfg), cfg, ends, timeout=120, alive=lambda: proc.poll() is None)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
+    table = support.catalog_of(cfg).load_table(cfg.table.name)
+    schema = table.schema()
+    assert [f.name for f in schema.find_field("before").field_type.fields] == ["id", "name", "at"]   # type: ignore[attr-defined]
+    assert [f.name for f in schema.find_field("after").field_type.fields] == ["id", "name", "at"]    # type: ignore[attr-defined]
+    data = table.scan().to_arrow()
+    assert data.num_rows == n
+    for got in data.to_pylist():
+        i = next(i for i in range(n) if (i % PARTITIONS, i // PARTITIONS) == (got["_kafka_partition"],
+                                                                              got["_kafka_offset"]))
+        want = debezium_change(i)
+        assert {k: got[k] for k in want} == want, (i, got)

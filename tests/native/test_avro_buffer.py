@@ -145,3 +145,63 @@ def test_a_fetch_of_avro_values_lands_as_its_records_would_with_the_left_out_fie
     assert [(e.offset, e.reason) for e in got.errors] == [(e.offset, e.reason) for e in want.errors] and got.errors
     assert (got.rows, got.fields_ignored) == (want.rows, want.fields_ignored) == (len(kept) - 1, 2 * (len(kept) - 1))
     assert raw.drain_batches() == listed.drain_batches()
+
+
+# Debezium's envelope, as its Avro converter writes it: `before` defines the row's record type and
+# `after` refers to it by name (a named type used twice, which Avro allows).
+ROW = {"type": "record", "name": "Value", "fields": [
+    {"name": "id", "type": "int"}, {"name": "name", "type": ["null", "string"], "default": None},
+    {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}}]}
+ENVELOPE = {"type": "record", "name": "Envelope", "namespace": "pg.public.items", "fields": [
+    {"name": "before", "type": ["null", {**ROW, "namespace": "pg.public.items"}], "default": None},
+    {"name": "after", "type": ["null", "Value"], "default": None},
+    {"name": "op", "type": "string"}]}
+
+
+def envelope_values(changes: list[dict[str, object]]) -> list[bytes]:
+    parsed = fastavro.parse_schema(ENVELOPE)
+    out = []
+    for change in changes:
+        one = io.BytesIO()
+        fastavro.schemaless_writer(one, parsed, change)
+        out.append(one.getvalue())
+    return out
+
+
+def row_struct(first_id: int, *, extra: bool = False) -> StructType:
+    fields = [NestedField(first_id + 1, "kind", StringType()), NestedField(first_id, "id", LongType()),
+              NestedField(first_id + 2, "name", StringType())]   # another order than the writer's
+    return StructType(*fields, *([NestedField(first_id + 3, "note", StringType())] if extra else []))
+
+
+@pytest.mark.parametrize("table", [
+    Schema(NestedField(1, "op", StringType()), NestedField(2, "before", row_struct(10)),
+           NestedField(3, "after", row_struct(20))),
+    Schema(NestedField(1, "op", StringType()), NestedField(3, "after", row_struct(20))),          # no before
+    Schema(NestedField(2, "before", row_struct(10)), NestedField(3, "after", row_struct(20, extra=True)),
+           NestedField(1, "op", StringType())),                                                    # they differ
+], ids=["both", "after-only", "after-wider"])
+def test_a_record_type_the_writer_uses_twice_lands_in_each_column_as_sent(table: Schema) -> None:
+    got = avro.resolve(ENVELOPE, table, unknown_fields="ignore")
+    assert isinstance(got, avro.Readable), got
+    buf = _native.AvroBuffer(schema=schema_to_pyarrow(table), confluent=False)
+    buf.register(0, got.writer, got.reader)
+    changes = [{"before": None, "after": {"id": 1, "name": "one", "kind": "A"}, "op": "c"},
+               {"before": {"id": 1, "name": "one", "kind": "A"}, "after": {"id": 1, "name": None, "kind": "B"},
+                "op": "u"},
+               {"before": {"id": 2, "name": "two", "kind": "B"}, "after": None, "op": "d"}]
+    result = buf.append(topic="t", partition=0, offsets=[0, 1, 2], timestamps_ms=[0] * 3, keys=[None] * 3,
+                        values=envelope_values(changes))
+    assert (result.rows, result.errors) == (3, [])
+    names = {f.name for f in table.fields}
+
+    def landed(row: dict[str, object] | None, column: str) -> dict[str, object] | None:
+        if row is None:
+            return None
+        struct = table.find_field(column).field_type
+        assert isinstance(struct, StructType)
+        return {f.name: row.get(f.name) for f in struct.fields}
+
+    want = [{n: (c[n] if n == "op" else landed(c[n], n)) for n in names} for c in changes]   # type: ignore[arg-type]
+    got_rows = pa.Table.from_batches(buf.drain_batches()).to_pylist()
+    assert got_rows == [{f.name: w[f.name] for f in table.fields} for w in want]

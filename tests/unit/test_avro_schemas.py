@@ -134,3 +134,29 @@ def test_a_writer_schema_that_cannot_be_read_is_refused_never_an_exception(w: di
     table = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "u", UUIDType()))
     got = avro.resolve(w, table, unknown_fields="evolve")
     assert isinstance(got, avro.Refused), got
+
+
+def test_a_named_type_used_twice_is_defined_once_per_use_and_a_recursive_one_stays_refused() -> None:
+    row = {"type": "record", "name": "Row", "fields": [
+        {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A"]}}]}
+    w = writer({"name": "before", "type": ["null", row]}, {"name": "after", "type": ["null", "Row"]},
+               {"name": "again", "type": "shop.Row"})
+    out = avro.unshared(w)
+    names = [(b[1]["name"], b[1]["fields"][0]["type"]["name"]) for b in (f["type"] for f in out["fields"][:2])]
+    assert names == [("Row", "Kind"), ("Row_2", "Kind_2")]
+    assert (out["fields"][2]["type"]["name"], out["fields"][2]["type"]["namespace"]) == ("Row_3", "shop")
+    table = Schema(NestedField(1, "before", StructType(NestedField(2, "kind", StringType()))),
+                   NestedField(3, "after", StructType(NestedField(4, "kind", StringType()))))
+    assert isinstance(avro.resolve(w, table, unknown_fields="ignore"), avro.Readable)
+    node = writer(ID, {"name": "next", "type": ["null", "Event"]})
+    got = avro.resolve(node, Schema(NestedField(1, "id", LongType()), NestedField(2, "next", StructType(
+        NestedField(3, "id", LongType())))))
+    assert isinstance(got, avro.Refused) and "recursive" in got.reason, got
+
+
+def test_a_new_decimal_beyond_icebergs_precision_is_refused_naming_the_limit() -> None:
+    w = writer(ID, {"name": "d", "type": {"type": "bytes", "logicalType": "decimal", "precision": 39, "scale": 2}})
+    got = avro.resolve(w, Schema(NestedField(1, "id", LongType())), unknown_fields="evolve")
+    assert got == avro.Refused("d", "the writer schema's new field d is decimal(39, 2); an Iceberg decimal has a "
+                                    "precision of 1 to 38 and a scale of 0 to its precision: send it as a string, or "
+                                    "with a precision Iceberg can hold")

@@ -118,3 +118,18 @@ def test_a_missing_required_field_makes_its_column_optional_unless_it_is_an_iden
                                   lambda s: evolution.plan(s, shape({"id": 1}), [("at", missing)]))
     assert [str(c) for c in made] == ["made optional at long"] and not table.schema().find_field("at").required
     assert table.schema().find_field("id").required
+
+
+def test_a_preview_is_the_schema_the_change_would_make_and_changes_nothing(tmp_path: Path) -> None:
+    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}")
+    catalog.create_namespace("db")
+    table = catalog.create_table("db.t", SCHEMA)
+    changes = evolution.plan(SCHEMA, shape({"id": 1, "geo": {"alt": 2}, "note": "x"}),
+                             [("qty", "3000000000 does not fit an int (32-bit)")])
+    seen = evolution.preview(table, table.schema(), changes)
+    assert len(catalog.load_table("db.t").metadata.schemas) == 1   # nothing committed
+    made, _ = evolution.apply(lambda: catalog.load_table("db.t"), lambda s: changes)
+    assert seen.as_struct() == made.schema().as_struct()
+    with pytest.raises(EvolutionError, match="widened geo.lat boolean"):
+        evolution.preview(table, table.schema(), [evolution.Change("widen", ("geo", "lat"), BooleanType())])
+    assert len(catalog.load_table("db.t").metadata.schemas) == 2   # the refused preview made nothing

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pyiceberg.exceptions import CommitFailedException, ResolveError, ValidationError
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
+from pyiceberg.table.update.schema import UpdateSchema
 from pyiceberg.types import (
     DecimalType,
     DoubleType,
@@ -161,13 +162,7 @@ def apply(load: Callable[[], Table], changes_for: Callable[[Schema], list[Change
             return table, []
         try:
             with no_inner_retry(table).update_schema() as update:   # a conflict is planned again here
-                for change in changes:
-                    if change.kind == "add":
-                        update.add_column(change.path, change.type, required=False)
-                    elif change.kind == "optional":
-                        update.make_column_optional(change.path)
-                    else:
-                        update.update_column(change.path, field_type=change.type)
+                _stage(update, changes)
         except CommitFailedException as exc:
             last = exc
             log.info("the schema of %s changed meanwhile (attempt %d/%d); planning again", ".".join(table.name()),
@@ -179,6 +174,28 @@ def apply(load: Callable[[], Table], changes_for: Callable[[Schema], list[Change
         return load(), changes
     raise EvolutionError(f"the schema change kept conflicting with other writers ({last}); retried {ATTEMPTS} times")
 
+
+
+def preview(table: Table, schema: Schema, changes: Sequence[Change]) -> Schema:
+    """Pure (nothing is committed): the schema ``changes`` would make of ``schema``, one of
+    ``table``'s, as :func:`apply` would make it; EvolutionError when Iceberg would refuse them."""
+    update = UpdateSchema(table.transaction(), schema=schema)
+    try:
+        _stage(update, changes)
+        return update._apply()
+    except (ValueError, ValidationError, ResolveError) as exc:
+        raise EvolutionError(f"cannot change the schema of {'.'.join(table.name())} ({describe(changes)}): "
+                             f"{exc}") from exc
+
+
+def _stage(update: UpdateSchema, changes: Sequence[Change]) -> None:
+    for change in changes:
+        if change.kind == "add":
+            update.add_column(change.path, change.type, required=False)
+        elif change.kind == "optional":
+            update.make_column_optional(change.path)
+        else:
+            update.update_column(change.path, field_type=change.type)
 
 
 def describe(changes: Sequence[Change]) -> str:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from itertools import count
 from typing import Any
 
+from pyiceberg.exceptions import ValidationError
 from pyiceberg.schema import Schema
 from pyiceberg.types import (
     BinaryType,
@@ -114,11 +115,13 @@ def resolve(writer: Any, table: Schema, *, exclude: tuple[str, ...] = (), unknow
 
     The writer is read in fastavro's expanded form (every named type inline, named by its full
     name), so names resolve as the Avro spec says; the reader schema names every type by its full
-    name. Field aliases are left out of the writer schema the records are decoded with: the
-    decoder would match a reader field by a writer field's alias, which this module does not."""
+    name. The records are decoded with the writer schema :func:`unshared` (a named type used
+    twice, as Debezium's ``before`` and ``after``, defined once per use) and without field aliases:
+    the decoder would match a reader field by a writer field's alias, which this module does not."""
     import fastavro  # a tenth of a second of every start; JSON pipelines never need it
 
     try:
+        writer = unshared(writer)
         expanded = fastavro.parse_schema(writer, expand=True, _write_hint=False)
     except Exception as exc:  # noqa: BLE001 - fastavro's parse errors have no common base
         return Refused("", f"the writer schema is not valid Avro: {exc}")
@@ -128,7 +131,7 @@ def resolve(writer: Any, table: Schema, *, exclude: tuple[str, ...] = (), unknow
         reader = _record(walk, expanded, columns, "")
     except _Problem as problem:
         return Refused(problem.path, problem.reason)
-    except (KeyError, TypeError, ValueError) as exc:   # a shape fastavro let through and this module did not expect
+    except (KeyError, TypeError, ValueError, ValidationError) as exc:   # a shape this module did not expect
         return Refused("", f"the writer schema cannot be read into the table ({type(exc).__name__}: {exc})")
     fatal = next((p for p in walk.problems if p.change is None), None)
     if fatal is not None:
@@ -140,6 +143,64 @@ def resolve(writer: Any, table: Schema, *, exclude: tuple[str, ...] = (), unknow
         first = walk.problems[0]
         return Refused(first.path, first.reason)
     return Readable(json.dumps(reader), json.dumps(_without_aliases(writer)), tuple(walk.ignored))
+
+
+def unshared(schema: Any) -> Any:
+    """``schema`` with each named type defined once per place it is used: where the writer refers
+    to a type defined before it (Debezium's ``after`` to the row record ``before`` defined), a copy
+    of the definition under a name of its own (``Value_2``). Names do not change the encoding;
+    each place can then be read into a column of its own shape (the decoder resolves a reference
+    to a writer type as the reader type alone, with no projection: a reader record with other
+    fields, in another order, would be read wrongly there). A type referred to inside itself is
+    left a reference (refused later: a recursive type cannot become columns)."""
+    definitions: dict[str, tuple[dict[str, Any], str]] = {}   # full name: (definition, its enclosing namespace)
+    taken: set[str] = set()
+
+    def full(name: str, namespace: str) -> str:
+        return name if "." in name or not namespace else f"{namespace}.{name}"
+
+    def named(t: dict[str, Any], enclosing: str, inside: frozenset[str]) -> dict[str, Any]:
+        name = str(t["name"])
+        space = name.rpartition(".")[0] if "." in name else str(t.get("namespace", enclosing) or "")
+        short = name.rpartition(".")[2]
+        key = full(short, space)
+        definitions.setdefault(key, (t, enclosing))
+        out = dict(t)
+        if key in taken:   # a second definition under the same name: a name of its own
+            out["name"] = next(n for i in count(2) if full(n := f"{short}_{i}", space) not in taken)
+            out["namespace"] = space
+            key = full(out["name"], space)
+        taken.add(key)
+        if isinstance(t.get("fields"), list):
+            out["fields"] = [{**f, "type": walk(f.get("type"), space, inside | {key})} if isinstance(f, dict) else f
+                             for f in t["fields"]]
+        return out
+
+    def walk(t: Any, namespace: str, inside: frozenset[str]) -> Any:
+        if isinstance(t, list):
+            return [walk(branch, namespace, inside) for branch in t]
+        if isinstance(t, str):
+            if t in PRIMITIVES:
+                return t
+            key = next((k for k in (full(t, namespace), t) if k in definitions), None)
+            if key is None or key in inside:
+                return t   # unknown (fastavro says so) or recursive (refused as such)
+            definition, enclosing = definitions[key]
+            return named(definition, enclosing, inside)
+        if not isinstance(t, dict):
+            return t
+        kind = t.get("type")
+        if kind in ("record", "error", "enum", "fixed") and isinstance(t.get("name"), str):
+            return named(t, namespace, inside)
+        if kind == "array":
+            return {**t, "items": walk(t.get("items"), namespace, inside)}
+        if kind == "map":
+            return {**t, "values": walk(t.get("values"), namespace, inside)}
+        if isinstance(kind, (dict, list)):
+            return {**t, "type": walk(kind, namespace, inside)}
+        return t
+
+    return walk(schema, "", frozenset())
 
 
 def _spellings(schema: Any, namespace: str = "",
@@ -330,9 +391,6 @@ def _value(walk: _Walk, t: Any, target: IcebergType, path: str) -> Any:
     if isinstance(target, StructType):
         if kind not in ("record", "error"):
             raise refuse()
-        if _full_name(t) in walk.emitted:
-            raise _Problem(path, f"the writer schema uses record {_full_name(t)} more than once; a record type used "
-                                 "twice (or recursively) is not supported")
         return _record(walk, t, list(target.fields), f"{path}.")
     if isinstance(target, ListType):
         if kind != "array":
@@ -446,7 +504,12 @@ def _iceberg_of(walk: _Walk, t: Any, path: str) -> IcebergType:
         ("long", "local-timestamp-millis"): TimestampType(), ("long", "local-timestamp-micros"): TimestampType(),
     }
     if logical == "decimal" and kind in ("bytes", "fixed"):
-        return DecimalType(int(inner.get("precision", 0)), int(inner.get("scale", 0)))
+        precision, scale = int(inner.get("precision", 0)), int(inner.get("scale", 0))
+        if not 0 < precision <= MAX_DECIMAL_PRECISION or not 0 <= scale <= precision:
+            raise _Problem(path, f"the writer schema's new field {path} is decimal({precision}, {scale}); an Iceberg "
+                                 f"decimal has a precision of 1 to {MAX_DECIMAL_PRECISION} and a scale of 0 to its "
+                                 "precision: send it as a string, or with a precision Iceberg can hold")
+        return DecimalType(precision, scale)
     if kind == "fixed" and logical is None:
         return FixedType(int(inner["size"]))
     if (kind, logical) in by_logical:

@@ -141,6 +141,10 @@ class Evolver:
                 continue
             decision = self._decide(target, parsed)
             if isinstance(decision, avro.Evolve):
+                # the table changes only for a writer schema it can then read: one refused after the
+                # change (its records bad records) would leave columns no row ever fills
+                decision = self._once_changed(target, parsed, decision)
+            if isinstance(decision, avro.Evolve):
                 def changes_for(schema: Schema, parsed: object = parsed) -> list[evolution.Change]:
                     again = self._decide(target, parsed, schema)
                     return list(again.changes) if isinstance(again, avro.Evolve) else []
@@ -168,6 +172,22 @@ class Evolver:
             log.info("table %s: reading %s from %s[%d]@%d%s", name, where, tp[0], tp[1], offset,
                      f" (ignoring its field(s) {', '.join(decision.ignored)})" if decision.ignored else "")
         return False
+
+    def _once_changed(self, target: Target, writer: object, decision: avro.Evolve
+                      ) -> avro.Readable | avro.Refused | avro.Evolve:
+        """``decision`` (Evolve) if ``writer`` is readable once the table made the changes it asks
+        for (worked out in memory, change after change); else the refusal it would then get."""
+        schema = target.table.schema()
+        then: avro.Readable | avro.Refused | avro.Evolve = decision
+        for _ in range(EVOLVE_ROUNDS):
+            if not isinstance(then, avro.Evolve):
+                break
+            try:
+                schema = evolution.preview(target.table, schema, then.changes)
+            except EvolutionError as exc:
+                return avro.Refused(".".join(then.changes[0].path), str(exc))
+            then = self._decide(target, writer, schema)
+        return then if isinstance(then, avro.Refused) else decision
 
     def _decide(self, target: Target, writer: object, schema: Schema | None = None
                 ) -> avro.Readable | avro.Refused | avro.Evolve:
