@@ -68,10 +68,15 @@ class ChangeBuffer(RecordBuffer):
         problems = (super().append_fetched(topic, partition, fetched, start)
                     if summary.records > summary.tombstones else [])
         if summary.tombstones:
-            offsets, timestamps, keys, _, _ = fetched.columns(start, fetched.tombstones(start))
-            problems += self.append_tombstones(topic, partition, [
-                _Change(o, t, k, None) for o, t, k in zip(offsets, timestamps, keys, strict=True)])
+            problems += self._fetched_tombstones(topic, partition, fetched, start)
         return sorted(problems, key=lambda p: p.offset)
+
+    def _fetched_tombstones(self, topic: str, partition: int, fetched: _native.Fetched,
+                            start: int) -> list[RecordProblem]:
+        """The tombstones of a partition fetch from index ``start`` on, as :meth:`append_tombstones`."""
+        offsets, timestamps, keys, _, _ = fetched.columns(start, fetched.tombstones(start))
+        return self.append_tombstones(topic, partition, [
+            _Change(o, t, k, None) for o, t, k in zip(offsets, timestamps, keys, strict=True)])
 
     @property
     def rows(self) -> int:

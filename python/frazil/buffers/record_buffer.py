@@ -83,7 +83,7 @@ class RecordBuffer:
         """Decode ``records`` of one topic-partition; returns the ones that could not be decoded
         (none of them is appended). Raises
         ``BufferFull`` (taking nothing) when they do not fit the byte cap."""
-        with _translated():
+        with translated_errors():
             return self._problems(self._native.append(
                 topic=topic,
                 partition=partition,
@@ -98,7 +98,7 @@ class RecordBuffer:
         """Decode the records of one partition fetch from index ``start`` on that have a value, or
         those at ``at`` (ascending indices of records with a value), straight from the fetched
         bytes; as :meth:`append` otherwise."""
-        with _translated():
+        with translated_errors():
             return self._problems(self._native.append_fetched(topic=topic, partition=partition, fetched=fetched,
                                                               start=start, at=at))
 
@@ -128,24 +128,10 @@ class RecordBuffer:
         self._native.clear()
 
 
-class AvroRecordBuffer(RecordBuffer):
-    """Decodes Avro record values (plain datums, or the Confluent wire format) into rows of one
-    Arrow schema, off the GIL. Each writer schema is registered with its reader schema (or
-    refused) before records of it are taken: an append naming one it does not know raises
-    ``UnknownWriterSchemas`` (``ids``) and takes nothing."""
+class WriterSchemas:
+    """What an Avro buffer is told of each writer schema before records of it are taken."""
 
-    def __init__(self, schema: pa.Schema, *, confluent: bool, metadata_columns: bool,
-                 max_bytes: int | None = None) -> None:
-        try:
-            self._native = _native.AvroBuffer(schema=schema, confluent=confluent, metadata_columns=metadata_columns,
-                                              max_bytes=max_bytes)   # type: ignore[assignment]
-        except _native.NativeError as exc:
-            raise FrazilError(f"the record buffer cannot use this table schema: {exc}") from exc
-        self._strict = None
-        self._ignore = False
-        self.schema = schema
-        self.fields_ignored = 0
-        self._counting = threading.Lock()
+    _avro: _native.AvroBuffer   # the native buffer
 
     def register(self, schema_id: int, writer: str, reader: str, ignored: int = 0) -> None:
         """Records of ``schema_id`` are read with ``reader`` (``ignored``: how many of the writer's
@@ -160,12 +146,29 @@ class AvroRecordBuffer(RecordBuffer):
         """Every record of ``schema_id`` is a bad record, for ``reason`` at ``field``."""
         self._avro.refuse(schema_id, field, reason)
 
-    @property
-    def _avro(self) -> _native.AvroBuffer:
-        return self._native   # type: ignore[return-value]
+
+class AvroRecordBuffer(WriterSchemas, RecordBuffer):
+    """Decodes Avro record values (plain datums, or the Confluent wire format) into rows of one
+    Arrow schema, off the GIL. Each writer schema is registered with its reader schema (or
+    refused) before records of it are taken: an append naming one it does not know raises
+    ``UnknownWriterSchemas`` (``ids``) and takes nothing."""
+
+    def __init__(self, schema: pa.Schema, *, confluent: bool, metadata_columns: bool,
+                 max_bytes: int | None = None) -> None:
+        try:
+            self._avro = _native.AvroBuffer(schema=schema, confluent=confluent, metadata_columns=metadata_columns,
+                                            max_bytes=max_bytes)
+            self._native = self._avro   # type: ignore[assignment]
+        except _native.NativeError as exc:
+            raise FrazilError(f"the record buffer cannot use this table schema: {exc}") from exc
+        self._strict = None
+        self._ignore = False
+        self.schema = schema
+        self.fields_ignored = 0
+        self._counting = threading.Lock()
 
     def append(self, topic: str, partition: int, records: Sequence[KafkaRecord]) -> list[RecordProblem]:
-        with _translated():
+        with translated_errors():
             return self._problems(self._avro.append(
                 topic=topic, partition=partition, offsets=[r.offset for r in records],
                 timestamps_ms=[r.timestamp for r in records], keys=[r.key for r in records],
@@ -177,7 +180,7 @@ class AvroRecordBuffer(RecordBuffer):
         have a value, straight from the fetched bytes (a routed share, ``at``, is JSON's only)."""
         if at is not None:
             raise TypeError("Avro values are taken from a fetch whole, from an index on")
-        with _translated():
+        with translated_errors():
             return self._problems(self._avro.append_fetched(topic=topic, partition=partition, fetched=fetched,
                                                             start=start))
 
@@ -190,7 +193,7 @@ class AvroRecordBuffer(RecordBuffer):
 
 
 @contextlib.contextmanager
-def _translated() -> Iterator[None]:
+def translated_errors() -> Iterator[None]:
     """The native buffer's refusals as frazil's errors: callers never catch ``_native`` classes."""
     try:
         yield

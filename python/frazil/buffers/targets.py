@@ -10,8 +10,10 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
+from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.table import Table
 
+from frazil.buffers.avro_changes import AvroChangeBuffer, envelope_schema
 from frazil.buffers.changes import ChangeBuffer, staging_buffer_schema
 from frazil.buffers.conform import conform
 from frazil.buffers.positions import Takers, resume_at
@@ -141,6 +143,12 @@ class Targets:
     def buffer_for(self, cfg: TableConfig, table: Table, *, inferred: bool) -> RecordBuffer:
         """A record buffer for ``table`` as it is now. With one declared table and nothing else it
         has the memory budget as a hard cap."""
+        if self._values.avro and cfg.changes is not None:
+            envelope = envelope_schema(table.schema(), cfg.changes, cfg.identifier_columns)
+            return AvroChangeBuffer(iceberg_catalog.arrow_schema(table), schema_to_pyarrow(envelope),
+                                    cfg.changes, cfg.identifier_columns,
+                                    confluent=self._values.format == "avro-confluent",
+                                    max_bytes=self._budget if self.single else None)
         if self._values.avro:
             return AvroRecordBuffer(iceberg_catalog.arrow_schema(table),
                                     confluent=self._values.format == "avro-confluent",

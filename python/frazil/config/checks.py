@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from frazil.config.models import CatalogConfig, Config
-from frazil.config.tables import DynamicConfig, TableConfig
+from frazil.config.tables import DEBEZIUM, DynamicConfig, TableConfig
 from frazil.config.types import META_COLUMN_TYPES, ColumnType, PartitionField
 from frazil.errors import ConfigError
 
@@ -142,12 +142,21 @@ def _maintenance(cfg: Config) -> None:
 
 
 def _avro(cfg: Config) -> None:
-    """Avro values: routing by value, inferred schemas and keyed tables need JSON values (for now)."""
+    """Avro values: routing by value, inferred schemas, the staging-table merge and operation
+    fields other than Debezium's need JSON values (for now)."""
     fmt = cfg.values.format
     for name, t in [*((f"table {t.name}", t) for t in cfg.tables), *(("[dynamic]", d) for d in [cfg.dynamic] if d)]:
-        if t.changes is not None:
-            raise ConfigError(f"{name}: mode = {t.changes.mode!r} reads JSON values for now; with values.format = "
-                              f"{fmt!r} use mode = \"append\"")
+        changes = t.changes
+        if changes is None:
+            continue
+        if changes.op and (changes.op, changes.after, changes.before) != (DEBEZIUM["op"], DEBEZIUM["after"],
+                                                                        DEBEZIUM["before"]):
+            raise ConfigError(f"{name}: with values.format = {fmt!r}, mode = \"cdc\" reads Debezium's envelope "
+                              "(cdc.format = \"debezium\"); an operation field of the row (cdc.format = \"field\") "
+                              "needs JSON values for now")
+        if changes.merge == "spark":
+            raise ConfigError(f"{name}: merge = \"spark\" reads JSON values for now; with values.format = {fmt!r} "
+                              "use merge = \"native\"")
     for t in cfg.tables:
         if t.route_field:
             raise ConfigError(f"table {t.name}: route_field reads JSON values; with values.format = {fmt!r} "

@@ -86,6 +86,7 @@ class _Walk:
 
     unknown_fields: str
     case_insensitive: bool
+    lenient: frozenset[str] = frozenset()   # record paths ("", "before.") whose unknown fields are read past uncounted
     # by full name: each named type's name and namespace attributes as the writer spells them
     # (arrow-avro matches reader names to writer names as written, without namespace inheritance)
     spelled: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -109,9 +110,11 @@ def parse(text: str) -> Any:
 
 
 def resolve(writer: Any, table: Schema, *, exclude: tuple[str, ...] = (), unknown_fields: str = "fail",
-            case_insensitive: bool = False) -> Readable | Refused | Evolve:
+            case_insensitive: bool = False, lenient: frozenset[str] = frozenset()) -> Readable | Refused | Evolve:
     """How records of ``writer`` (a parsed record schema) become rows of ``table``, whose columns
-    in ``exclude`` (the Kafka metadata columns) are not read from the value.
+    in ``exclude`` (the Kafka metadata columns) are not read from the value. In the records at
+    ``lenient`` paths (``""`` the value itself, ``"before."`` a field's record) fields without a
+    column are read past, not counted: a change envelope's parts that are not the row.
 
     The writer is read in fastavro's expanded form (every named type inline, named by its full
     name), so names resolve as the Avro spec says; the reader schema names every type by its full
@@ -125,7 +128,7 @@ def resolve(writer: Any, table: Schema, *, exclude: tuple[str, ...] = (), unknow
         expanded = fastavro.parse_schema(writer, expand=True, _write_hint=False)
     except Exception as exc:  # noqa: BLE001 - fastavro's parse errors have no common base
         return Refused("", f"the writer schema is not valid Avro: {exc}")
-    walk = _Walk(unknown_fields, case_insensitive, _spellings(writer), frozenset(table.identifier_field_ids))
+    walk = _Walk(unknown_fields, case_insensitive, lenient, _spellings(writer), frozenset(table.identifier_field_ids))
     columns = [f for f in table.as_struct().fields if f.name not in exclude]
     try:
         reader = _record(walk, expanded, columns, "")
@@ -327,6 +330,8 @@ def _record(walk: _Walk, writer: Any, columns: list[NestedField], prefix: str) -
         if name in used:
             continue
         path = f"{prefix}{name}"
+        if prefix in walk.lenient:
+            continue
         if walk.unknown_fields == "ignore":
             walk.ignored.append(path)
         elif walk.unknown_fields == "evolve":

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
+from frazil.buffers.avro_changes import AvroChangeBuffer, envelope_paths, envelope_schema
 from frazil.buffers.record_buffer import AvroRecordBuffer, RecordBuffer, RecordProblem
 from frazil.buffers.state import Buffers
 from frazil.buffers.targets import Target, value_options
@@ -126,7 +127,7 @@ class Evolver:
         assert self.writers is not None
         target = self._targets[name]
         buffer = target.buffer
-        assert isinstance(buffer, AvroRecordBuffer)
+        assert isinstance(buffer, (AvroRecordBuffer, AvroChangeBuffer))
         named = self._cfg.values.format == "avro-confluent"
         for schema_id in ids:
             where = f"writer schema {schema_id}" if named else "the writer schema"
@@ -191,10 +192,15 @@ class Evolver:
 
     def _decide(self, target: Target, writer: object, schema: Schema | None = None
                 ) -> avro.Readable | avro.Refused | avro.Evolve:
-        return avro.resolve(writer, target.table.schema() if schema is None else schema,
+        schema = target.table.schema() if schema is None else schema
+        changes = target.cfg.changes
+        if changes is not None:   # a keyed table: its records are changes (an envelope in cdc mode)
+            schema = envelope_schema(schema, changes, target.cfg.identifier_columns)
+        return avro.resolve(writer, schema,
                             exclude=(tuple(m[0] for m in iceberg_catalog.META_COLUMNS)
                                      if target.cfg.metadata_columns else ()),
-                            unknown_fields=target.cfg.unknown_fields, case_insensitive=target.cfg.case_insensitive)
+                            unknown_fields=target.cfg.unknown_fields, case_insensitive=target.cfg.case_insensitive,
+                            lenient=envelope_paths(changes) if changes is not None else frozenset())
 
     async def _change(self, target: Target, changes_for: Callable[[Schema], list[evolution.Change]],
                       why: str) -> Table | None:
