@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from pyiceberg.catalog import Catalog
@@ -121,6 +122,22 @@ def debezium_stream(keys: int, changes: int, seed: int, *,
             yield key, kafka_key, None   # Debezium's tombstone, for log compaction
 
 
+def note_added(change: dict[str, Any], key: int, n: int, since: int,
+               expected: dict[int, tuple[object, ...]]) -> None:
+    """Change ``n`` (a Debezium envelope's body) of a source table that gains column ``note`` at
+    change ``since`` (`ALTER TABLE ... ADD COLUMN`): its rows get the column from then on, and
+    ``expected`` (id: name, version, note) follows it."""
+    if n >= since:
+        for part in ("before", "after"):
+            if change[part] is not None:
+                change[part]["note"] = f"note{n}"
+    if change["op"] == "d":
+        expected.pop(key, None)
+    else:
+        row = change["after"]
+        expected[key] = (row["name"], row["version"], row.get("note"))
+
+
 def upsert_stream(keys: int, changes: int, seed: int) -> Iterator[tuple[int, bytes, bytes | None]]:
     """(key, Kafka key, value) of an upsert stream: every value the whole new row; a tombstone (the
     key as plain text, the value null) deletes the key."""
@@ -190,17 +207,18 @@ def _change(key: bytes, value: bytes | None, mode: str) -> tuple[int, Row | None
     return a["id"], (a["name"], a["amount"], a["version"])
 
 
-def table_rows(catalog: Catalog, name: str) -> dict[int, Row]:
-    """The table as pyiceberg reads it (position deletes applied); fails on a key found twice."""
-    data = catalog.load_table(name).scan(selected_fields=("id", "name", "amount", "version")).to_arrow()
+def table_rows(catalog: Catalog, name: str,
+               columns: tuple[str, ...] = ("name", "amount", "version")) -> dict[int, tuple[object, ...]]:
+    """The table as pyiceberg reads it (position deletes applied), by id: each row's ``columns``;
+    fails on a key found twice."""
+    data = catalog.load_table(name).scan(selected_fields=("id", *columns)).to_arrow()
     ids = data.column("id").to_pylist()
     dup = {i for i in ids if ids.count(i) > 1} if len(set(ids)) < len(ids) else set()
     assert not dup, f"{len(dup)} key(s) twice in {name}, e.g. {sorted(dup)[:5]}"
-    return {i: (n, a, v) for i, n, a, v in zip(ids, data.column("name").to_pylist(), data.column("amount").to_pylist(),
-                                              data.column("version").to_pylist(), strict=True)}
+    return dict(zip(ids, zip(*(data.column(c).to_pylist() for c in columns), strict=True), strict=True))
 
 
-def assert_same(found: dict[int, Row], expected: dict[int, Row], engine: str) -> None:
+def assert_same(found: dict[int, tuple[object, ...]], expected: dict[int, tuple[object, ...]], engine: str) -> None:
     missing = sorted(set(expected) - set(found))
     extra = sorted(set(found) - set(expected))
     wrong = sorted(k for k in set(found) & set(expected) if found[k] != expected[k])

@@ -324,3 +324,45 @@ def test_debezium_changes_in_avro_keep_a_keyed_table_equal_to_its_source_across_
         changes.run_until_committed(config, ends, log)
     changes.assert_same(changes.table_rows(support.catalog_of(cfg), cfg.table.name), expected, "pyiceberg")
     assert "is refused" not in log.read_text()
+
+
+def test_a_new_writer_schema_with_a_column_evolves_a_keyed_table_from_debeziums_avro(
+        kafka: KafkaBroker, schema_registry: SchemaRegistry, tmp_path: Path) -> None:
+    """The source table gains a column: Debezium registers a second envelope whose row has it.
+    With unknown_fields = "evolve" the keyed table gains the column (the envelope's own parts
+    change nothing), and every change lands: the rows of the first schema NULL in it."""
+    import changes
+
+    topic, partitions = "shop.public.evolving", 2
+    row_v2 = {**CDC_ROW, "fields": [*CDC_ROW["fields"], {"name": "note", "type": ["null", "string"], "default": None}]}
+    v2 = {**CDC_ENVELOPE, "fields": [{"name": "before", "type": ["null", row_v2], "default": None},
+                                     *CDC_ENVELOPE["fields"][1:]]}
+    ids = [schema_registry.register(f"{topic}-value", schema) for schema in (CDC_ENVELOPE, v2)]
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, partitions))
+    expected: dict[int, tuple[object, ...]] = {}
+
+    def avro_stream() -> Iterator[tuple[int, bytes, bytes | None]]:
+        for n, (key, kafka_key, value) in enumerate(changes.debezium_stream(150, 1200, 4)):
+            if value is None:
+                yield key, kafka_key, None
+                continue
+            change = json.loads(value)
+            change = change.get("payload", change)
+            changes.note_added(change, key, n, 600, expected)
+            version = 1 if n >= 600 else 0
+            sent = {**change, "source": {"db": "shop", "lsn": change["source"]["lsn"]}}
+            yield key, kafka_key, (b"\x00" + ids[version].to_bytes(4, "big")
+                                   + datum((CDC_ENVELOPE, v2)[version], sent))
+
+    extra = f'\n[values]\nformat = "avro-confluent"\n\n[schema_registry]\nurl = "{schema_registry.url}"\n'
+    config = changes.config(tmp_path, kafka.bootstrap, topic, "cdc-avro-evolve", mode="cdc", extra=extra,
+                            extra_table='unknown_fields = "evolve"', interval=2.0)
+    cfg = support.load(config)
+    ends = asyncio.run(changes.produce(kafka.bootstrap, topic, avro_stream(), partitions))
+    changes.run_until_committed(config, ends, tmp_path / "frazil.log")
+    table = support.catalog_of(cfg).load_table(cfg.table.name)
+    assert [f.name for f in table.schema().fields if not f.name.startswith("_")] == [
+        "id", "name", "amount", "version", "note"]
+    found = changes.table_rows(support.catalog_of(cfg), cfg.table.name, ("name", "version", "note"))
+    changes.assert_same(found, expected, "pyiceberg")
+    assert "schema evolved" in (tmp_path / "frazil.log").read_text()

@@ -458,7 +458,7 @@ def test_keyed_tables_read_debezium_by_default_and_flat_change_records_by_their_
         ({"mode": "merge"}, {}, "table.mode 'merge' must be \"append\""),
         ({"mode": "upsert", "identifier_columns": []}, {}, "table.mode = \"upsert\" needs table.identifier_columns"),
         ({"mode": "upsert", "metadata_columns": False}, {}, "needs metadata_columns = true"),
-        ({"mode": "upsert", "unknown_fields": "evolve"}, {}, "does not evolve the schema yet"),
+        ({"mode": "upsert", "unknown_fields": "evolve", "merge": "spark"}, {}, "does not evolve the schema yet"),
         ({"mode": "upsert", "cdc": {"format": "debezium"}}, {}, "[table.cdc] needs table.mode = \"cdc\""),
         ({"tombstones": "delete"}, {}, "an append table has no key to delete"),
         ({"mode": "upsert", "tombstones": "drop"}, {}, "table.tombstones 'drop' must be \"skip\""),

@@ -21,6 +21,7 @@ from frazil.config import OP_COLUMN, ChangesConfig
 from frazil.iceberg.catalog import META_COLUMNS
 
 UPSERT, DELETE = 1, 2
+Value = bytes | None   # a record's value (a name of its own: the buffers' ``bytes`` property hides the type)
 
 
 @dataclass
@@ -108,6 +109,17 @@ class ChangeBuffer(RecordBuffer):
             self._keys.fields_ignored = 0   # the old row's other fields: not ignored data, just not kept
         problems += [RecordProblem(records[i].offset, field, reason) for i, field, reason in bad]
         return sorted(problems, key=lambda p: p.offset)
+
+    def rows_of(self, records: Sequence[KafkaRecord]) -> list[Value]:
+        """The row each record carries (an upsert's; None for a delete or a bad change): what a
+        schema change is made of."""
+        spec = self.changes
+        if not spec.op:
+            return [r.value for r in records]
+        kinds, rows, _ = _native.split_changes(
+            values_of(records), op=list(spec.op), after=list(spec.after), before=list(spec.before),
+            upsert_ops=list(spec.upsert_ops), delete_ops=list(spec.delete_ops), unwrap_envelope=spec.unwrap_envelope)
+        return [row if kind == UPSERT else None for kind, row in zip(kinds, rows, strict=True)]
 
     def append_tombstones(self, topic: str, partition: int, records: Sequence[KafkaRecord]) -> list[RecordProblem]:
         """Records with a null value. ``tombstones = "delete"``: each deletes the row of its Kafka

@@ -14,7 +14,7 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.table import Table
 
 from frazil.buffers.avro_changes import AvroChangeBuffer, envelope_schema
-from frazil.buffers.changes import ChangeBuffer, staging_buffer_schema
+from frazil.buffers.changes import ChangeBuffer, key_schema, staging_buffer_schema
 from frazil.buffers.conform import conform
 from frazil.buffers.positions import Takers, resume_at
 from frazil.buffers.record_buffer import AvroRecordBuffer, RecordBuffer
@@ -39,6 +39,7 @@ class Target:
     dead: list[DeadLetter] = field(default_factory=list)
     # rows buffered under an older schema of the table (it evolved since): they go with the buffer's
     carried: list[pa.Table] = field(default_factory=list)
+    carried_deletes: list[pa.Table] = field(default_factory=list)   # a keyed table's deletes, likewise
 
     _skips: tuple[str, dict[TopicPartition, frozenset[int]]] | None = None
 
@@ -53,11 +54,11 @@ class Target:
 
     @property
     def rows(self) -> int:
-        return self.buffer.rows + sum(int(t.num_rows) for t in self.carried)
+        return self.buffer.rows + sum(int(t.num_rows) for t in (*self.carried, *self.carried_deletes))
 
     @property
     def bytes(self) -> int:
-        return self.buffer.bytes + sum(int(t.nbytes) for t in self.carried)
+        return self.buffer.bytes + sum(int(t.nbytes) for t in (*self.carried, *self.carried_deletes))
 
     def drain(self) -> pa.Table | None:
         """Everything buffered, under the newest schema the buffer knows."""
@@ -68,13 +69,21 @@ class Target:
         return conform(tables, self.buffer.schema)
 
     def drain_deletes(self) -> pa.Table | None:
-        """A keyed table's deletes taken since the last drain (None for an append table)."""
-        return self.buffer.drain_deletes() if isinstance(self.buffer, ChangeBuffer) else None
+        """A keyed table's deletes taken since the last drain (None for an append table), under
+        the newest schema the buffer knows."""
+        if not isinstance(self.buffer, ChangeBuffer):
+            return None
+        data = self.buffer.drain_deletes()
+        if not self.carried_deletes:
+            return data
+        tables, self.carried_deletes = [*self.carried_deletes, *([data] if data is not None else [])], []
+        return conform(tables, key_schema(self.buffer.schema, self.buffer.identifiers))
 
     def clear(self) -> None:
         self.buffer.clear()
         self.dead.clear()
         self.carried.clear()
+        self.carried_deletes.clear()
 
     @property
     def name(self) -> str:
@@ -174,6 +183,9 @@ class Targets:
         held = target.buffer.drain()
         if held is not None:
             target.carried.append(held)
+        deletes = target.buffer.drain_deletes() if isinstance(target.buffer, ChangeBuffer) else None
+        if deletes is not None:
+            target.carried_deletes.append(deletes)
         target.buffer = self.buffer_for(target.cfg, table, inferred=False)
         target.table = table
 

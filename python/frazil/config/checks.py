@@ -100,8 +100,9 @@ def _keyed(table: TableConfig | DynamicConfig, at: str) -> None:
     if not table.metadata_columns:
         raise ConfigError(f"{why} needs metadata_columns = true: the latest change of a key is the one with the "
                           "highest (_kafka_partition, _kafka_offset), also across processes")
-    if table.unknown_fields == "evolve":
-        raise ConfigError(f"{why} does not evolve the schema yet: set {at}.unknown_fields to \"fail\" or \"ignore\"")
+    if table.unknown_fields == "evolve" and changes.merge == "spark":
+        raise ConfigError(f"{at}.merge = \"spark\" does not evolve the schema yet: set {at}.unknown_fields to "
+                          "\"fail\" or \"ignore\", or merge = \"native\"")
     if isinstance(table, DynamicConfig) and changes.merge == "spark":
         raise ConfigError(f"{at}.merge = \"spark\" is for declared tables ([table] or [[tables]]) for now; tables "
                           "named by the records merge natively")

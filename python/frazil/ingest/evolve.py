@@ -19,10 +19,11 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from frazil.buffers.avro_changes import AvroChangeBuffer, envelope_paths, envelope_schema
+from frazil.buffers.changes import ChangeBuffer
 from frazil.buffers.record_buffer import AvroRecordBuffer, RecordBuffer, RecordProblem
 from frazil.buffers.state import Buffers
 from frazil.buffers.targets import Target, value_options
-from frazil.config import Config
+from frazil.config import ChangesConfig, Config
 from frazil.errors import EvolutionError, FrazilError, UnknownWriterSchemas
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import evolution, inference
@@ -74,7 +75,10 @@ class Evolver:
         columns = {f.name for f in target.table.schema().fields}
         unknown = {e.offset for e in errors if e.field.split(".", 1)[0] not in columns}
         ordered = sorted(failed, key=lambda r: r.offset not in unknown)
-        shape = inference.infer_lenient([r.value for r in ordered if r.value is not None], maps=target.cfg.maps)
+        # a keyed table's records are changes: the shape is of the rows they carry
+        values = (target.buffer.rows_of(ordered) if isinstance(target.buffer, ChangeBuffer)
+                  else [r.value for r in ordered])
+        shape = inference.infer_lenient([v for v in values if v is not None], maps=target.cfg.maps)
         problems = [(e.field, e.reason) for e in errors]
         if not evolution.plan(target.table.schema(), shape, problems):
             return None   # nothing the schema as last loaded lacks (a change made elsewhere would show here)
@@ -196,11 +200,14 @@ class Evolver:
         changes = target.cfg.changes
         if changes is not None:   # a keyed table: its records are changes (an envelope in cdc mode)
             schema = envelope_schema(schema, changes, target.cfg.identifier_columns)
-        return avro.resolve(writer, schema,
-                            exclude=(tuple(m[0] for m in iceberg_catalog.META_COLUMNS)
-                                     if target.cfg.metadata_columns else ()),
-                            unknown_fields=target.cfg.unknown_fields, case_insensitive=target.cfg.case_insensitive,
-                            lenient=envelope_paths(changes) if changes is not None else frozenset())
+        decision = avro.resolve(writer, schema,
+                                exclude=(tuple(m[0] for m in iceberg_catalog.META_COLUMNS)
+                                         if target.cfg.metadata_columns else ()),
+                                unknown_fields=target.cfg.unknown_fields, case_insensitive=target.cfg.case_insensitive,
+                                lenient=envelope_paths(changes) if changes is not None else frozenset())
+        if isinstance(decision, avro.Evolve) and changes is not None and changes.op:
+            return _of_row(decision, changes)
+        return decision
 
     async def _change(self, target: Target, changes_for: Callable[[Schema], list[evolution.Change]],
                       why: str) -> Table | None:
@@ -226,3 +233,19 @@ class Evolver:
                      table.schema().schema_id, why)
         self._targets.evolved(target, table)
         return table
+
+
+def _of_row(decision: avro.Evolve, changes: ChangesConfig) -> avro.Evolve | avro.Refused:
+    """The changes a Debezium envelope asks of its envelope schema, as changes of the table: those
+    of ``after`` (the row) for its columns; ``before`` holds the same columns' keys, so its own
+    are the row's too. Any other would change what is not the table's (its operation field)."""
+    after, before = changes.after[0], changes.before[0]
+    out: list[evolution.Change] = []
+    for change in decision.changes:
+        if change.path[0] == before and len(change.path) > 1:
+            continue
+        if change.path[0] != after or len(change.path) < 2:
+            return avro.Refused(".".join(change.path), f"the change records' {'.'.join(change.path)} does not fit "
+                                                       f"(it would need: {change}); only {after} is the table's row")
+        out.append(evolution.Change(change.kind, change.path[1:], change.type))
+    return avro.Evolve(tuple(out))
