@@ -11,7 +11,7 @@ import random
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,16 +70,17 @@ enabled = false
     return path
 
 
-def run_until_committed(path: Path, ends: dict[tuple[str, int], int], log: Path) -> None:
+def run_until_committed(path: Path, ends: dict[tuple[str, int], int], log: Path, tables: Sequence[str] = ()) -> None:
     """``frazil run`` as its own process (it stops its Spark session, if any, on exit) until the
-    table's offsets reach ``ends``, then a clean stop."""
+    table's (or ``tables``') offsets reach ``ends``, then a clean stop."""
     cfg = support.load(path)
     catalog = support.catalog_of(cfg)
     with open(log, "ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "frazil.cli", "run", "--config", str(path)], stdout=out,
                                 stderr=subprocess.STDOUT)
     try:
-        support.wait_until_committed(catalog, cfg, ends, timeout=120, alive=lambda: proc.poll() is None)
+        support.wait_until_committed(catalog, cfg, ends, timeout=120, alive=lambda: proc.poll() is None,
+                                     tables=tables)
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]

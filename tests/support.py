@@ -7,7 +7,7 @@ import asyncio
 import json
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from pyiceberg.catalog import Catalog
@@ -138,21 +138,26 @@ def assert_exactly_once_by_partition(catalog: Catalog, table_name: str, ends: Ma
                                      f"unexpected partitions {extra}")
 
 
-def stored(catalog: Catalog, cfg: Config) -> dict[tuple[str, int], int]:
-    try:
-        table = catalog.load_table(cfg.table.name)
-    except Exception:  # noqa: BLE001 - not created yet
-        return {}
-    return offsets.stored_offsets(table.properties, cfg.pipeline)
+def stored(catalog: Catalog, cfg: Config, tables: Sequence[str] = ()) -> dict[tuple[str, int], int]:
+    """The stored offsets of the pipeline's table (or of each of ``tables``, together)."""
+    have: dict[tuple[str, int], int] = {}
+    for name in tables or [cfg.table.name]:
+        try:
+            table = catalog.load_table(name)
+        except Exception:  # noqa: BLE001 - not created yet
+            continue
+        have.update(offsets.stored_offsets(table.properties, cfg.pipeline))
+    return have
 
 
 def wait_until_committed(catalog: Catalog, cfg: Config, ends: Mapping[tuple[str, int], int], *,
-                         timeout: float = 120.0, alive: object = None) -> None:
-    """Poll the table until its stored offsets reach ``ends``; fail with where it got to."""
+                         timeout: float = 120.0, alive: object = None, tables: Sequence[str] = ()) -> None:
+    """Poll the table (or ``tables``) until its stored offsets reach ``ends``; fail with where it
+    got to."""
     deadline = time.monotonic() + timeout
     have: dict[tuple[str, int], int] = {}
     while time.monotonic() < deadline:
-        have = stored(catalog, cfg)
+        have = stored(catalog, cfg, tables)
         if all(have.get(tp, 0) >= end for tp, end in ends.items()):
             return
         if callable(alive) and not alive():

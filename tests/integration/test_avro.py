@@ -366,3 +366,78 @@ def test_a_new_writer_schema_with_a_column_evolves_a_keyed_table_from_debeziums_
     found = changes.table_rows(support.catalog_of(cfg), cfg.table.name, ("name", "version", "note"))
     changes.assert_same(found, expected, "pyiceberg")
     assert "schema evolved" in (tmp_path / "frazil.log").read_text()
+
+
+USER_ROW = {"type": "record", "name": "Value", "fields": [
+    {"name": "id", "type": "long"}, {"name": "email", "type": ["null", "string"], "default": None},
+    {"name": "joined", "type": ["null", {"type": "int", "logicalType": "date"}], "default": None}]}
+
+
+def test_one_keyed_table_per_debezium_topic_is_created_from_its_registry_schema(
+        kafka: KafkaBroker, schema_registry: SchemaRegistry, tmp_path: Path) -> None:
+    """[dynamic] with `table = "{topic[1]}.{topic[2]}"` and no declared columns: each Debezium
+    topic (`server.schema.table`) gets a keyed table `schema.table` whose columns are its envelope's
+    `after` record (the identifier column required), and each table is the latest row of every
+    key of its topic."""
+    import datetime
+
+    import changes
+
+    rows = {"inventory.public.items": CDC_ROW, "inventory.public.users": USER_ROW}
+    expected: dict[str, dict[int, dict[str, object]]] = {topic: {} for topic in rows}
+
+    def value(topic: str, i: int) -> dict[str, object]:
+        if topic.endswith("items"):
+            return {"id": i % 40, "name": f"n{i}", "amount": i / 4, "version": i}
+        return {"id": i % 30, "email": f"u{i}@x", "joined": datetime.date(2026, 1, 1 + i % 28)}
+
+    for topic, row in rows.items():
+        envelope = {**CDC_ENVELOPE, "fields": [{"name": "before", "type": ["null", row], "default": None},
+                                               *CDC_ENVELOPE["fields"][1:]]}
+        schema_id = schema_registry.register(f"{topic}-value", envelope)
+        asyncio.run(support.create_topic(kafka.bootstrap, topic, 1))
+        values = []
+        for i in range(300):
+            after = value(topic, i)
+            live = expected[topic]
+            op = "d" if i % 7 == 6 and after["id"] in live else ("u" if after["id"] in live else "c")
+            change = {"before": live.get(after["id"]) if op != "c" else None, "after": None if op == "d" else after,
+                      "op": op, "source": {"db": "shop", "lsn": i}, "ts_ms": i}
+            if op == "d":
+                del live[after["id"]]
+            else:
+                live[after["id"]] = after
+            values.append(b"\x00" + schema_id.to_bytes(4, "big") + datum(envelope, change))
+        asyncio.run(support.produce(kafka.bootstrap, topic, values, 1))
+    config = tmp_path / "frazil.toml"
+    config.write_text(f"""[pipeline]
+name = "debezium-tables"
+commit_interval_s = 0.5
+[kafka]
+bootstrap_servers = "{kafka.bootstrap}"
+topics = {json.dumps(sorted(rows))}
+[catalog]
+properties = {support.SQLITE_CATALOG}
+[values]
+format = "avro-confluent"
+[schema_registry]
+url = "{schema_registry.url}"
+[dynamic]
+table = "{{topic[1]}}.{{topic[2]}}"
+mode = "cdc"
+identifier_columns = ["id"]
+[maintenance]
+enabled = false
+""")
+    ends = asyncio.run(support.end_offsets(kafka.bootstrap, sorted(rows)))
+    changes.run_until_committed(config, ends, tmp_path / "frazil.log",
+                                tables=[topic.split(".", 1)[1] for topic in rows])
+    catalog = support.catalog_of(support.load(config))
+    for topic, row in rows.items():
+        table = catalog.load_table(topic.split(".", 1)[1])
+        schema = table.schema()
+        assert [f.name for f in schema.fields if not f.name.startswith("_kafka_")] == [f["name"] for f in row["fields"]]
+        assert schema.identifier_field_names() == {"id"} and schema.find_field("id").required
+        found = {r["id"]: {k: r[k] for k in expected[topic].get(r["id"], r) if not k.startswith("_kafka_")}
+                 for r in table.scan().to_arrow().to_pylist()}
+        assert found == expected[topic], topic

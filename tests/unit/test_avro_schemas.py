@@ -160,3 +160,29 @@ def test_a_new_decimal_beyond_icebergs_precision_is_refused_naming_the_limit() -
     assert got == avro.Refused("d", "the writer schema's new field d is decimal(39, 2); an Iceberg decimal has a "
                                     "precision of 1 to 38 and a scale of 0 to its precision: send it as a string, or "
                                     "with a precision Iceberg can hold")
+
+
+def test_a_new_table_takes_its_columns_from_the_writer_schema_optional_but_its_row_identity() -> None:
+    from pyiceberg.types import DateType, DoubleType
+
+    row = {"type": "record", "name": "Value", "fields": [
+        {"name": "id", "type": "long"}, {"name": "kind", "type": {"type": "enum", "name": "K", "symbols": ["A"]}},
+        {"name": "day", "type": ["null", {"type": "int", "logicalType": "date"}]},
+        {"name": "ratio", "type": "double"}]}
+    envelope = writer({"name": "before", "type": ["null", row]}, {"name": "after", "type": ["null", "Value"]},
+                      {"name": "op", "type": "string"})
+    got = avro.table_schema(envelope, row="after", identifiers=["id"], extra=[("_kafka_offset", LongType(), True)])
+    assert [(f.name, str(f.field_type), f.required) for f in got.fields] == [
+        ("id", "long", True), ("kind", "string", False), ("day", "date", False), ("ratio", "double", False),
+        ("_kafka_offset", "long", True)]
+    assert got.identifier_field_names() == {"id"} and isinstance(got.find_field("day").field_type, DateType)
+    assert isinstance(got.find_field("ratio").field_type, DoubleType)
+    whole = avro.table_schema(envelope)
+    assert [f.name for f in whole.fields] == ["before", "after", "op"]
+    for kwargs, message in [({"row": "after", "identifiers": ["ratio"]}, "not float or double"),
+                            ({"row": "after", "identifiers": ["nope"]}, "no field nope"),
+                            ({"row": "op"}, "not a record of columns"),
+                            ({"row": "row"}, "has no field 'row'"),
+                            ({"row": "after", "extra": [("kind", LongType(), True)]}, "Kafka metadata column")]:
+        with pytest.raises(ValueError, match=message):
+            avro.table_schema(envelope, **kwargs)   # type: ignore[arg-type]

@@ -334,7 +334,7 @@ def test_avro_values_take_a_schema_file_or_a_registry(tmp_path: Path, monkeypatc
       "table": {"name": "ns.t", "route_field": "kind", "route": "a",
                 "columns": [{"name": "id", "type": "long"}]}}, "route_field reads JSON values"),
     ({"values": {"format": "avro-confluent"}, "schema_registry": {"url": "http://r"},
-      "table": {"name": "ns.t"}}, "declare its columns"),
+      "dynamic": {"table": "raw.{kind}"}}, "must name tables by {topic} only"),
 ])
 def test_avro_config_errors_name_the_key(tmp_path: Path, extra: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(message)):

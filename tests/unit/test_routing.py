@@ -2,7 +2,10 @@
 
 import json
 
+import pytest
+
 from frazil import config
+from frazil.errors import ConfigError
 from frazil.ingest.routing import Group, Router
 
 
@@ -79,3 +82,20 @@ def test_dynamic_tables_named_by_topic_and_field_and_a_missing_field_is_a_bad_re
         (("ns.all", "ev.t_click"), [0, 3], None), (("ns.all", "ev.t_7"), [1], None),
         (("ns.all",), [2], "meta.kind"), (("ns.all",), [4], "meta.kind")]
     assert got[2].bad is not None and "it names no table" in got[2].bad[1]
+
+
+def test_parts_of_a_dotted_topic_name_a_table_and_a_topic_without_the_part_is_a_config_error() -> None:
+    data = {"pipeline": {"name": "p"}, "kafka": {"bootstrap_servers": "b:1", "topics": ["t"]}}
+    debezium = config.parse({**data, "dynamic": {"table": "{topic[1]}.{topic[-1]}"}})   # server.schema.table
+    router = Router(debezium.tables, debezium.dynamic)
+    assert router.groups("pg.public.Order-Items", []) == [Group(("public.order_items",), None)]
+    assert router.takes("pg.public.items", "public.items")
+    with pytest.raises(ConfigError, match=r"names no table for topic 'flat': it has no topic\[1\]"):
+        router.groups("flat", [])
+    mixed = config.parse({**data, "dynamic": {"table": "{topic[0]}.{meta.kind}"}})
+    router = Router(mixed.tables, mixed.dynamic)
+    got = router.groups("pg.x", values({"meta": {"kind": "A"}}))
+    assert [(g.tables, g.bad) for g in got] == [(("pg.a",), None)]
+    for template in ("{topic[x]}.t", "ns.{topic[1}", "ns.{meta[0]}"):
+        with pytest.raises(ConfigError, match="must be a"):
+            config.parse({**data, "dynamic": {"table": template}})

@@ -37,7 +37,7 @@ def check(cfg: Config, *, single_table: bool) -> None:
         raise ConfigError(f"table {name!r} appears more than once in [[tables]]; give each table one entry (a "
                           "table takes every record that matches its topics and route)")
     for at, table in tables:
-        _table(table, at)
+        _table(table, at, from_writer=cfg.values.avro)
     _topics(cfg)
     _maintenance(cfg)
     if cfg.values.avro:
@@ -51,13 +51,15 @@ def _known(table: TableConfig | DynamicConfig) -> dict[str, ColumnType]:
     return {**{c.name: c.type for c in table.columns}, **meta}
 
 
-def _table(table: TableConfig | DynamicConfig, at: str) -> None:
+def _table(table: TableConfig | DynamicConfig, at: str, *, from_writer: bool) -> None:
+    """``from_writer``: a table without columns is created from its first record's writer schema
+    (Avro), which names the identifier columns' types; else its columns are inferred from JSON."""
     columns = {c.name: c for c in table.columns}
     declared = f"{at}.columns" if isinstance(table, TableConfig) else "[dynamic] columns"
-    if table.identifier_columns and not columns:
+    if table.identifier_columns and not columns and not from_writer:
         raise ConfigError(f"{at}.identifier_columns needs {declared}: inferred columns are optional, and identifier "
                           "columns must be required")
-    for name in table.identifier_columns:
+    for name in table.identifier_columns if columns else ():   # a writer schema's are checked at creation
         column = columns.get(name)
         if column is None or not column.required or column.type in ("float", "double"):
             raise ConfigError(f"{at}.identifier_columns entry {name!r} must be a declared column with required = true, "
@@ -143,8 +145,9 @@ def _maintenance(cfg: Config) -> None:
 
 
 def _avro(cfg: Config) -> None:
-    """Avro values: routing by value, inferred schemas, the staging-table merge and operation
-    fields other than Debezium's need JSON values (for now)."""
+    """Avro values: routing by value, the staging-table merge and operation fields other than
+    Debezium's need JSON values (for now). A table without columns is created from the writer
+    schema of its first record."""
     fmt = cfg.values.format
     for name, t in [*((f"table {t.name}", t) for t in cfg.tables), *(("[dynamic]", d) for d in [cfg.dynamic] if d)]:
         changes = t.changes
@@ -162,13 +165,9 @@ def _avro(cfg: Config) -> None:
         if t.route_field:
             raise ConfigError(f"table {t.name}: route_field reads JSON values; with values.format = {fmt!r} "
                               "route by topic (topics = ...)")
-        if not t.columns:
-            raise ConfigError(f"table {t.name}: with values.format = {fmt!r} declare its columns (schemas are "
-                              "inferred from JSON values only); unknown_fields = \"evolve\" then adds what the "
-                              "writer schemas have")
-    if cfg.dynamic is not None and (cfg.dynamic.fields or not cfg.dynamic.columns):
-        raise ConfigError(f"[dynamic] with values.format = {fmt!r} must name tables by {{topic}} only and declare "
-                          "its columns")
+    if cfg.dynamic is not None and cfg.dynamic.fields:
+        raise ConfigError(f"[dynamic] with values.format = {fmt!r} must name tables by {{topic}} only (the "
+                          "placeholders of value fields read JSON)")
     if fmt == "avro":
         problem = avro_schema_problem(Path(cfg.values.schema_file))
         if problem:

@@ -138,14 +138,32 @@ def _table_name(name: str) -> str:
     return name
 
 
+_TOPIC_PART = re.compile(r"^topic\[(-?\d+)\]$")   # {topic[1]}: a part of a dotted topic name (0 the first, -1 the last)
+
+
+def topic_part(placeholder: str, topic: str) -> str | None:
+    """The value of a ``{topic}`` or ``{topic[i]}`` placeholder for ``topic`` (None: the topic has
+    no such part); not a topic placeholder: KeyError."""
+    if placeholder == "topic":
+        return topic
+    found = _TOPIC_PART.match(placeholder)
+    if found is None:
+        raise KeyError(placeholder)
+    parts, i = topic.split("."), int(found.group(1))
+    return parts[i] if -len(parts) <= i < len(parts) else None
+
+
 def _template(template: str) -> str:
     template = template.strip()
     probe = _PLACEHOLDER.sub("x", template)
     if (not _PLACEHOLDER.search(template) or probe.count(".") < 1 or "{" in probe or "}" in probe
             or not all(_NAME.match(part) for part in probe.split("."))
-            or any(not p or not all(p.split(".")) for p in _PLACEHOLDER.findall(template))):
+            or any(not p or not all(p.split(".")) or ("[" in p and not _TOPIC_PART.match(p))
+                   for p in _PLACEHOLDER.findall(template))):
         raise ValueError(f"{template!r} must be a \"namespace.table\" template with at least one placeholder: "
-                         "{topic} or a dotted path into the value, e.g. \"raw.{topic}\"")
+                         "{topic}, a part of a dotted topic name ({topic[0]} the first, {topic[-1]} the last) or a "
+                         "dotted path into the value, e.g. \"raw.{topic}\" or \"{topic[1]}.{topic[2]}\" for "
+                         "Debezium's server.schema.table")
     return template
 
 
@@ -228,7 +246,8 @@ def normalise(value: str) -> str:
 @dataclass(frozen=True, config=STRICT)
 class DynamicConfig(TableShape):
     """Dynamic routing: each record goes to the table its ``table`` template names (placeholders
-    ``{topic}`` and ``{dotted.path}`` into the value, each value normalised to an identifier),
+    ``{topic}``, ``{topic[i]}`` (a part of a dotted topic name) and ``{dotted.path}`` into the value,
+    each value normalised to an identifier),
     created on first use when ``create`` is on, with ``columns`` or a schema inferred from the
     first records."""
 
@@ -244,7 +263,7 @@ class DynamicConfig(TableShape):
     @property
     def fields(self) -> tuple[tuple[str, ...], ...]:
         """The value paths the template reads (``topic`` is the record's topic, not a field)."""
-        return tuple(tuple(p.split(".")) for p in self.placeholders if p != "topic")
+        return tuple(tuple(p.split(".")) for p in self.placeholders if p != "topic" and not _TOPIC_PART.match(p))
 
     def name(self, values: dict[str, str]) -> str:
         """The table for a record whose placeholders hold ``values`` (normalised here); a name part

@@ -334,7 +334,7 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
                                          sort_order=order, properties=_created_with(new_schema, cfg, properties))
             created = True
             log.info("created table %s with %d columns%s, partitioned by %s", cfg.name, len(new_schema.fields),
-                     " inferred from its first records" if schema is not None else "",
+                     " made from its first records" if schema is not None else "",
                      list(cfg.partition_by) or "nothing")
         except TableAlreadyExistsError:
             table = catalog.load_table(cfg.name)

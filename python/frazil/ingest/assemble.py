@@ -49,7 +49,7 @@ def pipeline(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], *, chan
                     stats=stats, bulk=bulk)
     bad = BadRecords(cfg, buffers, metrics, stats, copies=copies)
     evolver = Evolver(cfg, buffers, metrics)
-    opener = Opener(cfg, catalog, buffers, on_new_table=on_new_table)
+    opener = Opener(cfg, catalog, buffers, on_new_table=on_new_table, writers=evolver.writers)
     fanout = Fanout(cfg, buffers, router, opener=opener, evolver=evolver, bad=bad, metrics=metrics, stats=stats)
     intake = Intake(cfg, buffers, router, kafka, fanout=fanout, opener=opener, evolver=evolver, bad=bad,
                     metrics=metrics, stats=stats, letters_elsewhere=lambda: worker.dead_letters)

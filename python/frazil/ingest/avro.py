@@ -22,7 +22,7 @@ docs/configuration.md, "Avro values", has the full table.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import count
 from typing import Any
@@ -146,6 +146,53 @@ def resolve(writer: Any, table: Schema, *, exclude: tuple[str, ...] = (), unknow
         first = walk.problems[0]
         return Refused(first.path, first.reason)
     return Readable(json.dumps(reader), json.dumps(_without_aliases(writer)), tuple(walk.ignored))
+
+
+def table_schema(writer: Any, *, row: str = "", identifiers: Sequence[str] = (),
+                 extra: Sequence[tuple[str, IcebergType, bool]] = ()) -> Schema:
+    """A new table's schema from a writer schema (parsed): a column per field of the record (of
+    field ``row`` of it, Debezium's ``after``, when given), each of the field's type as the
+    "Avro values" table maps it, optional but for ``identifiers`` (required, the table's row
+    identity); then ``extra`` (the Kafka metadata columns). Field ids are placeholders (the
+    catalog numbers a new table afresh). ValueError naming the field when one cannot be a column."""
+    import fastavro  # a tenth of a second of every start; JSON pipelines never need it
+
+    try:
+        expanded = fastavro.parse_schema(unshared(writer), expand=True, _write_hint=False)
+    except Exception as exc:  # noqa: BLE001 - fastavro's parse errors have no common base
+        raise ValueError(f"the writer schema is not valid Avro: {exc}") from None
+    walk = _Walk("evolve", False)
+    record: Any = expanded
+    try:
+        if row:
+            found = next((f for f in record.get("fields", ()) if f.get("name") == row), None)
+            if found is None:
+                raise _Problem(row, f"the writer schema has no field {row!r} (the change's row)")
+            record, _ = _nullable(walk, found["type"], row)
+            if _kind(walk, record)[0] not in ("record", "error"):
+                raise _Problem(row, f"the writer schema's {row} is {_describe(walk, record)}, not a record of columns")
+            record = _deref(walk, record)
+        taken = {name for name, _, _ in extra}
+        fields = []
+        for f in record.get("fields", ()):
+            name = str(f["name"])
+            if name in taken:
+                raise _Problem(name, f"the writer schema's field {name} has the name of a Kafka metadata column")
+            fields.append(NestedField(next(walk.ids), name, _iceberg_of(walk, f["type"], name),
+                                      required=name in identifiers))
+    except _Problem as problem:
+        raise ValueError(f"field {problem.path!r}: {problem.reason}") from None
+    floating = [f.name for f in fields if f.name in identifiers and isinstance(f.field_type, (FloatType, DoubleType))
+                or f.name in identifiers and not f.field_type.is_primitive]
+    if floating:
+        raise ValueError(f"identifier column(s) {', '.join(floating)} must be of a primitive type, not float or "
+                         "double (Iceberg's rule for identifier fields)")
+    missing = sorted(set(identifiers) - {f.name for f in fields})
+    if missing:
+        raise ValueError(f"the writer schema has no field {', '.join(missing)} for the identifier column(s) "
+                         f"{', '.join(identifiers)}")
+    fields += [NestedField(next(walk.ids), name, t, required=required) for name, t, required in extra]
+    return Schema(*fields, identifier_field_ids=[f.field_id for f in fields if f.name in identifiers])
 
 
 def unshared(schema: Any) -> Any:

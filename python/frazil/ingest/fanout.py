@@ -116,7 +116,7 @@ class Fanout:
                            for i in (everything if g.indices is None else g.indices)})
 
         def sample(name: str) -> list[bytes]:
-            return [values[i] for i in members_of(name)]
+            return [(values[i] if values else records[i].value or b"") for i in members_of(name)]
 
         refused: dict[str, str] = {}   # tables named by the records that cannot be opened (dead-letter mode): why
         routing_bad: list[DeadLetter] = []   # held by the carrier once the appends below went through

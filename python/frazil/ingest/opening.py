@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pyiceberg.catalog import Catalog
+from pyiceberg.schema import Schema
 
 from frazil.buffers.state import Buffers
 from frazil.buffers.targets import Target
@@ -18,6 +19,8 @@ from frazil.errors import ConfigError, InferenceError, RecordDecodeError
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import inference
 from frazil.iceberg.offsets import TopicPartition
+from frazil.ingest import avro
+from frazil.ingest.registry import PLAIN_ID, Unusable, WriterSchemas
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +38,12 @@ class Wanted:
 
 class Opener:
     def __init__(self, cfg: Config, catalog: Catalog, buffers: Buffers, *,
-                 on_new_table: Callable[[str], None] | None = None) -> None:
-        """``on_new_table``: told each table opened (maintenance takes it on)."""
+                 on_new_table: Callable[[str], None] | None = None, writers: WriterSchemas | None = None) -> None:
+        """``on_new_table``: told each table opened (maintenance takes it on); ``writers``: Avro
+        values' writer schemas, a new table's schema when it declares no columns."""
         self._cfg, self._catalog, self._targets = cfg, catalog, buffers.targets
         self._on_new_table = on_new_table
+        self._writers = writers
 
     def _config(self, name: str) -> TableConfig:
         try:
@@ -68,10 +73,10 @@ class Opener:
                 refused[w.name] = target
                 continue
             self._targets.add_built(target)   # on the loop: worker threads iterate over copies
+            made = (", made from its first record's writer schema" if self._writers is not None
+                    else ", schema inferred from the first ones: a field it does not have is a bad record")
             log.info("table %s: taking the records that name it (%d columns%s)", w.name,
-                     len(target.table.schema().fields),
-                     ", schema inferred from the first ones: a field it does not have is a bad record" if inferred
-                     else "")
+                     len(target.table.schema().fields), made if inferred else "")
             if self._on_new_table is not None:
                 self._on_new_table(w.name)
         return refused
@@ -79,9 +84,10 @@ class Opener:
     def _build(self, w: Wanted) -> tuple[Wanted, Target | RecordDecodeError, bool]:
         """Blocking. Table ``w.name`` loaded or created, and its target built; or why it cannot be."""
         table_cfg = self._config(w.name)
-        inferred = None if table_cfg.columns else (lambda: inference.schema(
-            inference.infer(w.sample(), maps=table_cfg.maps),
-            iceberg_catalog.META_COLUMNS if table_cfg.metadata_columns else ()))
+        extra = iceberg_catalog.META_COLUMNS if table_cfg.metadata_columns else ()
+        inferred = None if table_cfg.columns else (
+            (lambda: self._from_writer(table_cfg, w.sample())) if self._writers is not None
+            else (lambda: inference.schema(inference.infer(w.sample(), maps=table_cfg.maps), extra)))
         try:
             table = iceberg_catalog.ensure_table(self._catalog, table_cfg,
                                                  iceberg_catalog.maintenance_properties(self._cfg.maintenance),
@@ -92,3 +98,27 @@ class Opener:
                                       reason=f"it goes to table {w.name}, which cannot be opened: {exc}")
             error.__cause__ = exc
             return w, error, False
+
+    def _from_writer(self, cfg: TableConfig, values: list[bytes]) -> Schema:
+        """Blocking. A new table's schema from the writer schema of the first of ``values`` (Avro):
+        its record's fields (Debezium's ``after`` in cdc mode) as columns. InferenceError when
+        there is none to be had, naming why."""
+        assert self._writers is not None
+        first = next((v for v in values if v), b"")
+        if self._cfg.values.format == "avro":
+            schema_id = PLAIN_ID
+        elif len(first) >= 5 and first[0] == 0:
+            schema_id = int.from_bytes(first[1:5], "big")
+        else:
+            raise InferenceError("its first record's value is not in the Confluent wire format (magic byte 0, then "
+                                 "a 4-byte schema id): there is no writer schema to create it from")
+        writer = self._writers.get(schema_id)   # SchemaRegistryError: the registry is down; stop, loudly
+        if isinstance(writer, Unusable):
+            raise InferenceError(f"writer schema {schema_id} of its first record: {writer.reason}")
+        row = cfg.changes.after[0] if cfg.changes is not None and cfg.changes.op else ""
+        try:
+            return avro.table_schema(avro.parse(writer), row=row, identifiers=cfg.identifier_columns,
+                                     extra=iceberg_catalog.META_COLUMNS if cfg.metadata_columns else ())
+        except ValueError as exc:
+            raise InferenceError(f"writer schema {schema_id} of its first record cannot become its columns: "
+                                 f"{exc}") from None
