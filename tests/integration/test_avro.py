@@ -441,3 +441,54 @@ enabled = false
         found = {r["id"]: {k: r[k] for k in expected[topic].get(r["id"], r) if not k.startswith("_kafka_")}
                  for r in table.scan().to_arrow().to_pylist()}
         assert found == expected[topic], topic
+
+
+def test_an_upsert_topic_with_avro_keys_and_values_deletes_on_its_tombstones(
+        kafka: KafkaBroker, schema_registry: SchemaRegistry, tmp_path: Path) -> None:
+    """A compacted topic as Confluent's Avro serializers write it, keys and values through the
+    registry: each value the row of its key, each tombstone (null value) deleting the row of its
+    Avro-encoded key. A key that is not a valid datum is a bad record, named, and nothing else is
+    lost: the table is the latest row of every key."""
+    import changes
+
+    topic, partitions = "avro-upserts", 2
+    key_schema = {"type": "record", "name": "Key", "fields": [{"name": "id", "type": "long"}]}
+    key_id = schema_registry.register(f"{topic}-key", key_schema)
+    value_id = schema_registry.register(f"{topic}-value", CDC_ROW)
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, partitions))
+    expected: dict[int, tuple[object, ...]] = {}
+
+    def stream() -> Iterator[tuple[int, bytes, bytes | None]]:
+        for key, _, value in changes.upsert_stream(120, 1500, 3):
+            kafka_key = b"\x00" + key_id.to_bytes(4, "big") + datum(key_schema, {"id": key})
+            if value is None:
+                expected.pop(key, None)
+                yield key, kafka_key, None
+                continue
+            row = json.loads(value)
+            expected[key] = (row["name"], row["amount"], row["version"])
+            yield key, kafka_key, b"\x00" + value_id.to_bytes(4, "big") + datum(CDC_ROW, row)
+        yield 7, b"\x00" + key_id.to_bytes(4, "big") + b"\x80", None   # a cut varint: a bad record
+
+    extra = f'\n[values]\nformat = "avro-confluent"\n\n[schema_registry]\nurl = "{schema_registry.url}"\n'
+    config = changes.config(tmp_path, kafka.bootstrap, topic, "avro-upserts", mode="upsert", extra=extra,
+                            extra_table='tombstones = "delete"')
+    config.write_text(config.read_text().replace("[kafka]", 'on_bad_record = "dead_letter"\n\n[kafka]', 1))
+    cfg = support.load(config)
+    ends = asyncio.run(changes.produce(kafka.bootstrap, topic, stream(), partitions))
+    log = tmp_path / "frazil.log"
+    proc = run(config, log)
+
+    def sent() -> None:
+        assert asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic)), "no dead letter yet"
+
+    try:
+        support.wait_until_committed(support.catalog_of(cfg), cfg, ends, alive=lambda: proc.poll() is None)
+        support.wait_for(sent, proc, log, timeout=60)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
+    changes.assert_same(changes.table_rows(support.catalog_of(cfg), cfg.table.name), expected, "pyiceberg")
+    letters = asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic))
+    assert [source_of(letter)[0] for letter in letters] == [(topic, 7 % partitions, ends[(topic, 1)] - 1)]
+    assert "the tombstone's Kafka key: not a valid Avro datum" in source_of(letters[0])[1]["frazil.error"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -68,9 +68,13 @@ class AvroChangeBuffer(WriterSchemas, ChangeBuffer):
     for an ``AvroRecordBuffer``."""
 
     def __init__(self, schema: pa.Schema, envelope: pa.Schema, changes: ChangesConfig, identifiers: Sequence[str],
-                 *, confluent: bool, max_bytes: int | None = None) -> None:
+                 *, confluent: bool, max_bytes: int | None = None,
+                 avro_key: Callable[[bytes], bytes | None] | None = None) -> None:
         """``schema``: the table's rows (Kafka metadata columns included); ``envelope``: what
-        the values are decoded into (:func:`envelope_schema`, as Arrow)."""
+        the values are decoded into (:func:`envelope_schema`, as Arrow); ``avro_key``: a Kafka
+        key in the Confluent wire format as a JSON object (None: the key is not in it; ValueError:
+        why it cannot be read), for tombstones."""
+        self._avro_key = avro_key
         try:
             self._avro = _native.AvroBuffer(schema=envelope, confluent=confluent, metadata_columns=True)
             self._native = self._avro   # type: ignore[assignment]
@@ -87,6 +91,11 @@ class AvroChangeBuffer(WriterSchemas, ChangeBuffer):
         self.fields_ignored = 0
         self.tombstones_skipped = 0
         self._counting = threading.Lock()
+
+    def _key_row(self, key: bytes | None) -> bytes | None:
+        assert key is not None
+        found = self._avro_key(key) if self._avro_key is not None else None
+        return super()._key_row(key if found is None else found)
 
     @property
     def rows(self) -> int:

@@ -136,11 +136,21 @@ class ChangeBuffer(RecordBuffer):
                 problems.append(RecordProblem(record.offset, "", "a tombstone (null value) without a Kafka key "
                                               "names no row to delete; give tombstones the key of their row"))
                 continue
-            deletes.append(_Change(record.offset, record.timestamp, record.key,
-                                   key_row(record.key, self.identifiers, self.changes.unwrap_envelope)))
+            try:
+                row = self._key_row(record.key)
+            except ValueError as exc:
+                problems.append(RecordProblem(record.offset, "", f"the tombstone's Kafka key: {exc}"))
+                continue
+            deletes.append(_Change(record.offset, record.timestamp, record.key, row))
         problems += self._keys.append(topic, partition, deletes) if deletes else []
         self._keys.fields_ignored = 0
         return sorted(problems, key=lambda p: p.offset)
+
+    def _key_row(self, key: Value) -> Value:
+        """A tombstone's Kafka key as a JSON object of the identifier columns (:func:`key_row`);
+        ValueError: why it cannot be one."""
+        assert key is not None
+        return key_row(key, self.identifiers, self.changes.unwrap_envelope)
 
     def drain_deletes(self) -> pa.Table | None:
         """The keys of every delete taken since the last drain, with their Kafka metadata."""

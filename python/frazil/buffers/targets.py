@@ -104,16 +104,18 @@ class Targets:
     """Every table of the pipeline, by name, in config order."""
 
     def __init__(self, cfg: Config, catalog: Catalog, tables: Mapping[str, Table],
-                 takers: Callable[[str], Takers]) -> None:
+                 takers: Callable[[str], Takers], avro_key: Callable[[bytes], bytes | None] | None = None) -> None:
         """``tables``: each configured table as ``ensure_table`` left it. With one table its buffer
         has the memory budget as a hard cap; with several, the pipeline checks their sum once per
         poll (a fan-out must land in every table's buffer or in none), so the buffers can pass the
         budget by one poll's records. ``takers``: which tables may take a topic's records
-        (routing), for where a partition resumes."""
+        (routing), for where a partition resumes. ``avro_key``: a Kafka key in the Confluent wire
+        format as JSON (``WriterSchemas.key_object``), for keyed tables' tombstones."""
         # One declared table and nothing else: its buffer has the budget as a hard cap. Otherwise
         # (several buffers, or tables opened later) the pipeline checks their sum once per poll.
         self.single = len(cfg.tables) == 1 and cfg.dynamic is None and bool(cfg.tables[0].columns)
         self._takers = takers
+        self._avro_key = avro_key   # Avro keys (Confluent wire format) as JSON, for keyed tables' tombstones
         self._budget = cfg.memory_budget_bytes
         self._values = cfg.values
         self._catalog, self._max_attempts = catalog, cfg.max_commit_attempts
@@ -157,7 +159,7 @@ class Targets:
             return AvroChangeBuffer(iceberg_catalog.arrow_schema(table), schema_to_pyarrow(envelope),
                                     cfg.changes, cfg.identifier_columns,
                                     confluent=self._values.format == "avro-confluent",
-                                    max_bytes=self._budget if self.single else None)
+                                    max_bytes=self._budget if self.single else None, avro_key=self._avro_key)
         if self._values.avro:
             return AvroRecordBuffer(iceberg_catalog.arrow_schema(table),
                                     confluent=self._values.format == "avro-confluent",

@@ -18,6 +18,7 @@ from frazil.ingest.fanout import Fanout
 from frazil.ingest.intake import Intake
 from frazil.ingest.loop import Pipeline, Source
 from frazil.ingest.opening import Opener
+from frazil.ingest.registry import WriterSchemas
 from frazil.ingest.routing import Router
 from frazil.ingest.source import KafkaSource
 from frazil.kafka.copies import SourceCopies
@@ -42,13 +43,15 @@ def pipeline(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], *, chan
     consumer-group member for ``cfg.kafka``); ``copies``: where bad records are kept for this
     process's dead-letter sink. Build on the loop."""
     router = Router(cfg.tables, cfg.dynamic)
-    buffers = Buffers(Targets(cfg, catalog, tables, takers=router.takers))
+    writers = WriterSchemas(cfg.values) if cfg.values.avro else None   # Avro values: writer schemas by id
+    buffers = Buffers(Targets(cfg, catalog, tables, takers=router.takers,
+                              avro_key=writers.key_object if writers is not None else None))
     stats = Stats()
     kafka = source if source is not None else KafkaSource(cfg.kafka, outage_timeout_s=cfg.outage_timeout_s)
     worker = Worker(cfg, buffers=buffers, channel=channel, journal=journal, source=kafka, metrics=metrics,
                     stats=stats, bulk=bulk)
     bad = BadRecords(cfg, buffers, metrics, stats, copies=copies)
-    evolver = Evolver(cfg, buffers, metrics)
+    evolver = Evolver(cfg, buffers, metrics, writers)
     opener = Opener(cfg, catalog, buffers, on_new_table=on_new_table, writers=evolver.writers)
     fanout = Fanout(cfg, buffers, router, opener=opener, evolver=evolver, bad=bad, metrics=metrics, stats=stats)
     intake = Intake(cfg, buffers, router, kafka, fanout=fanout, opener=opener, evolver=evolver, bad=bad,

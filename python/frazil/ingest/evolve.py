@@ -40,9 +40,10 @@ MAX_SCHEMA_CHANGES = 100   # Avro: schema changes one batch may make (each write
 
 
 class Evolver:
-    def __init__(self, cfg: Config, buffers: Buffers, metrics: Metrics) -> None:
+    def __init__(self, cfg: Config, buffers: Buffers, metrics: Metrics, writers: WriterSchemas | None) -> None:
+        """``writers``: Avro values' writer schemas by id (None: JSON values)."""
         self._cfg, self._targets, self._metrics = cfg, buffers.targets, metrics
-        self.writers = WriterSchemas(cfg.values) if cfg.values.avro else None   # Avro values: writer schemas by id
+        self.writers = writers
 
     async def rescue(self, name: str, tp: TopicPartition, records: Sequence[Record], errors: list[RecordProblem],
                      decoded_by: RecordBuffer) -> list[RecordProblem]:
