@@ -14,6 +14,10 @@ Avro: the same records encoded by fastavro as plain datums (every field a null u
 as timestamp-micros), decoded by the native Avro buffer and by fastavro's schemaless_reader +
 ``pa.Table.from_pylist`` (the Python baseline), on the same chunks; ratios to fastavro.
 
+Changes: the clickstream rows as Debezium change envelopes (creates, updates with the old row,
+deletes), into a keyed table's buffer on one thread, as JSON and as Avro datums of one envelope
+schema; rows with ``workload = "changes"``, the ratio to JSON.
+
 Contention (``rust/examples/contention.rs``, built and run through cargo): 1 to 16 threads pushing
 entries the size of the buffer's into its lock-free shards while one thread drains, against a
 ``Mutex<Vec<_>>`` per shard, interleaved in one run; rows with ``workload = "contention"``.
@@ -35,6 +39,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.json as pajson
@@ -226,6 +231,108 @@ def run_fastavro(schema: pa.Schema, writer: dict[str, object], work: list[dict[s
 AVRO_SYSTEMS = {"fastavro": run_fastavro, "frazil-native-avro": run_native_avro}
 
 
+class _Change(NamedTuple):
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+
+
+def change_work(values: list[bytes]) -> tuple[pa.Schema, dict[str, object], list[list[_Change]], list[list[_Change]]]:
+    """The clickstream rows as Debezium change envelopes (a create, three updates with the old row
+    in ``before``, a delete, in turn), as JSON and as Avro datums of one envelope schema (the row
+    record defined in ``before``, referred to by ``after``): the keyed table's Arrow schema, the
+    Avro writer schema, and the JSON and Avro chunks, built before timing."""
+    import fastavro
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import DoubleType, LongType, NestedField, StringType, TimestamptzType
+
+    from frazil.iceberg.catalog import META_COLUMNS
+
+    kinds = {"string": StringType(), "int64": LongType(), "double": DoubleType()}
+    fields = [NestedField(i + 1, f.name, TimestamptzType() if pa.types.is_timestamp(f.type) else kinds[str(f.type)],
+                          required=f.name == "event_id") for i, f in enumerate(CLICKSTREAM)]
+    fields += [NestedField(len(fields) + i + 1, n, t, required=r) for i, (n, t, r) in enumerate(META_COLUMNS)]
+    table = schema_to_pyarrow(Schema(*fields, identifier_field_ids=[1]))
+    row = {**avro_schema(CLICKSTREAM), "name": "Value",
+           "fields": [{"name": "event_id", "type": "string"}, *avro_schema(CLICKSTREAM)["fields"][1:]]}   # type: ignore[misc]
+    writer = {"type": "record", "name": "Envelope", "fields": [
+        {"name": "before", "type": ["null", row], "default": None},
+        {"name": "after", "type": ["null", "Value"], "default": None}, {"name": "op", "type": "string"},
+        {"name": "ts_ms", "type": ["null", "long"], "default": None}]}
+    parsed = fastavro.parse_schema(writer)
+    as_json: list[list[_Change]] = []
+    as_avro: list[list[_Change]] = []
+    for start in range(0, len(values), CHUNK):
+        js, av = [], []
+        for i, v in enumerate(values[start:start + CHUNK], start):
+            r = json.loads(v)
+            op = "cuuud"[i % 5]
+            change = {"before": None if op == "c" else r, "after": None if op == "d" else r, "op": op, "ts_ms": i}
+            js.append(_Change(i, i, None, json.dumps(change).encode()))
+            typed = {k: (_parse_ts(x) if k == "event_time" and x else x) for k, x in r.items()}
+            out = io.BytesIO()
+            fastavro.schemaless_writer(out, parsed, {**change, "before": change["before"] and typed,
+                                                     "after": change["after"] and typed})
+            av.append(_Change(i, i, None, out.getvalue()))
+        as_json.append(js)
+        as_avro.append(av)
+    return table, writer, as_json, as_avro
+
+
+def changes_rows(values: list[bytes], repeats: int) -> list[dict[str, object]]:
+    """Debezium change envelopes into a keyed table's buffer, one thread: JSON (the change split
+    natively, its row decoded) beside Avro (the envelope decoded natively, split with Arrow); rows
+    with ``workload = "changes"``, ratios to JSON."""
+    from pyiceberg.io.pyarrow import pyarrow_to_schema, schema_to_pyarrow
+
+    from frazil.buffers.avro_changes import AvroChangeBuffer, envelope_schema
+    from frazil.buffers.changes import ChangeBuffer
+    from frazil.config import DEBEZIUM, ChangesConfig
+    from frazil.ingest import avro
+
+    table, writer, as_json, as_avro = change_work(values)
+    spec = ChangesConfig(mode="cdc", **DEBEZIUM)
+    iceberg = pyarrow_to_schema(table)
+    envelope = envelope_schema(iceberg, spec, ["event_id"])
+    reader = avro.resolve(writer, envelope, exclude=tuple(f.name for f in table if f.name.startswith("_kafka_")),
+                          lenient=frozenset({"", "before."}))
+    assert isinstance(reader, avro.Readable), reader
+
+    def json_buffer() -> ChangeBuffer:
+        return ChangeBuffer(table, spec, ["event_id"])
+
+    def avro_buffer() -> ChangeBuffer:
+        buf = AvroChangeBuffer(table, schema_to_pyarrow(envelope), spec, ["event_id"], confluent=False)
+        buf.register(0, reader.writer, reader.reader)
+        return buf
+
+    rows = []
+    base = None
+    for system, make, work in (("frazil-json-changes", json_buffer, as_json),
+                               ("frazil-avro-changes", avro_buffer, as_avro)):
+        nbytes = sum(len(c.value or b"") for chunk in work for c in chunk)
+        times = []
+        for _ in range(repeats + 1):   # the first a warm-up
+            buf = make()
+            started = time.perf_counter()
+            for chunk in work:
+                assert not buf.append("bench", 0, chunk)
+            taken = buf.rows
+            times.append(time.perf_counter() - started)
+            assert taken == len(values), (system, taken)
+        seconds = statistics.median(times[1:])
+        row = {"workload": "changes", "system": system, "threads": 1, "records_per_s": round(len(values) / seconds),
+               "mb_per_s": round(nbytes / seconds / 1e6, 1), "seconds": round(seconds, 3),
+               "avg_record_bytes": round(nbytes / len(values))}
+        rows.append(row)
+        base = base or row["records_per_s"]
+        print(f"{'changes':<12}{system:<22}{1:>4}{row['records_per_s']:>14,}{row['mb_per_s']:>9.1f}"
+              f"{row['records_per_s'] / base:>14.1f}x vs JSON", flush=True)
+    return rows
+
+
 def _parse_ts(text: str) -> object:
     import datetime as dt
 
@@ -320,6 +427,7 @@ def main() -> int:
                 base = base or row["records_per_s"]
                 print(f"{workload + '-avro':<17}{system:<19}{threads:>8}{row['records_per_s']:>14,}"
                       f"{row['mb_per_s']:>9.1f}{row['records_per_s'] / base:>14.1f}x vs fastavro", flush=True)
+    rows += changes_rows(workloads["clickstream"][1], args.repeats)
     if not args.no_contention:
         rows += contention()
     _results.write("native", rows, machine={"cpus": os.cpu_count(), "python": platform.python_version(),

@@ -119,7 +119,7 @@ async def open_tables(cfg: Config) -> tuple[Catalog, dict[str, Table]]:
                 tables[target.name] = await asyncio.to_thread(iceberg_catalog.ensure_table, catalog, target,
                                                               iceberg_catalog.maintenance_properties(cfg.maintenance))
         if cfg.dynamic is not None:   # tables earlier runs created from the records: their offsets and watermark count
-            found = await asyncio.to_thread(iceberg_catalog.dynamic_tables, catalog, cfg.dynamic)
+            found = await asyncio.to_thread(iceberg_catalog.dynamic_tables, catalog, cfg.dynamic, cfg.pipeline)
             for name in found:
                 if name not in tables:
                     tables[name] = await asyncio.to_thread(

@@ -169,7 +169,7 @@ def table_names(catalog: Catalog, cfg: Config, *, merge_targets: bool = False) -
         if merge_targets and t.changes is not None and t.changes.target:
             names.append(t.changes.target)
     if cfg.dynamic is not None:
-        names += dynamic_tables(catalog, cfg.dynamic)
+        names += dynamic_tables(catalog, cfg.dynamic, cfg.pipeline)
     return list(dict.fromkeys(names))
 
 

@@ -128,3 +128,27 @@ def test_the_envelope_keeps_the_tables_field_ids_in_after() -> None:
     after = envelope.find_field("after").field_type
     assert [(f.field_id, f.name) for f in after.fields] == [(1, "id"), (2, "name"), (3, "at")]   # type: ignore[attr-defined]
     assert pa.schema(schema_to_pyarrow(envelope)).field("before").type.num_fields == 1
+
+
+def test_appends_from_several_threads_each_land_once_and_drains_glue_small_appends() -> None:
+    """The decode threads append to one buffer at once (each append decodes into the buffer's
+    scratch space, then splits): every change lands once, and the many small appends come out in
+    chunks of at least COALESCE_ROWS rows."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from frazil.buffers.record_buffer import COALESCE_ROWS
+
+    buf = buffer()
+    n, per = 4000, 20
+
+    def append(start: int) -> None:
+        batch = [_Record(i, i, None, framed({"op": "c", "before": None, "after": row(i)}))
+                 for i in range(start, start + per)]
+        assert buf.append("t", start // per % 3, batch) == []
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(append, range(0, n, per)))
+    rows = buf.drain()
+    assert rows is not None and sorted(rows.column("_kafka_offset").to_pylist()) == list(range(n))
+    assert all(len(c) >= min(COALESCE_ROWS, n) for c in rows.column("id").chunks[:-1])
+

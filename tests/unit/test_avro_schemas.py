@@ -186,3 +186,12 @@ def test_a_new_table_takes_its_columns_from_the_writer_schema_optional_but_its_r
                             ({"row": "after", "extra": [("kind", LongType(), True)]}, "Kafka metadata column")]:
         with pytest.raises(ValueError, match=message):
             avro.table_schema(envelope, **kwargs)   # type: ignore[arg-type]
+
+
+def test_a_recursive_type_used_twice_is_read_past_and_a_nullable_identifier_makes_no_table() -> None:
+    node = {"type": "record", "name": "Node", "fields": [{"name": "next", "type": ["null", "Node"]}]}
+    w = writer(ID, {"name": "a", "type": node}, {"name": "b", "type": "Node"})
+    got = avro.resolve(w, Schema(NestedField(1, "id", LongType())), unknown_fields="ignore")
+    assert isinstance(got, avro.Readable) and got.ignored == ("a", "b"), got
+    with pytest.raises(ValueError, match="lets identifier column"):
+        avro.table_schema(writer({"name": "id", "type": ["null", "long"]}), identifiers=["id"])

@@ -99,3 +99,25 @@ def test_parts_of_a_dotted_topic_name_a_table_and_a_topic_without_the_part_is_a_
     for template in ("{topic[x]}.t", "ns.{topic[1}", "ns.{meta[0]}"):
         with pytest.raises(ConfigError, match="must be a"):
             config.parse({**data, "dynamic": {"table": template}})
+
+
+def test_a_restart_takes_only_the_dynamic_tables_holding_its_pipelines_offsets(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`{topic[1]}.{topic[2]}` could name any table of the catalog: another pipeline's, or one
+    another engine wrote, is left alone."""
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    from frazil.iceberg import catalog as iceberg_catalog
+    from frazil.iceberg import offsets
+
+    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}")
+    schema = Schema(NestedField(1, "id", LongType()))
+    for namespace in ("public", "finance"):
+        catalog.create_namespace(namespace)
+    for name, owner in (("public.items", "p"), ("public.users", "other"), ("finance.ledger", None)):
+        catalog.create_table(name, schema, properties={offsets.property_key(owner): "{}"} if owner else {})
+    cfg = config.parse({"pipeline": {"name": "p"}, "kafka": {"bootstrap_servers": "b:1", "topics": ["t"]},
+                        "dynamic": {"table": "{topic[1]}.{topic[2]}"}})
+    assert cfg.dynamic is not None
+    assert iceberg_catalog.dynamic_tables(catalog, cfg.dynamic, "p") == ["public.items"]

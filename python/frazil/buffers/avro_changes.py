@@ -68,7 +68,7 @@ class AvroChangeBuffer(WriterSchemas, ChangeBuffer):
     for an ``AvroRecordBuffer``."""
 
     def __init__(self, schema: pa.Schema, envelope: pa.Schema, changes: ChangesConfig, identifiers: Sequence[str],
-                 *, confluent: bool, max_bytes: int | None = None,
+                 *, confluent: bool, max_bytes: int | None = None, case_insensitive: bool = False,
                  avro_key: Callable[[bytes], bytes | None] | None = None) -> None:
         """``schema``: the table's rows (Kafka metadata columns included); ``envelope``: what
         the values are decoded into (:func:`envelope_schema`, as Arrow); ``avro_key``: a Kafka
@@ -82,7 +82,8 @@ class AvroChangeBuffer(WriterSchemas, ChangeBuffer):
             raise FrazilError(f"the record buffer cannot use this table schema: {exc}") from exc
         self.schema, self.changes, self.identifiers = schema, changes, tuple(identifiers)
         self._strict, self._ignore = None, False
-        self._keys = RecordBuffer(key_schema(schema, identifiers), metadata_columns=True, unknown_fields="ignore")
+        self._keys = RecordBuffer(key_schema(schema, identifiers), metadata_columns=True, unknown_fields="ignore",
+                                  case_insensitive=case_insensitive)
         self._max_bytes = max_bytes
         self._upserts: list[pa.Table] = []
         self._deletes: list[pa.Table] = []
@@ -134,15 +135,16 @@ class AvroChangeBuffer(WriterSchemas, ChangeBuffer):
 
     def _taken(self, result: _native.AppendResult) -> list[RecordProblem]:
         """What the scratch buffer decoded, split and kept (the lock held); its bad records."""
-        problems = self._problems(result)
         batches = self._avro.drain_batches(min_rows=COALESCE_ROWS)
         if not batches:
-            return problems
+            return self._problems(result)
         decoded = pa.Table.from_batches(batches)
         upserts, deletes, bad = self._split(decoded)
         size = sum(t.nbytes for t in (upserts, deletes) if t is not None)
-        if self._max_bytes is not None and self._held and self._held + size > self._max_bytes:
-            raise BufferFull(f"{self._held + size} bytes of changes would pass the buffer's cap of {self._max_bytes}")
+        held = self.bytes
+        if self._max_bytes is not None and held and held + size > self._max_bytes:
+            raise BufferFull(f"{held + size} bytes of changes would pass the buffer's cap of {self._max_bytes}")
+        problems = self._problems(result)   # counted once taken: a refused append is made again
         for kept, into in ((upserts, self._upserts), (deletes, self._deletes)):
             if kept is not None and kept.num_rows:
                 into.append(kept)
@@ -197,23 +199,42 @@ class AvroChangeBuffer(WriterSchemas, ChangeBuffer):
         return picked.cast(schema)
 
     def drain(self) -> pa.Table | None:
-        with self._lock:
-            held, self._upserts = self._upserts, []
-            self._held_rows -= sum(t.num_rows for t in held)
-            self._held -= sum(t.nbytes for t in held)
-        return pa.concat_tables(held) if held else None
+        return _glued(self._take(self._upserts))
 
     def drain_deletes(self) -> pa.Table | None:
-        with self._lock:
-            held, self._deletes = self._deletes, []
-            self._held_rows -= sum(t.num_rows for t in held)
-            self._held -= sum(t.nbytes for t in held)
         tombstones = self._keys.drain()
-        parts = [*held, *([tombstones] if tombstones is not None else [])]
-        return pa.concat_tables(parts) if parts else None
+        return _glued([*self._take(self._deletes), *([tombstones] if tombstones is not None else [])])
+
+    def _take(self, held: list[pa.Table]) -> list[pa.Table]:
+        """Everything in ``held`` (the upserts or the deletes), taken out of the buffer."""
+        with self._lock:
+            taken, held[:] = list(held), []
+            self._held_rows -= sum(t.num_rows for t in taken)
+            self._held -= sum(t.nbytes for t in taken)
+        return taken
 
     def clear(self) -> None:
         with self._lock:
             self._avro.clear()
             self._upserts, self._deletes, self._held, self._held_rows = [], [], 0, 0
         self._keys.clear()
+
+
+def _glued(parts: list[pa.Table]) -> pa.Table | None:
+    """``parts`` as one table; small appends glued into chunks of at least ``COALESCE_ROWS`` rows
+    (each chunk is a batch the writer handles on its own), big ones handed over without a copy."""
+    if not parts:
+        return None
+    out: list[pa.Table] = []
+    run: list[pa.Table] = []
+    for part in parts:
+        if part.num_rows >= COALESCE_ROWS:
+            out.append(part)
+            continue
+        run.append(part)
+        if sum(t.num_rows for t in run) >= COALESCE_ROWS:
+            out.append(pa.concat_tables(run).combine_chunks())
+            run = []
+    if run:
+        out.append(pa.concat_tables(run).combine_chunks())
+    return pa.concat_tables(out)

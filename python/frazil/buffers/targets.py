@@ -159,7 +159,8 @@ class Targets:
             return AvroChangeBuffer(iceberg_catalog.arrow_schema(table), schema_to_pyarrow(envelope),
                                     cfg.changes, cfg.identifier_columns,
                                     confluent=self._values.format == "avro-confluent",
-                                    max_bytes=self._budget if self.single else None, avro_key=self._avro_key)
+                                    max_bytes=self._budget if self.single else None,
+                                    case_insensitive=cfg.case_insensitive, avro_key=self._avro_key)
         if self._values.avro:
             return AvroRecordBuffer(iceberg_catalog.arrow_schema(table),
                                     confluent=self._values.format == "avro-confluent",

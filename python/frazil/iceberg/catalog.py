@@ -64,7 +64,7 @@ from frazil.config import (
 )
 from frazil.errors import CatalogUnavailable, ConfigError, TableMissingError, first_line
 from frazil.flow import retry
-from frazil.iceberg import mutations
+from frazil.iceberg import mutations, offsets
 from frazil.iceberg.pyiceberg_patches import install_all
 
 log = logging.getLogger(__name__)
@@ -428,9 +428,11 @@ def _keyed_properties(table: Table, cfg: TableConfig) -> dict[str, str]:
     return {mutations.MODE_PROPERTY: cfg.mode, **mutations.MERGE_ON_READ}
 
 
-def dynamic_tables(catalog: Catalog, dynamic: DynamicConfig) -> list[str]:
-    """The existing tables the ``[dynamic]`` template could have named (listed in its namespace,
-    or in every namespace when the namespace is a placeholder too)."""
+def dynamic_tables(catalog: Catalog, dynamic: DynamicConfig, pipeline: str) -> list[str]:
+    """The existing tables the ``[dynamic]`` template named for ``pipeline``: those it could have
+    named (listed in its namespace, or in every namespace when the namespace is a placeholder too)
+    that hold the pipeline's offsets. A table of the same shape that another pipeline or engine
+    wrote is never taken over (``{topic[1]}.{topic[2]}`` could name any table in the catalog)."""
     namespaces = [dynamic.namespace] if dynamic.namespace else [".".join(ns) for ns in catalog.list_namespaces()]
     names = []
     for namespace in namespaces:
@@ -438,7 +440,15 @@ def dynamic_tables(catalog: Catalog, dynamic: DynamicConfig) -> list[str]:
             identifiers = catalog.list_tables(namespace)
         except NoSuchNamespaceError:
             continue
-        names += [".".join(i) for i in identifiers if dynamic.matches(".".join(i))]
+        for name in (".".join(i) for i in identifiers):
+            if not dynamic.matches(name):
+                continue
+            try:
+                properties = catalog.load_table(name).properties
+            except NoSuchTableError:   # dropped meanwhile
+                continue
+            if offsets.property_key(pipeline) in properties:
+                names.append(name)
     return sorted(names)
 
 

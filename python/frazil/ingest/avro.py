@@ -187,6 +187,11 @@ def table_schema(writer: Any, *, row: str = "", identifiers: Sequence[str] = (),
     if floating:
         raise ValueError(f"identifier column(s) {', '.join(floating)} must be of a primitive type, not float or "
                          "double (Iceberg's rule for identifier fields)")
+    nullable = [str(f["name"]) for f in record.get("fields", ())
+                if f["name"] in identifiers and _nullable(walk, f["type"], str(f["name"]))[1]]
+    if nullable:
+        raise ValueError(f"the writer schema lets identifier column(s) {', '.join(nullable)} be null; a row's "
+                         "identity must always be there (make the field non-null, or pick other identifier_columns)")
     missing = sorted(set(identifiers) - {f.name for f in fields})
     if missing:
         raise ValueError(f"the writer schema has no field {', '.join(missing)} for the identifier column(s) "
@@ -213,7 +218,7 @@ def unshared(schema: Any) -> Any:
         name = str(t["name"])
         space = name.rpartition(".")[0] if "." in name else str(t.get("namespace", enclosing) or "")
         short = name.rpartition(".")[2]
-        key = full(short, space)
+        original = key = full(short, space)
         definitions.setdefault(key, (t, enclosing))
         out = dict(t)
         if key in taken:   # a second definition under the same name: a name of its own
@@ -221,9 +226,9 @@ def unshared(schema: Any) -> Any:
             out["namespace"] = space
             key = full(out["name"], space)
         taken.add(key)
-        if isinstance(t.get("fields"), list):
-            out["fields"] = [{**f, "type": walk(f.get("type"), space, inside | {key})} if isinstance(f, dict) else f
-                             for f in t["fields"]]
+        if isinstance(t.get("fields"), list):   # inside it, a reference to itself (by its first name) stays one
+            out["fields"] = [{**f, "type": walk(f.get("type"), space, inside | {original, key})}
+                             if isinstance(f, dict) else f for f in t["fields"]]
         return out
 
     def walk(t: Any, namespace: str, inside: frozenset[str]) -> Any:

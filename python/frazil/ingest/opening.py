@@ -100,21 +100,24 @@ class Opener:
             return w, error, False
 
     def _from_writer(self, cfg: TableConfig, values: list[bytes]) -> Schema:
-        """Blocking. A new table's schema from the writer schema of the first of ``values`` (Avro):
-        its record's fields (Debezium's ``after`` in cdc mode) as columns. InferenceError when
-        there is none to be had, naming why."""
+        """Blocking. A new table's schema from the writer schema of the first of ``values`` (Avro)
+        whose schema can be had: its record's fields (Debezium's ``after`` in cdc mode) as
+        columns. InferenceError when there is none, naming why."""
         assert self._writers is not None
-        first = next((v for v in values if v), b"")
-        if self._cfg.values.format == "avro":
-            schema_id = PLAIN_ID
-        elif len(first) >= 5 and first[0] == 0:
-            schema_id = int.from_bytes(first[1:5], "big")
+        plain = self._cfg.values.format == "avro"
+        ids = [PLAIN_ID] if plain else list(dict.fromkeys(
+            int.from_bytes(v[1:5], "big") for v in values if len(v) >= 5 and v[0] == 0))
+        if not ids:
+            raise InferenceError("none of its first records' values is in the Confluent wire format (magic byte 0, "
+                                 "then a 4-byte schema id): there is no writer schema to create it from")
+        why = ""
+        for schema_id in ids:   # the first one the registry has (a record of an unknown id is a bad record)
+            writer = self._writers.get(schema_id)   # SchemaRegistryError: the registry is down; stop, loudly
+            if not isinstance(writer, Unusable):
+                break
+            why += f"; writer schema {schema_id}: {writer.reason}"
         else:
-            raise InferenceError("its first record's value is not in the Confluent wire format (magic byte 0, then "
-                                 "a 4-byte schema id): there is no writer schema to create it from")
-        writer = self._writers.get(schema_id)   # SchemaRegistryError: the registry is down; stop, loudly
-        if isinstance(writer, Unusable):
-            raise InferenceError(f"writer schema {schema_id} of its first record: {writer.reason}")
+            raise InferenceError(f"no writer schema of its first records can be had{why}")
         row = cfg.changes.after[0] if cfg.changes is not None and cfg.changes.op else ""
         try:
             return avro.table_schema(avro.parse(writer), row=row, identifiers=cfg.identifier_columns,
