@@ -269,6 +269,17 @@ def test_the_routed_example_config_is_valid() -> None:
     assert main(["check-config", "--config", str(example)]) == 0
 
 
+def test_the_debezium_avro_example_config_is_valid() -> None:
+    from frazil.cli import main
+
+    example = Path(__file__).parents[2] / "examples" / "cdc-avro.toml"
+    cfg = config.load(example)
+    assert cfg.dynamic is not None and cfg.dynamic.changes is not None and cfg.values.format == "avro-confluent"
+    assert cfg.dynamic.name({"topic[1]": "public", "topic[2]": "items"}) == "public.items"
+    assert cfg.kafka.takes("pg.public.items") and not cfg.kafka.takes("pg.other.items")
+    assert main(["check-config", "--config", str(example)]) == 0
+
+
 @pytest.mark.parametrize(("table", "message"), [
     ({"identifier_columns": ["missing"]}, "identifier_columns entry 'missing' must be a declared column with required"),
     ({"columns": [{"name": "x", "type": "double", "required": True}], "identifier_columns": ["x"]},
