@@ -19,7 +19,7 @@ from frazil.buffers.avro_changes import AvroChangeBuffer, envelope_paths, envelo
 from frazil.config import DEBEZIUM, ChangesConfig
 from frazil.errors import BufferFull
 from frazil.iceberg.catalog import META_COLUMNS
-from frazil.ingest import avro
+from frazil.ingest import avro, avro_names
 from frazil_dev.batches import record_batch
 
 TABLE = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "name", StringType()),
@@ -51,7 +51,7 @@ def buffer(unknown_fields: str = "ignore", max_bytes: int | None = None) -> Avro
     assert got.ignored == ("after.secret",)   # the row's left-out column counts; source and before's do not
     buf = AvroChangeBuffer(schema_to_pyarrow(TABLE), schema_to_pyarrow(envelope), CDC, ["id"], confluent=True,
                            max_bytes=max_bytes)
-    buf.register(5, json.dumps(avro.unshared(ENVELOPE)), got.reader, len(got.ignored))
+    buf.register(5, json.dumps(avro_names.unshared(ENVELOPE)), got.reader, len(got.ignored))
     return buf
 
 

@@ -19,7 +19,7 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from frazil.ingest import avro
+from frazil.ingest import avro, avro_names
 
 TABLE = Schema(
     NestedField(1, "id", LongType(), required=True),
@@ -141,7 +141,7 @@ def test_a_named_type_used_twice_is_defined_once_per_use_and_a_recursive_one_sta
         {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A"]}}]}
     w = writer({"name": "before", "type": ["null", row]}, {"name": "after", "type": ["null", "Row"]},
                {"name": "again", "type": "shop.Row"})
-    out = avro.unshared(w)
+    out = avro_names.unshared(w)
     names = [(b[1]["name"], b[1]["fields"][0]["type"]["name"]) for b in (f["type"] for f in out["fields"][:2])]
     assert names == [("Row", "Kind"), ("Row_2", "Kind_2")]
     assert (out["fields"][2]["type"]["name"], out["fields"][2]["type"]["namespace"]) == ("Row_3", "shop")

@@ -51,8 +51,8 @@ from pyiceberg.types import (
 )
 
 from frazil.iceberg.evolution import MAX_DECIMAL_PRECISION, Change
+from frazil.ingest.avro_names import PRIMITIVES, expanded, spellings, without_aliases
 
-PRIMITIVES = ("null", "boolean", "int", "long", "float", "double", "bytes", "string")
 NO_SUCH_COLUMN = "the table has no such column"
 
 
@@ -118,20 +118,17 @@ def resolve(writer: Any, table: Schema, *, exclude: tuple[str, ...] = (), unknow
 
     The writer is read in fastavro's expanded form (every named type inline, named by its full
     name), so names resolve as the Avro spec says; the reader schema names every type by its full
-    name. The records are decoded with the writer schema :func:`unshared` (a named type used
+    name. The records are decoded with the writer schema ``unshared`` (a named type used
     twice, as Debezium's ``before`` and ``after``, defined once per use) and without field aliases:
     the decoder would match a reader field by a writer field's alias, which this module does not."""
-    import fastavro  # a tenth of a second of every start; JSON pipelines never need it
-
     try:
-        writer = unshared(writer)
-        expanded = fastavro.parse_schema(writer, expand=True, _write_hint=False)
-    except Exception as exc:  # noqa: BLE001 - fastavro's parse errors have no common base
-        return Refused("", f"the writer schema is not valid Avro: {exc}")
-    walk = _Walk(unknown_fields, case_insensitive, lenient, _spellings(writer), frozenset(table.identifier_field_ids))
+        writer, walked = expanded(writer)
+    except ValueError as exc:
+        return Refused("", str(exc))
+    walk = _Walk(unknown_fields, case_insensitive, lenient, spellings(writer), frozenset(table.identifier_field_ids))
     columns = [f for f in table.as_struct().fields if f.name not in exclude]
     try:
-        reader = _record(walk, expanded, columns, "")
+        reader = _record(walk, walked, columns, "")
     except _Problem as problem:
         return Refused(problem.path, problem.reason)
     except (KeyError, TypeError, ValueError, ValidationError) as exc:   # a shape this module did not expect
@@ -145,7 +142,7 @@ def resolve(writer: Any, table: Schema, *, exclude: tuple[str, ...] = (), unknow
             return Evolve(tuple(changes))
         first = walk.problems[0]
         return Refused(first.path, first.reason)
-    return Readable(json.dumps(reader), json.dumps(_without_aliases(writer)), tuple(walk.ignored))
+    return Readable(json.dumps(reader), json.dumps(without_aliases(writer)), tuple(walk.ignored))
 
 
 def table_schema(writer: Any, *, row: str = "", identifiers: Sequence[str] = (),
@@ -155,14 +152,8 @@ def table_schema(writer: Any, *, row: str = "", identifiers: Sequence[str] = (),
     "Avro values" table maps it, optional but for ``identifiers`` (required, the table's row
     identity); then ``extra`` (the Kafka metadata columns). Field ids are placeholders (the
     catalog numbers a new table afresh). ValueError naming the field when one cannot be a column."""
-    import fastavro  # a tenth of a second of every start; JSON pipelines never need it
-
-    try:
-        expanded = fastavro.parse_schema(unshared(writer), expand=True, _write_hint=False)
-    except Exception as exc:  # noqa: BLE001 - fastavro's parse errors have no common base
-        raise ValueError(f"the writer schema is not valid Avro: {exc}") from None
+    record: Any = expanded(writer)[1]
     walk = _Walk("evolve", False)
-    record: Any = expanded
     try:
         if row:
             found = next((f for f in record.get("fields", ()) if f.get("name") == row), None)
@@ -198,104 +189,6 @@ def table_schema(writer: Any, *, row: str = "", identifiers: Sequence[str] = (),
                          f"{', '.join(identifiers)}")
     fields += [NestedField(next(walk.ids), name, t, required=required) for name, t, required in extra]
     return Schema(*fields, identifier_field_ids=[f.field_id for f in fields if f.name in identifiers])
-
-
-def unshared(schema: Any) -> Any:
-    """``schema`` with each named type defined once per place it is used: where the writer refers
-    to a type defined before it (Debezium's ``after`` to the row record ``before`` defined), a copy
-    of the definition under a name of its own (``Value_2``). Names do not change the encoding;
-    each place can then be read into a column of its own shape (the decoder resolves a reference
-    to a writer type as the reader type alone, with no projection: a reader record with other
-    fields, in another order, would be read wrongly there). A type referred to inside itself is
-    left a reference (refused later: a recursive type cannot become columns)."""
-    definitions: dict[str, tuple[dict[str, Any], str]] = {}   # full name: (definition, its enclosing namespace)
-    taken: set[str] = set()
-
-    def full(name: str, namespace: str) -> str:
-        return name if "." in name or not namespace else f"{namespace}.{name}"
-
-    def named(t: dict[str, Any], enclosing: str, inside: frozenset[str]) -> dict[str, Any]:
-        name = str(t["name"])
-        space = name.rpartition(".")[0] if "." in name else str(t.get("namespace", enclosing) or "")
-        short = name.rpartition(".")[2]
-        original = key = full(short, space)
-        definitions.setdefault(key, (t, enclosing))
-        out = dict(t)
-        if key in taken:   # a second definition under the same name: a name of its own
-            out["name"] = next(n for i in count(2) if full(n := f"{short}_{i}", space) not in taken)
-            out["namespace"] = space
-            key = full(out["name"], space)
-        taken.add(key)
-        if isinstance(t.get("fields"), list):   # inside it, a reference to itself (by its first name) stays one
-            out["fields"] = [{**f, "type": walk(f.get("type"), space, inside | {original, key})}
-                             if isinstance(f, dict) else f for f in t["fields"]]
-        return out
-
-    def walk(t: Any, namespace: str, inside: frozenset[str]) -> Any:
-        if isinstance(t, list):
-            return [walk(branch, namespace, inside) for branch in t]
-        if isinstance(t, str):
-            if t in PRIMITIVES:
-                return t
-            key = next((k for k in (full(t, namespace), t) if k in definitions), None)
-            if key is None or key in inside:
-                return t   # unknown (fastavro says so) or recursive (refused as such)
-            definition, enclosing = definitions[key]
-            return named(definition, enclosing, inside)
-        if not isinstance(t, dict):
-            return t
-        kind = t.get("type")
-        if kind in ("record", "error", "enum", "fixed") and isinstance(t.get("name"), str):
-            return named(t, namespace, inside)
-        if kind == "array":
-            return {**t, "items": walk(t.get("items"), namespace, inside)}
-        if kind == "map":
-            return {**t, "values": walk(t.get("values"), namespace, inside)}
-        if isinstance(kind, (dict, list)):
-            return {**t, "type": walk(kind, namespace, inside)}
-        return t
-
-    return walk(schema, "", frozenset())
-
-
-def _spellings(schema: Any, namespace: str = "",
-               out: dict[str, dict[str, str]] | None = None) -> dict[str, dict[str, str]]:
-    """Every named type of ``schema`` by full name (the spec's namespace rules): its ``name`` and
-    ``namespace`` attributes as written."""
-    out = {} if out is None else out
-    if isinstance(schema, list):
-        for branch in schema:
-            _spellings(branch, namespace, out)
-    elif isinstance(schema, dict):
-        kind = schema.get("type")
-        if kind in ("record", "error", "enum", "fixed") and isinstance(schema.get("name"), str):
-            name = schema["name"]
-            ns = name.rsplit(".", 1)[0] if "." in name else str(schema.get("namespace", namespace) or "")
-            out.setdefault(f"{ns}.{name.rsplit('.', 1)[-1]}" if ns else name, {
-                k: str(schema[k]) for k in ("name", "namespace") if k in schema})
-            for f in schema.get("fields", ()) if kind in ("record", "error") else ():
-                if isinstance(f, dict):
-                    _spellings(f.get("type"), ns, out)
-        elif kind == "array":
-            _spellings(schema.get("items"), namespace, out)
-        elif kind == "map":
-            _spellings(schema.get("values"), namespace, out)
-        elif isinstance(kind, (dict, list)):
-            _spellings(kind, namespace, out)
-    return out
-
-
-def _without_aliases(schema: Any) -> Any:
-    """``schema`` with no ``aliases`` on its fields (they do not change the encoding)."""
-    if isinstance(schema, list):
-        return [_without_aliases(branch) for branch in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: _without_aliases(v) if k in ("type", "items", "values") else v for k, v in schema.items()}
-    if isinstance(schema.get("fields"), list):
-        out["fields"] = [{k: _without_aliases(v) if k == "type" else v for k, v in f.items() if k != "aliases"}
-                         if isinstance(f, dict) else f for f in schema["fields"]]
-    return out
 
 
 def _deref(walk: _Walk, t: Any) -> Any:
