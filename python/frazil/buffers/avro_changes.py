@@ -14,6 +14,7 @@ column, an upsert without a value for a required column."""
 
 from __future__ import annotations
 
+import builtins
 import itertools
 import threading
 from collections.abc import Callable, Sequence
@@ -93,8 +94,7 @@ class AvroChangeBuffer(WriterSchemas, ChangeBuffer):
         self.tombstones_skipped = 0
         self._counting = threading.Lock()
 
-    def _key_row(self, key: bytes | None) -> bytes | None:
-        assert key is not None
+    def _key_row(self, key: builtins.bytes) -> builtins.bytes:
         found = self._avro_key(key) if self._avro_key is not None else None
         return super()._key_row(key if found is None else found)
 

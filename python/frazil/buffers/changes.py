@@ -6,6 +6,7 @@ Nothing here decides which change wins: that is :mod:`frazil.iceberg.mutations`,
 
 from __future__ import annotations
 
+import builtins
 import functools
 import json
 import re
@@ -21,7 +22,6 @@ from frazil.config import OP_COLUMN, ChangesConfig
 from frazil.iceberg.catalog import META_COLUMNS
 
 UPSERT, DELETE = 1, 2
-Value = bytes | None   # a record's value (a name of its own: the buffers' ``bytes`` property hides the type)
 
 
 @dataclass
@@ -110,7 +110,7 @@ class ChangeBuffer(RecordBuffer):
         problems += [RecordProblem(records[i].offset, field, reason) for i, field, reason in bad]
         return sorted(problems, key=lambda p: p.offset)
 
-    def rows_of(self, records: Sequence[KafkaRecord]) -> list[Value]:
+    def rows_of(self, records: Sequence[KafkaRecord]) -> list[builtins.bytes | None]:
         """The row each record carries (an upsert's; None for a delete or a bad change): what a
         schema change is made of."""
         spec = self.changes
@@ -146,10 +146,9 @@ class ChangeBuffer(RecordBuffer):
         self._keys.fields_ignored = 0
         return sorted(problems, key=lambda p: p.offset)
 
-    def _key_row(self, key: Value) -> Value:
+    def _key_row(self, key: builtins.bytes) -> builtins.bytes:   # builtins: ``bytes`` is a property here
         """A tombstone's Kafka key as a JSON object of the identifier columns (:func:`key_row`);
         ValueError: why it cannot be one."""
-        assert key is not None
         return key_row(key, self.identifiers, self.changes.unwrap_envelope)
 
     def drain_deletes(self) -> pa.Table | None:

@@ -62,22 +62,15 @@ class Target:
 
     def drain(self) -> pa.Table | None:
         """Everything buffered, under the newest schema the buffer knows."""
-        data = self.buffer.drain()
-        if not self.carried:
-            return data
-        tables, self.carried = [*self.carried, *([data] if data is not None else [])], []
-        return conform(tables, self.buffer.schema)
+        return _with_carried(self.buffer.drain(), self.carried, self.buffer.schema)
 
     def drain_deletes(self) -> pa.Table | None:
         """A keyed table's deletes taken since the last drain (None for an append table), under
         the newest schema the buffer knows."""
         if not isinstance(self.buffer, ChangeBuffer):
             return None
-        data = self.buffer.drain_deletes()
-        if not self.carried_deletes:
-            return data
-        tables, self.carried_deletes = [*self.carried_deletes, *([data] if data is not None else [])], []
-        return conform(tables, key_schema(self.buffer.schema, self.buffer.identifiers))
+        return _with_carried(self.buffer.drain_deletes(), self.carried_deletes,
+                             key_schema(self.buffer.schema, self.buffer.identifiers))
 
     def clear(self) -> None:
         self.buffer.clear()
@@ -98,6 +91,15 @@ class Target:
             log.warning("cannot load %s (%s: %s); writing against the table as last loaded", self.name,
                         type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else "")
         return self.table
+
+
+def _with_carried(data: pa.Table | None, carried: list[pa.Table], schema: pa.Schema) -> pa.Table | None:
+    """``data`` after what ``carried`` held (emptied), all under ``schema``."""
+    if not carried:
+        return data
+    tables = [*carried, *([data] if data is not None else [])]
+    carried.clear()
+    return conform(tables, schema)
 
 
 class Targets:

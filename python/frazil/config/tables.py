@@ -141,18 +141,6 @@ def _table_name(name: str) -> str:
 _TOPIC_PART = re.compile(r"^topic\[(-?\d+)\]$")   # {topic[1]}: a part of a dotted topic name (0 the first, -1 the last)
 
 
-def topic_part(placeholder: str, topic: str) -> str | None:
-    """The value of a ``{topic}`` or ``{topic[i]}`` placeholder for ``topic`` (None: the topic has
-    no such part); not a topic placeholder: KeyError."""
-    if placeholder == "topic":
-        return topic
-    found = _TOPIC_PART.match(placeholder)
-    if found is None:
-        raise KeyError(placeholder)
-    parts, i = topic.split("."), int(found.group(1))
-    return parts[i] if -len(parts) <= i < len(parts) else None
-
-
 def _template(template: str) -> str:
     template = template.strip()
     probe = _PLACEHOLDER.sub("x", template)
@@ -264,6 +252,24 @@ class DynamicConfig(TableShape):
     def fields(self) -> tuple[tuple[str, ...], ...]:
         """The value paths the template reads (``topic`` is the record's topic, not a field)."""
         return tuple(tuple(p.split(".")) for p in self.placeholders if p != "topic" and not _TOPIC_PART.match(p))
+
+    def topic_values(self, topic: str) -> tuple[dict[str, str], list[str]]:
+        """The values of the template's ``{topic}`` and ``{topic[i]}`` placeholders for records of
+        ``topic``, and the placeholders it has no part (or an empty one) for."""
+        values: dict[str, str] = {}
+        missing: list[str] = []
+        parts = topic.split(".")
+        for placeholder in self.placeholders:
+            found = _TOPIC_PART.match(placeholder)
+            if placeholder != "topic" and found is None:
+                continue   # a value field
+            i = int(found.group(1)) if found is not None else 0
+            value = topic if found is None else parts[i] if -len(parts) <= i < len(parts) else ""
+            if normalise(value):
+                values[placeholder] = value
+            else:
+                missing.append(placeholder)
+        return values, missing
 
     def name(self, values: dict[str, str]) -> str:
         """The table for a record whose placeholders hold ``values`` (normalised here); a name part

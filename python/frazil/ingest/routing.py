@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from frazil import _native
 from frazil.buffers.positions import Takers
 from frazil.config import DynamicConfig, TableConfig, normalise
-from frazil.config.tables import topic_part
 from frazil.errors import ConfigError
 
 Key = str | None
@@ -58,16 +57,11 @@ class TopicRoute:
             if key is not None and rule.route is not None and rule.route.fullmatch(key):
                 taken.append(rule.table)
         if self.dynamic is not None:
-            values: dict[str, str] = {}
+            values, missing = self.dynamic.topic_values(self.topic)
+            if missing:
+                return tuple(taken), missing[0]   # the topic has no such part
             for placeholder in self.dynamic.placeholders:
-                try:
-                    part = topic_part(placeholder, self.topic)
-                except KeyError:
-                    pass
-                else:
-                    if part is None or not normalise(part):
-                        return tuple(taken), placeholder   # the topic has no such part
-                    values[placeholder] = part
+                if placeholder in values:
                     continue
                 key = keys[self.paths.index(tuple(placeholder.split(".")))]
                 if key is None or not normalise(key):
@@ -118,12 +112,11 @@ class Router:
         paths = tuple(dict.fromkeys([*(r.field for r in rules if r.field), *(dynamic.fields if dynamic else ())]))
         always = tuple(r.table for r in rules if not r.field)
         if dynamic is not None and not dynamic.fields:   # named by the topic alone
-            values = {p: topic_part(p, topic) for p in dynamic.placeholders}
-            missing = [p for p, v in values.items() if not v or not normalise(v)]
+            values, missing = dynamic.topic_values(topic)
             if missing:
                 raise ConfigError(f"dynamic.table {dynamic.table!r} names no table for topic {topic!r}: it has no "
                                   f"{', '.join(missing)}; set dynamic.topics to the topics the template can name")
-            always = tuple(dict.fromkeys([*always, dynamic.name({p: v for p, v in values.items() if v})]))
+            always = tuple(dict.fromkeys([*always, dynamic.name(values)]))
             dynamic = None
         return TopicRoute(topic, always, paths, tuple(r for r in rules if r.field), dynamic)
 
