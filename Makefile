@@ -71,6 +71,7 @@ lint: build ## ruff, cargo fmt --check, cargo clippy -D warnings (with and witho
 test-python: build ## Python tests: unit, native, integration (real Kafka + catalog), Spark, chaos
 	$(PY) -m frazil.spark.jars fetch --aws >/dev/null
 	PYTHONPATH=dev $(PY) -m frazil_dev.rest_catalog >/dev/null
+	PYTHONPATH=dev $(PY) -m frazil_dev.kafka_connect >/dev/null
 	$(PY) -m pytest $${PYTEST_ARGS:-}
 
 test: lint test-rust test-loom test-python ## everything CI runs: lint, Rust tests, loom model checks, every Python test against real servers

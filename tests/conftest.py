@@ -1,6 +1,7 @@
 """Test session: uvloop for every asyncio test, a real Kafka broker started once (with SASL and TLS
 listeners), and, started once by the tests that need them, a real schema registry (Apicurio,
-Confluent-compatible API), a real PostgreSQL server (the shared SQL catalog) and a real Iceberg REST
+Confluent-compatible API), a real PostgreSQL server (the shared SQL catalog, and the source of
+change data capture through a real Kafka Connect worker running Debezium) and a real Iceberg REST
 catalog server (Apache Iceberg's REST fixture) and a local S3-compatible object store (moto's server)."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import pytest
 import uvloop
 
 from frazil_dev.kafka_broker import KafkaBroker
+from frazil_dev.kafka_connect import KafkaConnect
 from frazil_dev.postgres import PostgresServer
 from frazil_dev.rest_catalog import RestCatalogServer
 from frazil_dev.s3 import S3Server
@@ -36,6 +38,15 @@ def postgres() -> Iterator[PostgresServer]:
     several hosts share. Never skipped: if it cannot start, the tests that need it fail."""
     with PostgresServer.start() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def kafka_connect(kafka: KafkaBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaConnect]:
+    """A real Kafka Connect worker (the broker's own runtime) with Debezium's PostgreSQL connector
+    and Apicurio's converters, for the session. Never skipped: if it cannot start, the tests that
+    need it fail with the reason."""
+    with KafkaConnect.start(Path(tmp_path_factory.mktemp("connect")), kafka.bootstrap) as worker:
+        yield worker
 
 
 @pytest.fixture(scope="session")

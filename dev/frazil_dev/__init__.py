@@ -3,7 +3,9 @@
 nothing under ``python/frazil`` may import it (``tests/unit/test_product_imports.py``).
 
 - test servers: a single-node Kafka broker with SASL and TLS listeners (``kafka_broker``) and
-  Kafka's own Java producer and consumer tools (``kafka_tools``); PostgreSQL (``postgres``);
+  Kafka's own Java producer and consumer tools (``kafka_tools``); PostgreSQL (``postgres``), with
+  logical replication on; a Kafka Connect worker running Debezium's PostgreSQL connector
+  (``kafka_connect``);
   Apache Iceberg's REST catalog fixture (``rest_catalog``); S3 through moto (``s3``); a
   Confluent-compatible schema registry (``schema_registry``); what the HTTP ones share (``server``);
 - the sample workload (``workload``): seeded clickstream events with their columns, topic

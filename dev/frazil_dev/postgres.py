@@ -8,6 +8,8 @@ data directory outside root's private temporary folders.
 
     with PostgresServer.start() as pg:
         print(pg.uri())   # postgresql+psycopg://frazil:...@127.0.0.1:PORT/frazil
+
+It runs with ``wal_level = logical``, so that Debezium's PostgreSQL connector can read it.
 """
 
 from __future__ import annotations
@@ -23,8 +25,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from frazil_dev.kafka_broker import free_port
+
+if TYPE_CHECKING:
+    import psycopg
 
 USER = "frazil"
 PASSWORD = "frazil-test-pg"
@@ -48,6 +54,8 @@ def binaries() -> Path:
 
 @dataclass
 class PostgresServer:
+    """A running server; ``stop`` is idempotent. ``wal_level = logical``, for change data capture."""
+
     datadir: Path
     port: int
     _proc: subprocess.Popen[bytes]
@@ -55,6 +63,13 @@ class PostgresServer:
     def uri(self, driver: str = "postgresql+psycopg") -> str:
         """The SQLAlchemy URI of the test database (pyiceberg's SQL catalog ``uri``)."""
         return f"{driver}://{USER}:{PASSWORD}@127.0.0.1:{self.port}/{DATABASE}"
+
+    def connect(self) -> psycopg.Connection[tuple[object, ...]]:
+        """A psycopg connection to the test database, in autocommit mode."""
+        import psycopg
+
+        return psycopg.connect(host="127.0.0.1", port=self.port, user=USER, password=PASSWORD, dbname=DATABASE,
+                               autocommit=True)
 
     @classmethod
     def start(cls) -> PostgresServer:
@@ -81,7 +96,10 @@ class PostgresServer:
             os.chown(datadir / "server.log", owner.pw_uid, owner.pw_gid)
         proc = subprocess.Popen([str(bin_dir / "postgres"), "-D", str(data), "-p", str(port), "-k", str(datadir),
                                  "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=50",
-                                 "-c", "shared_buffers=32MB"],
+                                 "-c", "shared_buffers=32MB",
+                                 # Debezium's connector reads the write-ahead log through a slot
+                                 "-c", "wal_level=logical", "-c", "max_replication_slots=8",
+                                 "-c", "max_wal_senders=8"],
                                 stdout=log, stderr=subprocess.STDOUT, cwd=datadir, start_new_session=True,
                                 **user)  # type: ignore[call-overload]
         log.close()

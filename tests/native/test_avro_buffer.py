@@ -205,3 +205,42 @@ def test_a_record_type_the_writer_uses_twice_lands_in_each_column_as_sent(table:
     want = [{n: (c[n] if n == "op" else landed(c[n], n)) for n in names} for c in changes]   # type: ignore[arg-type]
     got_rows = pa.Table.from_batches(buf.drain_batches()).to_pylist()
     assert got_rows == [{f.name: w[f.name] for f in table.fields} for w in want]
+
+
+def test_debeziums_temporal_types_become_temporal_columns_holding_the_values_sent() -> None:
+    """Debezium's Avro converter writes PostgreSQL's date, time and timestamp as int and long
+    values named by ``connect.name`` (no Avro logical type): the table made from such a writer
+    has date, time and timestamp columns, and each value lands as the instant it encodes. A
+    ZonedTimestamp (ISO text) and a type named nowhere keep their base types."""
+    def semantic(base: str, name: str) -> dict[str, object]:
+        return {"type": base, "connect.version": 1, "connect.name": name}
+
+    writer = {"type": "record", "name": "Value", "namespace": "pg.shop.items", "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "day", "type": ["null", semantic("int", "io.debezium.time.Date")], "default": None},
+        {"name": "at_ms", "type": semantic("int", "io.debezium.time.Time")},
+        {"name": "at_us", "type": semantic("long", "io.debezium.time.MicroTime")},
+        {"name": "ts_ms", "type": semantic("long", "io.debezium.time.Timestamp")},
+        {"name": "ts_us", "type": ["null", semantic("long", "io.debezium.time.MicroTimestamp")], "default": None},
+        {"name": "zoned", "type": semantic("string", "io.debezium.time.ZonedTimestamp")},
+        {"name": "other", "type": semantic("long", "com.example.Counter")}]}
+    table = avro.table_schema(writer, identifiers=["id"])
+    assert [str(f.field_type) for f in table.fields] == [
+        "long", "date", "time", "time", "timestamp", "timestamp", "string", "long"]
+    ts = datetime.datetime(1999, 12, 31, 23, 59, 58, 123456)
+    epoch = datetime.datetime(1970, 1, 1)
+    sent = {"id": 7, "day": (datetime.date(2026, 2, 28) - datetime.date(1970, 1, 1)).days, "at_ms": 45296789,
+            "at_us": 45296789012, "ts_ms": (ts - epoch) // datetime.timedelta(milliseconds=1),
+            "ts_us": (ts - epoch) // datetime.timedelta(microseconds=1), "zoned": "2026-01-01T00:00:00Z", "other": 5}
+    got = avro.resolve(writer, table)
+    assert isinstance(got, avro.Readable), got
+    buf = _native.AvroBuffer(schema=schema_to_pyarrow(table), confluent=False)
+    buf.register(0, got.writer, got.reader)
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(writer), sent)
+    result = buf.append(topic="t", partition=0, offsets=[0], timestamps_ms=[0], keys=[None], values=[out.getvalue()])
+    assert (result.rows, result.errors) == (1, [])
+    [row] = pa.Table.from_batches(buf.drain_batches()).to_pylist()
+    assert row == {"id": 7, "day": datetime.date(2026, 2, 28), "at_ms": datetime.time(12, 34, 56, 789000),
+                   "at_us": datetime.time(12, 34, 56, 789012), "ts_ms": ts.replace(microsecond=123000),
+                   "ts_us": ts, "zoned": "2026-01-01T00:00:00Z", "other": 5}

@@ -1,7 +1,9 @@
-"""Writer schemas' names, rewritten for reading (pure): each named type defined once per use
+"""Writer schemas rewritten for reading (pure): each named type defined once per use
 (:func:`unshared`), field aliases left out (:func:`without_aliases`), the names as the writer
-spells them (:func:`spellings`), and the expanded form the resolver walks (:func:`expanded`).
-Names follow the Avro spec's namespace rules; none of this changes how a datum is encoded."""
+spells them (:func:`spellings`), Kafka Connect's semantic types given the Avro logical type of
+the same encoding (:func:`annotated`), and the expanded form the resolver walks
+(:func:`expanded`). Names follow the Avro spec's namespace rules; none of this changes how a
+datum is encoded."""
 
 from __future__ import annotations
 
@@ -10,13 +12,26 @@ from typing import Any
 
 PRIMITIVES = ("null", "boolean", "int", "long", "float", "double", "bytes", "string")
 
+# Kafka Connect semantic types (``connect.name``) whose values are, bit for bit, an Avro logical
+# type: Debezium's temporal types as its Avro converter writes them (PostgreSQL's ``date``,
+# ``time`` and ``timestamp``: local values, no zone). Only these, on the base type named: a
+# ``ZonedTimestamp`` is ISO text and stays a string, a ``NanoTimestamp`` stays a long (Iceberg v2
+# has no nanosecond type), anything else keeps its base type.
+CONNECT_LOGICAL = {
+    ("int", "io.debezium.time.Date"): "date",
+    ("int", "io.debezium.time.Time"): "time-millis",
+    ("long", "io.debezium.time.MicroTime"): "time-micros",
+    ("long", "io.debezium.time.Timestamp"): "local-timestamp-millis",
+    ("long", "io.debezium.time.MicroTimestamp"): "local-timestamp-micros",
+}
+
 
 def expanded(writer: Any) -> tuple[Any, Any]:
     """(``writer`` :func:`unshared`, that in fastavro's expanded form: every named type inline,
     named by its full name). ValueError when it is not valid Avro."""
     import fastavro  # a tenth of a second of every start; JSON pipelines never need it
 
-    writer = unshared(writer)
+    writer = unshared(annotated(writer))
     try:
         return writer, fastavro.parse_schema(writer, expand=True, _write_hint=False)
     except Exception as exc:  # noqa: BLE001 - fastavro's parse errors have no common base
@@ -79,6 +94,27 @@ def unshared(schema: Any) -> Any:
         return t
 
     return walk(schema, "", frozenset())
+
+
+def annotated(schema: Any) -> Any:
+    """``schema`` with each Kafka Connect semantic type of :data:`CONNECT_LOGICAL` that has no
+    logical type given the one its encoding is (Debezium's ``MicroTimestamp``, a long of
+    microseconds, becomes ``local-timestamp-micros``): its values land in temporal columns, as
+    the source's own types, not as the integers that carry them."""
+    if isinstance(schema, list):
+        return [annotated(branch) for branch in schema]
+    if not isinstance(schema, dict):
+        return schema
+    kind = schema.get("type")
+    if isinstance(kind, str) and "logicalType" not in schema:
+        logical = CONNECT_LOGICAL.get((kind, str(schema.get("connect.name", ""))))
+        if logical is not None:
+            return {**schema, "logicalType": logical}
+    out = {k: annotated(v) if k in ("type", "items", "values") else v for k, v in schema.items()}
+    if isinstance(schema.get("fields"), list):
+        out["fields"] = [{**f, "type": annotated(f.get("type"))} if isinstance(f, dict) else f
+                         for f in schema["fields"]]
+    return out
 
 
 def spellings(schema: Any, namespace: str = "",
