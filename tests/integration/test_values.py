@@ -1,15 +1,16 @@
-"""Values land exactly as sent, or the record is bad: with the real broker and catalog, numbers
-and timestamps in every accepted form land as the instant or amount the producer meant; a value
-that would land changed (a fraction into a long, digits past a decimal's scale, epoch numbers for
-a timestamp without a declared unit, a UTC offset for a local timestamp, a missing required
-field) stops the pipeline naming the record and the field; tombstones are counted, not a stop."""
+"""Values land exactly as sent, or the record is bad: with the real broker and catalog, numbers,
+timestamps, dates and times in every accepted form land as the instant or amount the producer
+meant; a value that would land changed (a fraction into a long, digits past a decimal's scale,
+epoch numbers for a timestamp without a declared unit, a count past a day for a time, a UTC offset
+for a local timestamp, a missing required field) stops the pipeline naming the record and the
+field; tombstones are counted, not a stop."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -31,6 +32,8 @@ columns = [
   { name = "at", type = "timestamptz" },
   { name = "sent_ms", type = "timestamptz", unit = "ms" },
   { name = "local", type = "timestamp" },
+  { name = "day", type = "date", unit = "d" },
+  { name = "clock", type = "time", unit = "ms" },
 ]
 """
 
@@ -48,7 +51,7 @@ def good(i: int) -> bytes:
     at = ["2026-11-23T12:00:00+02:00", "2026-11-23T10:00:00Z", "2026-11-23T05:00:00-05:00"][i % 3]
     amount = [f"{i}.5", i + 0.5, f"{i}.50"][i % 3]
     return json.dumps({"id": i, "amount": amount, "at": at, "sent_ms": 1_795_428_000_123 + i,
-                       "local": "2026-11-23T10:00:00.25"}).encode()
+                       "local": "2026-11-23T10:00:00.25", "day": 20511 + i, "clock": 45296789}).encode()
 
 
 async def test_values_land_as_sent_and_tombstones_are_counted_not_a_stop(kafka: KafkaBroker, tmp_path: Path,
@@ -70,6 +73,8 @@ async def test_values_land_as_sent_and_tombstones_are_counted_not_a_stop(kafka: 
         assert r["at"] == datetime(2026, 11, 23, 10, 0, tzinfo=utc), r
         assert r["sent_ms"] == datetime.fromtimestamp(0, tz=utc) + timedelta(milliseconds=1_795_428_000_123 + i), r
         assert r["local"] == datetime(2026, 11, 23, 10, 0, 0, 250_000), r   # local time, as written
+        assert r["day"] == date(2026, 2, 27) + timedelta(days=i), r      # days since 1970-01-01
+        assert r["clock"] == time(12, 34, 56, 789_000), r                 # milliseconds since midnight
     assert "(0 taken by no table, 30 tombstones, 0 bad)" in caplog.text, caplog.text[-2000:]
 
 
@@ -80,6 +85,7 @@ async def test_values_land_as_sent_and_tombstones_are_counted_not_a_stop(kafka: 
     ("local", "2026-11-23T10:00:00Z", "has a UTC offset; the column is a timestamp without zone"),
     ("at", "2026-11-23T10:00:00", "has no UTC offset; the column is a timestamp with zone"),
     ("id", None, "is required, and the record has no value for it (missing or null)"),
+    ("clock", 86_400_000, "86400000 milliseconds is not a time of day"),
 ])
 async def test_a_value_that_would_land_changed_stops_the_pipeline_naming_record_and_field(
         kafka: KafkaBroker, tmp_path: Path, field: str, value: object, message: str) -> None:

@@ -85,9 +85,11 @@ def test_fetch_size_stays_under_the_mmap_ceiling_and_never_below_one_partition_f
         (with_("pipeline", on_bad_record="drop"), "on_bad_record 'drop' must be \"fail\""),
         (with_("table", unknown_fields="drop"), "table.unknown_fields 'drop' must be one of fail, ignore"),
         (with_("table", columns=[{"name": "t", "type": "timestamptz", "unit": "minutes"}]),
-         "table.columns[0].unit 'minutes': a unit is for timestamp and timestamptz columns, one of s, ms, us, ns"),
-        (with_("table", columns=[{"name": "n", "type": "long", "unit": "ms"}]),
-         "a unit is for timestamp and timestamptz"),
+         "table.columns[0].unit 'minutes': a unit says what a number sent for the column counts: s, ms, us or ns for "
+         "timestamp and timestamptz columns (since the epoch) and time columns (since midnight), d for date columns"),
+        (with_("table", columns=[{"name": "n", "type": "long", "unit": "ms"}]), "a unit says what a number"),
+        (with_("table", columns=[{"name": "d", "type": "date", "unit": "ms"}]), "d for date columns"),
+        (with_("table", columns=[{"name": "t", "type": "time", "unit": "d"}]), "d for date columns"),
         (with_("table", columns=[{"name": "s", "type": "string", "rounding": "half_even"}]),
          "rounding is \"half_even\", for int, long and decimal columns"),
         (with_("table", columns=[{"name": "n", "type": "long", "rounding": "up"}]), "table.columns[0].rounding 'up'"),
@@ -304,9 +306,10 @@ def test_table_layout_parsed() -> None:
 
 def test_units_and_unknown_fields_reach_the_table_config() -> None:
     cfg = config.parse(with_("table", unknown_fields="ignore", columns=[
-        {"name": "id", "type": "long"}, {"name": "at", "type": "timestamptz", "unit": "ms"}]))
+        {"name": "id", "type": "long"}, {"name": "at", "type": "timestamptz", "unit": "ms"},
+        {"name": "day", "type": "date", "unit": "d"}, {"name": "clock", "type": "time", "unit": "us"}]))
     assert cfg.table.unknown_fields == "ignore"
-    assert [(c.name, c.unit) for c in cfg.table.columns] == [("id", None), ("at", "ms")]
+    assert [(c.name, c.unit) for c in cfg.table.columns] == [("id", None), ("at", "ms"), ("day", "d"), ("clock", "us")]
     assert config.parse(MINIMAL).table.unknown_fields == "fail"   # never a silent drop by default
     assert not config.parse(MINIMAL).table.case_insensitive and config.parse(MINIMAL).on_bad_record == "fail"
     cfg = config.parse({**with_("table", unknown_fields="evolve", case_insensitive=True, columns=[

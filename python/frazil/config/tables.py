@@ -43,9 +43,10 @@ class Column:
                                          "timestamptz uuid decimal(P, S)")
     required: Flag = Field(default=False, description="a record must have a value for it")
     doc: Text | None = Field(default=None, description="the column's doc in the table schema")
-    unit: Annotated[Literal["s", "ms", "us", "ns"] | None, Refused(
-        ": a unit is for timestamp and timestamptz columns, one of s, ms, us, ns (what a number sent for the column "
-        "counts since the epoch)")] = Field(default=None, description="timestamps: what a number sent counts")
+    unit: Annotated[Literal["s", "ms", "us", "ns", "d"] | None, Refused(
+        ": a unit says what a number sent for the column counts: s, ms, us or ns for timestamp and timestamptz "
+        "columns (since the epoch) and time columns (since midnight), d for date columns (days since 1970-01-01)")
+    ] = Field(default=None, description="timestamps, times, dates: what a number sent counts")
     rounding: Annotated[Literal["half_even"] | None, Refused(
         ": rounding is \"half_even\", for int, long and decimal columns (without it a fraction for an integer, or "
         "digits past a decimal's scale, make a bad record)")] = Field(
@@ -62,7 +63,10 @@ class Column:
     @classmethod
     def _fits_type(cls, value: str | None, info: ValidationInfo) -> str | None:
         kind = getattr(info.data.get("type"), "kind", None)
-        fits = ("timestamp", "timestamptz") if info.field_name == "unit" else ("int", "long", "decimal")
+        if info.field_name == "rounding":
+            fits: tuple[str, ...] = ("int", "long", "decimal")
+        else:
+            fits = ("date",) if value == "d" else ("timestamp", "timestamptz", "time")
         if value is not None and kind is not None and kind not in fits:
             raise ValueError(refused(cls, info.field_name or "").said(value))
         return value

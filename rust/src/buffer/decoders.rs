@@ -29,7 +29,8 @@ use super::temporal::{Dates, Times, Timestamps};
 use super::unique::UniqueKeys;
 
 const UUID_EXTENSION: &str = "arrow.uuid";
-/// Field metadata: the unit of a number sent for a timestamp column (`s`, `ms`, `us`, `ns`).
+/// Field metadata: the unit of a number sent for a timestamp or time column (`s`, `ms`, `us`,
+/// `ns`: since the epoch, since midnight) or a date column (`d`: days since 1970-01-01).
 pub const UNIT_KEY: &str = "frazil.unit";
 /// Field metadata: `half_even` lets an integer or decimal column round digits past its scale
 /// (a fraction into an integer, too many decimal places) instead of refusing the record.
@@ -70,10 +71,8 @@ impl DecoderFactory for Factory {
             DataType::Float32 => Some(Box::new(Floats::<Float32Type>::new("a float (32-bit)"))),
             DataType::Float64 => Some(Box::new(Floats::<Float64Type>::new("a double (64-bit)"))),
             DataType::Timestamp(_, _) => Some(Box::new(Timestamps::of(field)?.expect("a timestamp field"))),
-            DataType::Date32 | DataType::Date64 => Some(Box::new(Dates::of(field.data_type()).expect("a date field"))),
-            DataType::Time32(_) | DataType::Time64(_) => {
-                Some(Box::new(Times::of(field.data_type()).expect("a time field")))
-            }
+            DataType::Date32 | DataType::Date64 => Some(Box::new(Dates::of(field)?.expect("a date field"))),
+            DataType::Time32(_) | DataType::Time64(_) => Some(Box::new(Times::of(field)?.expect("a time field"))),
             DataType::FixedSizeBinary(16) if is_uuid => Some(Box::new(Uuid)),
             DataType::FixedSizeBinary(len) => Some(Box::new(FixedBase64(*len))),
             DataType::Binary => Some(Box::new(Base64::<i32>::default())),

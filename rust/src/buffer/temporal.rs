@@ -158,6 +158,28 @@ fn below_nanos(text: &str) -> bool {
     text[dot + 1..].bytes().take_while(u8::is_ascii_digit).skip(9).any(|d| d != b'0')
 }
 
+/// The unit the field's metadata ([`UNIT_KEY`]) says a number sent for it counts in.
+fn sent_unit(field: &FieldRef) -> Result<Option<TimeUnit>, ArrowError> {
+    Ok(match field.metadata().get(UNIT_KEY).map(String::as_str) {
+        None => None,
+        Some("s") => Some(TimeUnit::Second),
+        Some("ms") => Some(TimeUnit::Millisecond),
+        Some("us") => Some(TimeUnit::Microsecond),
+        Some("ns") => Some(TimeUnit::Nanosecond),
+        Some(other) => {
+            return Err(ArrowError::SchemaError(format!(
+                "field {:?}: unit {other:?} is not one of s, ms, us, ns",
+                field.name()
+            )))
+        }
+    })
+}
+
+/// An integer number sent for a column whose unit says what it counts; the reason it is none.
+fn integer(text: &str, what: &str) -> Result<i128, ArrowError> {
+    exact_scaled(text, 0).map_err(|e| refused(format!("{e}; {what}")))
+}
+
 fn refused(reason: String) -> ArrowError {
     ArrowError::JsonError(reason)
 }
@@ -167,19 +189,7 @@ impl Timestamps {
     /// field's metadata ([`UNIT_KEY`]).
     pub(crate) fn of(field: &FieldRef) -> Result<Option<Self>, ArrowError> {
         let DataType::Timestamp(unit, tz) = field.data_type() else { return Ok(None) };
-        let sent = match field.metadata().get(UNIT_KEY).map(String::as_str) {
-            None => None,
-            Some("s") => Some(TimeUnit::Second),
-            Some("ms") => Some(TimeUnit::Millisecond),
-            Some("us") => Some(TimeUnit::Microsecond),
-            Some("ns") => Some(TimeUnit::Nanosecond),
-            Some(other) => {
-                return Err(ArrowError::SchemaError(format!(
-                    "field {:?}: unit {other:?} is not one of s, ms, us, ns",
-                    field.name()
-                )))
-            }
-        };
+        let sent = sent_unit(field)?;
         Ok(Some(Self { unit: *unit, tz: tz.clone(), sent }))
     }
 
@@ -277,17 +287,30 @@ const DAY_NANOS: i64 = 86_400_000_000_000;
 
 /// Dates (`date32` in days, or `date64` in milliseconds): ISO-8601 text. A timestamp is taken
 /// only when it is midnight UTC (what a date means); any other time of day is refused, never cut.
+/// A number is a count of days since 1970-01-01 only where the field's metadata says so
+/// ([`UNIT_KEY`] `d`, as a source's schema does for Kafka Connect's and Debezium's dates).
 pub(crate) struct Dates {
     millis: bool,
+    days: bool,
 }
 
 impl Dates {
-    pub(crate) fn of(data_type: &DataType) -> Option<Self> {
-        match data_type {
-            DataType::Date32 => Some(Self { millis: false }),
-            DataType::Date64 => Some(Self { millis: true }),
+    pub(crate) fn of(field: &FieldRef) -> Result<Option<Self>, ArrowError> {
+        let days = match field.metadata().get(UNIT_KEY).map(String::as_str) {
+            None => false,
+            Some("d") => true,
+            Some(other) => {
+                return Err(ArrowError::SchemaError(format!(
+                    "field {:?}: unit {other:?} is not d, the one unit of a date",
+                    field.name()
+                )))
+            }
+        };
+        Ok(match field.data_type() {
+            DataType::Date32 => Some(Self { millis: false, days }),
+            DataType::Date64 => Some(Self { millis: true, days }),
             _ => None,
-        }
+        })
     }
 }
 
@@ -332,10 +355,16 @@ impl ArrayDecoder for Dates {
                     let d = i32::try_from(d).map_err(|_| refused(format!("{text:?} is out of range")))?;
                     Some(d)
                 }
+                TapeElement::Number(idx) if self.days => {
+                    let text = tape.get_string(idx);
+                    let d = integer(text, "days since 1970-01-01")?;
+                    let d = i32::try_from(d).map_err(|_| refused(format!("{text} days is out of range")))?;
+                    Some(d)
+                }
                 TapeElement::Number(idx) => {
                     return Err(refused(format!(
                         "{} is a number, and a date column takes ISO-8601 text only (a count of days would be a \
-                         guess): send the date as text, like 2026-11-27",
+                         guess): send the date as text, like 2026-11-27, or set unit = \"d\" on the column",
                         tape.get_string(idx)
                     )))
                 }
@@ -352,16 +381,30 @@ impl ArrayDecoder for Dates {
 
 /// Times of day (`time32` in seconds or milliseconds, `time64` in microseconds or nanoseconds):
 /// ISO-8601 text from 00:00:00 to before 24:00:00, exactly in the column's unit.
+/// A number is a count of the field's declared unit since midnight ([`UNIT_KEY`]), as a source's
+/// schema says for Kafka Connect's and Debezium's times; without one it is refused.
 pub(crate) struct Times {
     unit: TimeUnit,
+    sent: Option<TimeUnit>,
 }
 
 impl Times {
-    pub(crate) fn of(data_type: &DataType) -> Option<Self> {
-        match data_type {
-            DataType::Time32(unit) | DataType::Time64(unit) => Some(Self { unit: *unit }),
+    pub(crate) fn of(field: &FieldRef) -> Result<Option<Self>, ArrowError> {
+        let sent = sent_unit(field)?;
+        Ok(match field.data_type() {
+            DataType::Time32(unit) | DataType::Time64(unit) => Some(Self { unit: *unit, sent }),
             _ => None,
-        }
+        })
+    }
+
+    /// Nanoseconds since midnight of a number sent in `sent`.
+    fn number_nanos(text: &str, sent: TimeUnit) -> Result<i64, ArrowError> {
+        let count = integer(text, &format!("{} since midnight", unit_name(sent)))?;
+        count
+            .checked_mul(nanos_per(sent))
+            .and_then(|n| i64::try_from(n).ok())
+            .filter(|n| (0..DAY_NANOS).contains(n))
+            .ok_or_else(|| refused(format!("{text} {} is not a time of day", unit_name(sent))))
     }
 }
 
@@ -396,10 +439,20 @@ impl ArrayDecoder for Times {
                     }
                     Some(nanos / per)
                 }
+                TapeElement::Number(idx) if self.sent.is_some() => {
+                    let text = tape.get_string(idx);
+                    let sent = self.sent.expect("a unit");
+                    let nanos = Self::number_nanos(text, sent)?;
+                    if nanos % per != 0 {
+                        return Err(refused(below(&format!("{text} {}", unit_name(sent)), self.unit)));
+                    }
+                    Some(nanos / per)
+                }
                 TapeElement::Number(idx) => {
                     return Err(refused(format!(
                         "{} is a number, and a time column takes ISO-8601 text only (a count of {} would be a \
-                         guess): send the time of day as text, like 10:00:00.123456",
+                         guess): send the time of day as text, like 10:00:00.123456, or set unit = \"us\" (or \"s\", \
+                         \"ms\", \"ns\") on the column",
                         tape.get_string(idx),
                         unit_name(self.unit)
                     )))
@@ -427,7 +480,16 @@ mod tests {
     /// Per value `{"v": value}` in a column of `data_type`: its stored value as arrow prints it, or
     /// its reason; the same through the single pass and through arrow-json.
     fn decoded(data_type: DataType, values: &[&str]) -> Vec<Result<String, String>> {
-        let schema = Arc::new(Schema::new(vec![Field::new("v", data_type, true)]));
+        decoded_in(data_type, None, values)
+    }
+
+    /// [`decoded`] for a field whose metadata declares `unit`.
+    fn decoded_in(data_type: DataType, unit: Option<&str>, values: &[&str]) -> Vec<Result<String, String>> {
+        let mut field = Field::new("v", data_type, true);
+        if let Some(unit) = unit {
+            field = field.with_metadata([(UNIT_KEY.to_string(), unit.to_string())]);
+        }
+        let schema = Arc::new(Schema::new(vec![field]));
         let run = |single_pass: bool| {
             let buf = JsonBuffer::new(schema.clone(), Options { single_pass, ..Options::default() }).unwrap();
             let values: Vec<String> = values.iter().map(|v| format!(r#"{{"v": {v}}}"#)).collect();
@@ -548,12 +610,37 @@ mod tests {
                     reason(got),
                     format!(
                         "{n} is a number, and a date column takes ISO-8601 text only (a count of days would be a \
-                         guess): send the date as text, like 2026-11-27"
+                         guess): send the date as text, like 2026-11-27, or set unit = \"d\" on the column"
                     )
                 );
             }
             assert_eq!(reason(&got[13]), "expected an ISO-8601 date got true");
         }
+    }
+
+    #[test]
+    fn dates_and_times_take_numbers_only_as_counts_of_a_declared_unit() {
+        // days since 1970-01-01, as Kafka Connect's and Debezium's dates are sent
+        let got = decoded_in(DataType::Date32, Some("d"), &["20511", "-719162", "0", "1.5", "3e9", r#""2026-02-28""#]);
+        assert_eq!(got[..3], [Ok("2026-02-27".into()), Ok("0001-01-01".into()), Ok("1970-01-01".into())]);
+        assert!(reason(&got[3]).contains("days since 1970-01-01"), "{got:?}");
+        assert_eq!(reason(&got[4]), "3e9 days is out of range");
+        assert_eq!(got[5], Ok("2026-02-28".into()));
+        // since midnight, in the declared unit, exactly in the column's
+        let micros = DataType::Time64(TimeUnit::Microsecond);
+        let got = decoded_in(micros.clone(), Some("ms"), &["45296789", "0", "86400000", "-1", "1.5"]);
+        assert_eq!(got[..2], [Ok("12:34:56.789".into()), Ok("00:00:00".into())]);
+        assert_eq!(reason(&got[2]), "86400000 milliseconds is not a time of day");
+        assert_eq!(reason(&got[3]), "-1 milliseconds is not a time of day");
+        assert!(reason(&got[4]).contains("milliseconds since midnight"), "{got:?}");
+        let got = decoded_in(micros, Some("ns"), &["45296789012000", "45296789012345"]);
+        assert_eq!(got[0], Ok("12:34:56.789012".into()));
+        assert_eq!(
+            reason(&got[1]),
+            "45296789012345 nanoseconds has digits below microsecond, which the column does not keep"
+        );
+        let got = decoded_in(DataType::Time64(TimeUnit::Microsecond), Some("us"), &["45296789012"]);
+        assert_eq!(got[0], Ok("12:34:56.789012".into()));
     }
 
     #[test]
@@ -588,7 +675,8 @@ mod tests {
         assert_eq!(
             reason(&got[10]),
             "20000 is a number, and a time column takes ISO-8601 text only (a count of microseconds would be a \
-             guess): send the time of day as text, like 10:00:00.123456"
+             guess): send the time of day as text, like 10:00:00.123456, or set unit = \"us\" (or \"s\", \"ms\", \
+             \"ns\") on the column"
         );
         let got =
             decoded(DataType::Time64(TimeUnit::Nanosecond), &[r#""10:00:00.1234567891""#, r#""10:00:00.123456789""#]);
