@@ -1,10 +1,11 @@
 """Change data capture end to end with the real parts: a SQL workload over 20 PostgreSQL tables
 (a snapshot, then inserts, updates and deletes in small transactions, one transaction touching
 thousands of rows, an ``ALTER TABLE ... ADD COLUMN`` mid-stream), read by Debezium's PostgreSQL
-connector in a real Kafka Connect worker, written as Avro through the schema registry; frazil
-makes one keyed table per topic from the registry's schemas (``[dynamic]``, no declared columns),
-SIGKILLed at its commit fault points on the way. At the end every Iceberg table, read by Spark SQL
-and by pyiceberg, equals its PostgreSQL table: every row, every column, every value."""
+connector in a real Kafka Connect worker, written as Avro through the schema registry or as JSON
+in Kafka Connect's schema envelope; frazil makes one keyed table per topic from the schemas the
+records carry (``[dynamic]``, no declared columns), SIGKILLed at its commit fault points on the
+way. At the end every Iceberg table, read by Spark SQL and by pyiceberg, equals its PostgreSQL
+table: every row, every column, every value."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ import support
 from frazil.config import CatalogConfig
 from frazil.errors import NotFound
 from frazil_dev.kafka_broker import KafkaBroker
-from frazil_dev.kafka_connect import KafkaConnect, avro_converter, debezium_postgres
+from frazil_dev.kafka_connect import KafkaConnect, avro_converter, debezium_postgres, json_converter
 from frazil_dev.postgres import PostgresServer
 from frazil_dev.schema_registry import SchemaRegistry
 
@@ -120,14 +121,16 @@ def float32(x: float | None) -> float | None:
 
 def same(found: dict[int, Row], want: dict[int, Row], engine: str, table: str) -> None:
     """Every row of the source in the table, nothing else, every value as the source holds it
-    (a timestamptz arrives as Debezium's ISO text, compared as the instant it names; a ``real``,
+    (a timestamptz, as ISO text in a string column, is compared as the instant it names; a ``real``,
     which psycopg gives as the shortest decimal of the float32, compared as that float32)."""
     assert found.keys() == want.keys(), (f"{engine} {table}: {len(found.keys() - want.keys())} rows too many, "
                                          f"{len(want.keys() - found.keys())} missing")
     for key, row in want.items():
         got = {c: found[key].get(c) for c in row}
-        if isinstance(got["at"], str):
+        if isinstance(got["at"], str):   # Debezium's Avro converter sends it as ISO text
             got["at"] = datetime.datetime.fromisoformat(got["at"])
+        elif isinstance(got["at"], datetime.datetime) and got["at"].tzinfo is None:
+            got["at"] = got["at"].astimezone(datetime.UTC)   # PySpark gives a timestamptz in local time
         row = {**row, "r": float32(row["r"])}
         got["r"] = float32(got["r"])
         assert got == row, f"{engine} {table} id {key}: {got} != {row}"
@@ -158,22 +161,32 @@ def run(config: Path, log: Path, faults: str = "") -> subprocess.Popen[bytes]:
                                 stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "FRAZIL_FAULTS": faults})
 
 
-def test_twenty_postgresql_tables_through_debezium_and_avro_equal_their_iceberg_tables_across_kills(
+@pytest.mark.parametrize("converter", ["avro", "json"])
+def test_twenty_postgresql_tables_through_debezium_equal_their_iceberg_tables_across_kills(
         kafka: KafkaBroker, postgres: PostgresServer, schema_registry: SchemaRegistry, kafka_connect: KafkaConnect,
-        tmp_path: Path, spark: Any, warehouse: CatalogConfig) -> None:
-    server, schema = "dbza", "inv_avro"
+        tmp_path: Path, spark: Any, warehouse: CatalogConfig, converter: str) -> None:
+    """``avro``: Debezium's Avro converter through the registry; ``json``: Kafka's JSON converter
+    with its schema envelope, each table made from the envelope's schema."""
+    server, schema = f"dbz{converter[0]}", f"inv_{converter}"
     source = Source(postgres, schema, seed=34)
-    request_cleanup = contextlib.closing(source.conn)
-    with request_cleanup:
-        check_pipeline(source, server, schema, kafka, schema_registry, kafka_connect, tmp_path, spark, warehouse)
+    with contextlib.closing(source.conn):
+        check_pipeline(source, server, schema, converter, kafka, schema_registry, kafka_connect, tmp_path, spark,
+                       warehouse)
 
 
-def check_pipeline(source: Source, server: str, schema: str, kafka: KafkaBroker, schema_registry: SchemaRegistry,
-                   kafka_connect: KafkaConnect, tmp_path: Path, spark: Any, warehouse: CatalogConfig) -> None:
+def check_pipeline(source: Source, server: str, schema: str, converter: str, kafka: KafkaBroker,
+                   schema_registry: SchemaRegistry, kafka_connect: KafkaConnect, tmp_path: Path, spark: Any,
+                   warehouse: CatalogConfig) -> None:
     postgres = source.pg
     source.create(rows_each=30)                  # read by the connector's snapshot (op r)
-    connector = debezium_postgres(postgres, server, schemas=schema, converter=avro_converter(schema_registry),
-                                  partitions=2)
+    if converter == "avro":
+        settings = avro_converter(schema_registry)
+        values = f'[values]\nformat = "avro-confluent"\n[schema_registry]\nurl = "{schema_registry.url}"\n'
+    else:   # decimals as JSON numbers, and a NULL as NULL, not the column's default (docs/cdc.md)
+        settings = {**json_converter(schemas=True), "value.converter.decimal.format": "NUMERIC",
+                    "value.converter.replace.null.with.default": "false"}
+        values = ""
+    connector = debezium_postgres(postgres, server, schemas=schema, converter=settings, partitions=2)
     kafka_connect.add(server, connector)
     kafka_connect.wait_running(server)
     topics = [f"{server}.{schema}.{t}" for t in TABLES]
@@ -190,11 +203,7 @@ heartbeat_interval_ms = 1000
 [catalog]
 name = "{warehouse.name}"
 properties = {{ {props} }}
-[values]
-format = "avro-confluent"
-[schema_registry]
-url = "{schema_registry.url}"
-[dynamic]
+{values}[dynamic]
 table = "{{topic[1]}}.{{topic[2]}}"
 mode = "cdc"
 identifier_columns = ["id"]
@@ -231,8 +240,9 @@ enabled = false
         table = catalog.load_table(f"{schema}.{t}")
         assert table.schema().identifier_field_names() == {"id"}
         types = {f.name: str(f.field_type) for f in table.schema().fields}
-        assert {c: types[c] for c in ("amount", "ts", "day", "r")} == {
-            "amount": "decimal(12, 2)", "ts": "timestamp", "day": "date", "r": "float"}, t
+        assert {c: types[c] for c in ("amount", "ts", "day", "r", "at")} == {
+            "amount": "decimal(12, 2)", "ts": "timestamp", "day": "date", "r": "float",
+            "at": "string" if converter == "avro" else "timestamptz"}, t
         same({r["id"]: r for r in table.scan().to_arrow().to_pylist()}, want, "pyiceberg", t)
         spark_rows = [r.asDict() for r in spark.sql(f"SELECT * FROM {warehouse.name}.{schema}.{t}").collect()]
         same({r["id"]: r for r in spark_rows}, want, "Spark SQL", t)

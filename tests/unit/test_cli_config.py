@@ -1,6 +1,6 @@
 """``frazil config check`` says what a keyed table's Spark merge really does (spark/merge.py: due
 every merge_interval_s when changes wait, or sooner once merge_min_changes wait; 0: the interval
-alone)."""
+alone), and where a table without declared columns takes them from."""
 
 from __future__ import annotations
 
@@ -38,3 +38,29 @@ def test_a_spark_merge_is_described_as_it_runs(tmp_path: Path, capsys: pytest.Ca
     assert main(["config", "check", "--config", str(path)]) == 0
     out = capsys.readouterr().out
     assert said in out and "or 0 changes" not in out, out
+
+
+DYNAMIC = """[pipeline]
+name = "pg"
+
+[kafka]
+bootstrap_servers = "127.0.0.1:9092"
+topic_pattern = "pg\\\\.public\\\\..*"
+
+[dynamic]
+table = "{topic[1]}.{topic[2]}"
+"""
+
+
+@pytest.mark.parametrize(("extra", "said"), [
+    ("", "columns inferred from the first records"),
+    ('mode = "cdc"\nidentifier_columns = ["id"]\n', "columns from the first record's Kafka Connect schema envelope"),
+    ('mode = "cdc"\nidentifier_columns = ["id"]\n[values]\nformat = "avro-confluent"\n[schema_registry]\n'
+     'url = "http://127.0.0.1:8081"\n', "columns from the first record's writer schema"),
+])
+def test_where_undeclared_columns_come_from_is_said(tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: str,
+                                                    said: str) -> None:
+    path = tmp_path / "frazil.toml"
+    path.write_text(DYNAMIC + extra)
+    assert main(["config", "check", "--config", str(path)]) == 0
+    assert said in capsys.readouterr().out

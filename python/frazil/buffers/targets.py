@@ -4,6 +4,7 @@ record below them: rule 2, table by table)."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -169,14 +170,14 @@ class Targets:
                                     metadata_columns=cfg.metadata_columns,
                                     max_bytes=self._budget if self.single else None)
         if cfg.changes is not None:
-            schema = iceberg_catalog.arrow_schema(table, value_options(cfg))
+            schema = iceberg_catalog.arrow_schema(table, value_options(cfg, table.properties))
             if cfg.changes.target:   # a staging table: decoded against the declared columns
                 schema = staging_buffer_schema(schema, [c.name for c in cfg.columns if c.required])
             return ChangeBuffer(schema, cfg.changes,
                                 cfg.identifier_columns, max_bytes=self._budget if self.single else None,
                                 strict_fields=_strict(cfg.name) if inferred else None,
                                 unknown_fields=cfg.unknown_fields, case_insensitive=cfg.case_insensitive)
-        return RecordBuffer(iceberg_catalog.arrow_schema(table, value_options(cfg)),
+        return RecordBuffer(iceberg_catalog.arrow_schema(table, value_options(cfg, table.properties)),
                             metadata_columns=cfg.metadata_columns,
                             max_bytes=self._budget if self.single else None,
                             strict_fields=_strict(cfg.name) if inferred else None,
@@ -236,10 +237,14 @@ def _strict(table: str) -> str:
             "records, or is the table's own); declare its columns to take more fields")
 
 
-def value_options(cfg: TableConfig) -> dict[str, dict[bytes, bytes]]:
-    """Per column, how the native decoder takes its values: the declared unit of numbers for a
-    timestamp (it refuses numbers without one: never a guess), and rounding where allowed."""
+def value_options(cfg: TableConfig, properties: Mapping[str, str] | None = None) -> dict[str, dict[bytes, bytes]]:
+    """Per column, how the native decoder takes its values: the unit of numbers for a timestamp,
+    time or date (it refuses numbers without one: never a guess), declared or kept with a table
+    made from a source's schema (the table's ``properties``), and rounding where allowed."""
     out: dict[str, dict[bytes, bytes]] = {}
+    kept = (properties or {}).get(iceberg_catalog.UNITS_PROPERTY)
+    for name, unit in (json.loads(kept) if kept else {}).items():
+        out.setdefault(name, {})[iceberg_catalog.UNIT_KEY] = str(unit).encode()
     for c in cfg.columns:
         if c.unit is not None:
             out.setdefault(c.name, {})[iceberg_catalog.UNIT_KEY] = c.unit.encode()

@@ -18,6 +18,15 @@ if TYPE_CHECKING:
     from frazil import config as config_mod
 
 
+def _made(cfg: config_mod.Config, table: config_mod.TableConfig | config_mod.DynamicConfig) -> str:
+    """Where a table without declared columns takes them from."""
+    if cfg.values.avro:
+        return "from the first record's writer schema"
+    if table.changes is not None:
+        return "from the first record's Kafka Connect schema envelope"
+    return "inferred from the first records"
+
+
 def _keyed(table: config_mod.TableConfig | config_mod.DynamicConfig) -> str:
     """How a keyed table takes its records, for ``config check``."""
     c = table.changes
@@ -54,7 +63,7 @@ def check(args: argparse.Namespace) -> int:
                                        f"{'.'.join(table.route_field)}~{table.route}" if table.route_field else "")))
         units = ",".join(f"{c.name}:{c.unit}" for c in table.columns if c.unit)
         rounded = ",".join(c.name for c in table.columns if c.rounding)
-        made = "from the writer schema" if cfg.values.avro else "inferred"
+        made = _made(cfg, table)
         print(f"  table      {table.name} columns={len(table.columns) or made} "
               f"metadata_columns={table.metadata_columns} partition_by={list(table.partition_by)} "
               f"takes={takes or 'every record'} unknown_fields={table.unknown_fields}"
@@ -66,8 +75,7 @@ def check(args: argparse.Namespace) -> int:
         d = cfg.dynamic
         print(f"  dynamic    {d.table}{' for topics ~' + d.topics if d.topics else ''}: "
               + ("created on first use" if d.create else "existing tables only") + ", "
-              + (f"{len(d.columns)} columns" if d.columns else "columns from the first record's writer schema"
-                 if cfg.values.avro else "schema inferred from the first records")
+              + (f"{len(d.columns)} columns" if d.columns else f"columns {_made(cfg, d)}")
               + f", partition_by={list(d.partition_by)}, unknown_fields={d.unknown_fields}" + _keyed(d))
     print(f"  txlog      {cfg.txlog_dir} (fsync {cfg.txlog_fsync})")
     print(f"  memory     budget {cfg.memory_budget_bytes // (1024 * 1024)} MiB; stop after {cfg.outage_timeout_s:g}s "

@@ -53,10 +53,12 @@ def _known(table: TableConfig | DynamicConfig) -> dict[str, ColumnType]:
 
 def _table(table: TableConfig | DynamicConfig, at: str, *, from_writer: bool) -> None:
     """``from_writer``: a table without columns is created from its first record's writer schema
-    (Avro), which names the identifier columns' types; else its columns are inferred from JSON."""
+    (Avro), which names the identifier columns' types; else a keyed table's from the schema of
+    Kafka Connect's JSON envelope (checked when it is made), and an append table's columns are
+    inferred from JSON."""
     columns = {c.name: c for c in table.columns}
     declared = f"{at}.columns" if isinstance(table, TableConfig) else "[dynamic] columns"
-    if table.identifier_columns and not columns and not from_writer:
+    if table.identifier_columns and not columns and not from_writer and table.changes is None:
         raise ConfigError(f"{at}.identifier_columns needs {declared}: inferred columns are optional, and identifier "
                           "columns must be required")
     for name in table.identifier_columns if columns else ():   # a writer schema's are checked at creation

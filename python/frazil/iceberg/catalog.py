@@ -303,11 +303,13 @@ def widened(declared: IcebergType, found: IcebergType) -> bool:
 
 
 def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] | None = None, *,
-                 schema: Callable[[], Schema] | None = None) -> Table:
+                 schema: Callable[[], Schema] | None = None,
+                 created_with: Callable[[], dict[str, str]] | None = None) -> Table:
     """Load the table, creating it (and its namespace) when missing and ``create`` is on; set
     frazil's required properties and ``properties`` on it. ``schema``: for a new table, the
-    schema to create it with (inferred from records) instead of the config's columns. A table
-    this call creates gets a name mapping (``schema.name-mapping.default``)."""
+    schema to create it with (inferred from records) instead of the config's columns;
+    ``created_with``: asked after it, more properties for a new table only (in its first
+    metadata). A table this call creates gets a name mapping (``schema.name-mapping.default``)."""
     created = False
     try:
         table = catalog.load_table(cfg.name)
@@ -330,8 +332,9 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
         except ValueError as exc:
             raise ConfigError(f"{cfg.name}: sort_order {cfg.sort_order!r}: {exc}") from None
         try:
+            first = {**(properties or {}), **(created_with() if created_with is not None else {})}
             table = catalog.create_table(cfg.name, new_schema, partition_spec=spec_for(new_schema, cfg.partition_by),
-                                         sort_order=order, properties=_created_with(new_schema, cfg, properties))
+                                         sort_order=order, properties=_created_with(new_schema, cfg, first))
             created = True
             log.info("created table %s with %d columns%s, partitioned by %s", cfg.name, len(new_schema.fields),
                      " made from its first records" if schema is not None else "",
@@ -452,14 +455,18 @@ def dynamic_tables(catalog: Catalog, dynamic: DynamicConfig, pipeline: str) -> l
     return sorted(names)
 
 
-UNIT_KEY = b"frazil.unit"   # field metadata the native decoder reads: the unit of numbers for a timestamp
+UNIT_KEY = b"frazil.unit"   # field metadata the native decoder reads: the unit of numbers for a timestamp, time, date
+# a table property: {column: unit} for a table made from a source's schema that sends those columns
+# as numbers (Kafka Connect's JSON envelope: a date as days), read with the declared columns' units
+UNITS_PROPERTY = "frazil.column-units"
 ROUNDING_KEY = b"frazil.rounding"   # and: round digits past an integer's or decimal's scale (half_even)
 
 
 def arrow_schema(table: Table, options: Mapping[str, Mapping[bytes, bytes]] | None = None) -> pa.Schema:
     """The Arrow schema the native buffer decodes into: the table's schema, field ids included;
     ``options``: per top-level column, field metadata the native decoder reads (``UNIT_KEY``: the
-    unit numbers sent for a timestamp count; ``ROUNDING_KEY``: round digits past the scale)."""
+    unit numbers sent for a timestamp, time or date count; ``ROUNDING_KEY``: round digits past the
+    scale)."""
     schema = schema_to_pyarrow(table.schema())
     for name, metadata in (options or {}).items():
         i = schema.get_field_index(name)

@@ -86,7 +86,8 @@ class Evolver:
         before = target.buffer.schema
         where = f"{tp[0]}[{tp[1]}]@{errors[0].offset}"
         changed = await self._change(target, lambda schema: evolution.plan(schema, shape, problems), where)
-        if changed is None or iceberg_catalog.arrow_schema(changed, value_options(target.cfg)) == before:
+        options = value_options(target.cfg, changed.properties) if changed is not None else {}
+        if changed is None or iceberg_catalog.arrow_schema(changed, options) == before:
             return None   # nothing to change: bad records
         return target.buffer.append(tp[0], tp[1], failed)
 

@@ -5,12 +5,15 @@ first records that go there (with the configured columns, or a schema inferred f
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
+from pyiceberg.types import IcebergType
 
 from frazil.buffers.state import Buffers
 from frazil.buffers.targets import Target
@@ -19,7 +22,7 @@ from frazil.errors import ConfigError, InferenceError, RecordDecodeError
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import inference
 from frazil.iceberg.offsets import TopicPartition
-from frazil.ingest import avro
+from frazil.ingest import avro, connect_schema
 from frazil.ingest.registry import PLAIN_ID, Unusable, WriterSchemas
 
 log = logging.getLogger(__name__)
@@ -64,46 +67,60 @@ class Opener:
         """Open several tables in one go, off the loop: one catalog round after another in one
         worker thread, not a hop between the loop and a thread for each. Returns the tables that
         cannot be had, each with the error for its first record (as :meth:`open` raises it)."""
-        def build_all() -> list[tuple[Wanted, Target | RecordDecodeError, bool]]:
+        def build_all() -> list[tuple[Wanted, Target | RecordDecodeError, str]]:
             return [self._build(w) for w in wanted]
 
         refused: dict[str, RecordDecodeError] = {}
-        for w, target, inferred in await asyncio.to_thread(build_all):
+        for w, target, made in await asyncio.to_thread(build_all):
             if isinstance(target, RecordDecodeError):
                 refused[w.name] = target
                 continue
             self._targets.add_built(target)   # on the loop: worker threads iterate over copies
-            made = (", made from its first record's writer schema" if self._writers is not None
-                    else ", schema inferred from the first ones: a field it does not have is a bad record")
             log.info("table %s: taking the records that name it (%d columns%s)", w.name,
-                     len(target.table.schema().fields), made if inferred else "")
+                     len(target.table.schema().fields), f", {made}" if made else "")
             if self._on_new_table is not None:
                 self._on_new_table(w.name)
         return refused
 
-    def _build(self, w: Wanted) -> tuple[Wanted, Target | RecordDecodeError, bool]:
-        """Blocking. Table ``w.name`` loaded or created, and its target built; or why it cannot be."""
+    def _build(self, w: Wanted) -> tuple[Wanted, Target | RecordDecodeError, str]:
+        """Blocking. Table ``w.name`` loaded or created, and its target built, with where its
+        columns come from when they are not declared; or why it cannot be."""
         table_cfg = self._config(w.name)
         extra = iceberg_catalog.META_COLUMNS if table_cfg.metadata_columns else ()
-        inferred = None if table_cfg.columns else (
-            (lambda: self._from_writer(table_cfg, w.sample())) if self._writers is not None
-            else (lambda: inference.schema(inference.infer(w.sample(), maps=table_cfg.maps), extra)))
+        units: dict[str, str] = {}   # of the columns a source's schema says arrive as numbers
+        inferred: Callable[[], Schema] | None = None
+        made = ""
+        if table_cfg.columns:
+            pass
+        elif self._writers is not None:
+            inferred, made = partial(self._from_writer, table_cfg, w), "made from its first record's writer schema"
+        elif table_cfg.changes is not None:
+            inferred = partial(_from_envelope, table_cfg, w, units)
+            made = "made from its first record's schema (Kafka Connect's JSON envelope)"
+        else:
+            inferred = partial(_inferred, table_cfg, w, extra)
+            made = "schema inferred from the first ones: a field it does not have is a bad record"
+
+        def units_kept() -> dict[str, str]:
+            return {iceberg_catalog.UNITS_PROPERTY: json.dumps(units, sort_keys=True)} if units else {}
+
         try:
-            table = iceberg_catalog.ensure_table(self._catalog, table_cfg,
-                                                 iceberg_catalog.maintenance_properties(self._cfg.maintenance),
-                                                 schema=inferred)
-            return w, self._targets.build(table_cfg, table, inferred=inferred is not None), inferred is not None
+            table = iceberg_catalog.ensure_table(
+                self._catalog, table_cfg, iceberg_catalog.maintenance_properties(self._cfg.maintenance),
+                schema=inferred, created_with=units_kept)
+            return w, self._targets.build(table_cfg, table, inferred=inferred is not None), made
         except (ConfigError, InferenceError) as exc:
             error = RecordDecodeError(topic=w.tp[0], partition=w.tp[1], offset=w.offset, field="",
                                       reason=f"it goes to table {w.name}, which cannot be opened: {exc}")
             error.__cause__ = exc
-            return w, error, False
+            return w, error, ""
 
-    def _from_writer(self, cfg: TableConfig, values: list[bytes]) -> Schema:
-        """Blocking. A new table's schema from the writer schema of the first of ``values`` (Avro)
-        whose schema can be had: its record's fields (Debezium's ``after`` in cdc mode) as
-        columns. InferenceError when there is none, naming why."""
+    def _from_writer(self, cfg: TableConfig, w: Wanted) -> Schema:
+        """Blocking. A new table's schema from the writer schema of the first of its first
+        records' values (Avro) whose schema can be had: its record's fields (Debezium's ``after``
+        in cdc mode) as columns. InferenceError when there is none, naming why."""
         assert self._writers is not None
+        values = w.sample()
         plain = self._cfg.values.format == "avro"
         ids = [PLAIN_ID] if plain else list(dict.fromkeys(
             int.from_bytes(v[1:5], "big") for v in values if len(v) >= 5 and v[0] == 0))
@@ -125,3 +142,29 @@ class Opener:
         except ValueError as exc:
             raise InferenceError(f"writer schema {schema_id} of its first record cannot become its columns: "
                                  f"{exc}") from None
+
+
+def _inferred(cfg: TableConfig, w: Wanted, extra: Sequence[tuple[str, IcebergType, bool]]) -> Schema:
+    """Blocking. A new table's schema inferred from its first records' JSON values."""
+    return inference.schema(inference.infer(w.sample(), maps=cfg.maps), extra)
+
+
+def _from_envelope(cfg: TableConfig, w: Wanted, units: dict[str, str]) -> Schema:
+    """Blocking. A new keyed table's schema from Kafka Connect's JSON schema envelope of the first
+    of its first records' values that has one: its row's fields (Debezium's ``after`` in cdc
+    mode) as columns; the units of those sent as numbers go into ``units``. InferenceError when
+    none has one (a keyed table's identifier columns must be required, which inferred columns
+    never are)."""
+    schema = next((s for s in map(connect_schema.envelope_schema, w.sample()) if s is not None), None)
+    if schema is None:
+        raise InferenceError("a keyed table without declared columns is made from the schema its records carry "
+                             "(Avro through a schema registry, or Kafka Connect's JSON envelope: the JSON converter "
+                             "with schemas.enable=true), and its first records carry none: declare its columns")
+    row = cfg.changes.after[0] if cfg.changes is not None and cfg.changes.op and cfg.changes.after else ""
+    try:
+        made, found = connect_schema.table_schema(schema, row=row, identifiers=cfg.identifier_columns,
+                                                  extra=iceberg_catalog.META_COLUMNS if cfg.metadata_columns else ())
+    except ValueError as exc:
+        raise InferenceError(f"the schema of its first record cannot become its columns: {exc}") from None
+    units.update(found)
+    return made
