@@ -103,10 +103,16 @@ class Source:
             self.conn.execute(f"UPDATE {self.schema}.{BIG} SET qty = qty / 2 + 1, name = coalesce(name, '') || '+'")
             self.conn.execute(f"DELETE FROM {self.schema}.{BIG} WHERE id % 10 = 3")
 
-    def add_column(self) -> None:
-        self.conn.execute(f"ALTER TABLE {self.schema}.{EVOLVING} ADD COLUMN note text")
+    def add_columns(self) -> None:
+        """Three columns, whose types a schema change must take from the source's schema, not
+        guess from values: text, a decimal (its digits would look like a double) and a date
+        (Debezium sends days)."""
+        self.conn.execute(f"ALTER TABLE {self.schema}.{EVOLVING} ADD COLUMN note text, ADD COLUMN price numeric(8, 3), "
+                          "ADD COLUMN born date")
         for key in [r[0] for r in self.conn.execute(f"SELECT id FROM {self.schema}.{EVOLVING} LIMIT 40").fetchall()]:
-            self.conn.execute(f"UPDATE {self.schema}.{EVOLVING} SET note = %s WHERE id = %s", (f"note {key}", key))
+            self.conn.execute(f"UPDATE {self.schema}.{EVOLVING} SET note = %s, price = %s, born = %s WHERE id = %s",
+                              (f"note {key}", Decimal(key) / 1000, datetime.date(1900, 1, 1)
+                               + datetime.timedelta(days=key), key))
         self.insert(EVOLVING)
 
     def rows(self, t: str) -> dict[int, Row]:
@@ -217,7 +223,7 @@ enabled = false
     stable_ends(kafka.bootstrap, topics, quiet_s=2.0)
     first = run(config, log, faults="commit.after_catalog=kill")
     assert first.wait(timeout=180) == -signal.SIGKILL, log.read_text()[-3000:]
-    source.add_column()
+    source.add_columns()
     source.changes(300)
     second = run(config, log, faults="commit.after_deletes_written=kill@3")
     source.changes(200)
@@ -246,6 +252,8 @@ enabled = false
         same({r["id"]: r for r in table.scan().to_arrow().to_pylist()}, want, "pyiceberg", t)
         spark_rows = [r.asDict() for r in spark.sql(f"SELECT * FROM {warehouse.name}.{schema}.{t}").collect()]
         same({r["id"]: r for r in spark_rows}, want, "Spark SQL", t)
-    assert "note" in catalog.load_table(f"{schema}.{EVOLVING}").schema().column_names
+    evolved = {f.name: str(f.field_type) for f in catalog.load_table(f"{schema}.{EVOLVING}").schema().fields}
+    assert {c: evolved.get(c) for c in ("note", "price", "born")} == {
+        "note": "string", "price": "decimal(8, 3)", "born": "date"}
     text = log.read_text()
     assert "schema evolved" in text and "is refused" not in text and "bad record" not in text.lower()

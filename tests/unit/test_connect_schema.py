@@ -84,3 +84,23 @@ def test_only_kafka_connects_envelope_gives_a_schema() -> None:
     for value in (b'{"id": 1}', b"not json", b'{"schema": {"type": "string"}, "payload": "x"}',
                   json.dumps({"schema": ENVELOPE, "payload": {}, "more": 1}).encode()):
         assert connect_schema.envelope_schema(value) is None
+
+
+def test_a_later_schema_asks_for_its_new_fields_typed_and_widenings_and_nothing_else() -> None:
+    """A table made from ROW meets the row's next version: new fields become columns of the types
+    the schema says (a decimal, not the double its digits would look like; a date sent as days,
+    with its unit), nested ones under their struct; an int32 that became an int64 widens; a field
+    that changed kind asks for nothing (its records stay bad records)."""
+    table, _ = connect_schema.table_schema(ROW, identifiers=["id"])
+    fields = [f for f in ROW["fields"] if f["field"] not in ("n", "flag", "geo")]   # type: ignore[index]
+    later = {**ROW, "fields": [
+        *fields, field("n", "int64"), field("flag", "string"),
+        field("geo", "struct", fields=[field("city", "string"), field("zip", "string")]),
+        field("price", "bytes", semantic=connect_schema.DECIMAL, parameters={"scale": "3",
+                                                                             "connect.decimal.precision": "8"}),
+        field("born", "int32", semantic="io.debezium.time.Date")]}
+    changes, units = connect_schema.evolution_of(table, {**ENVELOPE, "fields": [later]}, row="after")
+    assert [str(c) for c in changes] == ["widened n long", "added geo.zip string", "added price decimal(8, 3)",
+                                         "added born date"]
+    assert units == {"born": "d"}
+    assert connect_schema.evolution_of(table, ROW) == ([], {})

@@ -150,10 +150,13 @@ def _iceberg_path(schema: Schema, path: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def apply(load: Callable[[], Table], changes_for: Callable[[Schema], list[Change]]) -> tuple[Table, list[Change]]:
+def apply(load: Callable[[], Table], changes_for: Callable[[Schema], list[Change]],
+          properties_for: Callable[[Table, list[Change]], dict[str, str]] | None = None) -> tuple[Table, list[Change]]:
     """Blocking. Load the table, plan against its schema, make the changes; on a conflict (another
     process changed the table meanwhile) load and plan again: what it already made is not made
-    twice. Returns the table as it is now and the changes this call made (none: someone else did)."""
+    twice. ``properties_for``: table properties to set in the same commit as the changes (what
+    the new columns need said). Returns the table as it is now and the changes this call made
+    (none: someone else did)."""
     last: Exception | None = None
     for attempt in range(1, ATTEMPTS + 1):
         table = load()
@@ -161,8 +164,12 @@ def apply(load: Callable[[], Table], changes_for: Callable[[Schema], list[Change
         if not changes:
             return table, []
         try:
-            with no_inner_retry(table).update_schema() as update:   # a conflict is planned again here
-                _stage(update, changes)
+            with no_inner_retry(table).transaction() as tx:   # a conflict is planned again here
+                with tx.update_schema() as update:
+                    _stage(update, changes)
+                wanted = properties_for(table, changes) if properties_for is not None else {}
+                if wanted:
+                    tx.set_properties(wanted)
         except CommitFailedException as exc:
             last = exc
             log.info("the schema of %s changed meanwhile (attempt %d/%d); planning again", ".".join(table.name()),

@@ -12,9 +12,12 @@ the rows buffered so far are carried and written under the new schema (``buffers
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable, Sequence
+from typing import Any
 
+import pyarrow as pa
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
@@ -28,7 +31,7 @@ from frazil.errors import EvolutionError, FrazilError, UnknownWriterSchemas
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import evolution, inference
 from frazil.iceberg.offsets import TopicPartition
-from frazil.ingest import avro
+from frazil.ingest import avro, connect_schema
 from frazil.ingest.registry import Unusable, WriterSchemas
 from frazil.kafka.fetch import Record
 from frazil.metrics import Metrics
@@ -76,6 +79,8 @@ class Evolver:
         columns = {f.name for f in target.table.schema().fields}
         unknown = {e.offset for e in errors if e.field.split(".", 1)[0] not in columns}
         ordered = sorted(failed, key=lambda r: r.offset not in unknown)
+        if isinstance(target.buffer, ChangeBuffer) and (envelope := _first_envelope(ordered)) is not None:
+            return await self._evolve_from_envelope(target, tp, failed, errors, envelope)
         # a keyed table's records are changes: the shape is of the rows they carry
         values = (target.buffer.rows_of(ordered) if isinstance(target.buffer, ChangeBuffer)
                   else [r.value for r in ordered])
@@ -86,10 +91,49 @@ class Evolver:
         before = target.buffer.schema
         where = f"{tp[0]}[{tp[1]}]@{errors[0].offset}"
         changed = await self._change(target, lambda schema: evolution.plan(schema, shape, problems), where)
-        options = value_options(target.cfg, changed.properties) if changed is not None else {}
-        if changed is None or iceberg_catalog.arrow_schema(changed, options) == before:
-            return None   # nothing to change: bad records
+        return self._again(target, tp, failed, before, changed)
+
+    @staticmethod
+    def _again(target: Target, tp: TopicPartition, failed: list[Record], before: pa.Schema,
+               changed: Table | None) -> list[RecordProblem] | None:
+        """``failed`` appended again to ``target`` once its table ``changed`` (its buffer's schema
+        was ``before``); None when nothing changed that they could use (they are bad records)."""
+        if changed is None or iceberg_catalog.arrow_schema(changed, value_options(target.cfg, changed.properties)) \
+                == before:
+            return None
         return target.buffer.append(tp[0], tp[1], failed)
+
+    async def _evolve_from_envelope(self, target: Target, tp: TopicPartition, failed: list[Record],
+                                    errors: list[RecordProblem],
+                                    envelope: dict[str, Any]) -> list[RecordProblem] | None:
+        """:meth:`_evolve_once` for changes in Kafka Connect's JSON envelope: the schema the first
+        of them carries says what its row's new fields are (a decimal, a date sent as days), not
+        their values (a decimal's digits would look like a double's); the units of the new
+        columns' numbers are kept with the table in the same commit."""
+        spec = target.cfg.changes
+        assert spec is not None
+        row = spec.after[0] if spec.op and spec.after else ""
+        try:
+            planned, units = connect_schema.evolution_of(target.table.schema(), envelope, row=row)
+        except ValueError as exc:
+            log.warning("table %s: the schema of %s[%d]@%d cannot become columns: %s", target.name, tp[0], tp[1],
+                        errors[0].offset, exc)
+            return None
+        if not planned:
+            return None
+
+        def changes_for(schema: Schema) -> list[evolution.Change]:
+            return connect_schema.evolution_of(schema, envelope, row=row)[0]
+
+        def properties_for(table: Table, changes: list[evolution.Change]) -> dict[str, str]:
+            kept = json.loads(table.properties.get(iceberg_catalog.UNITS_PROPERTY, "{}"))
+            added = {c.path[0] for c in changes if c.kind == "add"}
+            wanted = {**kept, **{name: unit for name, unit in units.items() if name in added}}
+            return {iceberg_catalog.UNITS_PROPERTY: json.dumps(wanted, sort_keys=True)} if wanted != kept else {}
+
+        before = target.buffer.schema
+        changed = await self._change(target, changes_for, f"{tp[0]}[{tp[1]}]@{errors[0].offset}", properties_for)
+        return self._again(target, tp, failed, before, changed)
 
     async def append_avro(self, name: str, tp: TopicPartition, records: list[Record]) -> list[RecordProblem]:
         """Avro ``records`` of ``tp`` into table ``name``'s buffer, as :meth:`learning`."""
@@ -211,14 +255,15 @@ class Evolver:
             return _of_row(decision, changes)
         return decision
 
-    async def _change(self, target: Target, changes_for: Callable[[Schema], list[evolution.Change]],
-                      why: str) -> Table | None:
+    async def _change(self, target: Target, changes_for: Callable[[Schema], list[evolution.Change]], why: str,
+                      properties_for: Callable[[Table, list[evolution.Change]], dict[str, str]] | None = None
+                      ) -> Table | None:
         """Make the changes ``changes_for`` asks of ``target``'s table, once across every process
         (``why``: what asked, for the log). The table as it now is, its buffer swapped for one of
         the new schema; None when the change cannot be made (the records stay bad records)."""
         before = target.table.schema().schema_id
         try:
-            table, made = await asyncio.to_thread(evolution.apply, target.committer.load, changes_for)
+            table, made = await asyncio.to_thread(evolution.apply, target.committer.load, changes_for, properties_for)
         except EvolutionError as exc:
             log.warning("table %s: %s asks for a schema change that cannot be made: %s", target.name, why, exc)
             return None
@@ -251,3 +296,11 @@ def _of_row(decision: avro.Evolve, changes: ChangesConfig) -> avro.Evolve | avro
                                                        f"(it would need: {change}); only {after} is the table's row")
         out.append(evolution.Change(change.kind, change.path[1:], change.type))
     return avro.Evolve(tuple(out))
+
+
+def _first_envelope(records: Sequence[Record]) -> dict[str, Any] | None:
+    """The schema of the first of ``records`` in Kafka Connect's JSON envelope; None when none is."""
+    for record in records:
+        if record.value is not None and (schema := connect_schema.envelope_schema(record.value)) is not None:
+            return schema
+    return None
