@@ -291,6 +291,10 @@ class KeyIndex:
         """Every committed position of ``keys`` as ``[(path, positions), ...]``, sorted."""
     def forget(self, keys: pa.RecordBatch) -> None:
         """``keys`` are no longer in the table."""
+    def forget_at(self, path: str, positions: list[int] | None = None) -> int:
+        """Rows no longer where the index has them: every row of data file ``path`` (``positions``
+        None), or those at ``positions`` of it. Keys found elsewhere keep their other positions.
+        Returns how many positions were dropped."""
     def __len__(self) -> int: ...
     @property
     def duplicated(self) -> int:

@@ -4,7 +4,7 @@
 //! once (a table written before it was keyed) keeps its other positions on the side. Pure Rust,
 //! no pyo3.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use arrow::array::ArrayRef;
 use arrow::datatypes::SchemaRef;
@@ -130,6 +130,45 @@ impl KeyIndex {
         Ok(out)
     }
 
+    /// Rows no longer where the index has them: every row of data file `path` (`positions` None:
+    /// the file left the table, rewritten by a compaction, say), or those at `positions` of it
+    /// (deleted by another writer). A key also found elsewhere keeps its other positions; a key
+    /// found nowhere else leaves the index. Returns how many positions were dropped.
+    pub fn forget_at(&mut self, path: &str, positions: Option<&[u32]>) -> usize {
+        let Some(&file) = self.file_ids.get(path) else { return 0 };
+        let listed: Option<HashSet<u32>> = positions.map(|p| p.iter().copied().collect());
+        let gone = |loc: &Loc| loc.file == file && listed.as_ref().is_none_or(|set| set.contains(&loc.pos));
+        let mut dropped = 0;
+        self.more.retain(|_, locs| {
+            let before = locs.len();
+            locs.retain(|loc| !gone(loc));
+            dropped += before - locs.len();
+            !locs.is_empty()
+        });
+        let (rows, more) = (&mut self.rows, &mut self.more);
+        let mut emptied: Vec<Box<[u8]>> = Vec::new();
+        for (key, loc) in rows.iter_mut() {
+            if !gone(loc) {
+                continue;
+            }
+            dropped += 1;
+            match more.get_mut(key) {
+                Some(others) => {
+                    *loc = others.pop().expect("side entries are never empty");
+                    if others.is_empty() {
+                        more.remove(key);
+                    }
+                }
+                None => emptied.push(key.clone()),
+            }
+        }
+        for key in emptied {
+            self.key_bytes -= key.len();
+            rows.remove(&key);
+        }
+        dropped
+    }
+
     /// The keys in `columns` are no longer in the table.
     pub fn forget(&mut self, columns: &[ArrayRef]) -> Result<(), ArrowError> {
         let rows = self.encode(columns)?;
@@ -169,6 +208,23 @@ mod tests {
         assert_eq!(index.positions(&ids(&[3])).unwrap(), vec![]);
         assert_eq!((index.len(), index.duplicated()), (3, 0));
         assert!(index.add(&ids(&[5]), "c", &[]).is_err());
+    }
+
+    #[test]
+    fn rows_gone_from_a_file_or_from_positions_of_it_leave_and_keys_found_elsewhere_stay() {
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let mut index = KeyIndex::new(&schema).unwrap();
+        index.add(&ids(&[1, 2, 3]), "a", &[0, 1, 2]).unwrap();
+        index.add(&ids(&[3, 4, 5]), "b", &[0, 1, 2]).unwrap();
+        assert_eq!(index.forget_at("b", Some(&[1, 7])), 1); // another writer deleted b@1 (and nothing at 7)
+        assert_eq!(index.positions(&ids(&[4])).unwrap(), vec![]);
+        assert_eq!(index.forget_at("a", None), 3); // a compacted away: 3 stays at b@0
+        assert_eq!(index.positions(&ids(&[1, 2, 3, 5])).unwrap(), vec![("b".into(), vec![0, 2])]);
+        assert_eq!((index.len(), index.duplicated()), (2, 0));
+        assert_eq!(index.forget_at("nowhere", None), 0);
+        let before = index.memory_bytes();
+        assert_eq!(index.forget_at("b", None), 2);
+        assert!(index.is_empty() && index.memory_bytes() < before);
     }
 
     #[test]

@@ -16,6 +16,7 @@ import test_manifest_lists
 
 import changes
 import support
+from frazil import daemon
 from frazil_dev.kafka_broker import KafkaBroker
 
 pytestmark = [pytest.mark.integration]
@@ -69,3 +70,77 @@ def test_a_column_added_at_the_source_mid_stream_evolves_a_keyed_table_and_keeps
     assert not table.schema().find_field("note").required
     found = changes.table_rows(support.catalog_of(cfg), cfg.table.name, ("name", "version", "note"))
     changes.assert_same(found, expected, "pyiceberg")
+
+
+async def _committed(catalog: object, cfg: object, ends: dict[tuple[str, int], int], task: asyncio.Task[None]) -> None:
+    for _ in range(450):
+        if task.done():
+            task.result()
+            raise AssertionError("the pipeline stopped on its own")
+        have = await asyncio.to_thread(support.stored, catalog, cfg)   # type: ignore[arg-type]
+        if all(have.get(tp, 0) >= end for tp, end in ends.items()):
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"not committed within 90s: {ends}")
+
+
+def test_another_writers_commits_move_the_key_index_by_the_files_they_changed_alone(
+        kafka: KafkaBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """While frazil runs a keyed table, another writer deletes two keys (pyiceberg's copy-on-write:
+    their file rewritten) and appends rows (a new key, and a second row of an existing key). The
+    key index follows by reading only the files those commits added, not the table again; the
+    next changes replace and delete the right rows: the table is the latest row of every key,
+    with the other writer's changes where no later change came."""
+    import logging
+    import warnings
+
+    import pyarrow as pa
+
+    topic = "upserts-foreign"
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
+    cfg = support.load(changes.config(tmp_path, kafka.bootstrap, topic, "ups-foreign", mode="upsert",
+                                      extra_table='tombstones = "delete"', interval=0.3))
+    catalog = support.catalog_of(cfg)
+
+    def values(ids: list[int], version: int) -> Iterator[tuple[int, bytes, bytes | None]]:
+        for i in ids:
+            yield i, str(i).encode(), json.dumps({"id": i, "name": f"v{version}", "amount": i / 2,
+                                                   "version": version}).encode()
+
+    def foreign_writes() -> None:
+        table = catalog.load_table(cfg.table.name)
+        with warnings.catch_warnings():   # what pyiceberg does, said: the rewrite is the point here
+            warnings.filterwarnings("ignore", "Merge on read is not yet supported", UserWarning)
+            table.delete("id in (5, 6)")   # a rewrite of the file(s) holding them
+        arrow = table.schema().as_arrow()
+        rows = [{"id": i, "name": "other", "amount": 0.0, "version": -1, "_kafka_topic": "elsewhere",
+                 "_kafka_partition": 0, "_kafka_offset": n, "_kafka_timestamp": 0, "_kafka_key": None}
+                for n, i in enumerate((200, 201, 7))]
+        table.append(pa.Table.from_pylist(rows, schema=arrow))
+
+    async def scenario() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(daemon.serve(cfg, stop))
+        try:
+            for n in range(3):   # three commits: several data files, one of them holding 5 and 6
+                ends = await changes.produce(kafka.bootstrap, topic, values(list(range(n * 40, n * 40 + 40)), 1),
+                                             PARTITIONS)
+                await _committed(catalog, cfg, ends, task)
+            await asyncio.to_thread(foreign_writes)
+            ends = await changes.produce(kafka.bootstrap, topic, values([5, 7, 50, 200], 2), PARTITIONS)
+            await _committed(catalog, cfg, ends, task)
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 60)
+
+    with caplog.at_level(logging.INFO, logger="frazil.iceberg.committer"):
+        asyncio.run(scenario())
+    expected: dict[int, tuple[object, ...]] = {i: ("v1", i / 2, 1) for i in range(120) if i != 6}
+    expected.update({i: ("v2", i / 2, 2) for i in (5, 7, 50, 200)})
+    expected[201] = ("other", 0.0, -1)
+    changes.assert_same(changes.table_rows(catalog, cfg.table.name), expected, "pyiceberg")
+    moved = [r.getMessage() for r in caplog.records if "key index brought from snapshot" in r.getMessage()]
+    assert moved, caplog.text[-3000:]
+    assert "2 data file(s) read, 1 gone" in moved[0], moved   # the rewritten file and the appended one
+    rebuilt = [r.getMessage() for r in caplog.records if "key index built from snapshot" in r.getMessage()]
+    assert len(rebuilt) == 1 and "from snapshot None" in rebuilt[0], rebuilt   # built once, when the table was new

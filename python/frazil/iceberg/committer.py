@@ -398,11 +398,18 @@ class Committer:
         index = self._indexes.get(self._table_name)
         current = table.current_snapshot()
         now = current.snapshot_id if current else None
-        if index is not None and index.identifiers == identifiers and index.snapshot_id != now \
-                and mutations.rows_unmoved_since(table, index.snapshot_id):
-            log.info("table %s: snapshots since %s moved no row (delete files rewritten); the key index stands",
-                     self._table_name, index.snapshot_id)
-            index.snapshot_id = now
+        if index is not None and index.identifiers == identifiers and index.snapshot_id != now:
+            if mutations.rows_unmoved_since(table, index.snapshot_id):
+                log.info("table %s: snapshots since %s moved no row (delete files rewritten); the key index stands",
+                         self._table_name, index.snapshot_id)
+                index.snapshot_id = now
+            else:
+                began, was = time.monotonic(), index.snapshot_id
+                update = mutations.update_index(table, index)
+                if update is not None:
+                    log.info("table %s: key index brought from snapshot %s to %s: %d data file(s) read, %d gone, %d "
+                             "position(s) dropped; %d keys, %.0f ms", self._table_name, was, now, update.read,
+                             update.left, update.dropped, len(index), 1000 * (time.monotonic() - began))
         if index is None or index.identifiers != identifiers or index.snapshot_id != now:
             began = time.monotonic()
             index = self._indexes[self._table_name] = mutations.build_index(table, identifiers)

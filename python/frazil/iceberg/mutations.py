@@ -8,8 +8,9 @@ one snapshot (docs/position-deletes.md). No equality deletes: pyiceberg cannot r
   (``frazil-keys-*.parquet``: identifier columns and Kafka metadata), which travels like a data
   file but is never committed to the table.
 - :class:`KeyIndex`: per committed key, the data file and row position holding it, as of one
-  snapshot of the table. Rebuilt from the table whenever the table has a snapshot the index has
-  not seen (a compaction, another writer, a restart): then positions are never stale.
+  snapshot of the table. Built from the table at a restart; brought up to a snapshot it has not
+  seen (a compaction, another writer) from the files that snapshot changed (:func:`update_index`),
+  or built again where that cannot be said: positions are never stale.
 - :func:`plan` decides, for one commit attempt, which positions to delete: the committed row of
   every key the new files touch, and the older of two changes to one key in new files of
   different workers. :func:`write_position_deletes` writes them; ``pyiceberg_patches.row_delta.RowDelta`` commits data
@@ -30,8 +31,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import schema_to_pyarrow
-from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-from pyiceberg.table import Table
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestEntryStatus
+from pyiceberg.table import FileScanTask, Table
 from pyiceberg.table.snapshots import Operation, ancestors_of
 from pyiceberg.typedef import Record
 
@@ -206,23 +207,93 @@ def build_index(table: Table, identifiers: Sequence[str]) -> KeyIndex:
     if current is None:
         return index
     for task in table.scan(snapshot_id=current.snapshot_id).plan_files():
-        data = task.file
-        index.files[data.file_path] = (data.spec_id or 0, data.partition)
-        keys = read_columns(table.io, data.file_path, identifiers)
-        gone: set[int] = set()
-        for delete in task.delete_files:
-            gone.update(_deleted_positions(table.io, delete.file_path, data.file_path))
-        if gone:
-            live = [pos for pos in range(keys.num_rows) if pos not in gone]
-            if live:
-                index.add(keys.take(pa.array(live, pa.int64())), data.file_path, live)
-        else:
-            index.add(keys, data.file_path, range(keys.num_rows))
+        _index_file(table, index, task)
     if index.native.duplicated:
         log.warning("table %s: %d key(s) have more than one live row (written before the table was keyed, or by "
                     "another writer); the next change of each deletes all of them", table.name(),
                     index.native.duplicated)
     return index
+
+
+@dataclass(frozen=True)
+class IndexUpdate:
+    """What :func:`update_index` did: data files read (added since), left (gone since), and
+    positions dropped (of those, and deleted by another writer's position deletes)."""
+
+    read: int
+    left: int
+    dropped: int
+
+
+def update_index(table: Table, index: KeyIndex) -> IndexUpdate | None:
+    """Blocking. ``index`` (of an earlier snapshot of ``table``) brought to the table's current
+    snapshot from what the snapshots since changed: the rows of data files gone since are dropped,
+    the keys of data files added since (their deletes applied) are read, and positions another
+    writer deleted are dropped; the other files are not read. None, with the index unchanged, when
+    its snapshot is not an ancestor of the current one (a rollback, or expired) or a snapshot since
+    added equality deletes: then it is built again (:func:`build_index`)."""
+    current = table.current_snapshot()
+    if current is None or index.snapshot_id is None:
+        return None
+    since = []
+    for snapshot in ancestors_of(current, table.metadata):
+        if snapshot.snapshot_id == index.snapshot_id:
+            break
+        since.append(snapshot)
+    else:
+        return None
+    added: set[str] = set()
+    gone: set[str] = set()
+    deletes: list[str] = []
+    for snapshot in reversed(since):   # oldest first: a file added, then rewritten, is gone
+        for manifest in snapshot.manifests(table.io):
+            if manifest.added_snapshot_id != snapshot.snapshot_id:
+                continue
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+                if entry.snapshot_id != snapshot.snapshot_id:
+                    continue   # carried over (EXISTING) into a rewritten manifest
+                content, path = entry.data_file.content, entry.data_file.file_path
+                if content == DataFileContent.EQUALITY_DELETES and entry.status == ManifestEntryStatus.ADDED:
+                    return None
+                if content == DataFileContent.DATA:
+                    if entry.status == ManifestEntryStatus.ADDED:
+                        added.add(path)
+                    elif entry.status == ManifestEntryStatus.DELETED and path in added:
+                        added.discard(path)
+                    elif entry.status == ManifestEntryStatus.DELETED:
+                        gone.add(path)
+                elif content == DataFileContent.POSITION_DELETES and entry.status == ManifestEntryStatus.ADDED:
+                    deletes.append(path)
+    dropped = sum(index.native.forget_at(path) for path in gone)
+    for path in gone:
+        index.files.pop(path, None)
+    for delete_path in deletes:   # positions another writer deleted in files the index holds
+        rows = read_columns(table.io, delete_path, ["file_path", "pos"])
+        for group in rows.group_by("file_path").aggregate([("pos", "list")]).to_pylist():
+            if group["file_path"] in index.files and group["file_path"] not in added:
+                dropped += index.native.forget_at(group["file_path"], group["pos_list"])
+    if added:
+        for task in table.scan(snapshot_id=current.snapshot_id).plan_files():
+            if task.file.file_path in added:
+                _index_file(table, index, task)
+    index.snapshot_id = current.snapshot_id
+    return IndexUpdate(len(added), len(gone), dropped)
+
+
+def _index_file(table: Table, index: KeyIndex, task: FileScanTask) -> None:
+    """Blocking. The live rows of one data file (its deletes applied) into ``index``."""
+    data = task.file
+    index.files[data.file_path] = (data.spec_id or 0, data.partition)
+    keys = read_columns(table.io, data.file_path, index.identifiers)
+    gone: set[int] = set()
+    for delete in task.delete_files:
+        gone.update(_deleted_positions(table.io, delete.file_path, data.file_path))
+    if gone:
+        live = [pos for pos in range(keys.num_rows) if pos not in gone]
+        if live:
+            index.add(keys.take(pa.array(live, pa.int64())), data.file_path, live)
+    else:
+        index.add(keys, data.file_path, range(keys.num_rows))
 
 
 def read_columns(io: FileIO, path: str, columns: Sequence[str]) -> pa.Table:

@@ -64,6 +64,14 @@ impl KeyIndex {
         py.detach(|| self.lock().forget(&columns)).map_err(arrow_err)
     }
 
+    /// Rows no longer where the index has them: every row of data file ``path`` (``positions``
+    /// None), or those at ``positions`` of it. Keys found elsewhere keep their other positions.
+    /// Returns how many positions were dropped.
+    #[pyo3(signature = (path, positions=None))]
+    fn forget_at(&self, py: Python<'_>, path: &str, positions: Option<Vec<u32>>) -> usize {
+        py.detach(|| self.lock().forget_at(path, positions.as_deref()))
+    }
+
     fn __len__(&self) -> usize {
         self.lock().len()
     }
