@@ -295,6 +295,11 @@ class KeyIndex:
         """Rows no longer where the index has them: every row of data file ``path`` (``positions``
         None), or those at ``positions`` of it. Keys found elsewhere keep their other positions.
         Returns how many positions were dropped."""
+    def export(self, batch_rows: int) -> tuple[list[str], list[pa.RecordBatch]]:
+        """Every entry, for a checkpoint: ``(files, batches)``, each batch of at most ``batch_rows``
+        rows: the key columns, ``file`` (an index into ``files``) and ``pos``."""
+    def load(self, files: list[str], batch: pa.RecordBatch) -> None:
+        """A batch of an :meth:`export` (``files`` its file list) back into the index."""
     def __len__(self) -> int: ...
     @property
     def duplicated(self) -> int:

@@ -6,8 +6,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use arrow::array::ArrayRef;
-use arrow::datatypes::SchemaRef;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::error::ArrowError;
 use arrow::row::{RowConverter, SortField};
 
@@ -89,18 +91,7 @@ impl KeyIndex {
         }
         let file = self.file_id(path)?;
         for (row, &pos) in rows.iter().zip(positions) {
-            let loc = Loc { file, pos };
-            let key = row.as_ref();
-            match self.rows.get_mut(key) {
-                Some(old) => {
-                    let previous = std::mem::replace(old, loc);
-                    self.more.entry(key.into()).or_default().push(previous);
-                }
-                None => {
-                    self.key_bytes += key.len();
-                    self.rows.insert(key.into(), loc);
-                }
-            }
+            self.insert(row.as_ref(), Loc { file, pos });
         }
         Ok(())
     }
@@ -169,6 +160,85 @@ impl KeyIndex {
         dropped
     }
 
+    /// Every entry, for a checkpoint: the data files by id, and batches of at most `batch_rows`
+    /// rows of the key columns (as `schema` names them), the file id (`file`, into the list) and
+    /// the position (`pos`). Reading them back with [`KeyIndex::load`] gives this index.
+    pub fn export(&self, schema: &SchemaRef, batch_rows: usize) -> Result<(Vec<String>, Vec<RecordBatch>), ArrowError> {
+        let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.push(Field::new("file", DataType::UInt32, false));
+        fields.push(Field::new("pos", DataType::UInt32, false));
+        let out_schema = Arc::new(Schema::new(fields));
+        let parser = self.converter.parser();
+        let entries = self
+            .rows
+            .iter()
+            .map(|(key, loc)| (key.as_ref(), *loc))
+            .chain(self.more.iter().flat_map(|(key, locs)| locs.iter().map(move |loc| (key.as_ref(), *loc))));
+        let mut batches = Vec::new();
+        let mut chunk: Vec<(&[u8], Loc)> = Vec::with_capacity(batch_rows.min(1 << 20));
+        let mut flush = |chunk: &mut Vec<(&[u8], Loc)>| -> Result<(), ArrowError> {
+            if chunk.is_empty() {
+                return Ok(());
+            }
+            let mut columns = self.converter.convert_rows(chunk.iter().map(|(key, _)| parser.parse(key)))?;
+            columns.push(Arc::new(UInt32Array::from_iter_values(chunk.iter().map(|(_, loc)| loc.file))));
+            columns.push(Arc::new(UInt32Array::from_iter_values(chunk.iter().map(|(_, loc)| loc.pos))));
+            batches.push(RecordBatch::try_new(out_schema.clone(), columns)?);
+            chunk.clear();
+            Ok(())
+        };
+        for entry in entries {
+            chunk.push(entry);
+            if chunk.len() >= batch_rows.max(1) {
+                flush(&mut chunk)?;
+            }
+        }
+        flush(&mut chunk)?;
+        Ok((self.files.clone(), batches))
+    }
+
+    /// Entries of an [`KeyIndex::export`]: `columns` the key columns, `file` ids into `files`,
+    /// `pos` the positions.
+    pub fn load(
+        &mut self,
+        columns: &[ArrayRef],
+        files: &[String],
+        file: &[u32],
+        pos: &[u32],
+    ) -> Result<(), ArrowError> {
+        let rows = self.encode(columns)?;
+        if rows.num_rows() != file.len() || file.len() != pos.len() {
+            return Err(ArrowError::InvalidArgumentError("keys, files and positions differ in length".into()));
+        }
+        let mut ids = Vec::with_capacity(files.len());
+        for path in files {
+            ids.push(self.file_id(path)?);
+        }
+        for ((row, &f), &p) in rows.iter().zip(file).zip(pos) {
+            let Some(&id) = ids.get(f as usize) else {
+                return Err(ArrowError::InvalidArgumentError(format!(
+                    "file id {f} is not one of {} files",
+                    files.len()
+                )));
+            };
+            self.insert(row.as_ref(), Loc { file: id, pos: p });
+        }
+        Ok(())
+    }
+
+    fn insert(&mut self, key: &[u8], loc: Loc) {
+        match self.rows.get_mut(key) {
+            Some(old) => {
+                let previous = std::mem::replace(old, loc);
+                self.more.entry(key.into()).or_default().push(previous);
+            }
+            None => {
+                self.key_bytes += key.len();
+                self.rows.insert(key.into(), loc);
+            }
+        }
+    }
+
     /// The keys in `columns` are no longer in the table.
     pub fn forget(&mut self, columns: &[ArrayRef]) -> Result<(), ArrowError> {
         let rows = self.encode(columns)?;
@@ -225,6 +295,32 @@ mod tests {
         let before = index.memory_bytes();
         assert_eq!(index.forget_at("b", None), 2);
         assert!(index.is_empty() && index.memory_bytes() < before);
+    }
+
+    #[test]
+    fn an_export_loads_back_into_the_same_index() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int64, false),
+            Field::new("b", DataType::Utf8, false),
+        ]));
+        let mut index = KeyIndex::new(&schema).unwrap();
+        let keys = |a: &[i64], b: &[&str]| -> Vec<ArrayRef> {
+            vec![Arc::new(Int64Array::from(a.to_vec())), Arc::new(StringArray::from(b.to_vec()))]
+        };
+        index.add(&keys(&[1, 2, 3], &["x", "y", "z"]), "f0", &[0, 1, 2]).unwrap();
+        index.add(&keys(&[3, 4], &["z", "w"]), "f1", &[7, 8]).unwrap(); // (3, z) twice
+        let (files, batches) = index.export(&schema, 2).unwrap();
+        assert_eq!(batches.iter().map(RecordBatch::num_rows).collect::<Vec<_>>(), vec![2, 2, 1]);
+        let mut back = KeyIndex::new(&schema).unwrap();
+        for batch in &batches {
+            let file = batch.column(2).as_any().downcast_ref::<UInt32Array>().unwrap().values().to_vec();
+            let pos = batch.column(3).as_any().downcast_ref::<UInt32Array>().unwrap().values().to_vec();
+            back.load(&batch.columns()[..2], &files, &file, &pos).unwrap();
+        }
+        assert_eq!((back.len(), back.duplicated()), (4, 1));
+        let probe = keys(&[1, 2, 3, 4, 9], &["x", "y", "z", "w", "q"]);
+        assert_eq!(back.positions(&probe).unwrap(), index.positions(&probe).unwrap());
+        assert!(back.load(&keys(&[5], &["v"]), &files, &[9], &[0]).is_err());
     }
 
     #[test]

@@ -144,3 +144,50 @@ def test_another_writers_commits_move_the_key_index_by_the_files_they_changed_al
     assert "2 data file(s) read, 1 gone" in moved[0], moved   # the rewritten file and the appended one
     rebuilt = [r.getMessage() for r in caplog.records if "key index built from snapshot" in r.getMessage()]
     assert len(rebuilt) == 1 and "from snapshot None" in rebuilt[0], rebuilt   # built once, when the table was new
+
+
+def test_a_restart_reads_the_key_index_from_its_checkpoint_not_from_every_data_file(
+        kafka: KafkaBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Each stop checkpoints the key index beside the transaction log; the next start reads it back
+    (the table unchanged since, or changed by another writer: then only that writer's files are
+    read) instead of reading every key of the table. A checkpoint of another table (the table
+    dropped and made again under its name) is not used."""
+    import logging
+
+    import pyarrow as pa
+
+    topic = "upserts-checkpoint"
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
+    cfg = support.load(changes.config(tmp_path, kafka.bootstrap, topic, "ups-ckpt", mode="upsert",
+                                      extra_table='tombstones = "delete"'))
+    catalog = support.catalog_of(cfg)
+    checkpoint = cfg.txlog_dir / "key-index" / f"{cfg.table.name}.arrows"
+
+    def run(seed: int) -> list[str]:
+        caplog.clear()
+        ends = asyncio.run(changes.produce(kafka.bootstrap, topic, changes.upsert_stream(300, 1500, seed), PARTITIONS))
+        with caplog.at_level(logging.INFO):
+            asyncio.run(support.run_until_committed(cfg, ends))
+        return [r.getMessage() for r in caplog.records if "key index" in r.getMessage()]
+
+    said = run(1)
+    assert any("built from snapshot None" in m for m in said) and checkpoint.exists(), said
+    said = run(2)
+    assert any("read from its checkpoint" in m for m in said), said
+    assert not any("key index built" in m or "brought" in m for m in said), said
+    table = catalog.load_table(cfg.table.name)   # another writer appends a row of a new key
+    row = {"id": 1000, "name": "other", "amount": 0.0, "version": -1, "_kafka_topic": "elsewhere",
+           "_kafka_partition": 0, "_kafka_offset": 0, "_kafka_timestamp": 0, "_kafka_key": None}
+    table.append(pa.Table.from_pylist([row], schema=table.schema().as_arrow()))
+    said = run(3)
+    assert any("read from its checkpoint" in m for m in said), said
+    assert any("brought from snapshot" in m and "1 data file(s) read" in m for m in said), said
+    assert not any("key index built" in m for m in said), said
+    expected = asyncio.run(changes.reference(kafka.bootstrap, topic, PARTITIONS, mode="upsert"))
+    expected[1000] = ("other", 0.0, -1)
+    changes.assert_same(changes.table_rows(catalog, cfg.table.name), expected, "pyiceberg")
+
+    catalog.drop_table(cfg.table.name)   # the same name, another table: its checkpoint is not this one's
+    said = run(4)
+    assert any("checkpoint" in m and "not used" in m and "table UUID" in m for m in said), said
+    assert any("built from snapshot None" in m for m in said), said

@@ -65,6 +65,7 @@ from frazil.flow import retry
 from frazil.flow.outage import Outage
 from frazil.iceberg.committer import CommitResult, Committer
 from frazil.iceberg.datafiles import from_ref
+from frazil.iceberg.index_store import IndexStore
 from frazil.iceberg.mutations import KeyIndex
 from frazil.iceberg.offsets import Range, encode, merge_progress
 from frazil.metrics import Metrics
@@ -423,18 +424,22 @@ async def _finished(commit: CommitTable, table: TableCommit, commit_id: str, vtt
 
 
 def table_committer(catalog: Catalog, pipeline: str, *, max_attempts: int, journal: Journal | None = None,
-                    log_dead_letters: bool = False, fence: bool = True) -> CommitTable:
+                    log_dead_letters: bool = False, fence: bool = True, indexes: dict[str, KeyIndex] | None = None,
+                    store: IndexStore | None = None) -> CommitTable:
     """Commits a cycle's files and ranges for one table through frazil's exactly-once committer.
     With a ``journal``: the commit's intent is logged before the catalog commit and its outcome
     after, so a process that dies in between settles it by commit id on restart (rule 5); with
     ``log_dead_letters`` (single mode) the intent carries the commit's bad records, sent at the
     next start if the process dies before sending them. ``fence=False`` only for the fault-injection
-    test that shows what the contiguity check prevents."""
+    test that shows what the contiguity check prevents. ``indexes``: keyed tables' key indexes,
+    kept from commit to commit (the caller's, to checkpoint them into ``store`` when the role
+    ends; read back from it when missing)."""
 
-    indexes: dict[str, KeyIndex] = {}   # keyed tables' key indexes, kept from commit to commit
+    kept: dict[str, KeyIndex] = {} if indexes is None else indexes
 
     def commit(table: TableCommit, commit_id: str, valid_through_ms: int | None) -> CommitResult:
-        committer = Committer(catalog, table.table, pipeline, max_attempts=max_attempts, indexes=indexes, fence=fence)
+        committer = Committer(catalog, table.table, pipeline, max_attempts=max_attempts, indexes=kept, fence=fence,
+                              store=store)
         if table.seal:
             return committer.seal(commit_id, reason=table.seal)
         try:

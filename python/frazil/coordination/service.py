@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 
 from aiokafka.errors import KafkaError, ProducerFenced, UnknownError
@@ -40,6 +41,8 @@ from frazil.coordination.mode import Mode, election_partition, for_config
 from frazil.errors import KafkaUnavailable, NotFound
 from frazil.flow import retry
 from frazil.iceberg.committer import CommitResult, Committer
+from frazil.iceberg.index_store import IndexStore
+from frazil.iceberg.mutations import KeyIndex
 from frazil.kafka.copies import SourceCopies
 from frazil.metrics import Metrics
 from frazil.status import partitions, source_topics, table_names
@@ -174,6 +177,8 @@ class CoordinatorService:
         dead_letters = (DeadLetterSink(cfg.kafka, cfg.dead_letter_topic, cfg.pipeline, self._metrics,
                                        copies=self._copies)
                         if cfg.on_bad_record == "dead_letter" else None)
+        indexes: dict[str, KeyIndex] = {}   # keyed tables' key indexes: checkpointed when the role ends
+        store = IndexStore(cfg.txlog_dir / "key-index")
         try:
             if dead_letters is not None:
                 await dead_letters.start()
@@ -182,7 +187,7 @@ class CoordinatorService:
                 self._partitions = frozenset(await partitions(cfg.kafka, cfg.kafka.topics))
             committer = table_committer(self._catalog, cfg.pipeline, max_attempts=cfg.max_commit_attempts,
                                         journal=self._journal, log_dead_letters=mode.keeps_dead_letters,
-                                        fence=self._fence)
+                                        fence=self._fence, indexes=indexes, store=store)
             coordinator = Coordinator(channel, cfg.pipeline,
                                       mode.cycle_partitions(self._assignment, lambda: self._partitions), committer,
                                       timeout_s=cfg.coordination.commit_timeout_s, fence=self._fence,
@@ -216,6 +221,7 @@ class CoordinatorService:
                         self._on_committed(r)
         finally:
             self.leading = False
+            _checkpoint(store, indexes)
             if self._metrics is not None:
                 self._metrics.coordinator.set(0)
             with contextlib.suppress(KafkaError):   # a fenced producer may refuse to close cleanly
@@ -241,6 +247,22 @@ def kafka_outage(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__
     return False
+
+
+def _checkpoint(store: IndexStore, indexes: dict[str, KeyIndex]) -> None:
+    """Blocking, once, as the role ends: each key index written for the next start to read back
+    (``iceberg/index_store.py``). A failure costs that start a build from the table: logged, not
+    raised over the role's own end."""
+    for table, index in indexes.items():
+        began = time.monotonic()
+        try:
+            store.save(table, index)
+        except Exception as exc:  # noqa: BLE001 - a checkpoint only saves time
+            log.warning("table %s: the key index could not be checkpointed (%s: %s); the next start builds it from "
+                        "the table", table, type(exc).__name__, exc)
+            continue
+        log.info("table %s: key index checkpointed at snapshot %s: %d keys, %.0f ms", table, index.snapshot_id,
+                 len(index), 1000 * (time.monotonic() - began))
 
 
 async def _end(task: asyncio.Task[None]) -> None:

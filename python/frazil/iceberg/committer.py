@@ -42,6 +42,7 @@ from frazil.iceberg.commits import (
     table_lock,
     transaction,
 )
+from frazil.iceberg.index_store import IndexStore
 from frazil.iceberg.offsets import Range, TopicPartition, Verdict
 from frazil.iceberg.pyiceberg_patches import manifest_merge
 from frazil.iceberg.pyiceberg_patches.row_delta import RowDelta
@@ -72,9 +73,11 @@ class CommitResult:
 class Committer:
     def __init__(self, catalog: Catalog, table_name: str, pipeline: str, *, max_attempts: int = 5,
                  backoff_s: float = 0.2, sleep: Callable[[float], None] = time.sleep,
-                 indexes: dict[str, mutations.KeyIndex] | None = None, fence: bool = True) -> None:
+                 indexes: dict[str, mutations.KeyIndex] | None = None, fence: bool = True,
+                 store: IndexStore | None = None) -> None:
         """``indexes``: key indexes of keyed tables by table name, shared by the committers of one
-        coordinator role (an index is rebuilt whenever its table has a snapshot it has not seen).
+        coordinator role (an index is moved to each snapshot it has not seen); ``store``: where an
+        index missing from them is read from, when its checkpoint still describes the table.
         ``fence=False`` only for the fault-injection test that shows what the contiguity check
         prevents (overlapping ranges are then committed)."""
         self._catalog, self._table_name, self._pipeline = catalog, table_name, pipeline
@@ -82,6 +85,7 @@ class Committer:
         self._max_attempts, self._backoff, self._sleep = max_attempts, retry.Backoff(backoff_s), sleep
         self._fence = fence
         self._indexes = indexes if indexes is not None else {}
+        self._store = store
 
     def load(self) -> Table:
         return self._catalog.load_table(self._table_name)
@@ -398,6 +402,13 @@ class Committer:
         index = self._indexes.get(self._table_name)
         current = table.current_snapshot()
         now = current.snapshot_id if current else None
+        if index is None and self._store is not None:
+            began = time.monotonic()
+            index = self._store.load(self._table_name, table, identifiers)
+            if index is not None:
+                self._indexes[self._table_name] = index
+                log.info("table %s: key index read from its checkpoint at snapshot %s: %d keys, %.0f ms",
+                         self._table_name, index.snapshot_id, len(index), 1000 * (time.monotonic() - began))
         if index is not None and index.identifiers == identifiers and index.snapshot_id != now:
             if mutations.rows_unmoved_since(table, index.snapshot_id):
                 log.info("table %s: snapshots since %s moved no row (delete files rewritten); the key index stands",
@@ -405,7 +416,11 @@ class Committer:
                 index.snapshot_id = now
             else:
                 began, was = time.monotonic(), index.snapshot_id
-                update = mutations.update_index(table, index)
+                try:
+                    update = mutations.update_index(table, index)
+                except BaseException:
+                    del self._indexes[self._table_name]   # part-moved: built again next time
+                    raise
                 if update is not None:
                     log.info("table %s: key index brought from snapshot %s to %s: %d data file(s) read, %d gone, %d "
                              "position(s) dropped; %d keys, %.0f ms", self._table_name, was, now, update.read,

@@ -149,10 +149,12 @@ class KeyIndex:
     key's bytes). A key found more than once (a table written before it was keyed) keeps every
     position, and its next change deletes them all."""
 
-    def __init__(self, identifiers: Sequence[str], key_schema: pa.Schema, snapshot_id: int | None = None) -> None:
+    def __init__(self, identifiers: Sequence[str], key_schema: pa.Schema, snapshot_id: int | None = None, *,
+                 table_uuid: str = "") -> None:
         self.identifiers = tuple(identifiers)
         self.schema = key_schema
         self.snapshot_id = snapshot_id
+        self.table_uuid = table_uuid   # of the table it indexes: a checkpoint is only read back into it
         self.native = _native.KeyIndex(key_schema)
         self.files: dict[str, tuple[int, Record]] = {}   # path: (spec id, partition)
 
@@ -203,7 +205,8 @@ def key_schema_of(table: Table, identifiers: Sequence[str]) -> pa.Schema:
 def build_index(table: Table, identifiers: Sequence[str]) -> KeyIndex:
     """Blocking. Every live row's key and position in ``table`` as it is (its position deletes applied)."""
     current = table.current_snapshot()
-    index = KeyIndex(identifiers, key_schema_of(table, identifiers), current.snapshot_id if current else None)
+    index = KeyIndex(identifiers, key_schema_of(table, identifiers), current.snapshot_id if current else None,
+                     table_uuid=str(table.metadata.table_uuid))
     if current is None:
         return index
     for task in table.scan(snapshot_id=current.snapshot_id).plan_files():

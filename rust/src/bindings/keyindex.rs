@@ -1,6 +1,6 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use arrow::array::ArrayRef;
+use arrow::array::{Array, ArrayRef, UInt32Array};
 use arrow::datatypes::Schema;
 use arrow::pyarrow::PyArrowType;
 use arrow::record_batch::RecordBatch;
@@ -70,6 +70,41 @@ impl KeyIndex {
     #[pyo3(signature = (path, positions=None))]
     fn forget_at(&self, py: Python<'_>, path: &str, positions: Option<Vec<u32>>) -> usize {
         py.detach(|| self.lock().forget_at(path, positions.as_deref()))
+    }
+
+    /// Every entry, for a checkpoint: ``(files, batches)``, each batch of at most ``batch_rows``
+    /// rows: the key columns, ``file`` (an index into ``files``) and ``pos``.
+    fn export(&self, py: Python<'_>, batch_rows: usize) -> PyResult<(Vec<String>, Vec<PyArrowType<RecordBatch>>)> {
+        let (files, batches) = py.detach(|| self.lock().export(&self.schema, batch_rows)).map_err(arrow_err)?;
+        Ok((files, batches.into_iter().map(PyArrowType).collect()))
+    }
+
+    /// A batch of an :meth:`export` (``files`` its file list) back into the index.
+    fn load(&self, py: Python<'_>, files: Vec<String>, batch: PyArrowType<RecordBatch>) -> PyResult<()> {
+        let batch = batch.0;
+        let width = self.schema.fields().len();
+        if batch.num_columns() != width + 2 {
+            return Err(NativeError::new_err(format!(
+                "a key index batch has the {width} key column(s), file and pos; got {} columns",
+                batch.num_columns()
+            )));
+        }
+        let keys = RecordBatch::try_new(
+            Arc::new(Schema::new(batch.schema().fields()[..width].to_vec())),
+            batch.columns()[..width].to_vec(),
+        )
+        .map_err(arrow_err)?;
+        let columns = self.columns(&keys)?;
+        let ids = |i: usize| -> PyResult<Vec<u32>> {
+            batch
+                .column(i)
+                .as_any()
+                .downcast_ref::<UInt32Array>()
+                .map(|a| a.values().to_vec())
+                .ok_or_else(|| NativeError::new_err("a key index batch's file and pos are uint32"))
+        };
+        let (file, pos) = (ids(width)?, ids(width + 1)?);
+        py.detach(|| self.lock().load(&columns, &files, &file, &pos)).map_err(arrow_err)
     }
 
     fn __len__(&self) -> usize {
