@@ -6,7 +6,7 @@ RUST_SOURCES := $(shell find rust/src -name '*.rs') rust/Cargo.toml Cargo.toml C
 export FRAZIL_CACHE ?= $(HOME)/.cache/frazil
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help venv build bench-deps demo test test-fast lint test-rust test-loom test-python stubtest typecheck chaos chaos-tests bench bench-maintenance bench-profile bench-native bench-txlog bench-ingest-txlog eos outage kafka-fetch spark-fetch clean
+.PHONY: help venv build bench-deps demo test test-fast lint test-rust test-loom test-python stubtest typecheck chaos chaos-tests bench bench-maintenance bench-profile bench-native bench-txlog bench-keyindex bench-ingest-txlog eos outage kafka-fetch spark-fetch clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -107,6 +107,9 @@ bench-native: build ## decode throughput: native buffer vs pyarrow.json vs json.
 
 bench-txlog: build ## transaction-log appends/s by fsync policy and group size
 	$(PY) benches/txlog.py
+
+bench-keyindex: build ## a keyed table's key index: built from the table vs read from its checkpoint, moved by one file vs rebuilt; keyindex.json
+	$(PY) benches/keyindex.py $${BENCH_ARGS:-}
 
 bench-ingest-txlog: build ## ingest throughput with the transaction log fsynced vs not, same data, one run
 	$(PY) benches/ingest_txlog.py
