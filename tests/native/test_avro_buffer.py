@@ -244,3 +244,21 @@ def test_debeziums_temporal_types_become_temporal_columns_holding_the_values_sen
     assert row == {"id": 7, "day": datetime.date(2026, 2, 28), "at_ms": datetime.time(12, 34, 56, 789000),
                    "at_us": datetime.time(12, 34, 56, 789012), "ts_ms": ts.replace(microsecond=123000),
                    "ts_us": ts, "zoned": "2026-01-01T00:00:00Z", "other": 5}
+
+
+def test_a_column_that_holds_a_debezium_temporal_as_its_integer_keeps_reading_it_so() -> None:
+    """A table made before frazil read Debezium's type names (or declared so) has ``long`` where
+    the writer sends a MicroTimestamp: its records still land, the integer as sent."""
+    writer = {"type": "record", "name": "Value", "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "ts", "type": {"type": "long", "connect.name": "io.debezium.time.MicroTimestamp"}}]}
+    table = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "ts", LongType()))
+    got = avro.resolve(writer, table)
+    assert isinstance(got, avro.Readable), got
+    buf = _native.AvroBuffer(schema=schema_to_pyarrow(table), confluent=False)
+    buf.register(0, got.writer, got.reader)
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(writer), {"id": 1, "ts": 1_700_000_000_123_456})
+    assert buf.append(topic="t", partition=0, offsets=[0], timestamps_ms=[0], keys=[None],
+                      values=[out.getvalue()]).rows == 1
+    assert pa.Table.from_batches(buf.drain_batches()).to_pylist() == [{"id": 1, "ts": 1_700_000_000_123_456}]

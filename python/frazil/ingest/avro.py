@@ -120,9 +120,27 @@ def resolve(writer: Any, table: Schema, *, exclude: tuple[str, ...] = (), unknow
     name), so names resolve as the Avro spec says; the reader schema names every type by its full
     name. The records are decoded with the writer schema ``unshared`` (a named type used
     twice, as Debezium's ``before`` and ``after``, defined once per use) and without field aliases:
-    the decoder would match a reader field by a writer field's alias, which this module does not."""
+    the decoder would match a reader field by a writer field's alias, which this module does not.
+
+    Kafka Connect's semantic temporal types are read as their logical types (``annotated``); a
+    table whose column holds such a field's plain integer (made before frazil read those names,
+    or declared so) keeps reading it as that integer."""
+    def resolved(annotate: bool) -> Readable | Refused | Evolve:
+        return _resolved(writer, table, annotate=annotate, exclude=exclude, unknown_fields=unknown_fields,
+                         case_insensitive=case_insensitive, lenient=lenient)
+
+    got = resolved(True)
+    if isinstance(got, Refused):
+        plain = resolved(False)
+        if not isinstance(plain, Refused):
+            return plain
+    return got
+
+
+def _resolved(writer: Any, table: Schema, *, annotate: bool, exclude: tuple[str, ...], unknown_fields: str,
+              case_insensitive: bool, lenient: frozenset[str]) -> Readable | Refused | Evolve:
     try:
-        writer, walked = expanded(writer)
+        writer, walked = expanded(writer, annotate=annotate)
     except ValueError as exc:
         return Refused("", str(exc))
     walk = _Walk(unknown_fields, case_insensitive, lenient, spellings(writer), frozenset(table.identifier_field_ids))

@@ -26,12 +26,13 @@ CONNECT_LOGICAL = {
 }
 
 
-def expanded(writer: Any) -> tuple[Any, Any]:
-    """(``writer`` :func:`unshared`, that in fastavro's expanded form: every named type inline,
-    named by its full name). ValueError when it is not valid Avro."""
+def expanded(writer: Any, *, annotate: bool = True) -> tuple[Any, Any]:
+    """(``writer`` :func:`annotated` (unless ``annotate`` is off) and :func:`unshared`, that in
+    fastavro's expanded form: every named type inline, named by its full name). ValueError when it
+    is not valid Avro."""
     import fastavro  # a tenth of a second of every start; JSON pipelines never need it
 
-    writer = unshared(annotated(writer))
+    writer = unshared(annotated(writer) if annotate else writer)
     try:
         return writer, fastavro.parse_schema(writer, expand=True, _write_hint=False)
     except Exception as exc:  # noqa: BLE001 - fastavro's parse errors have no common base
