@@ -291,10 +291,11 @@ class KeyIndex:
         """Every committed position of ``keys`` as ``[(path, positions), ...]``, sorted."""
     def forget(self, keys: pa.RecordBatch) -> None:
         """``keys`` are no longer in the table."""
-    def forget_at(self, path: str, positions: list[int] | None = None) -> int:
-        """Rows no longer where the index has them: every row of data file ``path`` (``positions``
-        None), or those at ``positions`` of it. Keys found elsewhere keep their other positions.
-        Returns how many positions were dropped."""
+    def forget_at(self, files: list[str], positions: list[tuple[str, list[int]]]) -> int:
+        """Rows no longer where the index has them, in one pass: every row of the data files in
+        ``files``, and those at the positions listed per file in ``positions`` (``[(path,
+        [pos, ...]), ...]``). Keys found elsewhere keep their other positions. Returns how many
+        positions were dropped."""
     def export(self, batch_rows: int) -> tuple[list[str], list[pa.RecordBatch]]:
         """Every entry, for a checkpoint: ``(files, batches)``, each batch of at most ``batch_rows``
         rows: the key columns, ``file`` (an index into ``files``) and ``pos``."""

@@ -126,14 +126,22 @@ impl KeyIndex {
         Ok(out)
     }
 
-    /// Rows no longer where the index has them: every row of data file `path` (`positions` None:
-    /// the file left the table, rewritten by a compaction, say), or those at `positions` of it
-    /// (deleted by another writer). A key also found elsewhere keeps its other positions; a key
-    /// found nowhere else leaves the index. Returns how many positions were dropped.
-    pub fn forget_at(&mut self, path: &str, positions: Option<&[u32]>) -> usize {
-        let Some(&file) = self.file_ids.get(path) else { return 0 };
-        let listed: Option<HashSet<u32>> = positions.map(|p| p.iter().copied().collect());
-        let gone = |loc: &Loc| loc.file == file && listed.as_ref().is_none_or(|set| set.contains(&loc.pos));
+    /// Rows no longer where the index has them, in one pass over the index: every row of the
+    /// data files in `files` (they left the table: rewritten by a compaction, say), and those at
+    /// the positions listed per file in `positions` (deleted by another writer). A key also found
+    /// elsewhere keeps its other positions; a key found nowhere else leaves the index. Returns how
+    /// many positions were dropped.
+    pub fn forget_at(&mut self, files: &[String], positions: &[(String, Vec<u32>)]) -> usize {
+        let whole: HashSet<u32> = files.iter().filter_map(|p| self.file_ids.get(p).copied()).collect();
+        let some: HashMap<u32, HashSet<u32>> = positions
+            .iter()
+            .filter_map(|(p, pos)| self.file_ids.get(p).map(|&id| (id, pos.iter().copied().collect())))
+            .collect();
+        if whole.is_empty() && some.is_empty() {
+            return 0;
+        }
+        let gone =
+            |loc: &Loc| whole.contains(&loc.file) || some.get(&loc.file).is_some_and(|set| set.contains(&loc.pos));
         let mut dropped = 0;
         self.more.retain(|_, locs| {
             let before = locs.len();
@@ -292,14 +300,15 @@ mod tests {
         let mut index = KeyIndex::new(&schema).unwrap();
         index.add(&ids(&[1, 2, 3]), "a", &[0, 1, 2]).unwrap();
         index.add(&ids(&[3, 4, 5]), "b", &[0, 1, 2]).unwrap();
-        assert_eq!(index.forget_at("b", Some(&[1, 7])), 1); // another writer deleted b@1 (and nothing at 7)
+        let b = |pos: &[u32]| vec![("b".to_string(), pos.to_vec())];
+        assert_eq!(index.forget_at(&[], &b(&[1, 7])), 1); // another writer deleted b@1 (and nothing at 7)
         assert_eq!(index.positions(&ids(&[4])).unwrap(), vec![]);
-        assert_eq!(index.forget_at("a", None), 3); // a compacted away: 3 stays at b@0
+        assert_eq!(index.forget_at(&["a".into()], &[]), 3); // a compacted away: 3 stays at b@0
         assert_eq!(index.positions(&ids(&[1, 2, 3, 5])).unwrap(), vec![("b".into(), vec![0, 2])]);
         assert_eq!((index.len(), index.duplicated()), (2, 0));
-        assert_eq!(index.forget_at("nowhere", None), 0);
+        assert_eq!(index.forget_at(&["nowhere".into()], &[]), 0);
         let before = index.memory_bytes();
-        assert_eq!(index.forget_at("b", None), 2);
+        assert_eq!(index.forget_at(&["b".into()], &b(&[0])), 2); // both at once, one pass
         assert!(index.is_empty() && index.memory_bytes() < before);
     }
 

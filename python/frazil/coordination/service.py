@@ -221,7 +221,9 @@ class CoordinatorService:
                         self._on_committed(r)
         finally:
             self.leading = False
-            _checkpoint(store, indexes)
+            # off the loop: a process that stays a worker keeps its heartbeats while it is written
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(asyncio.to_thread(_checkpoint, store, indexes))
             if self._metrics is not None:
                 self._metrics.coordinator.set(0)
             with contextlib.suppress(KafkaError):   # a fenced producer may refuse to close cleanly

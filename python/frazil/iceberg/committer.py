@@ -418,10 +418,12 @@ class Committer:
                 began, was = time.monotonic(), index.snapshot_id
                 try:
                     update = mutations.update_index(table, index)
-                except BaseException:
-                    del self._indexes[self._table_name]   # part-moved: built again next time
-                    raise
-                if update is not None:
+                except Exception as exc:  # noqa: BLE001 - part-moved: built from the table below instead
+                    log.warning("table %s: the key index could not be moved from snapshot %s (%s: %s); building it "
+                                "from the table", self._table_name, was, type(exc).__name__, exc)
+                    update, index = None, None
+                    del self._indexes[self._table_name]
+                if update is not None and index is not None:
                     log.info("table %s: key index brought from snapshot %s to %s: %d data file(s) read, %d gone, %d "
                              "position(s) dropped; %d keys, %.0f ms", self._table_name, was, now, update.read,
                              update.left, update.dropped, len(index), 1000 * (time.monotonic() - began))

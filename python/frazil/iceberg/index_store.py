@@ -40,12 +40,13 @@ class IndexStore:
 
     def save(self, table_name: str, index: mutations.KeyIndex) -> None:
         """Blocking. ``index`` written as the checkpoint of ``table_name`` (atomically)."""
-        if index.snapshot_id is None or not index.table_uuid:
+        snapshot_id = index.snapshot_id   # read first: a commit still landing moves it after its entries
+        if snapshot_id is None or not index.table_uuid:
             return
         files, batches = index.native.export(BATCH_ROWS)
         schema = pa.schema([*index.schema, pa.field("file", pa.uint32(), nullable=False),
                             pa.field("pos", pa.uint32(), nullable=False)])
-        schema = schema.with_metadata({"format": FORMAT, "snapshot_id": str(index.snapshot_id),
+        schema = schema.with_metadata({"format": FORMAT, "snapshot_id": str(snapshot_id),
                                        "table_uuid": index.table_uuid, "identifiers": json.dumps(index.identifiers),
                                        "files": json.dumps(files)})
         self.directory.mkdir(parents=True, exist_ok=True)

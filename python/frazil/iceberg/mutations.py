@@ -253,8 +253,11 @@ def update_index(table: Table, index: KeyIndex) -> IndexUpdate | None:
             if manifest.added_snapshot_id != snapshot.snapshot_id:
                 continue
             for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
-                if entry.snapshot_id != snapshot.snapshot_id:
-                    continue   # carried over (EXISTING) into a rewritten manifest
+                if entry.status == ManifestEntryStatus.EXISTING:
+                    continue   # carried over into a manifest this snapshot rewrote
+                # ADDED and DELETED entries of a manifest this snapshot wrote are its own, whatever
+                # snapshot id the writer stamped on them (older pyiceberg stamps a DELETED entry
+                # with the snapshot that added the file)
                 content, path = entry.data_file.content, entry.data_file.file_path
                 if content == DataFileContent.EQUALITY_DELETES and entry.status == ManifestEntryStatus.ADDED:
                     return None
@@ -267,14 +270,15 @@ def update_index(table: Table, index: KeyIndex) -> IndexUpdate | None:
                         gone.add(path)
                 elif content == DataFileContent.POSITION_DELETES and entry.status == ManifestEntryStatus.ADDED:
                     deletes.append(path)
-    dropped = sum(index.native.forget_at(path) for path in gone)
-    for path in gone:
-        index.files.pop(path, None)
-    for delete_path in deletes:   # positions another writer deleted in files the index holds
+    deleted: dict[str, list[int]] = {}   # positions another writer deleted in files the index holds
+    for delete_path in deletes:
         rows = read_columns(table.io, delete_path, ["file_path", "pos"])
         for group in rows.group_by("file_path").aggregate([("pos", "list")]).to_pylist():
-            if group["file_path"] in index.files and group["file_path"] not in added:
-                dropped += index.native.forget_at(group["file_path"], group["pos_list"])
+            if group["file_path"] in index.files and group["file_path"] not in added | gone:
+                deleted.setdefault(group["file_path"], []).extend(group["pos_list"])
+    dropped = index.native.forget_at(sorted(gone), sorted(deleted.items())) if gone or deleted else 0   # one pass
+    for path in gone:
+        index.files.pop(path, None)
     if added:
         for task in table.scan(snapshot_id=current.snapshot_id).plan_files():
             if task.file.file_path in added:

@@ -64,12 +64,12 @@ impl KeyIndex {
         py.detach(|| self.lock().forget(&columns)).map_err(arrow_err)
     }
 
-    /// Rows no longer where the index has them: every row of data file ``path`` (``positions``
-    /// None), or those at ``positions`` of it. Keys found elsewhere keep their other positions.
-    /// Returns how many positions were dropped.
-    #[pyo3(signature = (path, positions=None))]
-    fn forget_at(&self, py: Python<'_>, path: &str, positions: Option<Vec<u32>>) -> usize {
-        py.detach(|| self.lock().forget_at(path, positions.as_deref()))
+    /// Rows no longer where the index has them, in one pass: every row of the data files in
+    /// ``files``, and those at the positions listed per file in ``positions`` (``[(path,
+    /// [pos, ...]), ...]``). Keys found elsewhere keep their other positions. Returns how many
+    /// positions were dropped.
+    fn forget_at(&self, py: Python<'_>, files: Vec<String>, positions: Vec<(String, Vec<u32>)>) -> usize {
+        py.detach(|| self.lock().forget_at(&files, &positions))
     }
 
     /// Every entry, for a checkpoint: ``(files, batches)``, each batch of at most ``batch_rows``
