@@ -32,7 +32,7 @@ from pyiceberg.table.snapshots import ancestors_of
 from frazil import faults
 from frazil.errors import CommitFailed, CommitOutcomeUnknown, FrazilError, OffsetGapError, OffsetOverlapError
 from frazil.flow import retry
-from frazil.iceberg import mutations, offsets, writes
+from frazil.iceberg import index_store, mutations, offsets, writes
 from frazil.iceberg.commits import (
     delete_files,
     find_commit,
@@ -399,40 +399,7 @@ class Committer:
     def _plan(self, table: Table, identifiers: tuple[str, ...], changes: mutations.NewKeys
               ) -> tuple[mutations.Plan, list[DataFile]]:
         """The position deletes of a keyed table's commit, planned against ``table`` as loaded."""
-        index = self._indexes.get(self._table_name)
-        current = table.current_snapshot()
-        now = current.snapshot_id if current else None
-        if index is None and self._store is not None:
-            began = time.monotonic()
-            index = self._store.load(self._table_name, table, identifiers)
-            if index is not None:
-                self._indexes[self._table_name] = index
-                log.info("table %s: key index read from its checkpoint at snapshot %s: %d keys, %.0f ms",
-                         self._table_name, index.snapshot_id, len(index), 1000 * (time.monotonic() - began))
-        if index is not None and index.identifiers == identifiers and index.snapshot_id != now:
-            if mutations.rows_unmoved_since(table, index.snapshot_id):
-                log.info("table %s: snapshots since %s moved no row (delete files rewritten); the key index stands",
-                         self._table_name, index.snapshot_id)
-                index.snapshot_id = now
-            else:
-                began, was = time.monotonic(), index.snapshot_id
-                try:
-                    update = mutations.update_index(table, index)
-                except Exception as exc:  # noqa: BLE001 - part-moved: built from the table below instead
-                    log.warning("table %s: the key index could not be moved from snapshot %s (%s: %s); building it "
-                                "from the table", self._table_name, was, type(exc).__name__, exc)
-                    update, index = None, None
-                    del self._indexes[self._table_name]
-                if update is not None and index is not None:
-                    log.info("table %s: key index brought from snapshot %s to %s: %d data file(s) read, %d gone, %d "
-                             "position(s) dropped; %d keys, %.0f ms", self._table_name, was, now, update.read,
-                             update.left, update.dropped, len(index), 1000 * (time.monotonic() - began))
-        if index is None or index.identifiers != identifiers or index.snapshot_id != now:
-            began = time.monotonic()
-            index = self._indexes[self._table_name] = mutations.build_index(table, identifiers)
-            log.info("table %s: key index built from snapshot %s: %d keys in %d data file(s), %.1f MiB, %.0f ms",
-                     self._table_name, index.snapshot_id, len(index), len(index.files),
-                     index.native.memory_bytes / 2**20, 1000 * (time.monotonic() - began))
+        index = index_store.current_index(self._indexes, self._store, self._table_name, table, identifiers)
         for path, spec_partition in changes.files.items():
             index.files[path] = spec_partition
         delta = mutations.plan(index, changes.rows, changes.deletes)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -26,6 +27,9 @@ from pyiceberg.table.snapshots import ancestors_of
 from frazil.iceberg import mutations
 
 log = logging.getLogger(__name__)
+
+# the key index's lines are the committer's, as they were when it kept the index itself
+said = logging.getLogger("frazil.iceberg.committer")
 
 BATCH_ROWS = 1 << 20
 FORMAT = "1"
@@ -104,3 +108,46 @@ class IndexStore:
         if current is None or snapshot not in {s.snapshot_id for s in ancestors_of(current, table.metadata)}:
             return f"its snapshot {snapshot} is not one of the table's current history (a rollback, or expired)"
         return ""
+
+
+def current_index(indexes: dict[str, mutations.KeyIndex], store: IndexStore | None, name: str, table: Table,
+                  identifiers: tuple[str, ...]) -> mutations.KeyIndex:
+    """Blocking. Table ``name``'s key index as of ``table``'s current snapshot, kept in
+    ``indexes``: the one held, or read from its checkpoint in ``store``; moved by the snapshots
+    since (none moved a row; or by their files alone); built from the table when none of that can
+    be had. Each step is logged with its cost."""
+    index = indexes.get(name)
+    current = table.current_snapshot()
+    now = current.snapshot_id if current else None
+    if index is None and store is not None:
+        began = time.monotonic()
+        index = store.load(name, table, identifiers)
+        if index is not None:
+            indexes[name] = index
+            said.info("table %s: key index read from its checkpoint at snapshot %s: %d keys, %.0f ms", name,
+                     index.snapshot_id, len(index), 1000 * (time.monotonic() - began))
+    if index is not None and index.identifiers == identifiers and index.snapshot_id != now:
+        if mutations.rows_unmoved_since(table, index.snapshot_id):
+            said.info("table %s: snapshots since %s moved no row (delete files rewritten); the key index stands",
+                     name, index.snapshot_id)
+            index.snapshot_id = now
+        else:
+            began, was = time.monotonic(), index.snapshot_id
+            try:
+                update = mutations.update_index(table, index)
+            except Exception as exc:  # noqa: BLE001 - part-moved: built from the table below instead
+                said.warning("table %s: the key index could not be moved from snapshot %s (%s: %s); building it from "
+                            "the table", name, was, type(exc).__name__, exc)
+                update, index = None, None
+                del indexes[name]
+            if update is not None and index is not None:
+                said.info("table %s: key index brought from snapshot %s to %s: %d data file(s) read, %d gone, %d "
+                         "position(s) dropped; %d keys, %.0f ms", name, was, now, update.read, update.left,
+                         update.dropped, len(index), 1000 * (time.monotonic() - began))
+    if index is None or index.identifiers != identifiers or index.snapshot_id != now:
+        began = time.monotonic()
+        index = indexes[name] = mutations.build_index(table, identifiers)
+        said.info("table %s: key index built from snapshot %s: %d keys in %d data file(s), %.1f MiB, %.0f ms", name,
+                 index.snapshot_id, len(index), len(index.files), index.native.memory_bytes / 2**20,
+                 1000 * (time.monotonic() - began))
+    return index
