@@ -310,14 +310,18 @@ class KeyIndex:
         """An estimate of the heap the index holds."""
 
 def split_changes(values: list[bytes], *, op: list[str], after: list[str], before: list[str],
-                  upsert_ops: list[str], delete_ops: list[str], unwrap_envelope: bool
-                  ) -> tuple[bytes, list[bytes | None], list[tuple[int, str, str]]]:
+                  upsert_ops: list[str], delete_ops: list[str], unwrap_envelope: bool,
+                  units: list[tuple[str, str]] = ...) -> tuple[bytes, list[bytes | None], list[tuple[int, str, str]]]:
     """Change records: per value its kind (``1`` upsert, ``2`` delete, ``0`` bad) in one bytes
     object, its row as a copy of the slice of the value holding it (``after`` for an upsert,
     ``before`` for a delete, ``[]``: the whole value; None when bad), and the bad ones as
     ``(index, field, reason)``. ``op``: the operation field's path (``[]``: every value is an
-    upsert of itself). ``unwrap_envelope``: read through a ``{"schema", "payload"}`` value. Runs
-    without the GIL."""
+    upsert of itself). ``unwrap_envelope``: read through a ``{"schema", "payload"}`` value.
+    ``units``: (column, unit) of the row's columns read as counts (``"d"``, ``"ms"``, ``"us"``...); a
+    number whose envelope schema names another unit of time (Debezium's ``Timestamp`` where the
+    column reads ``MicroTimestamp``'s microseconds) is brought to the column's unit in a copy of the
+    row, exactly, or the record is bad (digits below the unit, days against a time) naming
+    ``after.<column>``. Runs without the GIL."""
 
 def append_routed(
     *,

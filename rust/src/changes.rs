@@ -27,13 +27,18 @@ pub struct Spec {
     pub delete_ops: Vec<String>,
     /// Read through the JSON converter's `{"schema", "payload"}` envelope when a value is one.
     pub unwrap_envelope: bool,
+    /// Per row column that reads numbers as counts of a unit (a date in days, a timestamp in
+    /// microseconds): (column, unit). An envelope whose schema names another unit for the column
+    /// makes its record bad: read in the column's unit, its numbers would be off by a factor.
+    pub units: Vec<(String, String)>,
 }
 
 /// What one record asks for.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Change<'a> {
-    Upsert(&'a [u8]),
-    Delete(&'a [u8]),
+    /// The row: a slice of the value, or a copy where a number was rescaled to its column's unit.
+    Upsert(Cow<'a, [u8]>),
+    Delete(Cow<'a, [u8]>),
     /// Not a change this table can take: the field at fault (dotted path, "" for the value) and why.
     Bad {
         field: String,
@@ -41,7 +46,22 @@ pub enum Change<'a> {
     },
 }
 
+/// Every value of a batch, as [`split`]; an envelope's schema is read once per distinct text.
+pub fn split_all<'a, V: AsRef<[u8]>>(values: &'a [V], spec: &Spec) -> Vec<Change<'a>> {
+    let mut seen = Vec::new();
+    values.iter().map(|v| split_seen(v.as_ref(), spec, &mut seen)).collect()
+}
+
 pub fn split<'a>(value: &'a [u8], spec: &Spec) -> Change<'a> {
+    split_seen(value, spec, &mut Vec::new())
+}
+
+/// What an envelope's schema says of the row's numbers, against `spec.units`.
+type Units = Result<Rescale, (String, String)>;
+
+/// [`split`], remembering in `seen` what each envelope schema (by its exact text) says of the
+/// units: the JSON converter repeats one schema in every record of a table.
+fn split_seen<'a>(value: &'a [u8], spec: &Spec, seen: &mut Vec<(&'a str, Units)>) -> Change<'a> {
     let Ok(text) = std::str::from_utf8(value) else {
         return bad("", "the value is not UTF-8 text, so not JSON");
     };
@@ -49,15 +69,35 @@ pub fn split<'a>(value: &'a [u8], spec: &Spec) -> Change<'a> {
         Ok(e) => e,
         Err(reason) => return bad("", &reason),
     };
+    let mut rescale: Option<&Rescale> = None;
     let (text, entries) = match unwrapped(&entries, spec) {
-        Some(payload) => match self::entries(payload) {
-            Ok(e) => (payload, e),
-            Err(reason) => return bad("payload", &reason),
-        },
+        Some(payload) => {
+            if !spec.units.is_empty() {
+                let schema = entries.iter().find(|(k, _)| k == "schema").map_or("", |(_, v)| v.get());
+                let at = match seen.iter().position(|(s, _)| *s == schema) {
+                    Some(at) => at,
+                    None => {
+                        seen.push((schema, units_of(schema, spec)));
+                        seen.len() - 1
+                    }
+                };
+                match &seen[at].1 {
+                    Err((field, reason)) => return bad(field, reason),
+                    Ok(r) => rescale = Some(r).filter(|r| !r.is_empty()),
+                }
+            }
+            match self::entries(payload) {
+                Ok(e) => (payload, e),
+                Err(reason) => return bad("payload", &reason),
+            }
+        }
         None => (text, entries),
     };
     if spec.op.is_empty() {
-        return Change::Upsert(text.as_bytes());
+        return match rescaled(text, rescale.map_or(&[][..], |r| &r.after), "") {
+            Ok(row) => Change::Upsert(row),
+            Err((field, reason)) => bad(&field, &reason),
+        };
     }
     let op_field = spec.op.join(".");
     let op = match find(&entries, &spec.op) {
@@ -91,16 +131,180 @@ pub fn split<'a>(value: &'a [u8], spec: &Spec) -> Change<'a> {
     let field = path.join(".");
     match row {
         Ok(Some(row)) if row.trim_start().starts_with('{') => {
-            if upsert {
-                Change::Upsert(row.as_bytes())
-            } else {
-                Change::Delete(row.as_bytes())
+            let scales = rescale.map_or(&[][..], |r| if upsert { &r.after } else { &r.before });
+            match rescaled(row, scales, &field) {
+                Ok(row) if upsert => Change::Upsert(row),
+                Ok(row) => Change::Delete(row),
+                Err((at, reason)) => bad(&at, &reason),
             }
         }
         Ok(Some(_)) => bad(&field, &format!("the row of operation {op:?} must be a JSON object")),
         Ok(None) => bad(&field, &format!("operation {op:?} needs its row in {field:?}, which is missing or null")),
         Err((at, reason)) => bad(&at, &reason),
     }
+}
+
+/// The unit of the numbers of Kafka Connect's and Debezium's temporal types, by semantic name.
+fn semantic_unit(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "org.apache.kafka.connect.data.Date" | "io.debezium.time.Date" => "d",
+        "org.apache.kafka.connect.data.Time"
+        | "org.apache.kafka.connect.data.Timestamp"
+        | "io.debezium.time.Time"
+        | "io.debezium.time.Timestamp" => "ms",
+        "io.debezium.time.MicroTime" | "io.debezium.time.MicroTimestamp" => "us",
+        "io.debezium.time.NanoTime" | "io.debezium.time.NanoTimestamp" => "ns",
+        _ => return None,
+    })
+}
+
+fn unit_words(unit: &str) -> &str {
+    match unit {
+        "d" => "days",
+        "s" => "seconds",
+        "ms" => "milliseconds",
+        "us" => "microseconds",
+        "ns" => "nanoseconds",
+        other => other,
+    }
+}
+
+/// How many nanoseconds one count of `unit` is; None for days (a date is not a count of time).
+fn nanos(unit: &str) -> Option<i64> {
+    match unit {
+        "s" => Some(1_000_000_000),
+        "ms" => Some(1_000_000),
+        "us" => Some(1_000),
+        "ns" => Some(1),
+        _ => None,
+    }
+}
+
+/// A number of the row in another unit than its column's: multiplied (sent coarser) or divided
+/// (sent finer) by the factor between the two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scale {
+    Times(i64),
+    Over(i64),
+}
+
+/// Per row (`after` for an upsert, `before` for a delete): the columns whose numbers the record's
+/// schema says are in another unit than the column reads.
+#[derive(Debug, Default)]
+struct Rescale {
+    after: Vec<(String, String, Scale)>, // column, the unit sent, scale
+    before: Vec<(String, String, Scale)>,
+}
+
+impl Rescale {
+    fn is_empty(&self) -> bool {
+        self.after.is_empty() && self.before.is_empty()
+    }
+}
+
+/// What the envelope's schema says of the units of the row's numbers: the rescaling a column sent
+/// in another unit of time needs (a source column's precision, or the connector's
+/// `time.precision.mode`, changed: `MicroTimestamp` to `Timestamp`), or the column and why its
+/// numbers cannot be read at all (days where a time is read, or the reverse).
+fn units_of(schema: &str, spec: &Spec) -> Units {
+    let Ok(schema) = serde_json::from_str::<serde_json::Value>(schema) else { return Ok(Rescale::default()) };
+    let struct_at = |path: &[String]| {
+        path.iter().try_fold(&schema, |row, step| {
+            row.get("fields")?.as_array()?.iter().find(|f| f.get("field").and_then(|n| n.as_str()) == Some(step))
+        })
+    };
+    let mut out = Rescale::default();
+    for (path, scales) in [(&spec.after, &mut out.after), (&spec.before, &mut out.before)] {
+        let Some(row) = struct_at(path) else { continue };
+        for field in row.get("fields").and_then(|f| f.as_array()).into_iter().flatten() {
+            let Some(column) = field.get("field").and_then(|n| n.as_str()) else { continue };
+            let Some((_, unit)) = spec.units.iter().find(|(c, _)| c == column) else { continue };
+            let Some(name) = field.get("name").and_then(|n| n.as_str()) else { continue };
+            let Some(sent) = semantic_unit(name) else { continue };
+            if sent == unit {
+                continue;
+            }
+            match (nanos(sent), nanos(unit)) {
+                (Some(from), Some(to)) => {
+                    let scale = if from > to { Scale::Times(from / to) } else { Scale::Over(to / from) };
+                    scales.push((column.to_owned(), sent.to_owned(), scale));
+                }
+                _ => {
+                    let at: Vec<&str> = path.iter().map(String::as_str).chain([column]).collect();
+                    return Err((
+                        at.join("."),
+                        format!(
+                            "the source now sends {column} as {name}, a count of {}, but the column reads a \
+                             count of {} (unit {unit:?}): the source column's type changed, which this \
+                             column cannot follow; point the source at a new table, or declare the column \
+                             anew",
+                            unit_words(sent),
+                            unit_words(unit)
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `row` (a JSON object) with the numbers of the columns in `scales` brought to their column's
+/// unit; the row as it is when there are none. A number that cannot be brought exactly (digits
+/// below the column's unit, or out of range) is the record's fault: its dotted path, and why.
+fn rescaled<'a>(
+    row: &'a str,
+    scales: &[(String, String, Scale)],
+    path: &str,
+) -> Result<Cow<'a, [u8]>, (String, String)> {
+    if scales.is_empty() {
+        return Ok(Cow::Borrowed(row.as_bytes()));
+    }
+    let at = |column: &str| if path.is_empty() { column.to_owned() } else { format!("{path}.{column}") };
+    let fields = entries(row).map_err(|reason| (path.to_owned(), reason))?;
+    let mut out = String::with_capacity(row.len() + 16);
+    out.push('{');
+    for (n, (key, raw)) in fields.iter().enumerate() {
+        if n > 0 {
+            out.push(',');
+        }
+        out.push_str(&serde_json::to_string(key).expect("a string serializes"));
+        out.push(':');
+        let Some((_, sent, scale)) = scales.iter().find(|(c, _, _)| c == key) else {
+            out.push_str(raw.get());
+            continue;
+        };
+        let text = raw.get().trim();
+        if text == "null" {
+            out.push_str(text);
+            continue;
+        }
+        let Ok(count) = text.parse::<i64>() else {
+            return Err((
+                at(key),
+                format!("the schema says {key} is a count of {}, but it is {text}", unit_words(sent)),
+            ));
+        };
+        let scaled = match *scale {
+            Scale::Times(f) => count
+                .checked_mul(f)
+                .ok_or_else(|| (at(key), format!("{count} {} is out of the column's range", unit_words(sent))))?,
+            Scale::Over(f) if count % f == 0 => count / f,
+            Scale::Over(_) => {
+                return Err((
+                    at(key),
+                    format!(
+                        "{count} {} has digits below the column's unit; the column cannot hold it exactly \
+                         (a finer column: declare the column anew, or keep the source's precision)",
+                        unit_words(sent)
+                    ),
+                ))
+            }
+        };
+        out.push_str(&scaled.to_string());
+    }
+    out.push('}');
+    Ok(Cow::Owned(out.into_bytes()))
 }
 
 fn bad<'a>(field: &str, reason: &str) -> Change<'a> {
@@ -204,13 +408,14 @@ mod tests {
             upsert_ops: ["c", "r", "u"].map(String::from).to_vec(),
             delete_ops: vec!["d".into()],
             unwrap_envelope: true,
+            units: vec![],
         }
     }
 
     fn text(c: Change) -> String {
         match c {
-            Change::Upsert(r) => format!("U {}", std::str::from_utf8(r).unwrap()),
-            Change::Delete(r) => format!("D {}", std::str::from_utf8(r).unwrap()),
+            Change::Upsert(r) => format!("U {}", std::str::from_utf8(&r).unwrap()),
+            Change::Delete(r) => format!("D {}", std::str::from_utf8(&r).unwrap()),
             Change::Bad { field, reason } => format!("BAD {field}: {reason}"),
         }
     }
@@ -237,6 +442,61 @@ mod tests {
         let flat = Spec { unwrap_envelope: true, ..Spec::default() };
         let v = br#"{"schema": 1, "payload": {"a": 1}, "id": 4}"#;
         assert_eq!(text(split(v, &flat)), format!("U {}", std::str::from_utf8(v).unwrap()));
+    }
+
+    fn envelope(ts_name: &str, ts: i64) -> String {
+        let row = format!(
+            r#"{{"type": "struct", "optional": true, "fields": [{{"type": "int32", "field": "id"}},
+                {{"type": "int64", "optional": true, "name": "{ts_name}", "field": "ts"}}]"#
+        );
+        format!(
+            r#"{{"schema": {{"type": "struct", "fields": [{row}, "field": "before"}}, {row}, "field": "after"}},
+                {{"type": "string", "field": "op"}}]}},
+               "payload": {{"before": null, "after": {{"id": 1, "ts": {ts}}}, "op": "c"}}}}"#
+        )
+    }
+
+    #[test]
+    fn a_number_sent_in_another_unit_than_its_columns_is_brought_to_it_exactly() {
+        let s = Spec { units: vec![("ts".into(), "us".into())], ..debezium() };
+        let micros = envelope("io.debezium.time.MicroTimestamp", 1_700_000_000_000_001);
+        let millis = envelope("io.debezium.time.Timestamp", 1_700_000_000_123);
+        let values = [micros.as_bytes(), millis.as_bytes(), micros.as_bytes(), millis.as_bytes()];
+        let got: Vec<String> = split_all(&values, &s).into_iter().map(text).collect();
+        assert_eq!(got[0], r#"U {"id": 1, "ts": 1700000000000001}"#); // the slice, untouched
+        assert_eq!(got[1], r#"U {"id":1,"ts":1700000000123000}"#);
+        assert_eq!(got[2], got[0]);
+        assert_eq!(got[3], got[1]);
+        // finer than the column: exact or refused, never rounded
+        let nanos = envelope("io.debezium.time.NanoTimestamp", 1_700_000_000_000_001_000);
+        assert_eq!(text(split(nanos.as_bytes(), &s)), r#"U {"id":1,"ts":1700000000000001}"#);
+        let t = text(split(envelope("io.debezium.time.NanoTimestamp", 1_700_000_000_000_001_001).as_bytes(), &s));
+        assert!(
+            t.starts_with("BAD after.ts: 1700000000000001001 nanoseconds has digits below the column's unit"),
+            "{t}"
+        );
+        let t = text(split(envelope("org.apache.kafka.connect.data.Timestamp", i64::MAX / 10).as_bytes(), &s));
+        assert!(t.starts_with("BAD after.ts: 922337203685477580 milliseconds is out of the column's range"), "{t}");
+        // a date's days are no count of time: refused, naming both
+        let t = text(split(envelope("io.debezium.time.Date", 5).as_bytes(), &s));
+        assert!(
+            t.starts_with(
+                "BAD after.ts: the source now sends ts as io.debezium.time.Date, a count of days, but \
+                               the column reads a count of microseconds"
+            ),
+            "{t}"
+        );
+        // a name with no unit, or no name, is not a conflict (a declared unit is the user's word)
+        assert!(text(split(envelope("x.Custom", 5).as_bytes(), &s)).starts_with(r#"U {"id": 1"#));
+        // without units nothing is read of the schema
+        assert!(text(split(millis.as_bytes(), &debezium())).starts_with(r#"U {"id": 1, "ts": 1700000000123}"#));
+        // a delete's row (its key) is brought to the units too; null stays null
+        let d = millis
+            .replace(r#""before": null"#, r#""before": {"id": 2, "ts": 7}"#)
+            .replace(r#""op": "c""#, r#""op": "d""#);
+        assert_eq!(text(split(d.as_bytes(), &s)), r#"D {"id":2,"ts":7000}"#);
+        let n = millis.replace("1700000000123", "null");
+        assert_eq!(text(split(n.as_bytes(), &s)), r#"U {"id":1,"ts":null}"#);
     }
 
     #[test]

@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from frazil.buffers.changes import ChangeBuffer, key_row
 from frazil.config import DEBEZIUM, ChangesConfig
+from frazil.iceberg.catalog import UNIT_KEY
 
 SCHEMA = pa.schema([
     pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string()),
@@ -113,3 +114,39 @@ def test_a_key_twice_in_a_change_is_a_bad_change_naming_it_and_the_rest_is_kept(
     assert [(p.offset, p.field, p.reason) for p in problems] == [(0, "op", twice), (1, "id", twice)]
     rows = buf.drain()
     assert rows is not None and rows.column("id").to_pylist() == [4]
+
+
+def test_a_timestamp_sent_in_another_unit_after_a_source_precision_change_lands_as_the_same_instant() -> None:
+    """A table made from the JSON converter's envelope reads a column's numbers in the unit its
+    first schema named; Debezium names another (``Timestamp``, milliseconds, where it was
+    ``MicroTimestamp``) once the source column's precision changes: each record's own schema says
+    how to read its number, exactly, or the record is bad."""
+    micros = pa.field("ts", pa.timestamp("us"), metadata={UNIT_KEY: b"us"})
+    schema = SCHEMA.insert(2, micros)
+
+    def change(op: str, key: int, ts: int | None, name: str) -> bytes:
+        field = {"type": "int64", "optional": True, "name": name, "field": "ts"}
+        row_schema = {"type": "struct", "optional": True, "fields": [{"type": "int64", "field": "id"}, field]}
+        row = {"id": key, "ts": ts}
+        envelope = {"type": "struct", "fields": [{**row_schema, "field": "before"}, {**row_schema, "field": "after"},
+                                                 {"type": "string", "field": "op"}]}
+        payload = {"before": row if op == "d" else None, "after": None if op == "d" else row, "op": op}
+        return json.dumps({"schema": envelope, "payload": payload}).encode()
+
+    buf = ChangeBuffer(schema, ChangesConfig("cdc", **DEBEZIUM), ["id"])
+    at = 1_700_000_000_123_000
+    problems = buf.append("t", 0, [
+        Rec(0, change("c", 1, at + 456, "io.debezium.time.MicroTimestamp")),
+        Rec(1, change("u", 2, at // 1000, "io.debezium.time.Timestamp")),          # milliseconds now
+        Rec(2, change("u", 3, None, "io.debezium.time.Timestamp")),
+        Rec(3, change("u", 4, at * 1000 + 7, "io.debezium.time.NanoTimestamp")),   # below the column's unit
+        Rec(4, change("u", 5, 19_000, "io.debezium.time.Date")),                   # days: no instant
+        Rec(5, change("d", 6, at // 1000, "io.debezium.time.Timestamp")),
+    ])
+    assert [(p.offset, p.field) for p in problems] == [(3, "after.ts"), (4, "after.ts")]
+    assert "has digits below the column's unit" in problems[0].reason
+    assert "io.debezium.time.Date, a count of days, but the column reads a count of microseconds" in problems[1].reason
+    rows, keys = buf.drain(), buf.drain_deletes()
+    assert rows is not None and keys is not None
+    assert rows.column("ts").cast(pa.int64()).to_pylist() == [at + 456, at, None]
+    assert keys.column("id").to_pylist() == [6]

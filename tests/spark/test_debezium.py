@@ -1,11 +1,11 @@
 """Change data capture end to end with the real parts: a SQL workload over 20 PostgreSQL tables
 (a snapshot, then inserts, updates and deletes in small transactions, one transaction touching
-thousands of rows, an ``ALTER TABLE ... ADD COLUMN`` mid-stream), read by Debezium's PostgreSQL
-connector in a real Kafka Connect worker, written as Avro through the schema registry or as JSON
-in Kafka Connect's schema envelope; frazil makes one keyed table per topic from the schemas the
-records carry (``[dynamic]``, no declared columns), SIGKILLed at its commit fault points on the
-way. At the end every Iceberg table, read by Spark SQL and by pyiceberg, equals its PostgreSQL
-table: every row, every column, every value."""
+thousands of rows, an ``ALTER TABLE ... ADD COLUMN`` and a timestamp column made coarser
+mid-stream), read by Debezium's PostgreSQL connector in a real Kafka Connect worker, written as
+Avro through the schema registry or as JSON in Kafka Connect's schema envelope; frazil makes one
+keyed table per topic from the schemas the records carry (``[dynamic]``, no declared columns),
+SIGKILLed at its commit fault points on the way. At the end every Iceberg table, read by Spark SQL
+and by pyiceberg, equals its PostgreSQL table: every row, every column, every value."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ TABLES = [f"t{i:02d}" for i in range(20)]
 COLUMNS = ("id", "name", "amount", "qty", "ts", "day", "flag", "ratio", "r", "at")
 EVOLVING = "t05"    # gains a column mid-stream
 BIG = "t00"         # one transaction touches thousands of its rows
+COARSENED = "t06"   # its timestamp column goes from microseconds to milliseconds mid-stream
 Row = dict[str, Any]
 
 
@@ -114,6 +115,13 @@ class Source:
                               (f"note {key}", Decimal(key) / 1000, datetime.date(1900, 1, 1)
                                + datetime.timedelta(days=key), key))
         self.insert(EVOLVING)
+
+    def coarsen(self) -> None:
+        """``ts`` of ``COARSENED`` becomes ``timestamp(3)``: Debezium then sends its numbers as
+        milliseconds (``Timestamp``) where they were microseconds (``MicroTimestamp``). Every row is
+        touched after, so that each holds PostgreSQL's rounded value at the end."""
+        self.conn.execute(f"ALTER TABLE {self.schema}.{COARSENED} ALTER COLUMN ts TYPE timestamp(3)")
+        self.conn.execute(f"UPDATE {self.schema}.{COARSENED} SET qty = qty")
 
     def rows(self, t: str) -> dict[int, Row]:
         cur = self.conn.execute(f"SELECT * FROM {self.schema}.{t}")
@@ -224,6 +232,7 @@ enabled = false
     first = run(config, log, faults="commit.after_catalog=kill")
     assert first.wait(timeout=180) == -signal.SIGKILL, log.read_text()[-3000:]
     source.add_columns()
+    source.coarsen()
     source.changes(300)
     second = run(config, log, faults="commit.after_deletes_written=kill@3")
     source.changes(200)

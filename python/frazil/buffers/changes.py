@@ -19,7 +19,7 @@ from frazil import _native
 from frazil.buffers.conform import conform
 from frazil.buffers.record_buffer import KafkaRecord, RecordBuffer, RecordProblem, values_of
 from frazil.config import OP_COLUMN, ChangesConfig
-from frazil.iceberg.catalog import META_COLUMNS
+from frazil.iceberg.catalog import META_COLUMNS, UNIT_KEY
 
 UPSERT, DELETE = 1, 2
 
@@ -56,6 +56,9 @@ class ChangeBuffer(RecordBuffer):
         self._keys = RecordBuffer(key_schema(schema, identifiers), metadata_columns=True, unknown_fields="ignore",
                                   case_insensitive=case_insensitive)
         self.tombstones_skipped = 0   # counted here, read and reset by the pipeline
+        # the columns read as counts of a unit: an envelope naming another unit for one is refused
+        self._units = [(f.name, f.metadata[UNIT_KEY].decode()) for f in schema
+                       if f.metadata and UNIT_KEY in f.metadata]
 
     def append_fetched(self, topic: str, partition: int, fetched: _native.Fetched,
                        start: int = 0, at: list[int] | None = None) -> list[RecordProblem]:
@@ -93,9 +96,7 @@ class ChangeBuffer(RecordBuffer):
         spec = self.changes
         if not spec.op:   # upsert mode: every value is the row
             return super().append(topic, partition, records)
-        kinds, rows, bad = _native.split_changes(
-            values_of(records), op=list(spec.op), after=list(spec.after), before=list(spec.before),
-            upsert_ops=list(spec.upsert_ops), delete_ops=list(spec.delete_ops), unwrap_envelope=spec.unwrap_envelope)
+        kinds, rows, bad = self._split_native(records)
         upserts: list[_Change] = []
         deletes: list[_Change] = []
         for record, kind, row in zip(records, kinds, rows, strict=True):
@@ -110,15 +111,21 @@ class ChangeBuffer(RecordBuffer):
         problems += [RecordProblem(records[i].offset, field, reason) for i, field, reason in bad]
         return sorted(problems, key=lambda p: p.offset)
 
+    def _split_native(self, records: Sequence[KafkaRecord]
+                      ) -> tuple[builtins.bytes, list[builtins.bytes | None], list[tuple[int, str, str]]]:
+        spec = self.changes
+        return _native.split_changes(
+            values_of(records), op=list(spec.op), after=list(spec.after), before=list(spec.before),
+            upsert_ops=list(spec.upsert_ops), delete_ops=list(spec.delete_ops), unwrap_envelope=spec.unwrap_envelope,
+            units=self._units)
+
     def rows_of(self, records: Sequence[KafkaRecord]) -> list[builtins.bytes | None]:
         """The row each record carries (an upsert's; None for a delete or a bad change): what a
         schema change is made of."""
         spec = self.changes
         if not spec.op:
             return [r.value for r in records]
-        kinds, rows, _ = _native.split_changes(
-            values_of(records), op=list(spec.op), after=list(spec.after), before=list(spec.before),
-            upsert_ops=list(spec.upsert_ops), delete_ops=list(spec.delete_ops), unwrap_envelope=spec.unwrap_envelope)
+        kinds, rows, _ = self._split_native(records)
         return [row if kind == UPSERT else None for kind, row in zip(kinds, rows, strict=True)]
 
     def append_tombstones(self, topic: str, partition: int, records: Sequence[KafkaRecord]) -> list[RecordProblem]:

@@ -11,7 +11,7 @@ type Split<'py> = (Bound<'py, PyBytes>, Vec<Option<Bound<'py, PyBytes>>>, Vec<(u
 /// object, its row as a slice of the value (None when bad), and the bad ones as
 /// ``(index, field, reason)``. Runs without the GIL; only the rows are copied out.
 #[pyfunction]
-#[pyo3(signature = (values, *, op, after, before, upsert_ops, delete_ops, unwrap_envelope))]
+#[pyo3(signature = (values, *, op, after, before, upsert_ops, delete_ops, unwrap_envelope, units = vec![]))]
 #[allow(clippy::too_many_arguments)] // one argument per keyword of the Python signature
 pub fn split_changes<'py>(
     py: Python<'py>,
@@ -22,9 +22,10 @@ pub fn split_changes<'py>(
     upsert_ops: Vec<String>,
     delete_ops: Vec<String>,
     unwrap_envelope: bool,
+    units: Vec<(String, String)>,
 ) -> Split<'py> {
-    let spec = Spec { op, after, before, upsert_ops, delete_ops, unwrap_envelope };
-    let found: Vec<Change> = py.detach(|| values.iter().map(|v| changes::split(v, &spec)).collect());
+    let spec = Spec { op, after, before, upsert_ops, delete_ops, unwrap_envelope, units };
+    let found: Vec<Change> = py.detach(|| changes::split_all(&values, &spec));
     let mut kinds = Vec::with_capacity(found.len());
     let mut rows = Vec::with_capacity(found.len());
     let mut bad = Vec::new();
@@ -32,11 +33,11 @@ pub fn split_changes<'py>(
         match change {
             Change::Upsert(row) => {
                 kinds.push(1u8);
-                rows.push(Some(PyBytes::new(py, row)));
+                rows.push(Some(PyBytes::new(py, &row)));
             }
             Change::Delete(row) => {
                 kinds.push(2u8);
-                rows.push(Some(PyBytes::new(py, row)));
+                rows.push(Some(PyBytes::new(py, &row)));
             }
             Change::Bad { field, reason } => {
                 kinds.push(0u8);
