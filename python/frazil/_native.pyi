@@ -321,7 +321,9 @@ def split_changes(values: list[bytes], *, op: list[str], after: list[str], befor
     number whose envelope schema names another unit of time (Debezium's ``Timestamp`` where the
     column reads ``MicroTimestamp``'s microseconds) is brought to the column's unit in a copy of the
     row, exactly, or the record is bad (digits below the unit, days against a time) naming
-    ``after.<column>``. Runs without the GIL."""
+    ``after.<column>``. A column the envelope's schema names a Connect ``Decimal`` and that came as
+    base64 text (``decimal.format=BASE64``) is written as its digits at the schema's scale. Runs
+    without the GIL."""
 
 def append_routed(
     *,

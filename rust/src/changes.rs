@@ -11,6 +11,7 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use crate::buffer::twice;
+use crate::envelope::{self, Fixes, Reading};
 
 /// How change records are read.
 #[derive(Debug, Clone, Default)]
@@ -36,7 +37,8 @@ pub struct Spec {
 /// What one record asks for.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Change<'a> {
-    /// The row: a slice of the value, or a copy where a number was rescaled to its column's unit.
+    /// The row: a slice of the value, or a copy where a value was brought to its column's form
+    /// (a number in another unit of time, a decimal sent as base64 bytes: `envelope.rs`).
     Upsert(Cow<'a, [u8]>),
     Delete(Cow<'a, [u8]>),
     /// Not a change this table can take: the field at fault (dotted path, "" for the value) and why.
@@ -56,12 +58,9 @@ pub fn split<'a>(value: &'a [u8], spec: &Spec) -> Change<'a> {
     split_seen(value, spec, &mut Vec::new())
 }
 
-/// What an envelope's schema says of the row's numbers, against `spec.units`.
-type Units = Result<Rescale, (String, String)>;
-
 /// [`split`], remembering in `seen` what each envelope schema (by its exact text) says of the
-/// units: the JSON converter repeats one schema in every record of a table.
-fn split_seen<'a>(value: &'a [u8], spec: &Spec, seen: &mut Vec<(&'a str, Units)>) -> Change<'a> {
+/// row's values: the JSON converter repeats one schema in every record of a table.
+fn split_seen<'a>(value: &'a [u8], spec: &Spec, seen: &mut Vec<(&'a str, Reading)>) -> Change<'a> {
     let Ok(text) = std::str::from_utf8(value) else {
         return bad("", "the value is not UTF-8 text, so not JSON");
     };
@@ -69,22 +68,21 @@ fn split_seen<'a>(value: &'a [u8], spec: &Spec, seen: &mut Vec<(&'a str, Units)>
         Ok(e) => e,
         Err(reason) => return bad("", &reason),
     };
-    let mut rescale: Option<&Rescale> = None;
+    let mut fixes: Option<&Fixes> = None;
     let (text, entries) = match unwrapped(&entries, spec) {
         Some(payload) => {
-            if !spec.units.is_empty() {
-                let schema = entries.iter().find(|(k, _)| k == "schema").map_or("", |(_, v)| v.get());
-                let at = match seen.iter().position(|(s, _)| *s == schema) {
-                    Some(at) => at,
-                    None => {
-                        seen.push((schema, units_of(schema, spec)));
-                        seen.len() - 1
-                    }
-                };
-                match &seen[at].1 {
-                    Err((field, reason)) => return bad(field, reason),
-                    Ok(r) => rescale = Some(r).filter(|r| !r.is_empty()),
+            let schema = entries.iter().find(|(k, _)| k == "schema").map_or("", |(_, v)| v.get());
+            let at = match seen.iter().position(|(s, _)| *s == schema) {
+                Some(at) => at,
+                None => {
+                    let paths = [&spec.after[..], &spec.before[..]];
+                    seen.push((schema, envelope::fixes_of(schema, paths, &spec.units)));
+                    seen.len() - 1
                 }
+            };
+            match &seen[at].1 {
+                Err((field, reason)) => return bad(field, reason),
+                Ok(f) => fixes = Some(f).filter(|f| !f.is_empty()),
             }
             match self::entries(payload) {
                 Ok(e) => (payload, e),
@@ -94,7 +92,7 @@ fn split_seen<'a>(value: &'a [u8], spec: &Spec, seen: &mut Vec<(&'a str, Units)>
         None => (text, entries),
     };
     if spec.op.is_empty() {
-        return match rescaled(text, rescale.map_or(&[][..], |r| &r.after), "") {
+        return match envelope::fixed(text, fixes.map_or(&[][..], |f| &f.rows[0]), "") {
             Ok(row) => Change::Upsert(row),
             Err((field, reason)) => bad(&field, &reason),
         };
@@ -131,8 +129,8 @@ fn split_seen<'a>(value: &'a [u8], spec: &Spec, seen: &mut Vec<(&'a str, Units)>
     let field = path.join(".");
     match row {
         Ok(Some(row)) if row.trim_start().starts_with('{') => {
-            let scales = rescale.map_or(&[][..], |r| if upsert { &r.after } else { &r.before });
-            match rescaled(row, scales, &field) {
+            let mine = fixes.map_or(&[][..], |f| &f.rows[usize::from(!upsert)]);
+            match envelope::fixed(row, mine, &field) {
                 Ok(row) if upsert => Change::Upsert(row),
                 Ok(row) => Change::Delete(row),
                 Err((at, reason)) => bad(&at, &reason),
@@ -144,169 +142,6 @@ fn split_seen<'a>(value: &'a [u8], spec: &Spec, seen: &mut Vec<(&'a str, Units)>
     }
 }
 
-/// The unit of the numbers of Kafka Connect's and Debezium's temporal types, by semantic name.
-fn semantic_unit(name: &str) -> Option<&'static str> {
-    Some(match name {
-        "org.apache.kafka.connect.data.Date" | "io.debezium.time.Date" => "d",
-        "org.apache.kafka.connect.data.Time"
-        | "org.apache.kafka.connect.data.Timestamp"
-        | "io.debezium.time.Time"
-        | "io.debezium.time.Timestamp" => "ms",
-        "io.debezium.time.MicroTime" | "io.debezium.time.MicroTimestamp" => "us",
-        "io.debezium.time.NanoTime" | "io.debezium.time.NanoTimestamp" => "ns",
-        _ => return None,
-    })
-}
-
-fn unit_words(unit: &str) -> &str {
-    match unit {
-        "d" => "days",
-        "s" => "seconds",
-        "ms" => "milliseconds",
-        "us" => "microseconds",
-        "ns" => "nanoseconds",
-        other => other,
-    }
-}
-
-/// How many nanoseconds one count of `unit` is; None for days (a date is not a count of time).
-fn nanos(unit: &str) -> Option<i64> {
-    match unit {
-        "s" => Some(1_000_000_000),
-        "ms" => Some(1_000_000),
-        "us" => Some(1_000),
-        "ns" => Some(1),
-        _ => None,
-    }
-}
-
-/// A number of the row in another unit than its column's: multiplied (sent coarser) or divided
-/// (sent finer) by the factor between the two.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Scale {
-    Times(i64),
-    Over(i64),
-}
-
-/// Per row (`after` for an upsert, `before` for a delete): the columns whose numbers the record's
-/// schema says are in another unit than the column reads.
-#[derive(Debug, Default)]
-struct Rescale {
-    after: Vec<(String, String, Scale)>, // column, the unit sent, scale
-    before: Vec<(String, String, Scale)>,
-}
-
-impl Rescale {
-    fn is_empty(&self) -> bool {
-        self.after.is_empty() && self.before.is_empty()
-    }
-}
-
-/// What the envelope's schema says of the units of the row's numbers: the rescaling a column sent
-/// in another unit of time needs (a source column's precision, or the connector's
-/// `time.precision.mode`, changed: `MicroTimestamp` to `Timestamp`), or the column and why its
-/// numbers cannot be read at all (days where a time is read, or the reverse).
-fn units_of(schema: &str, spec: &Spec) -> Units {
-    let Ok(schema) = serde_json::from_str::<serde_json::Value>(schema) else { return Ok(Rescale::default()) };
-    let struct_at = |path: &[String]| {
-        path.iter().try_fold(&schema, |row, step| {
-            row.get("fields")?.as_array()?.iter().find(|f| f.get("field").and_then(|n| n.as_str()) == Some(step))
-        })
-    };
-    let mut out = Rescale::default();
-    for (path, scales) in [(&spec.after, &mut out.after), (&spec.before, &mut out.before)] {
-        let Some(row) = struct_at(path) else { continue };
-        for field in row.get("fields").and_then(|f| f.as_array()).into_iter().flatten() {
-            let Some(column) = field.get("field").and_then(|n| n.as_str()) else { continue };
-            let Some((_, unit)) = spec.units.iter().find(|(c, _)| c == column) else { continue };
-            let Some(name) = field.get("name").and_then(|n| n.as_str()) else { continue };
-            let Some(sent) = semantic_unit(name) else { continue };
-            if sent == unit {
-                continue;
-            }
-            match (nanos(sent), nanos(unit)) {
-                (Some(from), Some(to)) => {
-                    let scale = if from > to { Scale::Times(from / to) } else { Scale::Over(to / from) };
-                    scales.push((column.to_owned(), sent.to_owned(), scale));
-                }
-                _ => {
-                    let at: Vec<&str> = path.iter().map(String::as_str).chain([column]).collect();
-                    return Err((
-                        at.join("."),
-                        format!(
-                            "the source now sends {column} as {name}, a count of {}, but the column reads a \
-                             count of {} (unit {unit:?}): the source column's type changed, which this \
-                             column cannot follow; point the source at a new table, or declare the column \
-                             anew",
-                            unit_words(sent),
-                            unit_words(unit)
-                        ),
-                    ));
-                }
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// `row` (a JSON object) with the numbers of the columns in `scales` brought to their column's
-/// unit; the row as it is when there are none. A number that cannot be brought exactly (digits
-/// below the column's unit, or out of range) is the record's fault: its dotted path, and why.
-fn rescaled<'a>(
-    row: &'a str,
-    scales: &[(String, String, Scale)],
-    path: &str,
-) -> Result<Cow<'a, [u8]>, (String, String)> {
-    if scales.is_empty() {
-        return Ok(Cow::Borrowed(row.as_bytes()));
-    }
-    let at = |column: &str| if path.is_empty() { column.to_owned() } else { format!("{path}.{column}") };
-    let fields = entries(row).map_err(|reason| (path.to_owned(), reason))?;
-    let mut out = String::with_capacity(row.len() + 16);
-    out.push('{');
-    for (n, (key, raw)) in fields.iter().enumerate() {
-        if n > 0 {
-            out.push(',');
-        }
-        out.push_str(&serde_json::to_string(key).expect("a string serializes"));
-        out.push(':');
-        let Some((_, sent, scale)) = scales.iter().find(|(c, _, _)| c == key) else {
-            out.push_str(raw.get());
-            continue;
-        };
-        let text = raw.get().trim();
-        if text == "null" {
-            out.push_str(text);
-            continue;
-        }
-        let Ok(count) = text.parse::<i64>() else {
-            return Err((
-                at(key),
-                format!("the schema says {key} is a count of {}, but it is {text}", unit_words(sent)),
-            ));
-        };
-        let scaled = match *scale {
-            Scale::Times(f) => count
-                .checked_mul(f)
-                .ok_or_else(|| (at(key), format!("{count} {} is out of the column's range", unit_words(sent))))?,
-            Scale::Over(f) if count % f == 0 => count / f,
-            Scale::Over(_) => {
-                return Err((
-                    at(key),
-                    format!(
-                        "{count} {} has digits below the column's unit; the column cannot hold it exactly \
-                         (a finer column: declare the column anew, or keep the source's precision)",
-                        unit_words(sent)
-                    ),
-                ))
-            }
-        };
-        out.push_str(&scaled.to_string());
-    }
-    out.push('}');
-    Ok(Cow::Owned(out.into_bytes()))
-}
-
 fn bad<'a>(field: &str, reason: &str) -> Change<'a> {
     Change::Bad { field: field.to_owned(), reason: reason.to_owned() }
 }
@@ -315,10 +150,10 @@ fn expected(spec: &Spec) -> String {
     format!("expected one of {} (upsert) or {} (delete)", spec.upsert_ops.join(", "), spec.delete_ops.join(", "))
 }
 
-type Entries<'a> = Vec<(Cow<'a, str>, &'a RawValue)>;
+pub(crate) type Entries<'a> = Vec<(Cow<'a, str>, &'a RawValue)>;
 
 /// The top-level fields of one JSON object, each value as its raw text.
-fn entries(text: &str) -> Result<Entries<'_>, String> {
+pub(crate) fn entries(text: &str) -> Result<Entries<'_>, String> {
     let mut de = serde_json::Deserializer::from_str(text);
     let found = (&mut de).deserialize_map(Fields).map_err(|e| format!("not one JSON object: {e}"))?;
     de.end().map_err(|e| format!("not one JSON object: {e}"))?;
@@ -488,7 +323,7 @@ mod tests {
         );
         // a name with no unit, or no name, is not a conflict (a declared unit is the user's word)
         assert!(text(split(envelope("x.Custom", 5).as_bytes(), &s)).starts_with(r#"U {"id": 1"#));
-        // without units nothing is read of the schema
+        // without units no number is rescaled
         assert!(text(split(millis.as_bytes(), &debezium())).starts_with(r#"U {"id": 1, "ts": 1700000000123}"#));
         // a delete's row (its key) is brought to the units too; null stays null
         let d = millis
@@ -496,7 +331,33 @@ mod tests {
             .replace(r#""op": "c""#, r#""op": "d""#);
         assert_eq!(text(split(d.as_bytes(), &s)), r#"D {"id":2,"ts":7000}"#);
         let n = millis.replace("1700000000123", "null");
-        assert_eq!(text(split(n.as_bytes(), &s)), r#"U {"id":1,"ts":null}"#);
+        assert_eq!(text(split(n.as_bytes(), &s)), r#"U {"id": 1, "ts": null}"#);
+        // nothing to bring: the slice
+    }
+
+    #[test]
+    fn a_decimal_sent_as_base64_bytes_lands_as_its_digits_and_one_sent_as_a_number_as_it_is() {
+        let decimal = r#"{"type": "bytes", "optional": true, "name": "org.apache.kafka.connect.data.Decimal",
+            "parameters": {"scale": "2", "connect.decimal.precision": "12"}, "field": "amount"}"#;
+        let value = |amount: &str| {
+            format!(
+                r#"{{"schema": {{"type": "struct", "fields": [{{"type": "struct", "field": "after", "fields":
+                    [{{"type": "int32", "field": "id"}}, {decimal}]}}, {{"type": "string", "field": "op"}}]}},
+                   "payload": {{"after": {{"id": 1, "amount": {amount}}}, "op": "c"}}}}"#
+            )
+        };
+        let s = debezium();
+        let all = [value(r#""BNI=""#), value("12.34"), value(r#""+y4=""#), value("null"), value(r#""MTIzNA==""#)];
+        let got: Vec<String> = split_all(&all, &s).into_iter().map(text).collect();
+        assert_eq!(got[0], r#"U {"id":1,"amount":12.34}"#);
+        assert_eq!(got[1], r#"U {"id": 1, "amount": 12.34}"#);
+        assert_eq!(got[2], r#"U {"id":1,"amount":-12.34}"#);
+        assert_eq!(got[3], r#"U {"id": 1, "amount": null}"#);
+        // base64 text made of digits only is still bytes: "1234" is never read as the number
+        assert_eq!(text(split(value(r#""1234""#).as_bytes(), &s)), r#"U {"id":1,"amount":-26588.24}"#);
+        assert_eq!(got[4], r#"U {"id":1,"amount":8253734.92}"#);
+        let t = text(split(value(r#""12.5""#).as_bytes(), &s));
+        assert!(t.starts_with(r#"BAD after.amount: the schema says this is a decimal, but "12.5" is neither"#), "{t}");
     }
 
     #[test]

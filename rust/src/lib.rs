@@ -2,6 +2,7 @@
 
 pub mod buffer;
 pub mod changes;
+mod envelope;
 pub mod kafka;
 pub mod keyindex;
 pub mod route;

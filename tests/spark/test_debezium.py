@@ -196,9 +196,8 @@ def check_pipeline(source: Source, server: str, schema: str, converter: str, kaf
     if converter == "avro":
         settings = avro_converter(schema_registry)
         values = f'[values]\nformat = "avro-confluent"\n[schema_registry]\nurl = "{schema_registry.url}"\n'
-    else:   # decimals as JSON numbers, and a NULL as NULL, not the column's default (docs/cdc.md)
-        settings = {**json_converter(schemas=True), "value.converter.decimal.format": "NUMERIC",
-                    "value.converter.replace.null.with.default": "false"}
+    else:   # a NULL as NULL, not the column's default (docs/cdc.md); decimals as base64 bytes, the default
+        settings = {**json_converter(schemas=True), "value.converter.replace.null.with.default": "false"}
         values = ""
     connector = debezium_postgres(postgres, server, schemas=schema, converter=settings, partitions=2)
     kafka_connect.add(server, connector)
