@@ -117,6 +117,11 @@ class TopicMismatchError(FrazilError):
     """The table's stored offsets do not fit the topic as it is now (deleted and recreated?)."""
 
 
+class RetentionGapError(TopicMismatchError):
+    """Records the table still needs were deleted by the topic's retention before they were read
+    (``kafka.on_retention_gap = "stop"``)."""
+
+
 class CorruptJournalError(FrazilError):
     """The transaction log is damaged somewhere other than its last write; the message names
     the file and byte position."""

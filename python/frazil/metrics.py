@@ -51,6 +51,9 @@ class Metrics:
                                   "landed nowhere", names, registry=r).labels(**labels)
         self.records_skipped = Counter("frazil_records_skipped", "Records left out of a table because an operator "
                                        "said so (frazil offsets --skip)", names, registry=r).labels(**labels)
+        self.records_lost = Counter("frazil_records_lost_to_retention", "Records deleted by a topic's retention "
+                                    "before they were read, skipped (kafka.on_retention_gap = \"skip\")", names,
+                                    registry=r).labels(**labels)
         self.fields_ignored = Counter("frazil_fields_ignored", "Record fields dropped because the table has no column "
                                       "for them (unknown_fields = \"ignore\")", names, registry=r).labels(**labels)
         self.records_bad = Counter("frazil_records_bad", "Records that could not become a row, found by this process's "

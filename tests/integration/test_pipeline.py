@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 from pathlib import Path
@@ -221,6 +222,95 @@ async def test_a_recreated_topic_is_reported_not_skipped(kafka: KafkaBroker, tmp
     with pytest.raises(TopicMismatchError, match=rf"{topic}\[0\] table=200 log end=20"):
         await asyncio.wait_for(daemon.serve(cfg, asyncio.Event()), 60)
     assert support.stored(support.catalog_of(cfg), cfg) == {(topic, 0): 200}
+
+
+async def delete_below(kafka: KafkaBroker, topic: str, offset: int) -> None:
+    """What retention does: partition 0 of ``topic`` starts at ``offset`` from now on."""
+    from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_records({TopicPartition(topic, 0): RecordsToDelete(offset)})
+    finally:
+        await admin.close()
+
+
+async def test_records_deleted_by_retention_before_they_were_read_stop_the_pipeline_or_are_skipped_loudly(
+        kafka: KafkaBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The table has offsets 0-199; while frazil is stopped, 100 more records arrive and the
+    topic's retention deletes 200-249 before frazil reads them. A restart must not jump to the
+    log's start without a word: by default it stops naming the range, having read nothing; with
+    ``on_retention_gap = "skip"`` it lands 250-299, logs the range at ERROR and counts it."""
+    from frazil.errors import RetentionGapError
+
+    (topic,) = await new_topics(kafka, 1, 1)
+    await support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(200)), 1)
+    cfg = support.load(support.write_config(tmp_path, kafka.bootstrap, [topic]))
+    await support.run_until_committed(cfg, {(topic, 0): 200})
+    assert support.stored(support.catalog_of(cfg), cfg) == {(topic, 0): 200}
+    await support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(200, 300)), 1)
+    await delete_below(kafka, topic, 250)
+    with pytest.raises(RetentionGapError, match=rf"{topic}\[0\] offsets 200 to 249 \(50 record\(s\)\)"):
+        await asyncio.wait_for(daemon.serve(cfg, asyncio.Event()), 60)
+    assert support.stored(support.catalog_of(cfg), cfg) == {(topic, 0): 200}
+    skipping = dataclasses.replace(cfg, kafka=dataclasses.replace(cfg.kafka, on_retention_gap="skip"))
+    with caplog.at_level(logging.ERROR):
+        await support.run_until_committed(skipping, {(topic, 0): 300})
+    assert "SKIPPING records deleted by the topic's retention before frazil read them" in caplog.text
+    assert f"{topic}[0] offsets 200 to 249 (50 record(s))" in caplog.text
+    found = support.count_offsets(support.catalog_of(cfg), cfg.table.name)
+    assert sorted(o for (_, _, o), n in found.items() if n == 1) == [*range(200), *range(250, 300)]
+    assert all(n == 1 for n in found.values())
+
+
+@pytest.mark.parametrize("policy", ["stop", "skip"])
+async def test_a_position_retention_deletes_while_running_is_reported_not_reset(
+        kafka: KafkaBroker, tmp_path: Path, policy: str) -> None:
+    """Retention overtakes a running consumer (paused by backpressure, say): the broker refuses
+    its next fetch. aiokafka would reset to the log's start silently; the source stops, or skips
+    with the count, as configured."""
+    from frazil.errors import RetentionGapError
+    from frazil.ingest.source import KafkaSource
+
+    (topic,) = await new_topics(kafka, 1, 1)
+    await support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(100)), 1)
+    cfg = support.load(support.write_config(tmp_path, kafka.bootstrap, [topic]))
+    lost: list[int] = []
+    source = KafkaSource(dataclasses.replace(cfg.kafka, on_retention_gap=policy), on_lost=lost.append)
+    positioned = asyncio.Event()
+
+    async def assigned(tps: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        return {tp: 10 for tp in tps}
+
+    async def revoked(tps: set[tuple[str, int]]) -> None:
+        return None
+
+    def on_positioned(tps: set[tuple[str, int]], stored: object) -> None:
+        source.pause()   # nothing fetched from 10 until the log has moved on
+        positioned.set()
+
+    source.listen(on_assigned=assigned, on_positioned=on_positioned, on_revoked=revoked)
+    await source.start()
+    try:
+        while not positioned.is_set():
+            assert await source.poll(100) == {}
+        await delete_below(kafka, topic, 60)
+        source.resume()
+        offsets: list[int] = []
+        if policy == "stop":
+            with pytest.raises(RetentionGapError, match=rf"{topic}\[0\] offsets 10 to 59 \(50 record\(s\)\)"):
+                for _ in range(100):
+                    await source.poll(200)
+            return
+        for _ in range(100):
+            for chunks in (await source.poll(200)).values():
+                offsets += [r.offset for chunk in chunks for r in chunk.records()]
+            if len(offsets) >= 40:
+                break
+        assert offsets == list(range(60, 100)) and lost == [50]
+    finally:
+        await source.stop()
 
 
 async def test_a_backlog_lands_once_caught_up_not_at_the_next_interval(kafka: KafkaBroker, tmp_path: Path,

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from types import SimpleNamespace
 
 import pytest
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError, KafkaTimeoutError, NodeNotReadyError, TopicAuthorizationFailedError
 
-from frazil.errors import TopicMismatchError
+from frazil.errors import RetentionGapError, TopicMismatchError
 from frazil.flow import retry
 from frazil.ingest import source as source_mod
 from frazil.ingest.source import KafkaSource
@@ -23,10 +24,11 @@ TP = ("events", 0)
 
 
 class FlakyConsumer:
-    """``end_offsets`` raises ``failures`` in turn, then answers ``end`` for every partition."""
+    """``end_offsets`` raises ``failures`` in turn, then answers ``end`` for every partition;
+    ``beginning_offsets`` answers ``start``."""
 
-    def __init__(self, failures: Sequence[KafkaError], end: int = 100) -> None:
-        self.failures, self.end, self.calls = list(failures), end, 0
+    def __init__(self, failures: Sequence[KafkaError], end: int = 100, start: int = 0) -> None:
+        self.failures, self.end, self.start, self.calls = list(failures), end, start, 0
 
     async def end_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         self.calls += 1
@@ -34,11 +36,17 @@ class FlakyConsumer:
             raise self.failures.pop(0)
         return {tp: self.end for tp in tps}
 
+    async def beginning_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: self.start for tp in tps}
 
-def source(consumer: FlakyConsumer, outage_timeout_s: float) -> KafkaSource:
+
+def source(consumer: FlakyConsumer, outage_timeout_s: float, on_retention_gap: str = "stop",
+           lost: list[int] | None = None) -> KafkaSource:
     made = KafkaSource.__new__(KafkaSource)   # no aiokafka consumer: only the positioning check runs
     made._consumer = consumer
     made._outage_timeout_s = outage_timeout_s
+    made._cfg = SimpleNamespace(on_retention_gap=on_retention_gap)
+    made._on_lost = None if lost is None else lost.append
     return made
 
 
@@ -49,23 +57,40 @@ def no_sleep(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_broker_outage_while_positioning_is_waited_out_and_the_check_still_runs() -> None:
     consumer = FlakyConsumer([KafkaTimeoutError(), NodeNotReadyError(), KafkaTimeoutError()])
-    asyncio.run(source(consumer, 900.0)._check_within_log({TP}, {TP: 40}))
+    asyncio.run(source(consumer, 900.0)._within_log({TP}, {TP: 40}))
     assert consumer.calls == 4
     # the check it waited for still refuses a table ahead of the log
     consumer = FlakyConsumer([KafkaTimeoutError()], end=10)
     with pytest.raises(TopicMismatchError, match=r"events\[0\] table=40 log end=10"):
-        asyncio.run(source(consumer, 900.0)._check_within_log({TP}, {TP: 40}))
+        asyncio.run(source(consumer, 900.0)._within_log({TP}, {TP: 40}))
 
 
 def test_an_outage_longer_than_outage_timeout_stops_the_process() -> None:
     consumer = FlakyConsumer([KafkaTimeoutError()] * 5)
     with pytest.raises(KafkaTimeoutError):
-        asyncio.run(source(consumer, 0.0)._check_within_log({TP}, {TP: 40}))
+        asyncio.run(source(consumer, 0.0)._within_log({TP}, {TP: 40}))
     assert consumer.calls == 1
 
 
 def test_an_error_no_retry_can_fix_is_raised_at_once() -> None:
     consumer = FlakyConsumer([TopicAuthorizationFailedError()])
     with pytest.raises(TopicAuthorizationFailedError):
-        asyncio.run(source(consumer, 900.0)._check_within_log({TP}, {TP: 40}))
+        asyncio.run(source(consumer, 900.0)._within_log({TP}, {TP: 40}))
     assert consumer.calls == 1
+
+
+def test_records_deleted_by_retention_before_they_were_read_stop_or_are_skipped_loudly(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A table at offset 40 of a partition whose log now starts at 75: 35 records are gone. By
+    default nothing is read and the error names the range; with ``skip`` reading starts at 75, the
+    range is logged at ERROR and the 35 are counted. A table within the log is left where it is."""
+    other = ("events", 1)
+    with pytest.raises(RetentionGapError, match=r"events\[0\] offsets 40 to 74 \(35 record\(s\)\).*"
+                                                r"on_retention_gap = \"skip\""):
+        asyncio.run(source(FlakyConsumer([], start=75), 900.0)._within_log({TP}, {TP: 40}))
+    lost: list[int] = []
+    at = asyncio.run(source(FlakyConsumer([], start=75), 900.0, "skip", lost)._within_log(
+        {TP, other}, {TP: 40, other: 80}))
+    assert at == {TP: 75, other: 80} and lost == [35]
+    assert any(r.levelname == "ERROR" and "events[0] offsets 40 to 74" in r.getMessage() for r in caplog.records)
+    assert asyncio.run(source(FlakyConsumer([], start=40), 900.0)._within_log({TP}, {TP: 40})) == {TP: 40}

@@ -112,6 +112,11 @@ class KafkaConfig:
         kw_only=True, description="the consumer group")
     auto_offset_reset: Literal["earliest", "latest"] = Field(
         default="earliest", description="where a partition the table has never seen starts")
+    on_retention_gap: Annotated[Literal["stop", "skip"], Refused(
+        "must be \"stop\" (records deleted by retention before they were read stop the pipeline, naming them) or "
+        "\"skip\" (reading goes on from the log's start; each range logged and counted)")] = Field(
+        default="stop", description="records deleted by the topic's retention before frazil read them: stop, or "
+                                    "skip them (logged and counted)")
     max_partition_fetch_bytes: Positive = Field(
         default=4 * MiB, description="the most one fetch returns for one partition")
     # the most one fetch response carries, all partitions together: kept under glibc's 32 MiB mmap

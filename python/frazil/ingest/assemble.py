@@ -47,7 +47,8 @@ def pipeline(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], *, chan
     buffers = Buffers(Targets(cfg, catalog, tables, takers=router.takers,
                               avro_key=writers.key_object if writers is not None else None))
     stats = Stats()
-    kafka = source if source is not None else KafkaSource(cfg.kafka, outage_timeout_s=cfg.outage_timeout_s)
+    kafka = source if source is not None else KafkaSource(cfg.kafka, outage_timeout_s=cfg.outage_timeout_s,
+                                                          on_lost=metrics.records_lost.inc)
     worker = Worker(cfg, buffers=buffers, channel=channel, journal=journal, source=kafka, metrics=metrics,
                     stats=stats, bulk=bulk)
     bad = BadRecords(cfg, buffers, metrics, stats, copies=copies)

@@ -8,11 +8,11 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
-from aiokafka.errors import KafkaError, KafkaTimeoutError
+from aiokafka.errors import KafkaError, KafkaTimeoutError, NoOffsetForPartitionError, OffsetOutOfRangeError
 from aiokafka.structs import OffsetAndMetadata
 
 from frazil.config import KafkaConfig
-from frazil.errors import TopicMismatchError
+from frazil.errors import RetentionGapError, TopicMismatchError
 from frazil.flow import retry
 from frazil.iceberg.offsets import TopicPartition as TP
 from frazil.kafka import fetch
@@ -47,8 +47,11 @@ class KafkaSource:
     records read natively (``kafka/fetch.py``).
     """
 
-    def __init__(self, cfg: KafkaConfig, *, outage_timeout_s: float = 900.0) -> None:
+    def __init__(self, cfg: KafkaConfig, *, outage_timeout_s: float = 900.0,
+                 on_lost: Callable[[int], None] | None = None) -> None:
+        """``on_lost``: told how many records a retention gap skipped (``on_retention_gap = "skip"``)."""
         self._cfg = cfg
+        self._on_lost = on_lost
         self._outage_timeout_s = outage_timeout_s   # how long a broker outage while positioning is waited out
         self._on_assigned: OnAssigned | None = None
         self._on_revoked: OnRevoked | None = None
@@ -59,7 +62,10 @@ class KafkaSource:
             group_id=cfg.group_id,
             client_id=cfg.client_id,
             enable_auto_commit=False,
-            auto_offset_reset=cfg.auto_offset_reset,
+            # every partition is positioned here (the table's offset, or the reset policy for one it
+            # has never seen); a position that falls out of the log is an error to look at, never a
+            # silent jump to its start (records lost to retention) or back (a recreated topic)
+            auto_offset_reset="none",
             isolation_level="read_committed",
             key_deserializer=fetch.RAW,
             session_timeout_ms=cfg.session_timeout_ms,
@@ -106,8 +112,29 @@ class KafkaSource:
         """The partition fetches that arrived, each whole (usually one chunk per partition)."""
         if self._failure is not None:
             raise self._failure
-        batches = await self._consumer.getmany(timeout_ms=timeout_ms)
+        try:
+            batches = await self._consumer.getmany(timeout_ms=timeout_ms)
+        except OffsetOutOfRangeError as exc:   # {partition: the position the broker refused}
+            await self._out_of_log({(tp.topic, tp.partition): offset for tp, offset in exc.args[0].items()})
+            return {}
+        except NoOffsetForPartitionError as exc:
+            # asked by aiokafka on assignment, before this source positions the partition: stale
+            log.debug("ignored: %s (every assigned partition is positioned from the table)", exc)
+            return {}
         return {(tp.topic, tp.partition): chunks for tp, chunks in batches.items() if chunks}
+
+    async def _out_of_log(self, refused: dict[TP, int]) -> None:
+        """The broker refused to fetch from positions outside the log: below its start (records
+        deleted by retention before they were read) or past its end (the topic was recreated)."""
+        mine = {tp: offset for tp, offset in refused.items() if tp in self.assignment}
+        if not mine:
+            return
+        stored = await self._within_log(set(mine), mine)
+        for tp, offset in stored.items():
+            if offset == mine[tp]:   # in the log after all (a leader moved meanwhile): fetched again from there
+                log.info("%s[%d]: offset %d was out of range, and is within the log now; fetching it again", *tp,
+                         offset)
+            self._consumer.seek(TopicPartition(*tp), offset)
 
     def highwaters(self) -> dict[TP, int]:
         """Each assigned partition's high watermark as of its last fetch (partitions not fetched yet are left out)."""
@@ -185,7 +212,7 @@ class KafkaSource:
     async def seek(self, tps: set[TP], stored: Mapping[TP, int]) -> None:
         """Position ``tps`` at the table's offsets; partitions it has never seen at the reset policy.
         Callers take no record of ``tps`` until this returns."""
-        await self._check_within_log(tps, stored)
+        stored = {**stored, **await self._within_log(tps, stored)}
         fresh = []
         for tp in sorted(tps):
             if tp in stored:
@@ -201,13 +228,16 @@ class KafkaSource:
                  ", ".join(f"{t}[{p}]@{stored[(t, p)]}" for t, p in sorted(tps) if (t, p) in stored) or "none",
                  len(fresh), self._cfg.auto_offset_reset)
 
-    async def _check_within_log(self, tps: set[TP], stored: Mapping[TP, int]) -> None:
-        """A stored offset past the end of its partition means the topic is not the one the table
-        was fed from (deleted and recreated, or truncated). Reading on would silently skip."""
+    async def _within_log(self, tps: set[TP], stored: Mapping[TP, int]) -> dict[TP, int]:
+        """Where each of ``tps`` with a ``stored`` position reads from: that position, or the log's
+        start when retention deleted the records from there before they were read and
+        ``on_retention_gap = "skip"`` (the range logged and counted); RetentionGapError with
+        ``"stop"``. A position past the end of its partition means the topic is not the one the
+        table was fed from (deleted and recreated, or truncated): reading on would silently skip."""
         known = [TopicPartition(*tp) for tp in sorted(tps) if tp in stored]
         if not known:
-            return
-        ends = await self._end_offsets(known)
+            return {}
+        ends = await self._log_bounds(known, end=True)
         beyond = {(tp.topic, tp.partition): end for tp, end in ends.items() if stored[(tp.topic, tp.partition)] > end}
         if beyond:
             detail = ", ".join(f"{t}[{p}] table={stored[(t, p)]} log end={end}"
@@ -217,6 +247,38 @@ class KafkaSource:
                 "deleted and recreated. Nothing was read. To start the new topic from its beginning, use a new "
                 "pipeline.name (or remove the table property frazil.offsets.<pipeline>) after checking the table."
             )
+        starts = await self._log_bounds(known, end=False)
+        gaps = {(tp.topic, tp.partition): start for tp, start in starts.items()
+                if stored[(tp.topic, tp.partition)] < start}
+        out = {tp: stored[tp] for tp in stored if tp in tps}
+        if not gaps:
+            return out
+        detail = ", ".join(f"{t}[{p}] offsets {stored[(t, p)]} to {start - 1} ({start - stored[(t, p)]} record(s))"
+                           for (t, p), start in sorted(gaps.items()))
+        if self._cfg.on_retention_gap == "stop":
+            raise RetentionGapError(
+                f"records were deleted by the topic's retention before frazil read them: {detail}. Nothing was "
+                "read. They cannot be read from Kafka any more; to go on from the log's start without them, "
+                "record it in the table (frazil offsets --reset TOPIC:PARTITION=START --reason ...) or set "
+                "kafka.on_retention_gap = \"skip\" (each range is logged and counted in "
+                "frazil_records_lost_to_retention_total); and give the topic a longer retention.ms than frazil "
+                "can be stopped or behind.")
+        log.error("SKIPPING records deleted by the topic's retention before frazil read them "
+                  "(kafka.on_retention_gap = \"skip\"): %s; reading on from the log's start", detail)
+        lost = 0
+        for tp, start in gaps.items():
+            lost += start - stored[tp]
+            out[tp] = start
+        if self._on_lost is not None:
+            self._on_lost(lost)
+        return out
+
+    async def _log_bounds(self, known: list[TopicPartition], *, end: bool) -> dict[TopicPartition, int]:
+        """The log ends (``end``) or starts of ``known``, as :meth:`_end_offsets`."""
+        if end:
+            return await self._end_offsets(known)
+        return await self._retried(lambda: self._consumer.beginning_offsets(known),
+                                   f"could not read the log starts of {len(known)} assigned partition(s)")
 
     async def _end_offsets(self, known: list[TopicPartition]) -> dict[TopicPartition, int]:
         """The log ends of ``known``. A broker outage across the rebalance (the request timed out,
@@ -225,11 +287,15 @@ class KafkaSource:
         that had been working does not stop for a broker restart (the chaos run: a broker down
         twice in 40 s timed the call out and the worker exited). Past the bound, the error stops
         the process (exit status 3)."""
+        return await self._retried(lambda: self._consumer.end_offsets(known),
+                                   f"could not read the log ends of {len(known)} assigned partition(s)")
+
+    async def _retried(self, ask: Callable[[], Awaitable[dict[TopicPartition, int]]],
+                       what: str) -> dict[TopicPartition, int]:
         def retriable(exc: BaseException) -> bool:
             return isinstance(exc, KafkaError) and bool(exc.retriable or isinstance(exc, KafkaTimeoutError))
 
-        ends: dict[TopicPartition, int] = await retry.wait_out(
-            lambda: self._consumer.end_offsets(known),
-            what=f"could not read the log ends of {len(known)} assigned partition(s)", timeout_s=self._outage_timeout_s,
-            backoff=END_OFFSETS_BACKOFF, retriable=retriable, expired=lambda exc, failing: exc)
-        return ends
+        found: dict[TopicPartition, int] = await retry.wait_out(
+            ask, what=what, timeout_s=self._outage_timeout_s, backoff=END_OFFSETS_BACKOFF, retriable=retriable,
+            expired=lambda exc, failing: exc)
+        return found
