@@ -69,7 +69,7 @@ def test_records_that_disagree_are_refused_naming_the_field(records: tuple, mess
 def test_a_partition_spec_on_an_inferred_schema_must_fit_its_column() -> None:
     from frazil.config import PartitionField
     from frazil.errors import ConfigError
-    from frazil.iceberg.catalog import check_spec_fits
+    from frazil.iceberg.layout import check_spec_fits
 
     def fields(*specs: str) -> tuple[PartitionField, ...]:
         return tuple(PartitionField(spec) for spec in specs)

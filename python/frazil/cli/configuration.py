@@ -109,6 +109,12 @@ def _connect_check(cfg: config_mod.Config) -> None:
                                                        "DOES NOT EXIST and [table] create = false"))
         if not exists and not table.create:
             raise NotFound(f"table {table.name} does not exist and create = false; create it or set create = true")
+        if exists:
+            from frazil.iceberg import layout
+
+            change = layout.plan(catalog_call(cfg, partial(catalog.load_table, table.name)), table)
+            if change:
+                print(f"  layout     {table.name}: changed at start to the config's: {change.describe()}")
 
 
 def import_kc(args: argparse.Namespace) -> int:

@@ -19,22 +19,9 @@ from pyiceberg.exceptions import (
     TableAlreadyExistsError,
 )
 from pyiceberg.io.pyarrow import schema_to_pyarrow
-from pyiceberg.partitioning import PartitionField as IcebergPartitionField
-from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema, assign_fresh_schema_ids
 from pyiceberg.table import Table
 from pyiceberg.table.name_mapping import create_mapping_from_schema
-from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, NullOrder, SortDirection, SortField, SortOrder
-from pyiceberg.transforms import (
-    BucketTransform,
-    DayTransform,
-    HourTransform,
-    IdentityTransform,
-    MonthTransform,
-    Transform,
-    TruncateTransform,
-    YearTransform,
-)
 from pyiceberg.types import (
     BinaryType,
     BooleanType,
@@ -59,12 +46,12 @@ from frazil.config import (
     ColumnType,
     DynamicConfig,
     MaintenanceConfig,
-    PartitionField,
     TableConfig,
 )
 from frazil.errors import CatalogUnavailable, ConfigError, TableMissingError, first_line
 from frazil.flow import retry
-from frazil.iceberg import mutations, offsets
+from frazil.iceberg import layout, mutations, offsets
+from frazil.iceberg.layout import check_spec_fits, sort_order_for, spec_for
 from frazil.iceberg.pyiceberg_patches import install_all
 
 log = logging.getLogger(__name__)
@@ -233,53 +220,6 @@ def schema_for(table: TableConfig) -> Schema:
     return Schema(*fields, identifier_field_ids=[ids[name] for name in table.identifier_columns])
 
 
-def sort_order_for(schema: Schema, sort_order: str) -> SortOrder:
-    """``"event_time DESC, user_id NULLS FIRST"`` as an Iceberg sort order (identity transforms)."""
-    fields = []
-    for term in filter(None, (t.strip() for t in sort_order.split(","))):
-        words = term.upper().split()
-        column = schema.find_field(term.split()[0])
-        direction = SortDirection.DESC if "DESC" in words else SortDirection.ASC
-        nulls = (NullOrder.NULLS_LAST if "LAST" in words else NullOrder.NULLS_FIRST if "FIRST" in words
-                 else NullOrder.NULLS_FIRST if direction is SortDirection.ASC else NullOrder.NULLS_LAST)
-        fields.append(SortField(source_id=column.field_id, transform=IdentityTransform(), direction=direction,
-                                null_order=nulls))
-    return SortOrder(*fields) if fields else UNSORTED_SORT_ORDER
-
-
-def _transform(field: PartitionField) -> Transform:  # type: ignore[type-arg]
-    simple: dict[str, Transform] = {  # type: ignore[type-arg]
-        "identity": IdentityTransform(), "year": YearTransform(), "month": MonthTransform(),
-        "day": DayTransform(), "hour": HourTransform()}
-    if field.transform in simple:
-        return simple[field.transform]
-    assert field.width is not None   # bucket[N] and truncate[W]: the config checked N and W
-    return BucketTransform(field.width) if field.transform == "bucket" else TruncateTransform(field.width)
-
-
-def check_spec_fits(schema: Schema, partition_by: tuple[PartitionField, ...], table: str) -> None:
-    """Each partition transform names a top-level primitive column of a type it applies to (for a
-    schema inferred from records, where the config could not check it)."""
-    columns = {f.name: f.field_type for f in schema.fields}
-    for field in partition_by:
-        column_type = columns.get(field.source)
-        if column_type is None or not column_type.is_primitive:
-            raise ConfigError(f"{table}: partition_by entry {str(field)!r} needs a top-level column "
-                              f"{field.source!r} of a primitive type; the table would have {', '.join(columns)}")
-        if not field.applies_to(str(column_type)):
-            raise ConfigError(f"{table}: partition_by entry {str(field)!r}: {field.transform}() does not apply to "
-                              f"{field.source!r}, a {column_type} column; it takes {', '.join(field.takes)}")
-
-
-def spec_for(schema: Schema, partition_by: tuple[PartitionField, ...]) -> PartitionSpec:
-    fields = []
-    for i, field in enumerate(partition_by):
-        source = schema.find_field(field.source)
-        name = field.source if field.transform == "identity" else f"{field.source}_{field.transform}"
-        fields.append(IcebergPartitionField(source.field_id, 1000 + i, _transform(field), name))
-    return PartitionSpec(*fields)
-
-
 def maintenance_properties(cfg: MaintenanceConfig) -> dict[str, str]:
     """Table properties that keep metadata bounded when maintenance is on: every commit writes a
     new metadata file, and only the last ``max_snapshots`` of them are kept."""
@@ -345,6 +285,8 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
             if not catalog.table_exists(cfg.name):
                 raise
             table = catalog.load_table(cfg.name)
+    if not created:   # a changed partition_by or sort_order: the table's layout evolves to it
+        table = layout.keep(lambda: catalog.load_table(cfg.name), cfg)
     missing = [c for c in ([m[0] for m in META_COLUMNS] if cfg.metadata_columns else []) + [c.name for c in cfg.columns]
                + ([OP_COLUMN] if staging(cfg) else []) if c not in {f.name for f in table.schema().fields}]
     if missing:

@@ -1,0 +1,79 @@
+"""A table's layout follows the config: a changed ``partition_by`` or ``sort_order`` evolves an
+existing table's partition spec and sort order at start (files already written keep theirs), a
+config that leaves them out leaves the table's own, and one that cannot apply is a config error
+naming it. Real broker, real SQLite catalog, the daemon in process; read back by pyiceberg."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+from pathlib import Path
+
+import pytest
+from pyiceberg.expressions import EqualTo
+from pyiceberg.table.sorting import SortDirection
+
+import support
+from frazil import daemon
+from frazil.cli import configuration
+from frazil.config import Config, PartitionField
+from frazil.errors import ConfigError
+from frazil_dev.kafka_broker import KafkaBroker
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
+
+
+def laid_out(cfg: Config, partition_by: tuple[str, ...], sort_order: str = "") -> Config:
+    table = dataclasses.replace(cfg.table, partition_by=tuple(PartitionField(p) for p in partition_by),
+                                sort_order=sort_order)
+    return dataclasses.replace(cfg, tables=(table,))
+
+
+async def test_a_changed_partition_by_and_sort_order_evolve_the_table_and_every_row_reads_once(
+        kafka: KafkaBroker, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    topic = "layout"
+    await support.create_topic(kafka.bootstrap, topic, 1)
+    await support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(100)), 1)
+    base = support.load(support.write_config(tmp_path, kafka.bootstrap, [topic]))
+    first = laid_out(base, ("day(at)",))
+    await support.run_until_committed(first, {(topic, 0): 100})
+    catalog = support.catalog_of(first)
+    before = catalog.load_table(first.table.name)
+    assert [str(f.transform) for f in before.spec().fields] == ["day"]
+
+    # the config now buckets by id and sorts by id descending: the table follows at start
+    await support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(100, 200)), 1)
+    second = laid_out(base, ("bucket[4](id)",), "id DESC")
+    await support.run_until_committed(second, {(topic, 0): 200})
+    table = catalog.load_table(first.table.name)
+    assert [(str(f.transform), table.schema().find_column_name(f.source_id)) for f in table.spec().fields] == [
+        ("bucket[4]", "id")]
+    assert [(table.schema().find_column_name(f.source_id), f.direction) for f in table.sort_order().fields] == [
+        ("id", SortDirection.DESC)]
+    specs = {task.file.spec_id for task in table.scan().plan_files()}
+    assert specs == {before.spec().spec_id, table.spec().spec_id}   # old files keep theirs, new ones take the new
+    support.assert_exactly_once(support.count_offsets(catalog, first.table.name), {(topic, 0): 200})
+    for key in (7, 150):   # a filter prunes by both specs and still finds its row
+        found = table.scan(row_filter=EqualTo("id", key), selected_fields=("id",)).to_arrow().column("id")
+        assert found.to_pylist() == [key]
+
+    # a config without partition_by or sort_order leaves the table's own: never dropped by omission
+    await support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(200, 210)), 1)
+    await support.run_until_committed(laid_out(base, ()), {(topic, 0): 210})
+    again = catalog.load_table(first.table.name)
+    assert again.spec().spec_id == table.spec().spec_id and again.sort_order().order_id == table.sort_order().order_id
+
+    # a transform that does not fit its column is refused before anything is read
+    with pytest.raises(ConfigError, match=r"day\(\) does not apply to 'name', a string column"):
+        await asyncio.wait_for(daemon.serve(laid_out(base, ("day(name)",)), asyncio.Event()), 60)
+    assert catalog.load_table(first.table.name).spec().spec_id == table.spec().spec_id
+
+    # config check --connect says what a start would change, and changes nothing itself
+    path = tmp_path / "frazil.toml"
+    path.write_text(path.read_text().replace('name = "db.events"\n', 'name = "db.events"\npartition_by = ["name"]\n'))
+    capsys.readouterr()
+    assert await asyncio.to_thread(configuration.check, argparse.Namespace(config=path, connect=True)) == 0
+    assert ("layout     db.events: changed at start to the config's: partition spec [bucket[4](id)] -> [name]"
+            in capsys.readouterr().out)
+    assert catalog.load_table(first.table.name).spec().spec_id == table.spec().spec_id
