@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ import support
 from frazil import daemon
 from frazil.cli import configuration
 from frazil.config import Config, PartitionField
-from frazil.errors import ConfigError
+from frazil.errors import ConfigError, RecordDecodeError
 from frazil_dev.kafka_broker import KafkaBroker
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
@@ -77,3 +78,32 @@ async def test_a_changed_partition_by_and_sort_order_evolve_the_table_and_every_
     assert ("layout     db.events: changed at start to the config's: partition spec [bucket[4](id)] -> [name]"
             in capsys.readouterr().out)
     assert catalog.load_table(first.table.name).spec().spec_id == table.spec().spec_id
+
+
+async def test_a_field_nested_in_a_struct_partitions_a_table_made_from_its_records(
+        kafka: KafkaBroker, tmp_path: Path) -> None:
+    """``partition_by = ["bucket[3](meta.day)", "meta.region"]`` on a table whose schema is inferred:
+    each data file holds one bucket and region of the nested fields, and a filter on them finds its
+    rows. A transform the inferred field's type does not take stops before anything lands."""
+    topic = "nested-layout"
+    await support.create_topic(kafka.bootstrap, topic, 1)
+    values = [json.dumps({"id": i, "meta": {"day": i % 3, "region": f"r{i % 2}"}}).encode() for i in range(60)]
+    await support.produce(kafka.bootstrap, topic, values, 1)
+    path = support.write_config(tmp_path, kafka.bootstrap, [topic])
+    text = path.read_text()
+    columns = text[text.index("columns = ["):text.index("]\n", text.index("columns = [")) + 2]
+    path.write_text(text.replace(columns, 'partition_by = ["day(meta.region)"]\n'))
+    with pytest.raises(RecordDecodeError, match=r"day\(\) does not apply to 'meta.region', a string column"):
+        await asyncio.wait_for(daemon.serve(support.load(path), asyncio.Event()), 60)
+    path.write_text(text.replace(columns, 'partition_by = ["bucket[3](meta.day)", "meta.region"]\n'))
+    cfg = support.load(path)
+    await support.run_until_committed(cfg, {(topic, 0): 60})
+    table = support.catalog_of(cfg).load_table(cfg.table.name)
+    assert [(f.name, str(f.transform)) for f in table.spec().fields] == [("meta_day_bucket", "bucket[3]"),
+                                                                         ("meta_region", "identity")]
+    files = [task.file for task in table.scan().plan_files()]
+    assert len({tuple(f.partition) for f in files}) == len(files) and sum(f.record_count for f in files) == 60
+    assert {f.partition[1] for f in files} == {"r0", "r1"}
+    found = table.scan(row_filter=EqualTo("meta.region", "r1"), selected_fields=("id",)).to_arrow()
+    assert sorted(found.column("id").to_pylist()) == list(range(1, 60, 2))
+    support.assert_exactly_once(support.count_offsets(support.catalog_of(cfg), cfg.table.name), {(topic, 0): 60})

@@ -162,6 +162,17 @@ def test_a_transform_of_a_metadata_column_of_another_type_names_the_types_it_tak
         config.parse({**MINIMAL, "table": {"name": "ns.t", "partition_by": ["day(_kafka_offset)"]}})
 
 
+def test_a_nested_field_is_a_partition_source_of_an_inferred_schema_not_of_declared_columns() -> None:
+    inferred = {**MINIMAL, "table": {"name": "ns.t", "partition_by": ["day(meta.at)", "meta.region.code"]}}
+    assert [f.source for f in config.parse(inferred).table.partition_by] == ["meta.at", "meta.region.code"]
+    with pytest.raises(ConfigError, match=re.escape("table.partition_by entry 'day(meta.at)': 'meta.at' is a nested "
+                                                    "field, and declared columns are not structs")):
+        config.parse(with_("table", partition_by=["day(meta.at)"]))
+    for wrong in ("day(meta.)", "day(.at)", "meta..at"):
+        with pytest.raises(ConfigError, match="is not a partition transform"):
+            config.parse({**MINIMAL, "table": {"name": "ns.t", "partition_by": [wrong]}})
+
+
 def test_load_reports_bad_toml(tmp_path: Path) -> None:
     path = tmp_path / "f.toml"
     path.write_text("[pipeline\nname=")

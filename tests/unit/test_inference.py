@@ -74,14 +74,18 @@ def test_a_partition_spec_on_an_inferred_schema_must_fit_its_column() -> None:
     def fields(*specs: str) -> tuple[PartitionField, ...]:
         return tuple(PartitionField(spec) for spec in specs)
 
-    s = schema(infer(values({"n": 1, "s": "x", "geo": {"lat": 1.0}})))
-    check_spec_fits(s, fields("bucket[4](n)", "truncate[2](s)", "s"), "raw.t")
+    s = schema(infer(values({"n": 1, "s": "x", "geo": {"lat": 1.0, "zone": 3, "at": {"day": "x"}},
+                             "tags": [{"k": 1}]})))
+    check_spec_fits(s, fields("bucket[4](n)", "truncate[2](s)", "s", "bucket[8](geo.zone)", "geo.lat",
+                              "geo.at.day"), "raw.t")
     with pytest.raises(ConfigError, match=r"raw.t: partition_by entry 'day\(s\)': day\(\) does not apply to 's'"):
         check_spec_fits(s, fields("day(s)"), "raw.t")
-    with pytest.raises(ConfigError, match="needs a top-level column 'geo' of a primitive type"):
+    with pytest.raises(ConfigError, match=r"needs a column \(or a field nested in struct columns\) 'geo' of a "
+                                          "primitive type"):
         check_spec_fits(s, fields("geo"), "raw.t")
-    with pytest.raises(ConfigError, match="needs a top-level column 'missing'"):
-        check_spec_fits(s, fields("identity(missing)"), "raw.t")
+    for missing in ("identity(missing)", "geo.missing", "geo.lat.x", "tags.k", "geo.at"):   # no list, no struct
+        with pytest.raises(ConfigError, match="needs a column"):
+            check_spec_fits(s, fields(missing), "raw.t")
 
 
 def test_lenient_inference_leaves_out_records_that_disagree_and_never_stops_the_others() -> None:

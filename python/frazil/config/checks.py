@@ -85,6 +85,10 @@ def _partition_field(spec: PartitionField, table: TableConfig | DynamicConfig, a
         raise ConfigError(f"{entry}: {spec.source} is a Kafka metadata column, and this table has metadata_columns "
                           f"= false; set {at}.metadata_columns = true or partition by a declared column")
     known = _known(table)
+    if table.columns and "." in spec.source:
+        raise ConfigError(f"{entry}: {spec.source!r} is a nested field, and declared columns are not structs; "
+                          "partition by a declared column, or leave the columns out (a nested field of a schema "
+                          "inferred or taken from the source can be partitioned by)")
     if table.columns and spec.source not in known:
         raise ConfigError(f"{entry}: {spec.source!r} is not a declared column; partition by one of "
                           f"{', '.join(known)}")

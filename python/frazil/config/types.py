@@ -80,13 +80,16 @@ TRANSFORM_TAKES: dict[Transform, tuple[str, ...]] = {
                "binary"),
     "truncate": ("int", "long", "decimal", "string", "binary"),
 }
-_TRANSFORM = re.compile(r"^(?:(identity|year|month|day|hour)|(bucket|truncate)\[(\d+)\])\((\w+)\)$|^(\w+)$")
+# a source is a column, or a field nested in struct columns by its dotted path (``meta.at``)
+_TRANSFORM = re.compile(r"^(?:(identity|year|month|day|hour)|(bucket|truncate)\[(\d+)\])\((\w+(?:\.\w+)*)\)$"
+                        r"|^(\w+(?:\.\w+)*)$")
 
 
 class PartitionField(_Parsed):
-    """One ``partition_by`` entry: ``transform`` of the column ``source``, with ``width`` for
-    ``bucket[N]`` and ``truncate[W]`` (``None`` otherwise). ``str(f)`` is the entry as written
-    (``"day(event_time)"``, ``"country"`` for identity)."""
+    """One ``partition_by`` entry: ``transform`` of the column ``source`` (or of a field nested in
+    struct columns, by its dotted path: ``meta.at``), with ``width`` for ``bucket[N]`` and
+    ``truncate[W]`` (``None`` otherwise). ``str(f)`` is the entry as written (``"day(event_time)"``,
+    ``"country"`` for identity)."""
 
     transform: Transform
     width: int | None

@@ -28,6 +28,7 @@ from pyiceberg.transforms import (
     TruncateTransform,
     YearTransform,
 )
+from pyiceberg.types import IcebergType, NestedField, StructType
 
 from frazil.config import PartitionField, TableConfig
 from frazil.errors import ConfigError, FrazilError
@@ -61,15 +62,33 @@ def _transform(field: PartitionField) -> Transform:  # type: ignore[type-arg]
     return BucketTransform(field.width) if field.transform == "bucket" else TruncateTransform(field.width)
 
 
+def _source_type(schema: Schema, source: str) -> IcebergType | None:
+    """The type of partition source ``source``: a top-level column, or a field nested in struct
+    columns by its dotted path (never inside a list or a map: one row holds many of those)."""
+    fields: tuple[NestedField, ...] = tuple(schema.fields)
+    found: IcebergType | None = None
+    for step in source.split("."):
+        if found is not None:
+            if not isinstance(found, StructType):
+                return None
+            fields = tuple(found.fields)
+        field = next((f for f in fields if f.name == step), None)
+        if field is None:
+            return None
+        found = field.field_type
+    return found
+
+
 def check_spec_fits(schema: Schema, partition_by: tuple[PartitionField, ...], table: str) -> None:
-    """Each partition transform names a top-level primitive column of a type it applies to (for a
-    schema inferred from records, where the config could not check it)."""
-    columns = {f.name: f.field_type for f in schema.fields}
+    """Each partition transform names a primitive column, or a primitive field nested in struct
+    columns, of a type it applies to (for a schema inferred from records, where the config could
+    not check it)."""
     for field in partition_by:
-        column_type = columns.get(field.source)
+        column_type = _source_type(schema, field.source)
         if column_type is None or not column_type.is_primitive:
-            raise ConfigError(f"{table}: partition_by entry {str(field)!r} needs a top-level column "
-                              f"{field.source!r} of a primitive type; the table would have {', '.join(columns)}")
+            raise ConfigError(f"{table}: partition_by entry {str(field)!r} needs a column (or a field nested in "
+                              f"struct columns) {field.source!r} of a primitive type; the table would have "
+                              f"{', '.join(f.name for f in schema.fields)}")
         if not field.applies_to(str(column_type)):
             raise ConfigError(f"{table}: partition_by entry {str(field)!r}: {field.transform}() does not apply to "
                               f"{field.source!r}, a {column_type} column; it takes {', '.join(field.takes)}")
@@ -79,7 +98,8 @@ def spec_for(schema: Schema, partition_by: tuple[PartitionField, ...]) -> Partit
     fields = []
     for i, field in enumerate(partition_by):
         source = schema.find_field(field.source)
-        name = field.source if field.transform == "identity" else f"{field.source}_{field.transform}"
+        base = field.source.replace(".", "_")   # a nested source's path: meta.at partitions as meta_at_day
+        name = base if field.transform == "identity" else f"{base}_{field.transform}"
         fields.append(IcebergPartitionField(source.field_id, 1000 + i, _transform(field), name))
     return PartitionSpec(*fields)
 
