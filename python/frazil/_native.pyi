@@ -311,7 +311,8 @@ class KeyIndex:
 
 def split_changes(values: list[bytes], *, op: list[str], after: list[str], before: list[str],
                   upsert_ops: list[str], delete_ops: list[str], unwrap_envelope: bool,
-                  units: list[tuple[str, str]] = ...) -> tuple[bytes, list[bytes | None], list[tuple[int, str, str]]]:
+                  units: list[tuple[str, str]] = ..., decimals: list[str] = ..., keys: list[str] = ...,
+                  case_insensitive: bool = ...) -> tuple[bytes, list[bytes | None], list[tuple[int, str, str]]]:
     """Change records: per value its kind (``1`` upsert, ``2`` delete, ``0`` bad) in one bytes
     object, its row as a copy of the slice of the value holding it (``after`` for an upsert,
     ``before`` for a delete, ``[]``: the whole value; None when bad), and the bad ones as
@@ -321,9 +322,11 @@ def split_changes(values: list[bytes], *, op: list[str], after: list[str], befor
     number whose envelope schema names another unit of time (Debezium's ``Timestamp`` where the
     column reads ``MicroTimestamp``'s microseconds) is brought to the column's unit in a copy of the
     row, exactly, or the record is bad (digits below the unit, days against a time) naming
-    ``after.<column>``. A column the envelope's schema names a Connect ``Decimal`` and that came as
-    base64 text (``decimal.format=BASE64``) is written as its digits at the schema's scale. Runs
-    without the GIL."""
+    ``after.<column>``. A column of ``decimals`` the envelope's schema names a Connect ``Decimal``
+    and that came as base64 text (``decimal.format=BASE64``) is written as its digits at the
+    schema's scale. Of a delete's row only the ``keys`` (identifier columns) are looked at.
+    ``case_insensitive``: columns are matched to the schema's fields ignoring case. Runs without
+    the GIL."""
 
 def append_routed(
     *,

@@ -32,6 +32,13 @@ pub struct Spec {
     /// microseconds): (column, unit). An envelope whose schema names another unit for the column
     /// makes its record bad: read in the column's unit, its numbers would be off by a factor.
     pub units: Vec<(String, String)>,
+    /// The row's decimal columns: one the envelope's schema names a Connect `Decimal` and that
+    /// came as base64 bytes is written as its digits.
+    pub decimals: Vec<String>,
+    /// The identifier columns: of a delete's row only these are read, so only these are fixed.
+    pub keys: Vec<String>,
+    /// Columns are matched to the schema's fields ignoring case (the table's `case_insensitive`).
+    pub case_insensitive: bool,
 }
 
 /// What one record asks for.
@@ -76,7 +83,7 @@ fn split_seen<'a>(value: &'a [u8], spec: &Spec, seen: &mut Vec<(&'a str, Reading
                 Some(at) => at,
                 None => {
                     let paths = [&spec.after[..], &spec.before[..]];
-                    seen.push((schema, envelope::fixes_of(schema, paths, &spec.units)));
+                    seen.push((schema, envelope::fixes_of(schema, paths, spec)));
                     seen.len() - 1
                 }
             };
@@ -244,6 +251,9 @@ mod tests {
             delete_ops: vec!["d".into()],
             unwrap_envelope: true,
             units: vec![],
+            decimals: vec![],
+            keys: vec![],
+            case_insensitive: false,
         }
     }
 
@@ -346,7 +356,9 @@ mod tests {
                    "payload": {{"after": {{"id": 1, "amount": {amount}}}, "op": "c"}}}}"#
             )
         };
-        let s = debezium();
+        let s = Spec { decimals: vec!["amount".into()], ..debezium() };
+        // a column the table does not read as a decimal is left as sent
+        assert_eq!(text(split(value(r#""BNI=""#).as_bytes(), &debezium())), r#"U {"id": 1, "amount": "BNI="}"#);
         let all = [value(r#""BNI=""#), value("12.34"), value(r#""+y4=""#), value("null"), value(r#""MTIzNA==""#)];
         let got: Vec<String> = split_all(&all, &s).into_iter().map(text).collect();
         assert_eq!(got[0], r#"U {"id":1,"amount":12.34}"#);
@@ -358,6 +370,31 @@ mod tests {
         assert_eq!(got[4], r#"U {"id":1,"amount":8253734.92}"#);
         let t = text(split(value(r#""12.5""#).as_bytes(), &s));
         assert!(t.starts_with(r#"BAD after.amount: the schema says this is a decimal, but "12.5" is neither"#), "{t}");
+        // a decimal whose schema gives no usable scale cannot be read, never guessed
+        for parameters in [r#""scale": "-1""#, r#""scale": "4000000000""#, r#""precision": "3""#] {
+            let v = value(r#""BNI=""#).replace(r#""scale": "2""#, parameters);
+            let t = text(split(v.as_bytes(), &s));
+            assert!(t.starts_with("BAD after.amount: the schema names amount a decimal"), "{parameters}: {t}");
+        }
+        // matched ignoring case where the table is case-insensitive
+        let upper = value(r#""BNI=""#)
+            .replace(r#""field": "amount""#, r#""field": "AMOUNT""#)
+            .replace(r#""amount": "BNI=""#, r#""AMOUNT": "BNI=""#);
+        assert_eq!(text(split(upper.as_bytes(), &s)), r#"U {"id": 1, "AMOUNT": "BNI="}"#);
+        let folding = Spec { case_insensitive: true, ..s.clone() };
+        assert_eq!(text(split(upper.as_bytes(), &folding)), r#"U {"id":1,"AMOUNT":12.34}"#);
+    }
+
+    #[test]
+    fn a_deletes_row_is_fixed_only_in_its_key_columns() {
+        let s = Spec { units: vec![("ts".into(), "us".into())], keys: vec!["id".into()], ..debezium() };
+        // before.ts is finer than the column: not read for a delete, so not a reason to refuse it
+        let d = envelope("io.debezium.time.NanoTimestamp", 1)
+            .replace(r#""before": null"#, r#""before": {"id": 2, "ts": 1700000000000000001}"#)
+            .replace(r#""op": "c""#, r#""op": "d""#);
+        assert_eq!(text(split(d.as_bytes(), &s)), r#"D {"id": 2, "ts": 1700000000000000001}"#);
+        let keyed = Spec { keys: vec!["ts".into()], ..s.clone() };
+        assert!(text(split(d.as_bytes(), &keyed)).starts_with("BAD before.ts: "));
     }
 
     #[test]

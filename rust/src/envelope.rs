@@ -9,7 +9,7 @@ use std::borrow::Cow;
 
 use base64::Engine;
 
-use crate::changes::entries;
+use crate::changes::{entries, Spec};
 
 const DECIMAL: &str = "org.apache.kafka.connect.data.Decimal";
 
@@ -78,32 +78,51 @@ fn nanos(unit: &str) -> Option<i64> {
 }
 
 /// What envelope schema `schema` says of the rows at `paths` (`after`, `before`; `[]`: the payload
-/// is the row) against `units` (column, the unit the column reads counts in): a temporal sent in
-/// another unit of time than its column's (a source column's precision, or the connector's
-/// `time.precision.mode`, changed: `MicroTimestamp` to `Timestamp`), a decimal that may come as
-/// base64 bytes; or the column and why its values cannot be read at all (days where a time is
-/// read, or the reverse). A schema that is not one (no struct of fields) asks for nothing.
-pub(crate) fn fixes_of(schema: &str, paths: [&[String]; 2], units: &[(String, String)]) -> Reading {
+/// is the row) against `spec`'s columns: a temporal sent in another unit of time than its
+/// column's `units` (a source column's precision, or the connector's `time.precision.mode`,
+/// changed: `MicroTimestamp` to `Timestamp`), a column of `decimals` that may come as base64
+/// bytes; or the column and why its values cannot be read at all (days where a time is read, or
+/// the reverse; a decimal without a scale). Of a delete's row (`before`) only the `keys` are read,
+/// so only they are looked at. A schema that is not one (no struct of fields) asks for nothing.
+pub(crate) fn fixes_of(schema: &str, paths: [&[String]; 2], spec: &Spec) -> Reading {
     let Ok(schema) = serde_json::from_str::<serde_json::Value>(schema) else { return Ok(Fixes::default()) };
     let struct_at = |path: &[String]| {
         path.iter().try_fold(&schema, |row, step| {
             row.get("fields")?.as_array()?.iter().find(|f| f.get("field").and_then(|n| n.as_str()) == Some(step))
         })
     };
+    let same = |a: &str, b: &str| if spec.case_insensitive { a.to_lowercase() == b.to_lowercase() } else { a == b };
     let mut out = Fixes::default();
-    for (path, fixes) in paths.into_iter().zip(out.rows.iter_mut()) {
+    for (n, (path, fixes)) in paths.into_iter().zip(out.rows.iter_mut()).enumerate() {
         let Some(row) = struct_at(path) else { continue };
+        let at = |column: &str| path.iter().map(String::as_str).chain([column]).collect::<Vec<_>>().join(".");
         for field in row.get("fields").and_then(|f| f.as_array()).into_iter().flatten() {
             let Some(column) = field.get("field").and_then(|n| n.as_str()) else { continue };
             let Some(name) = field.get("name").and_then(|n| n.as_str()) else { continue };
+            if n == 1 && !spec.keys.is_empty() && !spec.keys.iter().any(|k| same(k, column)) {
+                continue; // a delete's other columns are not read
+            }
             if name == DECIMAL {
+                if !spec.decimals.iter().any(|d| same(d, column)) {
+                    continue; // not a decimal column: the value lands as the column reads it
+                }
                 let scale = field.pointer("/parameters/scale").and_then(|s| s.as_str()?.parse::<u32>().ok());
-                if let Some(scale) = scale {
-                    fixes.push((column.to_owned(), Fix::Decimal { scale }));
+                match scale {
+                    Some(scale) if scale <= 38 => fixes.push((column.to_owned(), Fix::Decimal { scale })),
+                    _ => {
+                        return Err((
+                            at(column),
+                            format!(
+                                "the schema names {column} a decimal ({DECIMAL}) without a scale of 0 to 38 in its \
+                                 parameters ({}); its bytes cannot be read as a number",
+                                field.get("parameters").map_or("none".to_owned(), |p| p.to_string())
+                            ),
+                        ))
+                    }
                 }
                 continue;
             }
-            let Some((_, unit)) = units.iter().find(|(c, _)| c == column) else { continue };
+            let Some((_, unit)) = spec.units.iter().find(|(c, _)| same(c, column)) else { continue };
             let Some(sent) = semantic_unit(name) else { continue };
             if sent == unit {
                 continue;
@@ -114,9 +133,8 @@ pub(crate) fn fixes_of(schema: &str, paths: [&[String]; 2], units: &[(String, St
                 }
                 (Some(from), Some(to)) => fixes.push((column.to_owned(), Fix::Over { sent, by: to / from })),
                 _ => {
-                    let at: Vec<&str> = path.iter().map(String::as_str).chain([column]).collect();
                     return Err((
-                        at.join("."),
+                        at(column),
                         format!(
                             "the source now sends {column} as {name}, a count of {}, but the column reads a \
                              count of {} (unit {unit:?}): the source column's type changed, which this \

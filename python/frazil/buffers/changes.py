@@ -59,6 +59,8 @@ class ChangeBuffer(RecordBuffer):
         # the columns read as counts of a unit: an envelope naming another unit for one is refused
         self._units = [(f.name, f.metadata[UNIT_KEY].decode()) for f in schema
                        if f.metadata and UNIT_KEY in f.metadata]
+        self._decimals = [f.name for f in schema if pa.types.is_decimal(f.type)]   # base64 bytes: read as digits
+        self._case_insensitive = case_insensitive
 
     def append_fetched(self, topic: str, partition: int, fetched: _native.Fetched,
                        start: int = 0, at: list[int] | None = None) -> list[RecordProblem]:
@@ -117,7 +119,8 @@ class ChangeBuffer(RecordBuffer):
         return _native.split_changes(
             values_of(records), op=list(spec.op), after=list(spec.after), before=list(spec.before),
             upsert_ops=list(spec.upsert_ops), delete_ops=list(spec.delete_ops), unwrap_envelope=spec.unwrap_envelope,
-            units=self._units)
+            units=self._units, decimals=self._decimals, keys=list(self.identifiers),
+            case_insensitive=self._case_insensitive)
 
     def rows_of(self, records: Sequence[KafkaRecord]) -> list[builtins.bytes | None]:
         """The row each record carries (an upsert's; None for a delete or a bad change): what a

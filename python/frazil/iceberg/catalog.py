@@ -285,8 +285,6 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
             if not catalog.table_exists(cfg.name):
                 raise
             table = catalog.load_table(cfg.name)
-    if not created:   # a changed partition_by or sort_order: the table's layout evolves to it
-        table = layout.keep(lambda: catalog.load_table(cfg.name), cfg)
     missing = [c for c in ([m[0] for m in META_COLUMNS] if cfg.metadata_columns else []) + [c.name for c in cfg.columns]
                + ([OP_COLUMN] if staging(cfg) else []) if c not in {f.name for f in table.schema().fields}]
     if missing:
@@ -306,6 +304,8 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
     if cfg.identifier_columns and have != sorted(cfg.identifier_columns):
         raise ConfigError(f"table {cfg.name}: identifier columns are {have or 'none'} in the table but "
                           f"{sorted(cfg.identifier_columns)} in the config; make the config say what the table holds")
+    if not created:   # a changed partition_by or sort_order: the table's layout evolves to it, once it checked out
+        table = layout.keep(lambda: catalog.load_table(cfg.name), cfg)
     wanted = _defaults(table.properties, {**cfg.properties, **REQUIRED_PROPERTIES, **(properties or {}),
                                           **_keyed_properties(table, cfg)})
     if created and NAME_MAPPING not in table.properties:

@@ -26,6 +26,7 @@ from pyiceberg.transforms import (
     MonthTransform,
     Transform,
     TruncateTransform,
+    VoidTransform,
     YearTransform,
 )
 from pyiceberg.types import IcebergType, NestedField, StructType
@@ -94,12 +95,18 @@ def check_spec_fits(schema: Schema, partition_by: tuple[PartitionField, ...], ta
                               f"{field.source!r}, a {column_type} column; it takes {', '.join(field.takes)}")
 
 
+def partition_name(field: PartitionField) -> str:
+    """A partition field's name: its source's (``meta.at`` as ``meta_at``), with the transform
+    after it but for identity (``meta_at_day``)."""
+    base = field.source.replace(".", "_")
+    return base if field.transform == "identity" else f"{base}_{field.transform}"
+
+
 def spec_for(schema: Schema, partition_by: tuple[PartitionField, ...]) -> PartitionSpec:
     fields = []
     for i, field in enumerate(partition_by):
         source = schema.find_field(field.source)
-        base = field.source.replace(".", "_")   # a nested source's path: meta.at partitions as meta_at_day
-        name = base if field.transform == "identity" else f"{base}_{field.transform}"
+        name = partition_name(field)
         fields.append(IcebergPartitionField(source.field_id, 1000 + i, _transform(field), name))
     return PartitionSpec(*fields)
 
@@ -129,8 +136,9 @@ class Layout:
 
 
 def _spec_terms(spec: PartitionSpec) -> list[tuple[int, str, str]]:
-    """(source id, transform, partition field name) of each of ``spec``'s fields."""
-    return [(f.source_id, str(f.transform), f.name) for f in spec.fields]
+    """(source id, transform, partition field name) of each of ``spec``'s fields that partitions
+    (a format-1 table keeps a removed field as ``void``, which does not)."""
+    return [(f.source_id, str(f.transform), f.name) for f in spec.fields if not isinstance(f.transform, VoidTransform)]
 
 
 def _term(source: str, transform: str) -> str:
@@ -190,8 +198,10 @@ def keep(load: Callable[[], Table], cfg: TableConfig) -> Table:
                     with tx.update_spec() as spec:
                         for name in change.remove:
                             spec.remove_field(name)
+                        taken = {f.name for f in table.spec().fields}   # a name a field keeps is not reused
                         for field in change.add:
-                            spec.add_field(field.source, _transform(field))
+                            name = partition_name(field)
+                            spec.add_field(field.source, _transform(field), name if name not in taken else None)
                 if change.sort is not None:
                     with tx.update_sort_order() as order:
                         for f in change.sort.fields:

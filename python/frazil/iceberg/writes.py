@@ -58,8 +58,16 @@ DICTIONARY_PAGE_BYTES = 64 << 10
 
 def data_files(metadata: TableMetadata, data: pa.Table, io: FileIO,
                write_uuid: uuid.UUID | None = None) -> list[DataFile]:
-    """Write ``data`` (the table's Arrow schema) as data files of the table ``metadata`` describes."""
-    write_uuid = write_uuid or uuid.uuid4()
+    """Write ``data`` (the table's Arrow schema) as data files of the table ``metadata`` describes,
+    each with the partition spec it was written for (``spec_id``, which pyiceberg's writer leaves
+    unset): a commit after a spec change lists it under that spec, not the new one."""
+    files = _data_files(metadata, data, io, write_uuid or uuid.uuid4())
+    for f in files:
+        f.spec_id = metadata.default_spec_id
+    return files
+
+
+def _data_files(metadata: TableMetadata, data: pa.Table, io: FileIO, write_uuid: uuid.UUID) -> list[DataFile]:
     if TableProperties.PARQUET_DICT_SIZE_BYTES not in metadata.properties:
         metadata = metadata.model_copy(update={"properties": {
             **metadata.properties, TableProperties.PARQUET_DICT_SIZE_BYTES: str(DICTIONARY_PAGE_BYTES)}})

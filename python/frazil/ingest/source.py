@@ -75,6 +75,9 @@ class KafkaSource:
             metadata_max_age_ms=cfg.metadata_max_age_ms,   # how soon a new topic matching topic_pattern is seen
         )
         self.assignment: set[TP] = set()
+        # where this source positioned each assigned partition (the table's offset, a seek back):
+        # a fetch refused below it is aiokafka's own, made from the group's offset before that
+        self._sought: dict[TP, int] = {}
         self.rebalancing = False   # between a revocation and the next assignment
         self._before: set[TP] = set()
         self.generation = -1   # the consumer group's generation of the current assignment
@@ -115,7 +118,12 @@ class KafkaSource:
         try:
             batches = await self._consumer.getmany(timeout_ms=timeout_ms)
         except OffsetOutOfRangeError as exc:   # {partition: the position the broker refused}
-            await self._out_of_log({(tp.topic, tp.partition): offset for tp, offset in exc.args[0].items()})
+            refused = {(tp.topic, tp.partition): offset for tp, offset in exc.args[0].items()}
+            mine = {tp: o for tp, o in refused.items() if tp in self._sought and o >= self._sought[tp]}
+            if refused.keys() - mine.keys():   # fetched before this source positioned them: stale
+                log.debug("ignored: out-of-range fetches from before the partitions were positioned: %s", refused)
+            if mine:
+                await self._out_of_log(mine)
             return {}
         except NoOffsetForPartitionError as exc:
             # asked by aiokafka on assignment, before this source positions the partition: stale
@@ -126,15 +134,15 @@ class KafkaSource:
     async def _out_of_log(self, refused: dict[TP, int]) -> None:
         """The broker refused to fetch from positions outside the log: below its start (records
         deleted by retention before they were read) or past its end (the topic was recreated)."""
-        mine = {tp: offset for tp, offset in refused.items() if tp in self.assignment}
-        if not mine:
-            return
-        stored = await self._within_log(set(mine), mine)
+        stored = await self._within_log(set(refused), refused)
         for tp, offset in stored.items():
-            if offset == mine[tp]:   # in the log after all (a leader moved meanwhile): fetched again from there
+            if tp not in self._sought:   # revoked while the log's bounds were asked
+                continue
+            if offset == refused[tp]:   # in the log after all (a leader moved meanwhile): fetched again from there
                 log.info("%s[%d]: offset %d was out of range, and is within the log now; fetching it again", *tp,
                          offset)
             self._consumer.seek(TopicPartition(*tp), offset)
+            self._sought[tp] = offset
 
     def highwaters(self) -> dict[TP, int]:
         """Each assigned partition's high watermark as of its last fetch (partitions not fetched yet are left out)."""
@@ -159,6 +167,7 @@ class KafkaSource:
     def seek_back(self, tp: TP, offset: int) -> None:
         """Fetch ``tp`` again from ``offset`` (records that were fetched but not taken)."""
         self._consumer.seek(TopicPartition(*tp), offset)
+        self._sought[tp] = offset
 
     async def commit_low_watermark(self, offsets: Mapping[TP, int]) -> None:
         """Commit group offsets no further than the table (they may lag it, never lead it)."""
@@ -180,6 +189,8 @@ class KafkaSource:
         if not self.rebalancing:
             self._before, self.rebalancing = set(self.assignment), True
         self.assignment -= tps
+        for tp in tps:
+            self._sought.pop(tp, None)
         assert self._on_revoked is not None
         try:
             await self._on_revoked(tps)
@@ -189,6 +200,7 @@ class KafkaSource:
 
     async def _assigned(self, tps: set[TP]) -> None:
         self.assignment = set(tps)
+        self._sought = {}
         self.rebalancing = False
         # aiokafka sets it from the JoinGroup response before calling the listener; it has no
         # public accessor. Workers report it so the coordinator can drop a zombie's replies.
@@ -219,11 +231,14 @@ class KafkaSource:
                 self._consumer.seek(TopicPartition(*tp), stored[tp])
             else:
                 fresh.append(TopicPartition(*tp))
+        self._sought.update({tp: stored[tp] for tp in tps if tp in stored})
         if fresh:
             if self._cfg.auto_offset_reset == "earliest":
                 await self._consumer.seek_to_beginning(*fresh)
             else:
                 await self._consumer.seek_to_end(*fresh)
+            for tp in fresh:
+                self._sought[(tp.topic, tp.partition)] = await self._consumer.position(tp)
         log.info("positioned %d partition(s): %s from the table, %d new from %s", len(tps),
                  ", ".join(f"{t}[{p}]@{stored[(t, p)]}" for t, p in sorted(tps) if (t, p) in stored) or "none",
                  len(fresh), self._cfg.auto_offset_reset)
@@ -244,8 +259,9 @@ class KafkaSource:
                                for (t, p), end in sorted(beyond.items()))
             raise TopicMismatchError(
                 f"the table's stored offsets are past the end of the topic: {detail}. The topic was probably "
-                "deleted and recreated. Nothing was read. To start the new topic from its beginning, use a new "
-                "pipeline.name (or remove the table property frazil.offsets.<pipeline>) after checking the table."
+                "deleted and recreated. Nothing past the table's offsets there was committed. To start the new topic "
+                "from its beginning, use a new pipeline.name (or remove the table property "
+                "frazil.offsets.<pipeline>) after checking the table."
             )
         starts = await self._log_bounds(known, end=False)
         gaps = {(tp.topic, tp.partition): start for tp, start in starts.items()
@@ -257,9 +273,10 @@ class KafkaSource:
                            for (t, p), start in sorted(gaps.items()))
         if self._cfg.on_retention_gap == "stop":
             raise RetentionGapError(
-                f"records were deleted by the topic's retention before frazil read them: {detail}. Nothing was "
-                "read. They cannot be read from Kafka any more; to go on from the log's start without them, "
-                "record it in the table (frazil offsets --reset TOPIC:PARTITION=START --reason ...) or set "
+                f"records were deleted by the topic's retention before frazil read them: {detail}. frazil stopped "
+                "there: nothing past the table's offsets of those partitions was committed. They cannot be read "
+                "from Kafka any more; to go on from the log's start without them, record it in the table "
+                "(frazil offsets --reset TOPIC:PARTITION=START --reason ...) or set "
                 "kafka.on_retention_gap = \"skip\" (each range is logged and counted in "
                 "frazil_records_lost_to_retention_total); and give the topic a longer retention.ms than frazil "
                 "can be stopped or behind.")

@@ -62,7 +62,8 @@ def partition_columns(catalog_name: str, schema: Schema, spec: PartitionSpec) ->
     """One ``(helper column, Spark SQL expression)`` per partition field, in spec order."""
     out = []
     for i, pf in enumerate(spec.fields):
-        column = "`" + schema.find_field(pf.source_id).name + "`"
+        # a nested source by its path, each part quoted: `meta`.`at`
+        column = ".".join(f"`{part}`" for part in (schema.find_column_name(pf.source_id) or "").split("."))
         t = pf.transform
         fn = f"{catalog_name}.system"
         if isinstance(t, IdentityTransform):

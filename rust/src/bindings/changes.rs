@@ -11,7 +11,7 @@ type Split<'py> = (Bound<'py, PyBytes>, Vec<Option<Bound<'py, PyBytes>>>, Vec<(u
 /// object, its row as a slice of the value (None when bad), and the bad ones as
 /// ``(index, field, reason)``. Runs without the GIL; only the rows are copied out.
 #[pyfunction]
-#[pyo3(signature = (values, *, op, after, before, upsert_ops, delete_ops, unwrap_envelope, units = vec![]))]
+#[pyo3(signature = (values, *, op, after, before, upsert_ops, delete_ops, unwrap_envelope, units = vec![], decimals = vec![], keys = vec![], case_insensitive = false))]
 #[allow(clippy::too_many_arguments)] // one argument per keyword of the Python signature
 pub fn split_changes<'py>(
     py: Python<'py>,
@@ -23,8 +23,12 @@ pub fn split_changes<'py>(
     delete_ops: Vec<String>,
     unwrap_envelope: bool,
     units: Vec<(String, String)>,
+    decimals: Vec<String>,
+    keys: Vec<String>,
+    case_insensitive: bool,
 ) -> Split<'py> {
-    let spec = Spec { op, after, before, upsert_ops, delete_ops, unwrap_envelope, units };
+    let spec =
+        Spec { op, after, before, upsert_ops, delete_ops, unwrap_envelope, units, decimals, keys, case_insensitive };
     let found: Vec<Change> = py.detach(|| changes::split_all(&values, &spec));
     let mut kinds = Vec::with_capacity(found.len());
     let mut rows = Vec::with_capacity(found.len());

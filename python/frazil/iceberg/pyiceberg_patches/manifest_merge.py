@@ -167,6 +167,35 @@ class TieredAppend(_MergeAppendFiles):
 
     remembers_written = True   # RowDelta (keyed tables) writes delete entries too: it reads its manifests back
 
+    def _manifests(self) -> list[ManifestFile]:
+        """pyiceberg writes every added data file into one manifest of the table's current spec,
+        whatever spec the file was written for: a file written before a partition-spec change
+        (in flight, in another process, or kept in a transaction log) and committed after it would
+        have its partition values read under the new spec, and scans would prune it wrongly. Files
+        of another spec go into a manifest of their own spec here."""
+        current = self._transaction.table_metadata.default_spec_id
+        elsewhere: dict[int, list[DataFile]] = {}
+        for f in self._added_data_files:
+            spec_id = getattr(f, "spec_id", None)
+            if spec_id is not None and spec_id != current:
+                elsewhere.setdefault(spec_id, []).append(f)
+        if not elsewhere:
+            return super()._manifests()
+        saved = self._added_data_files
+        moved = {id(f) for files in elsewhere.values() for f in files}
+        self._added_data_files = [f for f in saved if id(f) not in moved]
+        try:
+            manifests = super()._manifests()
+        finally:
+            self._added_data_files = saved
+        for spec_id, files in sorted(elsewhere.items()):
+            with self.new_manifest_writer(spec=self.spec(spec_id)) as writer:
+                for f in files:
+                    writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id,
+                                                       sequence_number=None, file_sequence_number=None, data_file=f))
+            manifests.append(writer.to_manifest_file())
+        return manifests
+
     def fetch_manifest_entry(self, manifest: ManifestFile, discard_deleted: bool = True) -> list[ManifestEntry]:
         entries = _entries_written(manifest)
         return entries if entries is not None else super().fetch_manifest_entry(manifest, discard_deleted)
