@@ -77,6 +77,11 @@ fn split_seen<'a>(value: &'a [u8], spec: &Spec, seen: &mut Vec<(&'a str, Reading
     };
     let mut fixes: Option<&Fixes> = None;
     let (text, entries) = match unwrapped(&entries, spec) {
+        // nothing to fix without a column that takes a unit or a decimal: the schema is not read
+        Some(payload) if spec.units.is_empty() && spec.decimals.is_empty() => match self::entries(payload) {
+            Ok(e) => (payload, e),
+            Err(reason) => return bad("payload", &reason),
+        },
         Some(payload) => {
             let schema = entries.iter().find(|(k, _)| k == "schema").map_or("", |(_, v)| v.get());
             let at = match seen.iter().position(|(s, _)| *s == schema) {

@@ -224,7 +224,7 @@ class KafkaSource:
     async def seek(self, tps: set[TP], stored: Mapping[TP, int]) -> None:
         """Position ``tps`` at the table's offsets; partitions it has never seen at the reset policy.
         Callers take no record of ``tps`` until this returns."""
-        stored = {**stored, **await self._within_log(tps, stored)}
+        stored = await self._within_log(tps, stored)
         fresh = []
         for tp in sorted(tps):
             if tp in stored:
@@ -252,7 +252,7 @@ class KafkaSource:
         known = [TopicPartition(*tp) for tp in sorted(tps) if tp in stored]
         if not known:
             return {}
-        ends = await self._log_bounds(known, end=True)
+        ends = await self._end_offsets(known)
         beyond = {(tp.topic, tp.partition): end for tp, end in ends.items() if stored[(tp.topic, tp.partition)] > end}
         if beyond:
             detail = ", ".join(f"{t}[{p}] table={stored[(t, p)]} log end={end}"
@@ -263,7 +263,8 @@ class KafkaSource:
                 "from its beginning, use a new pipeline.name (or remove the table property "
                 "frazil.offsets.<pipeline>) after checking the table."
             )
-        starts = await self._log_bounds(known, end=False)
+        starts = await self._retried(lambda: self._consumer.beginning_offsets(known),
+                                     f"could not read the log starts of {len(known)} assigned partition(s)")
         gaps = {(tp.topic, tp.partition): start for tp, start in starts.items()
                 if stored[(tp.topic, tp.partition)] < start}
         out = {tp: stored[tp] for tp in stored if tp in tps}
@@ -289,13 +290,6 @@ class KafkaSource:
         if self._on_lost is not None:
             self._on_lost(lost)
         return out
-
-    async def _log_bounds(self, known: list[TopicPartition], *, end: bool) -> dict[TopicPartition, int]:
-        """The log ends (``end``) or starts of ``known``, as :meth:`_end_offsets`."""
-        if end:
-            return await self._end_offsets(known)
-        return await self._retried(lambda: self._consumer.beginning_offsets(known),
-                                   f"could not read the log starts of {len(known)} assigned partition(s)")
 
     async def _end_offsets(self, known: list[TopicPartition]) -> dict[TopicPartition, int]:
         """The log ends of ``known``. A broker outage across the rebalance (the request timed out,
