@@ -21,7 +21,7 @@ from harness.spark_cluster import SparkCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
-BULK_RECORDS = int(os.environ.get("FRAZIL_BULK_RECORDS", "5000000"))
+BULK_RECORDS = int(os.environ.get("FRAZIL_BULK_RECORDS", "3000000"))
 
 
 def _run(config: Path, log: Path, *args: str, timeout: float = 900) -> str:
