@@ -21,7 +21,7 @@ venv: $(VENV)/.venv-ok ## create the virtualenv with the build tool
 
 $(VENV)/.build-ok: $(VENV)/.venv-ok $(RUST_SOURCES) pyproject.toml
 	@echo "building the native extension (release) and installing frazil with its dependencies..."
-	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release -q -E dev
+	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release -q -E dev,glue,hive
 	@# an editable install has no bytecode (a wheel's install writes it): every process would compile
 	@# frazil's modules again where PYTHONDONTWRITEBYTECODE is set; stale files are ignored by mtime
 	$(PY) -m compileall -q python/frazil >/dev/null
@@ -31,7 +31,7 @@ build: $(VENV)/.build-ok ## build the Rust extension into the virtualenv (frazil
 
 $(VENV)/.bench-ok: $(VENV)/.build-ok
 	@echo "installing the benchmark extras (psutil, matplotlib, py-spy) and fetching the Spark and Kafka Connect jars..."
-	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release -q -E dev,bench
+	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release -q -E dev,glue,hive,bench
 	$(PY) -m frazil.spark.jars fetch --kafka >/dev/null
 	$(PY) benches/e2e_systems/kafka_connect.py --fetch >/dev/null
 	touch $@

@@ -1,5 +1,6 @@
 """A local S3-compatible object store for tests: moto's standalone server (PyPI ``moto[s3]``),
-on 127.0.0.1. pyiceberg (pyarrow's S3 filesystem) and Spark (Iceberg's ``S3FileIO`` from the
+on 127.0.0.1. The same server answers the AWS Glue API (moto's emulation of it), for the Glue
+catalog's tests. pyiceberg (pyarrow's S3 filesystem) and Spark (Iceberg's ``S3FileIO`` from the
 ``iceberg-aws-bundle`` jar) both write and read the warehouse there, as they would on S3 or
 MinIO. Objects live in the server's memory: fine for tests, not for benchmarks.
 
@@ -62,3 +63,15 @@ class S3Server(ServerProcess):
         return {"warehouse": f"s3://{bucket}/{prefix}", "io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
                 "s3.endpoint": self.endpoint, "s3.access-key-id": ACCESS_KEY, "s3.secret-access-key": SECRET_KEY,
                 "s3.path-style-access": "true", "client.region": REGION}
+
+    def glue_catalog_properties(self, bucket: str) -> dict[str, str]:
+        """An AWS Glue catalog on this server (moto's Glue) with its warehouse in ``bucket``. The
+        credentials are not properties: both engines take them from the AWS SDK's own chain, as in
+        production (``credentials_env()`` here)."""
+        return {**self.catalog_properties(bucket), "type": "glue", "glue.endpoint": self.endpoint,
+                "glue.region": REGION}
+
+    @staticmethod
+    def credentials_env() -> dict[str, str]:
+        """The environment variables the AWS SDKs (boto3, the Java SDK) read the test keys from."""
+        return {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_REGION": REGION}

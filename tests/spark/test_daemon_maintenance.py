@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import signal
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 import support
 from frazil.spark import session
 from frazil_dev.kafka_broker import KafkaBroker
+from frazil_dev.s3 import S3Server
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -47,17 +49,26 @@ def catalog_properties(kind: str, request: pytest.FixtureRequest) -> str:
         props = request.getfixturevalue("s3").catalog_properties("frazil-maintained")
         props["uri"] = "sqlite:///warehouse/catalog.db"
         return "{ " + ", ".join(f'"{k}" = "{v}"' for k, v in props.items()) + " }"
+    if kind == "glue":   # AWS Glue (moto's), its warehouse in the same server's S3
+        props = request.getfixturevalue("s3").glue_catalog_properties("frazil-glue")
+        return "{ " + ", ".join(f'"{k}" = "{v}"' for k, v in props.items()) + " }"
     if kind == "rest":   # the server places the tables in its own warehouse
         return f'{{ type = "rest", uri = "{request.getfixturevalue("rest_catalog").uri}" }}'
     raise AssertionError(kind)
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgresql", "rest", "s3"])
-def test_compaction_and_expiry_run_while_frazil_ingests_and_lose_nothing(kafka: KafkaBroker, tmp_path: Path, kind: str,
-                                                                         request: pytest.FixtureRequest,
-                                                                         spark: Any) -> None:
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql", "rest", "s3", "glue"])
+def test_compaction_and_expiry_run_while_frazil_ingests_and_lose_nothing(
+        kafka: KafkaBroker, tmp_path: Path, kind: str, request: pytest.FixtureRequest, spark: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The same ingest on each catalog Spark shares with pyiceberg, maintenance on; read back by
     pyiceberg and by Spark SQL."""
+    if kind == "glue":   # AWS credentials come from the SDKs' own chain, never from the config file
+        for name, value in S3Server.credentials_env().items():
+            monkeypatch.setenv(name, value)   # this process's boto3 and frazil's (and its Spark's) environment
+        system = spark.sparkContext._jvm.java.lang.System   # the shared Spark's JVM, started before: its properties
+        system.setProperty("aws.accessKeyId", os.environ["AWS_ACCESS_KEY_ID"])
+        system.setProperty("aws.secretAccessKey", os.environ["AWS_SECRET_ACCESS_KEY"])
     topic = f"maintained-{kind}"
     asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
     config = support.write_config(

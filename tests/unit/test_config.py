@@ -523,8 +523,8 @@ def test_keyed_table_errors_name_the_key_and_the_fix(tmp_path: Path, table: dict
     ({"uri": "http://127.0.0.1:8181"}, "or type = \"rest\" for a REST catalog"),
     ({"type": "nessie", "uri": "http://n"}, "catalog.properties.type 'nessie' is not a catalog type pyiceberg "
                                            "knows; use one of sql, in-memory, rest, hive, glue, dynamodb, bigquery"),
-    ({"type": "glue"}, "catalog.properties.type = 'glue': Spark maintenance shares \"sql\" (SQLite, PostgreSQL) and "
-                       "\"rest\" catalogs only; set [maintenance] enabled = false"),
+    ({"type": "dynamodb"}, "catalog.properties.type = 'dynamodb': Spark maintenance shares \"sql\" (SQLite, "
+                           "PostgreSQL), \"rest\" and \"glue\" catalogs only; set [maintenance] enabled = false"),
 ])
 def test_a_catalog_this_install_cannot_load_is_refused_at_load(properties: dict, message: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -536,9 +536,9 @@ def test_a_catalog_type_whose_library_is_missing_names_what_to_install(monkeypat
     no_maintenance = {**MINIMAL, "maintenance": {"enabled": False}}
     monkeypatch.setattr(checks, "_installed", lambda module: module not in ("thrift", "boto3"))
     with pytest.raises(ConfigError, match=re.escape("catalog.properties.type = 'hive' needs thrift, which this install "
-                                                    "lacks: pip install 'pyiceberg[hive]'")):
+                                                    "lacks: pip install 'frazil[hive]'")):
         config.parse({**no_maintenance, "catalog": {"properties": {"type": "hive", "uri": "thrift://h:9083"}}})
-    with pytest.raises(ConfigError, match=re.escape("pip install 'pyiceberg[glue]'")):
+    with pytest.raises(ConfigError, match=re.escape("pip install 'frazil[glue]'")):
         config.parse({**no_maintenance, "catalog": {"properties": {"type": "GLUE"}}})
     monkeypatch.setattr(checks, "_installed", lambda module: True)
     cfg = config.parse({**no_maintenance, "catalog": {"properties": {"type": "glue"}}})

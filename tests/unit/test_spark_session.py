@@ -50,9 +50,22 @@ def test_conf_for_a_rest_catalog() -> None:
     assert "spark.sql.catalog.lake.catalog-impl" not in conf
 
 
+def test_conf_for_a_glue_catalog() -> None:
+    """Iceberg's GlueCatalog on the same Glue tables; its endpoint, region and FileIO passed on, and
+    the AWS bundle (Glue's client) on the classpath. Credentials are the AWS SDK chain's."""
+    props = {"type": "glue", "warehouse": "s3://b/w", "glue.endpoint": "http://glue:5000", "glue.id": "123",
+             "client.region": "eu-west-1", "s3.endpoint": "http://s3:9000",
+             "io-impl": "org.apache.iceberg.aws.s3.S3FileIO"}
+    conf = session.conf("lake", props, jars=[])
+    assert conf["spark.sql.catalog.lake.type"] == "glue" and "spark.sql.catalog.lake.catalog-impl" not in conf
+    for key in ("warehouse", "glue.endpoint", "glue.id", "client.region", "s3.endpoint", "io-impl"):
+        assert conf[f"spark.sql.catalog.lake.{key}"] == props[key], key
+    assert session.needs_aws({"type": "glue"}) and not session.needs_aws({"type": "rest", "uri": "http://r"})
+
+
 def test_conf_refuses_a_catalog_type_spark_cannot_share() -> None:
     with pytest.raises(ConfigError, match="turn maintenance off"):
-        session.conf("lake", {"type": "glue", "warehouse": "s3://b/w"}, jars=[])
+        session.conf("lake", {"type": "dynamodb", "warehouse": "s3://b/w"}, jars=[])
 
 
 def test_a_bulk_write_to_object_storage_is_refused_before_spark_starts() -> None:

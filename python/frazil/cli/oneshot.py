@@ -31,7 +31,7 @@ def catalog_call(cfg: config_mod.Config, call: Callable[[], T]) -> T:
     """A read from the catalog in a command: a catalog that cannot answer is one line, exit 4."""
     from pyiceberg.exceptions import NoSuchTableError
 
-    from frazil.iceberg.catalog import describe
+    from frazil.iceberg.catalog import aws_setup_error, aws_setup_missing, describe
 
     try:
         return call()
@@ -39,6 +39,8 @@ def catalog_call(cfg: config_mod.Config, call: Callable[[], T]) -> T:
         raise NotFound(f"{exc}; `frazil run` creates the configured tables on start") from None
     except FrazilError:
         raise
+    except aws_setup_missing() as exc:   # set-up to fix, not an outage
+        raise aws_setup_error(cfg.catalog, exc) from None
     except Exception as exc:  # noqa: BLE001 - locked, down, refused: say so in one line
         first = (str(exc).strip().splitlines() or [""])[0][:300]
         raise CatalogUnavailable(f"catalog {cfg.catalog.name} ({describe(cfg.catalog)}) did not answer: "

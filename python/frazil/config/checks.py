@@ -14,13 +14,14 @@ from frazil.config.types import META_COLUMN_TYPES, ColumnType, PartitionField
 from frazil.errors import ConfigError
 
 # pyiceberg 0.12's catalog types (pyiceberg.catalog.CatalogType; a unit test keeps the two the
-# same), with the modules each needs beyond pyiceberg itself and the extra that installs them
+# same), with the modules each needs beyond pyiceberg itself and what installs them: frazil's own
+# extra where frazil has one (tested here), else pyiceberg's
 CATALOG_TYPES: dict[str, tuple[tuple[str, ...], str]] = {
-    "sql": (("sqlalchemy",), "sql-sqlite"), "in-memory": (("sqlalchemy",), "sql-sqlite"), "rest": ((), ""),
-    "hive": (("thrift",), "hive"), "glue": (("boto3",), "glue"), "dynamodb": (("boto3",), "dynamodb"),
-    "bigquery": (("google.cloud.bigquery",), "bigquery")}
+    "sql": (("sqlalchemy",), "pyiceberg[sql-sqlite]"), "in-memory": (("sqlalchemy",), "pyiceberg[sql-sqlite]"),
+    "rest": ((), ""), "hive": (("thrift",), "frazil[hive]"), "glue": (("boto3",), "frazil[glue]"),
+    "dynamodb": (("boto3",), "pyiceberg[dynamodb]"), "bigquery": (("google.cloud.bigquery",), "pyiceberg[bigquery]")}
 # the catalogs Spark (maintenance, bulk writes) shares, and the SQL catalogs' databases (spark/session.py)
-SPARK_CATALOGS = ("sql", "rest")
+SPARK_CATALOGS = ("sql", "rest", "glue")
 SPARK_DATABASES = ("sqlite", "postgresql")
 # SQLAlchemy drivers whose Python module has another name
 _DRIVER_MODULES = {"pysqlite": "sqlite3", "mysqldb": "MySQLdb", "mariadbconnector": "mariadb"}
@@ -223,11 +224,11 @@ def _catalog(catalog: CatalogConfig, *, maintenance: bool) -> None:
         missing = [m for m in modules if not _installed(m)]
         if missing:
             raise ConfigError(f"catalog.properties.type = {kind!r} needs {', '.join(missing)}, which this install "
-                              f"lacks: pip install 'pyiceberg[{extra}]'")
+                              f"lacks: pip install '{extra}'")
     if maintenance and kind not in SPARK_CATALOGS:
         raise ConfigError(f"catalog.properties.type = {kind or props['py-catalog-impl']!r}: Spark maintenance shares "
-                          "\"sql\" (SQLite, PostgreSQL) and \"rest\" catalogs only; set [maintenance] enabled = false "
-                          "to ingest into this catalog (and maintain its tables with its own tools)")
+                          "\"sql\" (SQLite, PostgreSQL), \"rest\" and \"glue\" catalogs only; set [maintenance] "
+                          "enabled = false to ingest into this catalog (and maintain its tables with its own tools)")
     if kind == "sql":
         _sql_uri(props["uri"], maintenance=maintenance)
 

@@ -16,6 +16,7 @@ from pyiceberg.exceptions import (
     NamespaceAlreadyExistsError,
     NoSuchNamespaceError,
     NoSuchTableError,
+    NotInstalledError,
     TableAlreadyExistsError,
 )
 from pyiceberg.io.pyarrow import schema_to_pyarrow
@@ -48,6 +49,7 @@ from frazil.config import (
     MaintenanceConfig,
     TableConfig,
 )
+from frazil.config.checks import CATALOG_TYPES
 from frazil.errors import CatalogUnavailable, ConfigError, TableMissingError, first_line
 from frazil.flow import retry
 from frazil.iceberg import layout, mutations, offsets
@@ -136,6 +138,12 @@ def load(cfg: CatalogConfig, *, attempts: int = 5, busy_timeout_s: float | None 
         except _wrong_properties() as exc:
             raise ConfigError(f"catalog {cfg.name} ({describe(cfg)}) cannot be loaded: {first_line(exc)}; check the "
                               "[catalog] properties (docs/configuration.md)") from None
+        except NotInstalledError:   # a client library the catalog type needs (config check names it too)
+            extra = CATALOG_TYPES.get(props.get("type", "sql").lower(), ((), ""))[1]
+            raise ConfigError(f"catalog {cfg.name} ({describe(cfg)}) cannot be loaded: the client library of its "
+                              f"type is not installed; pip install '{extra or 'pyiceberg'}'") from None
+        except aws_setup_missing() as exc:
+            raise aws_setup_error(cfg, exc) from None
         except Exception as exc:  # noqa: BLE001 - processes starting together race to create SQLite's tables
             if attempt == attempts or props.get("type") != "sql":
                 raise CatalogUnavailable(f"catalog {cfg.name} ({describe(cfg)}) cannot be reached: "
@@ -171,6 +179,19 @@ def _wrong_properties() -> tuple[type[Exception], ...]:
     malformed uri) only when a SQL catalog loaded SQLAlchemy: other catalogs start without it."""
     sql = sys.modules.get("sqlalchemy.exc")
     return (ImportError, ValueError, TypeError, KeyError, *((sql.ArgumentError,) if sql is not None else ()))
+
+
+def aws_setup_missing() -> tuple[type[Exception], ...]:
+    """What boto3 raises for a region (when the catalog is loaded) or credentials (at its first
+    call) it cannot find: set-up, not an outage. Only when an AWS catalog loaded botocore."""
+    aws = sys.modules.get("botocore.exceptions")
+    return (aws.NoRegionError, aws.NoCredentialsError) if aws is not None else ()
+
+
+def aws_setup_error(cfg: CatalogConfig, exc: Exception) -> ConfigError:
+    return ConfigError(f"catalog {cfg.name} ({describe(cfg)}) cannot be used: {first_line(exc).rstrip('.')}; set "
+                       "catalog.properties \"client.region\" (or AWS_REGION in the environment) and the credentials "
+                       "(the AWS_* environment variables, a profile, or an instance role)")
 
 
 def _writable(cfg: CatalogConfig, key: str, folder: Path, database: Path | None) -> None:

@@ -31,10 +31,10 @@ _lock = threading.Lock()
 _session: Any = None
 
 
-# Catalog properties Spark's Iceberg catalog takes as they are: the REST client's settings and the
+# Catalog properties Spark's Iceberg catalog takes as they are: the REST client's and Glue's settings and the
 # FileIO's (object storage). pyiceberg and Iceberg's Java catalogs spell these the same.
 _PASSED_ON = ("credential", "token", "oauth2-server-uri", "scope", "audience", "resource", "prefix", "io-impl")
-_PASSED_ON_PREFIXES = ("header.", "s3.", "client.", "rest.")
+_PASSED_ON_PREFIXES = ("header.", "s3.", "client.", "rest.", "glue.")
 
 
 def jdbc_uri(uri: str) -> str:
@@ -77,7 +77,8 @@ def jdbc_credentials(uri: str) -> dict[str, str]:
 
 def catalog_conf(catalog_name: str, properties: Mapping[str, str]) -> dict[str, str]:
     """Spark's settings for the Iceberg catalog pyiceberg loads from ``properties``: a SQL catalog
-    (SQLite, PostgreSQL) through Iceberg's ``JdbcCatalog`` on the same tables, or a REST catalog."""
+    (SQLite, PostgreSQL) through Iceberg's ``JdbcCatalog`` on the same tables, a REST catalog, or AWS
+    Glue (the same Glue tables through Iceberg's ``GlueCatalog``)."""
     prefix = f"spark.sql.catalog.{catalog_name}"
     kind = properties.get("type", "sql")
     out = {prefix: "org.apache.iceberg.spark.SparkCatalog", f"{prefix}.cache-enabled": "false"}
@@ -88,10 +89,12 @@ def catalog_conf(catalog_name: str, properties: Mapping[str, str]) -> dict[str, 
         out.update({f"{prefix}.{k}": v for k, v in jdbc_credentials(properties["uri"]).items()})
     elif kind == "rest":
         out.update({f"{prefix}.type": "rest", f"{prefix}.uri": properties["uri"]})
+    elif kind == "glue":   # Iceberg's GlueCatalog: the AWS SDK's own credentials chain, the glue.* settings below
+        out[f"{prefix}.type"] = "glue"
     else:
         raise ConfigError(f"catalog type {kind!r}: Spark (maintenance, bulk writes) shares \"sql\" (SQLite, "
-                          "PostgreSQL) and \"rest\" catalogs; turn maintenance off ([maintenance] enabled = false) to "
-                          "ingest into another catalog")
+                          "PostgreSQL), \"rest\" and \"glue\" catalogs; turn maintenance off ([maintenance] enabled = "
+                          "false) to ingest into another catalog")
     if "warehouse" in properties:
         out[f"{prefix}.warehouse"] = properties["warehouse"]
     out.update({f"{prefix}.{k}": v for k, v in properties.items()
@@ -126,9 +129,9 @@ def conf(catalog_name: str, properties: Mapping[str, str], *, jars: list[Path], 
 
 
 def needs_aws(properties: Mapping[str, str]) -> bool:
-    """Whether Spark needs Iceberg's AWS bundle for this catalog: its FileIO is ``S3FileIO``, or
-    its warehouse is on S3."""
-    return ("aws.s3" in properties.get("io-impl", "")
+    """Whether Spark needs Iceberg's AWS bundle for this catalog: it is AWS Glue, its FileIO is
+    ``S3FileIO``, or its warehouse is on S3."""
+    return (properties.get("type") == "glue" or "aws.s3" in properties.get("io-impl", "")
             or properties.get("warehouse", "").startswith(("s3://", "s3a://")))
 
 
