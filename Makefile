@@ -72,6 +72,7 @@ test-python: build ## Python tests: unit, native, integration (real Kafka + cata
 	$(PY) -m frazil.spark.jars fetch --aws >/dev/null
 	PYTHONPATH=dev $(PY) -m frazil_dev.rest_catalog >/dev/null
 	PYTHONPATH=dev $(PY) -m frazil_dev.kafka_connect >/dev/null
+	PYTHONPATH=dev $(PY) -m frazil_dev.oauth_server >/dev/null
 	$(PY) -m pytest $${PYTEST_ARGS:-}
 
 test: lint test-rust test-loom test-python ## everything CI runs: lint, Rust tests, loom model checks, every Python test against real servers

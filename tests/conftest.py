@@ -1,5 +1,6 @@
 """Test session: uvloop for every asyncio test, a real Kafka broker started once (with SASL and TLS
-listeners), and, started once by the tests that need them, a real schema registry (Apicurio,
+listeners, and a SASL OAUTHBEARER listener checking the tokens of a real OAuth server, Keycloak,
+started before it), and, started once by the tests that need them, a real schema registry (Apicurio,
 Confluent-compatible API), a real PostgreSQL server (the shared SQL catalog, and the source of
 change data capture through a real Kafka Connect worker running Debezium) and a real Iceberg REST
 catalog server (Apache Iceberg's REST fixture) and a local S3-compatible object store (moto's server)."""
@@ -12,12 +13,14 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from frazil_dev.kafka_broker import KafkaBroker
+from frazil_dev.kafka_broker import KafkaBroker, OAuthValidation
 from frazil_dev.kafka_connect import KafkaConnect
+from frazil_dev.oauth_server import AUDIENCE, OAuthServer
 from frazil_dev.postgres import PostgresServer
 from frazil_dev.rest_catalog import RestCatalogServer
 from frazil_dev.s3 import S3Server
 from frazil_dev.schema_registry import SchemaRegistry
+from support import OAUTH_REAUTH_MS, OAUTH_TOKEN_S
 
 
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> Mapping[str, object]:
@@ -25,10 +28,19 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> M
 
 
 @pytest.fixture(scope="session")
-def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+def oauth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OAuthServer]:
+    """A real OAuth 2.0 server (Keycloak, from Maven Central) for the session: the broker's
+    OAUTHBEARER listener checks its tokens. Never skipped."""
+    with OAuthServer.start(Path(tmp_path_factory.mktemp("oauth")), token_lifetime_s=OAUTH_TOKEN_S) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory, oauth_server: OAuthServer) -> Iterator[KafkaBroker]:
     """A real single-node KRaft broker for the whole session. Never skipped: if it cannot
     start, every test that needs it fails with the reason."""
-    with KafkaBroker.start(Path(tmp_path_factory.mktemp("kafka")), secure=True) as broker:
+    oauth = OAuthValidation(oauth_server.jwks_url, oauth_server.issuer, AUDIENCE, reauth_ms=OAUTH_REAUTH_MS)
+    with KafkaBroker.start(Path(tmp_path_factory.mktemp("kafka")), secure=True, oauth=oauth) as broker:
         yield broker
 
 

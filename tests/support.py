@@ -23,6 +23,12 @@ from frazil_dev.workload import create_topic
 
 __all__ = ["create_topic", "end_offsets"]
 
+# The session's OAuth server issues tokens that live OAUTH_TOKEN_S; the broker makes an OAUTHBEARER
+# connection authenticate again after OAUTH_REAUTH_MS (or when its token expires, if sooner), so a
+# run of a minute sees several tokens (conftest.py)
+OAUTH_TOKEN_S = 20
+OAUTH_REAUTH_MS = 8000
+
 SQLITE_CATALOG = '{ uri = "sqlite:///warehouse/catalog.db", warehouse = "file://warehouse" }'
 
 CONFIG = """\

@@ -6,7 +6,8 @@ nothing under ``python/frazil`` may import it (``tests/unit/test_product_imports
   Kafka's own Java producer and consumer tools (``kafka_tools``); PostgreSQL (``postgres``), with
   logical replication on; a Kafka Connect worker running Debezium's PostgreSQL connector
   (``kafka_connect``);
-  Apache Iceberg's REST catalog fixture (``rest_catalog``); S3 through moto (``s3``); a
+  Apache Iceberg's REST catalog fixture (``rest_catalog``); S3 (and Glue) through moto (``s3``);
+  an OAuth 2.0 server, Keycloak (``oauth_server``); a
   Confluent-compatible schema registry (``schema_registry``); what the HTTP ones share (``server``);
 - the sample workload (``workload``): seeded clickstream events with their columns, topic
   creation and a round-robin producer, shared by the demo, tests, harnesses and benches;

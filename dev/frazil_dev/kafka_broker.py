@@ -105,6 +105,20 @@ class SecurePorts:
     sasl_plaintext: int
     sasl_ssl: int
     ca_file: Path
+    oauth: int = 0   # the OAUTHBEARER listener (SASL_PLAINTEXT), when started with ``oauth``
+
+
+@dataclass(frozen=True)
+class OAuthValidation:
+    """How the OAUTHBEARER listener checks tokens: their signature against the identity provider's
+    keys (``jwks_url``), their issuer and audience, and a session lifetime (``reauth_ms``) after which a
+    connection must authenticate again; a client that cannot re-authenticate on an open connection
+    (aiokafka) is disconnected then, and connects again with a token it holds by then."""
+
+    jwks_url: str
+    issuer: str
+    audience: str
+    reauth_ms: int = 0
 
 
 def _make_certificate(workdir: Path) -> Path:
@@ -140,12 +154,31 @@ def _secure_settings(workdir: Path, ports: SecurePorts) -> dict[str, str]:
     return settings
 
 
-def _server_properties(data: Path, port: int, controller_port: int, secure: SecurePorts | None = None) -> str:
+def _oauth_settings(oauth: OAuthValidation) -> dict[str, str]:
+    prefix = "listener.name.oauth"
+    return {
+        f"{prefix}.sasl.enabled.mechanisms": "OAUTHBEARER",
+        f"{prefix}.oauthbearer.sasl.jaas.config":
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+        f"{prefix}.oauthbearer.sasl.server.callback.handler.class":
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+        "sasl.oauthbearer.jwks.endpoint.url": oauth.jwks_url,
+        "sasl.oauthbearer.expected.issuer": oauth.issuer,
+        "sasl.oauthbearer.expected.audience": oauth.audience,
+        **({f"{prefix}.oauthbearer.connections.max.reauth.ms": str(oauth.reauth_ms)} if oauth.reauth_ms else {}),
+    }
+
+
+def _server_properties(data: Path, port: int, controller_port: int, secure: SecurePorts | None = None,
+                       oauth: OAuthValidation | None = None) -> str:
     listeners = f"PLAINTEXT://127.0.0.1:{port}"
     protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
     if secure is not None:
         listeners += f",SASL_PLAINTEXT://127.0.0.1:{secure.sasl_plaintext},SASL_SSL://127.0.0.1:{secure.sasl_ssl}"
         protocols += ",SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
+        if oauth is not None:
+            listeners += f",OAUTH://127.0.0.1:{secure.oauth}"
+            protocols += ",OAUTH:SASL_PLAINTEXT"
     settings = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -171,6 +204,7 @@ def _server_properties(data: Path, port: int, controller_port: int, secure: Secu
         "group.min.session.timeout.ms": "500",
         "log.cleaner.dedupe.buffer.size": "33554432",
         **(_secure_settings(data, secure) if secure is not None else {}),
+        **(_oauth_settings(oauth) if oauth is not None else {}),
     }
     return "".join(f"{k}={v}\n" for k, v in settings.items())
 
@@ -201,6 +235,8 @@ class KafkaBroker:
     secure: SecurePorts | None = None
     heap: str = "512m"
     lib: Path | None = None   # the broker's jars (None: this version's, fetched if missing)
+    # Java system properties: the URLs the OAUTHBEARER validator may fetch (Kafka 4 allows none by default)
+    system: tuple[str, ...] = ()
 
     @property
     def bootstrap(self) -> str:
@@ -208,16 +244,18 @@ class KafkaBroker:
 
     @classmethod
     def start(cls, workdir: Path, *, version: str = KAFKA_VERSION, heap: str = "512m",
-              secure: bool = False) -> KafkaBroker:
-        """``secure``: also listen with SASL and with SASL over TLS (``SecurePorts``)."""
+              secure: bool = False, oauth: OAuthValidation | None = None) -> KafkaBroker:
+        """``secure``: also listen with SASL and with SASL over TLS (``SecurePorts``); with
+        ``oauth`` (and ``secure``), also with SASL OAUTHBEARER, tokens checked as it says."""
         lib = ensure_jars(version)
         workdir = Path(workdir).resolve()
         shutil.rmtree(workdir, ignore_errors=True)
         workdir.mkdir(parents=True)
         port, controller_port = free_port(), free_port()
-        ports = SecurePorts(free_port(), free_port(), _make_certificate(workdir)) if secure else None
+        ports = (SecurePorts(free_port(), free_port(), _make_certificate(workdir), free_port() if oauth else 0)
+                 if secure else None)
         props = workdir / "server.properties"
-        props.write_text(_server_properties(workdir, port, controller_port, ports))
+        props.write_text(_server_properties(workdir, port, controller_port, ports, oauth))
         (workdir / "log4j2.xml").write_text(_LOG4J2.format(path=workdir / "server.log"))
         java = ["java", f"-Dlog4j2.configurationFile={workdir / 'log4j2.xml'}", "-cp", f"{lib}/*"]
         cluster_id = new_cluster_id()
@@ -228,13 +266,14 @@ class KafkaBroker:
                              capture_output=True, text=True)
         if fmt.returncode != 0:
             raise BrokerError(f"formatting Kafka storage failed:\n{fmt.stdout}{fmt.stderr}")
-        broker = cls(workdir, port, controller_port, 0, None, ports, heap, lib)
+        system = (f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={oauth.jwks_url}",) if oauth else ()
+        broker = cls(workdir, port, controller_port, 0, None, ports, heap, lib, system)
         broker._launch()
         return broker
 
     def _launch(self) -> None:
         """Start the broker process on the formatted data directory and wait until it serves."""
-        java = ["java", f"-Xmx{self.heap}", "-XX:+UseSerialGC",
+        java = ["java", f"-Xmx{self.heap}", "-XX:+UseSerialGC", *self.system,
                 f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.xml'}", "-cp", f"{self.lib or ensure_jars()}/*"]
         with open(self.workdir / "stdout.log", "ab") as out:  # the child keeps its own handle
             self._proc = subprocess.Popen([*java, "kafka.Kafka", str(self.workdir / "server.properties")],

@@ -1,4 +1,5 @@
-"""Operating frazil: Kafka security (SASL with and without TLS) on every client, the CLI's
+"""Operating frazil: Kafka security (SASL with and without TLS, OAUTHBEARER with tokens from a real
+OAuth server) on every client, the CLI's
 one-line errors and exit codes, ``frazil status`` against what a run committed, and the systemd
 notification protocol (READY, WATCHDOG, STOPPING) of a real ``frazil run`` drained by SIGTERM."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import socket
 import sqlite3
@@ -20,7 +22,9 @@ from pathlib import Path
 import pytest
 
 import support
+from frazil.config import Config
 from frazil_dev.kafka_broker import SASL_PASSWORD, SASL_USER, KafkaBroker, free_port
+from frazil_dev.oauth_server import CLIENT_ID, CLIENT_SECRET, OAuthServer
 
 pytestmark = [pytest.mark.integration]
 
@@ -87,6 +91,16 @@ def with_kafka(config: Path, kafka_keys: str) -> None:
     config.write_text("".join(out))
 
 
+def assert_landed_or_dead_letters(kafka: KafkaBroker, cfg: Config, topic: str, count: int) -> None:
+    """Every 50th record (from the 8th) of ``count`` is a dead letter, every other is in the table once."""
+    bad = {(topic, i % PARTITIONS, i // PARTITIONS) for i in range(count) if i % 50 == 7}
+    counts = support.count_offsets(support.catalog_of(cfg), cfg.table.name)
+    expected = {(topic, i % PARTITIONS, i // PARTITIONS) for i in range(count)} - bad
+    assert set(counts) == expected and max(counts.values()) == 1
+    letters = asyncio.run(read_all(kafka.bootstrap, cfg.dead_letter_topic))
+    assert sorted(letters) == sorted(bad), letters
+
+
 @pytest.mark.parametrize("mode", ["single", "distributed"])
 def test_a_pipeline_lands_everything_through_sasl_over_tls_and_never_prints_the_password(
         kafka: KafkaBroker, tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch,
@@ -107,19 +121,81 @@ def test_a_pipeline_lands_everything_through_sasl_over_tls_and_never_prints_the_
     assert sum(ends.values()) == len(values)
     with caplog.at_level("DEBUG"):
         asyncio.run(support.run_until_committed(cfg, ends))
-    bad = {(topic, i % PARTITIONS, i // PARTITIONS) for i in range(len(values)) if i % 50 == 7}
-    counts = support.count_offsets(support.catalog_of(cfg), cfg.table.name)
-    expected = {(topic, i % PARTITIONS, i // PARTITIONS) for i in range(len(values))} - bad
-    assert set(counts) == expected and max(counts.values()) == 1
     # the dead letters went out through the secure listener (transactional producer and reader)
-    letters = asyncio.run(read_all(kafka.bootstrap, cfg.dead_letter_topic))
-    assert sorted(letters) == sorted(bad), letters
+    assert_landed_or_dead_letters(kafka, cfg, topic, len(values))
     assert SASL_PASSWORD not in caplog.text
     checked = frazil("config", "check", "--config", str(config), "--connect", cwd=tmp_path,
                      env={"FRAZIL_TEST_SASL": SASL_PASSWORD})
     assert checked.returncode == 0, checked.stderr
     assert "SASL_SSL SCRAM-SHA-512" in checked.stdout and "reached    kafka: 1 source topic(s)" in checked.stdout
     assert SASL_PASSWORD not in checked.stdout + checked.stderr
+
+
+def oauth_kafka(kafka: KafkaBroker, idp: OAuthServer) -> str:
+    """The ``[kafka]`` keys for the broker's OAUTHBEARER listener, tokens from ``idp``; the client
+    secret from the environment variable FRAZIL_TEST_OAUTH."""
+    assert kafka.secure is not None and kafka.secure.oauth, "the session broker has its OAUTHBEARER listener"
+    return (f'bootstrap_servers = "127.0.0.1:{kafka.secure.oauth}"\nsecurity_protocol = "SASL_PLAINTEXT"\n'
+            f'sasl_mechanism = "OAUTHBEARER"\nsasl_oauthbearer_token_endpoint_url = "{idp.token_url}"\n'
+            f'sasl_oauthbearer_client_id = "{CLIENT_ID}"\nsasl_oauthbearer_client_secret_env = "FRAZIL_TEST_OAUTH"\n')
+
+
+def test_a_pipeline_lands_everything_through_oauthbearer_while_its_tokens_expire_and_are_renewed(
+        kafka: KafkaBroker, oauth_server: OAuthServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Distributed mode (the coordinator's channel, the workers' transactional replies, dead letters)
+    through the OAUTHBEARER listener for longer than a token lives: the broker checks each token's
+    signature against Keycloak's keys and ends each session when its token expires (or after
+    OAUTH_REAUTH_MS); frazil asks Keycloak for a new token before the old one expires. Commits land
+    before and after each renewal, and every record is in the table once or a dead letter."""
+    topic = "oauth-events"
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
+    config = support.write_config(tmp_path, kafka.bootstrap, [topic], pipeline="oauth", interval=1.0,
+                                  extra='\n[coordination]\nmode = "distributed"\n')
+    config.write_text(config.read_text().replace("[kafka]", 'on_bad_record = "dead_letter"\n\n[kafka]', 1))
+    with_kafka(config, oauth_kafka(kafka, oauth_server))
+    monkeypatch.setenv("FRAZIL_TEST_OAUTH", CLIENT_SECRET)
+    cfg = support.load(config)
+    assert cfg.kafka.security.oauth and CLIENT_SECRET not in repr(cfg)
+    log = tmp_path / "frazil.log"
+    chunks, per = 18, 100   # one chunk every 2.5 s: 45 s, more than two token lifetimes
+    values = [support.record(i) if i % 50 != 7 else b'{"id": "not a number"}' for i in range(chunks * per)]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "frazil.cli", "run", "--config", str(config)], stdout=out,
+                                stderr=subprocess.STDOUT)
+    try:
+        for c in range(chunks):
+            asyncio.run(support.produce(kafka.bootstrap, topic, values[c * per:(c + 1) * per], PARTITIONS))
+            time.sleep(2.5)
+        ends = asyncio.run(support.end_offsets(kafka.bootstrap, [topic]))
+        support.wait_until_committed(support.catalog_of(cfg), cfg, ends, timeout=120,
+                                     alive=lambda: proc.poll() is None)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+    text = log.read_text()
+    assert code == 0, text[-3000:]
+    # the dead letters went out through the secure listener (transactional producer and reader)
+    assert_landed_or_dead_letters(kafka, cfg, topic, len(values))
+    # tokens were renewed while the pipeline ran, with commits landing on both sides of each renewal
+    lines = text.splitlines()
+    tokens = [i for i, line in enumerate(lines) if f"OAuth token for client {CLIENT_ID} from" in line]
+    commits = [i for i, line in enumerate(lines) if re.search(r"commit \S+ landed in \S+ as snapshot", line)]
+    run_s = chunks * 2.5
+    assert len(tokens) >= run_s // support.OAUTH_TOKEN_S, (len(tokens), text[-3000:])
+    assert commits and all(any(c < t for c in commits) and any(c > t for c in commits) for t in tokens[1:]), \
+        (tokens, commits)
+    assert f"valid {support.OAUTH_TOKEN_S}s" in text and support.OAUTH_REAUTH_MS < support.OAUTH_TOKEN_S * 1000
+    assert CLIENT_SECRET not in text and "Traceback" not in text
+
+
+def test_a_wrong_oauth_client_secret_is_one_line_naming_the_token_endpoint(
+        kafka: KafkaBroker, oauth_server: OAuthServer, tmp_path: Path) -> None:
+    config = support.write_config(tmp_path, kafka.bootstrap, ["oauth-events"], pipeline="oauth-wrong")
+    with_kafka(config, oauth_kafka(kafka, oauth_server))
+    done = frazil("offsets", "--config", str(config), cwd=tmp_path, env={"FRAZIL_TEST_OAUTH": "not-the-secret"})
+    line = one_line_error(done, 3, "KafkaUnavailable", f"token endpoint {oauth_server.token_url} for client "
+                          f"{CLIENT_ID} refused: HTTP 401 unauthorized_client")
+    assert "not-the-secret" not in done.stdout + done.stderr, line
 
 
 def test_sasl_plain_with_a_password_file_reaches_the_broker_and_a_wrong_password_is_one_line(

@@ -382,6 +382,16 @@ def test_kafka_security_reads_secrets_from_the_environment_or_a_file_and_never_s
                              sasl_username="svc", sasl_password_file="pw"), base=tmp_path)
     assert cfg.kafka.security.sasl_password == "s3cret-file"
     assert config.parse(MINIMAL).kafka.security.protocol == "PLAINTEXT"
+    monkeypatch.setenv("KAFKA_OAUTH", "s3cret-client")
+    cfg = config.parse(with_("kafka", security_protocol="SASL_SSL", sasl_mechanism="oauthbearer",
+                             sasl_oauthbearer_token_endpoint_url="https://idp.example/realms/r/token",
+                             sasl_oauthbearer_client_id="frazil", sasl_oauthbearer_client_secret_env="KAFKA_OAUTH",
+                             sasl_oauthbearer_scope="kafka"))
+    sec = cfg.kafka.security
+    assert sec.oauth and sec.sasl_oauthbearer_client_secret == "s3cret-client"
+    assert sec.describe() == ("SASL_SSL OAUTHBEARER as client frazil from https://idp.example/realms/r/token (secret "
+                              "set) CA system")
+    assert "s3cret" not in repr(cfg)
 
 
 @pytest.mark.parametrize(
@@ -390,7 +400,19 @@ def test_kafka_security_reads_secrets_from_the_environment_or_a_file_and_never_s
         ({"security_protocol": "TLS"}, "kafka.security_protocol 'TLS' must be one of PLAINTEXT, SSL"),
         ({"security_protocol": "SASL_SSL"}, "needs kafka.sasl_mechanism"),
         ({"security_protocol": "SASL_SSL", "sasl_mechanism": "GSSAPI", "sasl_username": "u", "sasl_password": "p"},
-         "needs kafka.sasl_mechanism, one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (got GSSAPI)"),
+         "needs kafka.sasl_mechanism, one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (got GSSAPI)"),
+        ({"security_protocol": "SASL_SSL", "sasl_mechanism": "OAUTHBEARER", "sasl_oauthbearer_client_id": "c"},
+         "sasl_mechanism = \"OAUTHBEARER\" needs kafka.sasl_oauthbearer_token_endpoint_url, "
+         "kafka.sasl_oauthbearer_client_secret"),
+        ({"security_protocol": "SASL_SSL", "sasl_mechanism": "OAUTHBEARER", "sasl_username": "u",
+          "sasl_password": "p"}, "kafka.sasl_username, kafka.sasl_password: sasl_mechanism = \"OAUTHBEARER\" takes no"),
+        ({"security_protocol": "SASL_SSL", "sasl_mechanism": "OAUTHBEARER", "sasl_oauthbearer_client_id": "c",
+          "sasl_oauthbearer_client_secret": "s", "sasl_oauthbearer_token_endpoint_url": "http://idp.example/token"},
+         "kafka.sasl_oauthbearer_token_endpoint_url 'http://idp.example/token' must be an https:// URL"),
+        ({"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN", "sasl_username": "u", "sasl_password": "p",
+          "sasl_oauthbearer_scope": "kafka"},
+         "kafka.sasl_oauthbearer_scope: for sasl_mechanism = \"OAUTHBEARER\" only"),
+        ({"sasl_oauthbearer_client_id": "c"}, "kafka.sasl_oauthbearer_client_id: kafka.sasl_* settings need"),
         ({"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN", "sasl_username": "u"},
          "needs kafka.sasl_username and a password"),
         ({"sasl_username": "u", "sasl_password": "p"}, "kafka.sasl_* settings need security_protocol"),

@@ -41,7 +41,9 @@ STRICT = ConfigDict(extra="forbid")
 MiB = 1024 * 1024
 FETCH_MAX_BYTES = 8 * MiB
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+_OAUTH_KEYS = ("sasl_oauthbearer_token_endpoint_url", "sasl_oauthbearer_client_id", "sasl_oauthbearer_client_secret",
+               "sasl_oauthbearer_scope")
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -51,9 +53,16 @@ class KafkaSecurity:
     protocol: Annotated[Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"], Upper, Key("security_protocol")] = (
         Field(default="PLAINTEXT", description="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"))
     sasl_mechanism: Annotated[Text, Upper] = Field(
-        default="", description="SASL_*: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
-    sasl_username: Text = Field(default="", description="SASL_*: the user")
-    sasl_password: Annotated[Text, Secret()] = Field(default="", repr=False, description="SASL_*: the password")
+        default="", description="SASL_*: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER")
+    sasl_username: Text = Field(default="", description="SASL_* but OAUTHBEARER: the user")
+    sasl_password: Annotated[Text, Secret()] = Field(default="", repr=False,
+                                                     description="SASL_* but OAUTHBEARER: the password")
+    sasl_oauthbearer_token_endpoint_url: Text = Field(
+        default="", description="OAUTHBEARER: the OAuth 2.0 token endpoint tokens are asked for (client credentials)")
+    sasl_oauthbearer_client_id: Text = Field(default="", description="OAUTHBEARER: the client id")
+    sasl_oauthbearer_client_secret: Annotated[Text, Secret()] = Field(
+        default="", repr=False, description="OAUTHBEARER: the client secret")
+    sasl_oauthbearer_scope: Text = Field(default="", description="OAUTHBEARER: the scope asked for; \"\": none")
     ssl_cafile: Annotated[Text, File()] = Field(
         default="", description="the CA bundle brokers' certificates are checked against; \"\": the system's")
     ssl_certfile: Annotated[Text, File()] = Field(default="", description="mutual TLS: the client certificate")
@@ -69,10 +78,17 @@ class KafkaSecurity:
     def sasl(self) -> bool:
         return self.protocol.startswith("SASL_")
 
+    @property
+    def oauth(self) -> bool:
+        return self.sasl and self.sasl_mechanism == "OAUTHBEARER"
+
     def describe(self) -> str:
         """What a person may see (check-config, logs): never a secret."""
         parts: list[str] = [self.protocol]
-        if self.sasl:
+        if self.oauth:
+            parts.append(f"OAUTHBEARER as client {self.sasl_oauthbearer_client_id} from "
+                         f"{self.sasl_oauthbearer_token_endpoint_url} (secret set)")
+        elif self.sasl:
             parts.append(f"{self.sasl_mechanism} as {self.sasl_username} (password set)")
         if self.tls:
             parts.append(f"CA {self.ssl_cafile or 'system'}"
@@ -86,11 +102,16 @@ class KafkaSecurity:
             if self.sasl_mechanism not in SASL_MECHANISMS:
                 raise Problem(f"kafka.security_protocol = {self.protocol!r} needs kafka.sasl_mechanism, one of "
                               f"{', '.join(SASL_MECHANISMS)} (got {self.sasl_mechanism or 'none'})")
-            if not self.sasl_username or not self.sasl_password:
+            if self.oauth:
+                self._oauth_settings()
+            elif not self.sasl_username or not self.sasl_password:
                 raise Problem(f"kafka.security_protocol = {self.protocol!r} needs kafka.sasl_username and a password "
                               "(kafka.sasl_password_env or kafka.sasl_password_file; sasl_password in the file works "
                               "but puts the secret there)")
-        sasl = [k for k in ("sasl_mechanism", "sasl_username", "sasl_password") if getattr(self, k)]
+            elif oauth := [k for k in _OAUTH_KEYS if getattr(self, k)]:
+                raise Problem(f"{', '.join('kafka.' + k for k in oauth)}: for sasl_mechanism = \"OAUTHBEARER\" only "
+                              f"(this is {self.sasl_mechanism!r}); remove them or change the mechanism")
+        sasl = [k for k in ("sasl_mechanism", "sasl_username", "sasl_password", *_OAUTH_KEYS) if getattr(self, k)]
         ssl = [k for k in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_key_password") if getattr(self, k)]
         ssl += [] if self.ssl_check_hostname else ["ssl_check_hostname"]
         for given, kind, used, needs in ((sasl, "sasl", self.sasl, '"SASL_SSL" or "SASL_PLAINTEXT"'),
@@ -102,6 +123,23 @@ class KafkaSecurity:
         if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
             raise Problem("kafka.ssl_certfile and kafka.ssl_keyfile go together (a client certificate and its key)")
         return self
+
+    def _oauth_settings(self) -> None:
+        """OAUTHBEARER: tokens from an OAuth 2.0 token endpoint by client credentials, never a user
+        and password; the endpoint over https unless it is this host's."""
+        if given := [k for k in ("sasl_username", "sasl_password") if getattr(self, k)]:
+            raise Problem(f"{', '.join('kafka.' + k for k in given)}: sasl_mechanism = \"OAUTHBEARER\" takes no user "
+                          "or password; it asks kafka.sasl_oauthbearer_token_endpoint_url for tokens with "
+                          "kafka.sasl_oauthbearer_client_id and its secret")
+        missing = [k for k in _OAUTH_KEYS[:3] if not getattr(self, k)]
+        if missing:
+            raise Problem(f"sasl_mechanism = \"OAUTHBEARER\" needs {', '.join('kafka.' + k for k in missing)} (the "
+                          "secret as kafka.sasl_oauthbearer_client_secret_env or _file)")
+        url = self.sasl_oauthbearer_token_endpoint_url
+        local = re.match(r"http://(127\.0\.0\.1|localhost|\[::1\])[:/]", url)
+        if not (url.startswith("https://") or local):
+            raise Problem(f"kafka.sasl_oauthbearer_token_endpoint_url {url!r} must be an https:// URL (http:// only "
+                          "on this host): the client secret is sent to it")
 
 
 @dataclass(frozen=True, config=STRICT)

@@ -9,12 +9,15 @@ import logging
 import ssl
 from collections.abc import Iterable
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiokafka.errors import KafkaConnectionError, SaslAuthenticationFailed
 
 from frazil.config import KafkaConfig, KafkaSecurity
 from frazil.errors import ConfigError, KafkaUnavailable
+
+if TYPE_CHECKING:
+    from frazil.kafka.oauth import ClientCredentials
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +38,22 @@ def security_options(sec: KafkaSecurity) -> dict[str, Any]:
     out: dict[str, Any] = {"security_protocol": sec.protocol}
     if sec.tls:
         out["ssl_context"] = _ssl_context(sec)
-    if sec.sasl:
+    if sec.oauth:
+        out.update(sasl_mechanism="OAUTHBEARER", sasl_oauth_token_provider=token_provider(sec))
+    elif sec.sasl:
         out.update(sasl_mechanism=sec.sasl_mechanism, sasl_plain_username=sec.sasl_username,
                    sasl_plain_password=sec.sasl_password)
     return out
+
+
+@lru_cache(maxsize=8)
+def token_provider(sec: KafkaSecurity) -> ClientCredentials:
+    """One OAUTHBEARER token source per security settings: every client of the process shares its
+    token, and one refresh serves them all."""
+    from frazil.kafka.oauth import ClientCredentials  # with requests: only for pipelines that use it
+
+    return ClientCredentials(sec.sasl_oauthbearer_token_endpoint_url, sec.sasl_oauthbearer_client_id,
+                             sec.sasl_oauthbearer_client_secret, sec.sasl_oauthbearer_scope)
 
 
 @lru_cache(maxsize=8)

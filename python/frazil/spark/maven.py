@@ -29,6 +29,13 @@ class Artifact:
     exclude: tuple[tuple[str, str], ...] = field(default=())
     # a secondary jar of the artifact, e.g. "tests" or "test-fixtures"
     classifier: str = ""
+    # the file's type when it is not a jar, e.g. "zip" (a server's distribution)
+    kind: str = ""
+
+    def coordinates(self) -> str:
+        """``group:name:version:type[:classifier]``, as ``dependency:copy`` takes it."""
+        return ":".join([self.group, self.name, self.version, self.kind or "jar",
+                         *([self.classifier] if self.classifier else [])])
 
     def xml(self) -> str:
         exclusions = "".join(f"<exclusion><groupId>{g}</groupId><artifactId>{a}</artifactId></exclusion>"
@@ -36,6 +43,7 @@ class Artifact:
         return (f"    <dependency><groupId>{self.group}</groupId><artifactId>{self.name}</artifactId>"
                 f"<version>{self.version}</version>"
                 + (f"<classifier>{self.classifier}</classifier>" if self.classifier else "")
+                + (f"<type>{self.kind}</type>" if self.kind else "")
                 + (f"<exclusions>{exclusions}</exclusions>" if exclusions else "") + "</dependency>\n")
 
 
@@ -77,12 +85,16 @@ def fetch(bundle: str, artifacts: list[Artifact], *, transitive: bool = True) ->
     (root / "pom.xml").write_text(_POM.format(bundle=bundle, dependencies="".join(a.xml() for a in artifacts)))
     (root / "settings.xml").write_text(_SETTINGS)
     print(f"fetching {bundle} from Maven Central into {lib} ...", file=sys.stderr, flush=True)
-    cmd = ["mvn", "-B", "-q", "-s", str(root / "settings.xml"), "-f", str(root / "pom.xml"),
-           "dependency:copy-dependencies", f"-DoutputDirectory={lib}", "-DincludeScope=runtime",
-           f"-DexcludeTransitive={'false' if transitive else 'true'}"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise FetchError(f"mvn failed ({proc.returncode}) fetching {bundle}:\n"
-                         f"{proc.stdout[-4000:]}{proc.stderr[-4000:]}")
+    if transitive:
+        commands = [["dependency:copy-dependencies", f"-DoutputDirectory={lib}", "-DincludeScope=runtime"]]
+    else:   # each file alone: copy-dependencies would still resolve (and need) every pom beneath them
+        commands = [["dependency:copy", f"-Dartifact={a.coordinates()}", f"-DoutputDirectory={lib}"]
+                    for a in artifacts]
+    for goal in commands:
+        cmd = ["mvn", "-B", "-q", "-s", str(root / "settings.xml"), "-f", str(root / "pom.xml"), *goal]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise FetchError(f"mvn failed ({proc.returncode}) fetching {bundle}:\n"
+                             f"{proc.stdout[-4000:]}{proc.stderr[-4000:]}")
     marker.write_text(bundle)
     return lib
