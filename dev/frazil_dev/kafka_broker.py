@@ -93,19 +93,24 @@ def free_port() -> int:
 # The secure listeners' one user (tests only: a throwaway broker on 127.0.0.1).
 SASL_USER = "frazil-test"
 SASL_PASSWORD = "frazil-test-secret"
+CLIENT_KEY_PASSWORD = "frazil-test-client-key"
 _STORE_PASSWORD = "frazil-test-store"
 
 
 @dataclass(frozen=True)
 class SecurePorts:
     """The extra listeners of a broker started with ``secure=True``: SASL (PLAIN, SCRAM-SHA-256 and
-    SCRAM-SHA-512 for ``SASL_USER``) without and with TLS, the TLS one with a self-signed
-    certificate for 127.0.0.1 and localhost whose PEM is ``ca_file``."""
+    SCRAM-SHA-512 for ``SASL_USER``) without and with TLS, and TLS requiring a client certificate;
+    the TLS ones with a self-signed certificate for 127.0.0.1 and localhost whose PEM is
+    ``ca_file``."""
 
     sasl_plaintext: int
     sasl_ssl: int
     ca_file: Path
     oauth: int = 0   # the OAUTHBEARER listener (SASL_PLAINTEXT), when started with ``oauth``
+    mtls: int = 0    # the mutual-TLS listener (SSL, a client certificate signed by ``client_ca`` required)
+    client_cert: Path = Path()   # a client certificate the mTLS listener accepts (PEM) ...
+    client_key: Path = Path()    # ... and its key (PEM, encrypted with CLIENT_KEY_PASSWORD)
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,37 @@ def _make_certificate(workdir: Path) -> Path:
     return pem
 
 
+def _openssl(*args: str) -> None:
+    done = subprocess.run(["openssl", *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise BrokerError(f"openssl {args[0]} failed: {done.stdout}{done.stderr}")
+
+
+def client_certificate(workdir: Path, name: str) -> tuple[Path, Path, Path]:
+    """A client CA, and a client certificate ``CN=<name>`` it signed with its key encrypted with
+    CLIENT_KEY_PASSWORD, all PEM: (ca, certificate, key)."""
+    ca_key, ca, key, request, cert = (workdir / f"{name}-{part}" for part in
+                                      ("ca.key", "ca.pem", "client.key", "client.csr", "client.pem"))
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30", "-subj", f"/CN={name}-ca",
+             "-keyout", str(ca_key), "-out", str(ca))
+    _openssl("req", "-newkey", "rsa:2048", "-subj", f"/CN={name}", "-passout", f"pass:{CLIENT_KEY_PASSWORD}",
+             "-keyout", str(key), "-out", str(request))
+    _openssl("x509", "-req", "-days", "30", "-in", str(request), "-CA", str(ca), "-CAkey", str(ca_key),
+             "-CAcreateserial", "-out", str(cert))
+    return ca, cert, key
+
+
+def _trust_store(workdir: Path, ca: Path) -> Path:
+    """The mTLS listener's truststore: the client CA alone."""
+    store = workdir / "clients.p12"
+    done = subprocess.run(["keytool", "-importcert", "-noprompt", "-alias", "clients", "-file", str(ca),
+                           "-storetype", "PKCS12", "-keystore", str(store), "-storepass", _STORE_PASSWORD],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise BrokerError(f"keytool -importcert failed: {done.stdout}{done.stderr}")
+    return store
+
+
 def _secure_settings(workdir: Path, ports: SecurePorts) -> dict[str, str]:
     plain = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
              f'username="{SASL_USER}" password="{SASL_PASSWORD}" user_{SASL_USER}="{SASL_PASSWORD}";')
@@ -151,6 +187,10 @@ def _secure_settings(workdir: Path, ports: SecurePorts) -> dict[str, str]:
         settings[f"listener.name.{listener}.plain.sasl.jaas.config"] = plain
         for mechanism in ("scram-sha-256", "scram-sha-512"):
             settings[f"listener.name.{listener}.{mechanism}.sasl.jaas.config"] = scram
+    settings.update({"listener.name.mtls.ssl.client.auth": "required",
+                     "listener.name.mtls.ssl.truststore.type": "PKCS12",
+                     "listener.name.mtls.ssl.truststore.location": str(workdir / "clients.p12"),
+                     "listener.name.mtls.ssl.truststore.password": _STORE_PASSWORD})
     return settings
 
 
@@ -174,8 +214,9 @@ def _server_properties(data: Path, port: int, controller_port: int, secure: Secu
     listeners = f"PLAINTEXT://127.0.0.1:{port}"
     protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
     if secure is not None:
-        listeners += f",SASL_PLAINTEXT://127.0.0.1:{secure.sasl_plaintext},SASL_SSL://127.0.0.1:{secure.sasl_ssl}"
-        protocols += ",SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
+        listeners += (f",SASL_PLAINTEXT://127.0.0.1:{secure.sasl_plaintext},SASL_SSL://127.0.0.1:{secure.sasl_ssl}"
+                      f",MTLS://127.0.0.1:{secure.mtls}")
+        protocols += ",SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,MTLS:SSL"
         if oauth is not None:
             listeners += f",OAUTH://127.0.0.1:{secure.oauth}"
             protocols += ",OAUTH:SASL_PLAINTEXT"
@@ -245,15 +286,20 @@ class KafkaBroker:
     @classmethod
     def start(cls, workdir: Path, *, version: str = KAFKA_VERSION, heap: str = "512m",
               secure: bool = False, oauth: OAuthValidation | None = None) -> KafkaBroker:
-        """``secure``: also listen with SASL and with SASL over TLS (``SecurePorts``); with
+        """``secure``: also listen with SASL, with SASL over TLS, and with TLS requiring a client
+        certificate (``SecurePorts``); with
         ``oauth`` (and ``secure``), also with SASL OAUTHBEARER, tokens checked as it says."""
         lib = ensure_jars(version)
         workdir = Path(workdir).resolve()
         shutil.rmtree(workdir, ignore_errors=True)
         workdir.mkdir(parents=True)
         port, controller_port = free_port(), free_port()
-        ports = (SecurePorts(free_port(), free_port(), _make_certificate(workdir), free_port() if oauth else 0)
-                 if secure else None)
+        ports = None
+        if secure:
+            client_ca, client_cert, client_key = client_certificate(workdir, "frazil-client")
+            _trust_store(workdir, client_ca)
+            ports = SecurePorts(free_port(), free_port(), _make_certificate(workdir), free_port() if oauth else 0,
+                                free_port(), client_cert, client_key)
         props = workdir / "server.properties"
         props.write_text(_server_properties(workdir, port, controller_port, ports, oauth))
         (workdir / "log4j2.xml").write_text(_LOG4J2.format(path=workdir / "server.log"))

@@ -23,7 +23,14 @@ import pytest
 
 import support
 from frazil.config import Config
-from frazil_dev.kafka_broker import SASL_PASSWORD, SASL_USER, KafkaBroker, free_port
+from frazil_dev.kafka_broker import (
+    CLIENT_KEY_PASSWORD,
+    SASL_PASSWORD,
+    SASL_USER,
+    KafkaBroker,
+    client_certificate,
+    free_port,
+)
 from frazil_dev.oauth_server import CLIENT_ID, CLIENT_SECRET, OAuthServer
 
 pytestmark = [pytest.mark.integration]
@@ -196,6 +203,49 @@ def test_a_wrong_oauth_client_secret_is_one_line_naming_the_token_endpoint(
     line = one_line_error(done, 3, "KafkaUnavailable", f"token endpoint {oauth_server.token_url} for client "
                           f"{CLIENT_ID} refused: HTTP 401 unauthorized_client")
     assert "not-the-secret" not in done.stdout + done.stderr, line
+
+
+def mtls_kafka(kafka: KafkaBroker, cert: Path | None, key: Path | None) -> str:
+    """The ``[kafka]`` keys for the broker's listener that requires a client certificate; the key's
+    password from the environment variable FRAZIL_TEST_KEY."""
+    assert kafka.secure is not None and kafka.secure.mtls
+    lines = [f'bootstrap_servers = "127.0.0.1:{kafka.secure.mtls}"', 'security_protocol = "SSL"',
+             f'ssl_cafile = "{kafka.secure.ca_file}"']
+    if cert is not None and key is not None:
+        lines += [f'ssl_certfile = "{cert}"', f'ssl_keyfile = "{key}"', 'ssl_key_password_env = "FRAZIL_TEST_KEY"']
+    return "\n".join(lines) + "\n"
+
+
+def test_mutual_tls_lands_everything_with_the_client_certificate_and_refuses_in_one_line_without_it(
+        kafka: KafkaBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker's listener with ``ssl.client.auth=required``: the consumer, the transactional
+    dead-letter producer and the admin client all present the certificate; without one, or with one
+    another CA signed, the broker ends the handshake and frazil says so in one line (exit 3)."""
+    assert kafka.secure is not None
+    topic = "mtls-events"
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
+    values = [support.record(i) if i % 50 != 7 else b'{"id": "not a number"}' for i in range(400)]
+    asyncio.run(support.produce(kafka.bootstrap, topic, values, PARTITIONS))
+    config = support.write_config(tmp_path, kafka.bootstrap, [topic], pipeline="mtls")
+    config.write_text(config.read_text().replace("[kafka]", 'on_bad_record = "dead_letter"\n\n[kafka]', 1))
+    with_kafka(config, mtls_kafka(kafka, kafka.secure.client_cert, kafka.secure.client_key))
+    monkeypatch.setenv("FRAZIL_TEST_KEY", CLIENT_KEY_PASSWORD)
+    cfg = support.load(config)
+    assert cfg.kafka.security.ssl_certfile == str(kafka.secure.client_cert) and CLIENT_KEY_PASSWORD not in repr(cfg)
+    ends = asyncio.run(support.end_offsets(cfg.kafka, [topic]))   # through the mTLS listener too
+    asyncio.run(support.run_until_committed(cfg, ends))
+    assert_landed_or_dead_letters(kafka, cfg, topic, len(values))
+
+    _, stranger_cert, stranger_key = client_certificate(tmp_path, "stranger")
+    for cert, key, why in ((None, None, "no-certificate"), (stranger_cert, stranger_key, "another-ca")):
+        (tmp_path / why).mkdir()
+        refused = support.write_config(tmp_path / why, kafka.bootstrap, [topic], pipeline="mtls")
+        with_kafka(refused, mtls_kafka(kafka, cert, key))
+        done = frazil("offsets", "--config", str(refused), cwd=tmp_path)
+        line = one_line_error(done, 3, "KafkaUnavailable", f"127.0.0.1:{kafka.secure.mtls}",
+                              "if its listener requires a client certificate, kafka.ssl_certfile and ssl_keyfile "
+                              "must name one its truststore's CA signed")
+        assert CLIENT_KEY_PASSWORD not in done.stdout + done.stderr, (why, line)
 
 
 def test_sasl_plain_with_a_password_file_reaches_the_broker_and_a_wrong_password_is_one_line(

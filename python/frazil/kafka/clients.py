@@ -152,8 +152,13 @@ async def close_quietly(*clients: Any) -> None:
 def unavailable(kafka: KafkaConfig | str, why: str) -> KafkaUnavailable:
     servers = kafka if isinstance(kafka, str) else kafka.bootstrap_servers
     how = "PLAINTEXT" if isinstance(kafka, str) else kafka.security.describe()
-    return KafkaUnavailable(f"cannot reach Kafka at {servers} ({how}): {why}. Check kafka.bootstrap_servers, that "
-                            "the brokers are up, and kafka.security_protocol with its sasl_*/ssl_* settings")
+    # TLS 1.3: a broker that refuses the client's certificate (or its absence) closes the connection
+    # after the handshake, and that is all the client sees
+    hint = (" (a TLS connection the broker closed: if its listener requires a client certificate, "
+            "kafka.ssl_certfile and ssl_keyfile must name one its truststore's CA signed)"
+            if not isinstance(kafka, str) and kafka.security.tls and "closed" in why else "")
+    return KafkaUnavailable(f"cannot reach Kafka at {servers} ({how}): {why}{hint}. Check kafka.bootstrap_servers, "
+                            "that the brokers are up, and kafka.security_protocol with its sasl_*/ssl_* settings")
 
 
 def _retrieved(future: asyncio.Future[Any]) -> None:
