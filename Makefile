@@ -84,7 +84,10 @@ chaos: build ## the seeded chaos run: 500 faults of every kind, several at once;
 	$(PY) -m frazil.spark.jars fetch >/dev/null
 	PYTHONPATH=tests:dev $(PY) -m harness.chaos $${CHAOS_ARGS:-}
 
-chaos-tests: build ## the crash, zombie and outage tests alone, verbose
+# the kill runs at their full size (make test runs them shorter)
+chaos-tests: build ## the crash, zombie and outage tests alone, verbose, the kill runs at full size
+	FRAZIL_CHAOS_RECORDS=$${FRAZIL_CHAOS_RECORDS:-300000} FRAZIL_CHAOS_KILLS=$${FRAZIL_CHAOS_KILLS:-24} \
+	FRAZIL_EOS_RECORDS=$${FRAZIL_EOS_RECORDS:-500000} FRAZIL_EOS_KILLS=$${FRAZIL_EOS_KILLS:-30} \
 	$(PY) -m pytest tests/chaos -v -s
 
 bench: bench-deps ## end to end vs Spark SS, the Iceberg Kafka Connect sink, a plain Python loop, the ceilings; e2e.json + png; then the upsert workload

@@ -7,8 +7,10 @@ OAUTHBEARER listener checks tokens against those keys (``kafka_broker``), and fr
 endpoint for them, as it would ask any identity provider in production.
 
 The distribution is fetched once into the cache outside git, unpacked, and built once for the
-embedded file database (``kc.sh build``); each start runs a hard-linked copy in its own folder, so
-sessions share nothing. Keycloak 26 needs Java 21 or newer: ``java_home()`` finds one.
+embedded file database (``kc.sh build``); each start runs a copy in its own folder, so sessions
+share nothing: the jars hard-linked (copied across filesystems), what Keycloak may write (its
+configuration, its build, ``data/``) copied or made fresh. Keycloak 26 needs Java 21 or newer:
+``java_home()`` finds one.
 
     with OAuthServer.start(workdir, token_lifetime_s=20) as idp:
         idp.token_url, idp.jwks_url, CLIENT_ID, CLIENT_SECRET
@@ -83,6 +85,18 @@ def distribution() -> Path:
     return home
 
 
+def _link_jar(source: str, target: str) -> None:
+    """A jar of the distribution hard-linked (read only, 170 MB of them); anything else, or a jar on
+    another filesystem than the cache, copied."""
+    if source.endswith(".jar") and "/lib/quarkus/" not in source:
+        try:
+            os.link(source, target)
+            return
+        except OSError:
+            pass
+    shutil.copy2(source, target)
+
+
 def realm(token_lifetime_s: int) -> dict[str, object]:
     """The realm imported at start: one confidential client with a service account (the
     client-credentials grant) and nothing else."""
@@ -116,7 +130,8 @@ class OAuthServer(ServerProcess):
         workdir = Path(workdir).resolve()
         home = workdir / "keycloak"
         shutil.rmtree(home, ignore_errors=True)
-        shutil.copytree(source, home, copy_function=os.link, ignore=shutil.ignore_patterns("data"))
+        shutil.copytree(source, home, copy_function=_link_jar, ignore=lambda folder, names: (
+            ["data"] if Path(folder) == source else []))
         (home / "data" / "import").mkdir(parents=True)
         (home / "data" / "import" / f"{REALM}-realm.json").write_text(json.dumps(realm(token_lifetime_s)))
         port = free_port()

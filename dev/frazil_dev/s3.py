@@ -68,8 +68,7 @@ class S3Server(ServerProcess):
         """An AWS Glue catalog on this server (moto's Glue) with its warehouse in ``bucket``. The
         credentials are not properties: both engines take them from the AWS SDK's own chain, as in
         production (``credentials_env()`` here)."""
-        return {**self.catalog_properties(bucket), "type": "glue", "glue.endpoint": self.endpoint,
-                "glue.region": REGION}
+        return {**self.catalog_properties(bucket), "type": "glue", "glue.endpoint": self.endpoint}
 
     @staticmethod
     def credentials_env() -> dict[str, str]:

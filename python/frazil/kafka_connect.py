@@ -28,7 +28,7 @@ _TRANSFORMS = {"year": "year", "years": "year", "month": "month", "months": "mon
                "hour": "hour", "hours": "hour"}
 _CATALOG_IMPLS = {"org.apache.iceberg.aws.glue.GlueCatalog": "glue", "org.apache.iceberg.rest.RESTCatalog": "rest",
                   "org.apache.iceberg.hive.HiveCatalog": "hive"}
-_JAAS = re.compile(r'(?P<key>username|password)\s*=\s*"(?P<value>[^"]*)"')
+_JAAS = re.compile(r'(?P<key>username|password|clientId|clientSecret|scope)\s*=\s*"(?P<value>[^"]*)"')
 # catalog properties that hold a secret: the rule frazil.iceberg.catalog._SECRET_KEYS masks by
 # (repeated so this module does not import pyiceberg; a unit test keeps the two the same)
 _SECRET_KEYS = re.compile(r"password|secret|token|credential|key", re.IGNORECASE)
@@ -256,6 +256,19 @@ def convert(name: str, config: dict[str, str], *, pipeline: str = "", bootstrap_
             var = kafka["sasl_password_env"] = secret("FRAZIL_KAFKA_SASL_PASSWORD", f"the password in {jaas}")
             skip((jaas, f"its password is not written to the file: kafka.sasl_password_env = \"{var}\" reads it from "
                   "that environment variable"))
+        # OAUTHBEARER's client credentials (Kafka's OAuthBearerLoginModule options)
+        if "clientId" in found:
+            kafka["sasl_oauthbearer_client_id"] = found["clientId"]
+        if "scope" in found:
+            kafka["sasl_oauthbearer_scope"] = found["scope"]
+        if "clientSecret" in found:
+            jaas = client["sasl.jaas.config"]
+            var = kafka["sasl_oauthbearer_client_secret_env"] = secret("FRAZIL_KAFKA_OAUTH_CLIENT_SECRET",
+                                                                       f"the client secret in {jaas}")
+            skip((jaas, f"its client secret is not written to the file: kafka.sasl_oauthbearer_client_secret_env = "
+                  f"\"{var}\" reads it from that environment variable"))
+    if "sasl.oauthbearer.token.endpoint.url" in client:
+        kafka["sasl_oauthbearer_token_endpoint_url"] = take(client["sasl.oauthbearer.token.endpoint.url"])
     for key in ("ssl.truststore.location", "ssl.keystore.location", "ssl.truststore.password", "ssl.keystore.password"):
         if key in client:
             leave(client[key], "Java key stores are not read: convert the CA to PEM for kafka.ssl_cafile (and a "

@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.chaos]
 def test_a_catalog_outage_slows_ingestion_to_a_stop_and_loses_nothing(kafka: KafkaBroker, tmp_path: Path,
                                                                      mode: str) -> None:
     budget_mb = 32
-    result = run(kafka.bootstrap, tmp_path, mode=mode, outage_s=float(os.environ.get("FRAZIL_OUTAGE_S", "20")),
+    result = run(kafka.bootstrap, tmp_path, mode=mode, outage_s=float(os.environ.get("FRAZIL_OUTAGE_S", "30")),
                  budget_mb=budget_mb)
     assert result["lost"] == 0 and result["duplicates"] == 0, result
     assert result["rows"] == result["records_produced"], result

@@ -67,8 +67,10 @@ def test_compaction_and_expiry_run_while_frazil_ingests_and_lose_nothing(
         for name, value in S3Server.credentials_env().items():
             monkeypatch.setenv(name, value)   # this process's boto3 and frazil's (and its Spark's) environment
         system = spark.sparkContext._jvm.java.lang.System   # the shared Spark's JVM, started before: its properties
-        system.setProperty("aws.accessKeyId", os.environ["AWS_ACCESS_KEY_ID"])
-        system.setProperty("aws.secretAccessKey", os.environ["AWS_SECRET_ACCESS_KEY"])
+        for name, value in (("aws.accessKeyId", os.environ["AWS_ACCESS_KEY_ID"]),
+                            ("aws.secretAccessKey", os.environ["AWS_SECRET_ACCESS_KEY"])):
+            system.setProperty(name, value)
+            request.addfinalizer(lambda name=name: system.clearProperty(name))
     topic = f"maintained-{kind}"
     asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
     config = support.write_config(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from frazil.config import CatalogConfig
-from frazil.errors import ConfigError
+from frazil.errors import CatalogUnavailable, ConfigError
 from frazil.iceberg import catalog as iceberg_catalog
 
 
@@ -67,17 +67,20 @@ def test_a_catalog_whose_client_library_is_missing_is_a_configuration_error_nami
     assert raised.value.exit_code == 2
 
 
-def test_an_aws_catalog_without_credentials_is_a_configuration_error_when_the_tables_are_opened(
+def test_an_aws_catalog_without_credentials_says_what_to_set_when_the_tables_are_opened(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """boto3 looks for credentials at the first call, not when the catalog is loaded: opening the
-    tables says what to set (exit 2), not that the catalog did not answer (exit 4). No request is
-    sent: signing fails first."""
+    tables says what to set. Exit 4, as for an outage: an instance role's endpoint that did not
+    answer for a moment looks the same, and the unit starts frazil again. No request is sent:
+    signing fails first."""
     import asyncio
 
     from frazil import config
     from frazil.daemon import open_tables
 
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                 "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                 "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN"):
         monkeypatch.delenv(name, raising=False)
     for name in ("AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
         monkeypatch.setenv(name, str(tmp_path / "none"))
@@ -87,7 +90,7 @@ def test_an_aws_catalog_without_credentials_is_a_configuration_error_when_the_ta
                         "maintenance": {"enabled": False},
                         "catalog": {"name": "g", "properties": {"type": "glue", "client.region": "eu-west-1",
                                                                 "glue.endpoint": "http://127.0.0.1:9"}}})
-    with pytest.raises(ConfigError, match=r"catalog g \(glue\) cannot be used: Unable to locate credentials; set "
-                                          r"catalog.properties \"client.region\"") as raised:
+    with pytest.raises(CatalogUnavailable, match=r"catalog g \(glue\) cannot be used: Unable to locate credentials; "
+                                                 r"set catalog.properties \"client.region\"") as raised:
         asyncio.run(open_tables(cfg))
-    assert raised.value.exit_code == 2
+    assert raised.value.exit_code == 4

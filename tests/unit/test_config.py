@@ -409,6 +409,9 @@ def test_kafka_security_reads_secrets_from_the_environment_or_a_file_and_never_s
         ({"security_protocol": "SASL_SSL", "sasl_mechanism": "OAUTHBEARER", "sasl_oauthbearer_client_id": "c",
           "sasl_oauthbearer_client_secret": "s", "sasl_oauthbearer_token_endpoint_url": "http://idp.example/token"},
          "kafka.sasl_oauthbearer_token_endpoint_url 'http://idp.example/token' must be an https:// URL"),
+        ({"security_protocol": "SASL_SSL", "sasl_mechanism": "OAUTHBEARER", "sasl_oauthbearer_client_id": "c",
+          "sasl_oauthbearer_client_secret": "s",
+          "sasl_oauthbearer_token_endpoint_url": "http://localhost:80@evil.example/token"}, "must be an https:// URL"),
         ({"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN", "sasl_username": "u", "sasl_password": "p",
           "sasl_oauthbearer_scope": "kafka"},
          "kafka.sasl_oauthbearer_scope: for sasl_mechanism = \"OAUTHBEARER\" only"),
@@ -545,6 +548,9 @@ def test_keyed_table_errors_name_the_key_and_the_fix(tmp_path: Path, table: dict
     ({"uri": "http://127.0.0.1:8181"}, "or type = \"rest\" for a REST catalog"),
     ({"type": "nessie", "uri": "http://n"}, "catalog.properties.type 'nessie' is not a catalog type pyiceberg "
                                            "knows; use one of sql, in-memory, rest, hive, glue, dynamodb, bigquery"),
+    ({"type": "glue", "glue.region": "eu-west-1", "glue.access-key-id": "AKIA"},
+     "catalog.properties glue.region, glue.access-key-id: only pyiceberg reads these, Spark maintenance would use "
+     "another region or identity; set the region as \"client.region\""),
     ({"type": "dynamodb"}, "catalog.properties.type = 'dynamodb': Spark maintenance shares \"sql\" (SQLite, "
                            "PostgreSQL), \"rest\" and \"glue\" catalogs only; set [maintenance] enabled = false"),
 ])

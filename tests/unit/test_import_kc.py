@@ -210,3 +210,22 @@ def test_a_malformed_number_is_a_config_error_naming_the_setting(tmp_path: Path,
     assert cli.main(["import-kc", str(path), "--bootstrap-servers", "b:9092"]) == 2
     err = capsys.readouterr().err
     assert err == f"frazil: configuration error: {path}: {message}\n"
+
+
+def test_an_oauthbearer_connector_becomes_frazils_oauth_keys_with_the_secret_in_the_environment() -> None:
+    connector = {
+        "connector.class": "org.apache.iceberg.connect.IcebergSinkConnector", "topics": "orders",
+        "iceberg.tables": "db.orders", "iceberg.catalog.type": "rest", "iceberg.catalog.uri": "http://rest:8181",
+        "iceberg.kafka.security.protocol": "SASL_SSL", "iceberg.kafka.sasl.mechanism": "OAUTHBEARER",
+        "iceberg.kafka.sasl.oauthbearer.token.endpoint.url": "https://idp.example/oauth2/token",
+        "iceberg.kafka.sasl.jaas.config": 'org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule '
+                                          'required clientId="orders-sink" clientSecret="oauth-s3cret" scope="kafka";',
+    }
+    done = kafka_connect.convert("orders-sink", connector, bootstrap_servers="b:9093")
+    kafka = tomllib.loads(done.toml)["kafka"]
+    assert {k: v for k, v in kafka.items() if k.startswith("sasl_")} == {
+        "sasl_mechanism": "OAUTHBEARER", "sasl_oauthbearer_client_id": "orders-sink",
+        "sasl_oauthbearer_scope": "kafka", "sasl_oauthbearer_client_secret_env": "FRAZIL_KAFKA_OAUTH_CLIENT_SECRET",
+        "sasl_oauthbearer_token_endpoint_url": "https://idp.example/oauth2/token"}
+    assert "oauth-s3cret" not in done.toml and "FRAZIL_KAFKA_OAUTH_CLIENT_SECRET" in done.env
+    assert "iceberg.kafka.sasl.oauthbearer.token.endpoint.url" in done.carried

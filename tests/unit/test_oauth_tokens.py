@@ -51,7 +51,7 @@ def token(value: str, expires_in: float | None = 100) -> Reply:
 class Clock:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.now = 1000.0
-        monkeypatch.setattr(oauth.time, "monotonic", lambda: self.now)
+        monkeypatch.setattr(oauth, "_now", lambda: self.now)
 
 
 def provider(endpoint: Endpoint, scope: str = "") -> ClientCredentials:
@@ -92,7 +92,8 @@ def test_a_failing_endpoint_keeps_the_valid_token_and_only_an_expired_one_is_an_
     (Reply(401, {"error": "unauthorized_client", "error_description": "Invalid client credentials"}),
      "refused: HTTP 401 unauthorized_client: Invalid client credentials; check kafka.sasl_oauthbearer_client_id"),
     (Reply(400, {"error": "invalid_scope"}), "refused: HTTP 400 invalid_scope; check"),
-    (Reply(502, "<html>bad gateway</html>"), "refused: HTTP 502 <html>bad gateway</html>"),
+    (Reply(502, "<html>bad gateway</html>"), "refused: HTTP 502 <html>bad gateway</html>; asked again later"),
+    (Reply(429, {"error": "slow_down"}), "refused: HTTP 429 slow_down; asked again later"),
     (Reply(200, {"token_type": "Bearer"}), "answered without an access_token (keys: token_type)"),
     (Reply(200, {"access_token": "t", "token_type": "mac"}), "answered a 'mac' token; SASL OAUTHBEARER sends bearer"),
 ])
@@ -102,6 +103,28 @@ def test_an_endpoint_answer_without_a_usable_token_names_the_endpoint_the_client
         provider(Endpoint(reply)).current()
     assert "token endpoint https://idp/token for client frazil" in str(raised.value)
     assert message in str(raised.value) and "s3cret" not in str(raised.value)
+
+
+def test_after_a_failure_the_endpoint_is_left_alone_for_a_backoff_that_doubles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Connections that keep failing (aiokafka reconnects fast) do not hammer the endpoint, nor wait
+    out its timeout one after another: they get the last error at once until the backoff ends."""
+    clock = Clock(monkeypatch)
+    endpoint = Endpoint(requests.ConnectionError("refused"), requests.ConnectionError("refused"), token("t1"))
+    tokens = provider(endpoint)
+    for _ in range(2):
+        with pytest.raises(TokenError, match="did not answer"):
+            tokens.current()
+    assert len(endpoint.calls) == 1   # the second got the first's error
+    clock.now += 1.0
+    with pytest.raises(TokenError):
+        tokens.current()
+    assert len(endpoint.calls) == 2
+    clock.now += 1.5   # the backoff doubled to 2 s
+    with pytest.raises(TokenError):
+        tokens.current()
+    clock.now += 0.5
+    assert tokens.current() == "t1" and len(endpoint.calls) == 3
+    assert "t1" not in repr(tokens._token)
 
 
 def jwt(claims: dict[str, Any]) -> str:
@@ -114,6 +137,7 @@ def test_the_lifetime_comes_from_expires_in_else_the_jwt_exp_claim_else_the_toke
     assert oauth.lifetime({"expires_in": 300}, "opaque") == 300
     assert 59 <= (oauth.lifetime({}, jwt({"exp": time.time() + 60})) or 0) <= 60
     assert oauth.lifetime({"expires_in": True}, "opaque") is None
+    assert oauth.lifetime({"expires_in": float("inf")}, "opaque") is None
     assert oauth.lifetime({}, "opaque") is None and oauth.lifetime({}, "a.!!.c") is None
     Clock(monkeypatch)
     endpoint = Endpoint(token("t1", None), token("t2", None))

@@ -61,6 +61,10 @@ def test_conf_for_a_glue_catalog() -> None:
     for key in ("warehouse", "glue.endpoint", "glue.id", "client.region", "s3.endpoint", "io-impl"):
         assert conf[f"spark.sql.catalog.lake.{key}"] == props[key], key
     assert session.needs_aws({"type": "glue"}) and not session.needs_aws({"type": "rest", "uri": "http://r"})
+    # the type as pyiceberg takes it (any case); pyiceberg's own Glue keys stay out of Spark's settings
+    conf = session.conf("lake", {**props, "type": "GLUE", "glue.secret-access-key": "s3cret"}, jars=[])
+    assert conf["spark.sql.catalog.lake.type"] == "glue" and "s3cret" not in conf.values()
+    assert session.needs_aws({"type": "Glue"})
 
 
 def test_conf_refuses_a_catalog_type_spark_cannot_share() -> None:

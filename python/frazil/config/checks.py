@@ -231,6 +231,26 @@ def _catalog(catalog: CatalogConfig, *, maintenance: bool) -> None:
                           "enabled = false to ingest into this catalog (and maintain its tables with its own tools)")
     if kind == "sql":
         _sql_uri(props["uri"], maintenance=maintenance)
+    if kind == "glue" and maintenance:
+        _glue_for_spark(props)
+
+
+# pyiceberg's Glue settings that Iceberg's Java GlueCatalog (Spark maintenance) does not read: with
+# them, the two engines would use another region or another identity
+GLUE_PYICEBERG_ONLY = ("glue.region", "glue.profile-name", "glue.access-key-id", "glue.secret-access-key",
+                       "glue.session-token", "client.profile-name", "client.access-key-id", "client.secret-access-key",
+                       "client.session-token")
+
+
+def _glue_for_spark(props: dict[str, str]) -> None:
+    """A Glue catalog Spark shares: the region as ``client.region`` (both engines read it), the
+    credentials from the AWS default chain (both engines read it), never pyiceberg-only keys."""
+    given = [k for k in GLUE_PYICEBERG_ONLY if k in props]
+    if given:
+        raise ConfigError(f"catalog.properties {', '.join(given)}: only pyiceberg reads these, Spark maintenance "
+                          "would use another region or identity; set the region as \"client.region\" and give the "
+                          "credentials through the AWS default chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a "
+                          "profile in AWS_PROFILE, or the instance role), which both engines read")
 
 
 def _sql_uri(uri: str, *, maintenance: bool) -> None:

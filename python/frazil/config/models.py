@@ -12,6 +12,7 @@ import dataclasses
 import re
 from pathlib import Path
 from typing import Annotated, Literal, Self
+from urllib.parse import urlsplit
 
 from pydantic import ConfigDict, Field, Strict, field_validator, model_validator
 from pydantic.dataclasses import dataclass
@@ -136,8 +137,10 @@ class KafkaSecurity:
             raise Problem(f"sasl_mechanism = \"OAUTHBEARER\" needs {', '.join('kafka.' + k for k in missing)} (the "
                           "secret as kafka.sasl_oauthbearer_client_secret_env or _file)")
         url = self.sasl_oauthbearer_token_endpoint_url
-        local = re.match(r"http://(127\.0\.0\.1|localhost|\[::1\])[:/]", url)
-        if not (url.startswith("https://") or local):
+        parts = urlsplit(url)
+        local = parts.scheme.lower() == "http" and parts.hostname in ("127.0.0.1", "localhost", "::1")
+        if parts.username is not None or parts.password is not None or not parts.hostname or not (
+                parts.scheme.lower() == "https" or local):
             raise Problem(f"kafka.sasl_oauthbearer_token_endpoint_url {url!r} must be an https:// URL (http:// only "
                           "on this host): the client secret is sent to it")
 

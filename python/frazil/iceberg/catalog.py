@@ -50,7 +50,7 @@ from frazil.config import (
     TableConfig,
 )
 from frazil.config.checks import CATALOG_TYPES
-from frazil.errors import CatalogUnavailable, ConfigError, TableMissingError, first_line
+from frazil.errors import CatalogUnavailable, ConfigError, FrazilError, TableMissingError, first_line
 from frazil.flow import retry
 from frazil.iceberg import layout, mutations, offsets
 from frazil.iceberg.layout import check_spec_fits, sort_order_for, spec_for
@@ -183,15 +183,18 @@ def _wrong_properties() -> tuple[type[Exception], ...]:
 
 def aws_setup_missing() -> tuple[type[Exception], ...]:
     """What boto3 raises for a region (when the catalog is loaded) or credentials (at its first
-    call) it cannot find: set-up, not an outage. Only when an AWS catalog loaded botocore."""
+    call) it cannot find. Only when an AWS catalog loaded botocore."""
     aws = sys.modules.get("botocore.exceptions")
     return (aws.NoRegionError, aws.NoCredentialsError) if aws is not None else ()
 
 
-def aws_setup_error(cfg: CatalogConfig, exc: Exception) -> ConfigError:
-    return ConfigError(f"catalog {cfg.name} ({describe(cfg)}) cannot be used: {first_line(exc).rstrip('.')}; set "
-                       "catalog.properties \"client.region\" (or AWS_REGION in the environment) and the credentials "
-                       "(the AWS_* environment variables, a profile, or an instance role)")
+def aws_setup_error(cfg: CatalogConfig, exc: Exception) -> FrazilError:
+    """No region is set-up to fix (exit 2). No credentials may be the instance role's endpoint
+    failing to answer for a moment: an outage (exit 4, restarted by the unit), with the same hint."""
+    message = (f"catalog {cfg.name} ({describe(cfg)}) cannot be used: {first_line(exc).rstrip('.')}; set "
+               "catalog.properties \"client.region\" (or AWS_REGION in the environment) and the credentials "
+               "(the AWS_* environment variables, a profile, or an instance role)")
+    return ConfigError(message) if type(exc).__name__ == "NoRegionError" else CatalogUnavailable(message)
 
 
 def _writable(cfg: CatalogConfig, key: str, folder: Path, database: Path | None) -> None:

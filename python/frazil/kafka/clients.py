@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import ssl
 from collections.abc import Iterable
 from functools import lru_cache
@@ -156,7 +157,8 @@ def unavailable(kafka: KafkaConfig | str, why: str) -> KafkaUnavailable:
     # after the handshake, and that is all the client sees
     hint = (" (a TLS connection the broker closed: if its listener requires a client certificate, "
             "kafka.ssl_certfile and ssl_keyfile must name one its truststore's CA signed)"
-            if not isinstance(kafka, str) and kafka.security.tls and "closed" in why else "")
+            if not isinstance(kafka, str) and kafka.security.tls
+            and re.search(r"closed|certificate|unknown ca", why, re.IGNORECASE) else "")
     return KafkaUnavailable(f"cannot reach Kafka at {servers} ({how}): {why}{hint}. Check kafka.bootstrap_servers, "
                             "that the brokers are up, and kafka.security_protocol with its sasl_*/ssl_* settings")
 

@@ -35,6 +35,7 @@ _session: Any = None
 # FileIO's (object storage). pyiceberg and Iceberg's Java catalogs spell these the same.
 _PASSED_ON = ("credential", "token", "oauth2-server-uri", "scope", "audience", "resource", "prefix", "io-impl")
 _PASSED_ON_PREFIXES = ("header.", "s3.", "client.", "rest.", "glue.")
+_NOT_PASSED_ON = ("glue.access-key-id", "glue.secret-access-key", "glue.session-token")   # pyiceberg's alone
 
 
 def jdbc_uri(uri: str) -> str:
@@ -80,7 +81,7 @@ def catalog_conf(catalog_name: str, properties: Mapping[str, str]) -> dict[str, 
     (SQLite, PostgreSQL) through Iceberg's ``JdbcCatalog`` on the same tables, a REST catalog, or AWS
     Glue (the same Glue tables through Iceberg's ``GlueCatalog``)."""
     prefix = f"spark.sql.catalog.{catalog_name}"
-    kind = properties.get("type", "sql")
+    kind = properties.get("type", "sql").lower()
     out = {prefix: "org.apache.iceberg.spark.SparkCatalog", f"{prefix}.cache-enabled": "false"}
     if kind == "sql":
         out.update({f"{prefix}.catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
@@ -98,7 +99,7 @@ def catalog_conf(catalog_name: str, properties: Mapping[str, str]) -> dict[str, 
     if "warehouse" in properties:
         out[f"{prefix}.warehouse"] = properties["warehouse"]
     out.update({f"{prefix}.{k}": v for k, v in properties.items()
-                if k in _PASSED_ON or k.startswith(_PASSED_ON_PREFIXES)})
+                if (k in _PASSED_ON or k.startswith(_PASSED_ON_PREFIXES)) and k not in _NOT_PASSED_ON})
     return out
 
 
@@ -131,7 +132,7 @@ def conf(catalog_name: str, properties: Mapping[str, str], *, jars: list[Path], 
 def needs_aws(properties: Mapping[str, str]) -> bool:
     """Whether Spark needs Iceberg's AWS bundle for this catalog: it is AWS Glue, its FileIO is
     ``S3FileIO``, or its warehouse is on S3."""
-    return (properties.get("type") == "glue" or "aws.s3" in properties.get("io-impl", "")
+    return (properties.get("type", "").lower() == "glue" or "aws.s3" in properties.get("io-impl", "")
             or properties.get("warehouse", "").startswith(("s3://", "s3a://")))
 
 
