@@ -1,6 +1,7 @@
 """A local S3-compatible object store for tests: moto's standalone server (PyPI ``moto[s3]``),
 on 127.0.0.1. The same server answers the AWS Glue API (moto's emulation of it), for the Glue
-catalog's tests. pyiceberg (pyarrow's S3 filesystem) and Spark (Iceberg's ``S3FileIO`` from the
+catalog's tests, with Glue's optimistic lock on table updates that moto lacks (``moto_server``).
+pyiceberg (pyarrow's S3 filesystem) and Spark (Iceberg's ``S3FileIO`` from the
 ``iceberg-aws-bundle`` jar) both write and read the warehouse there, as they would on S3 or
 MinIO. Objects live in the server's memory: fine for tests, not for benchmarks.
 
@@ -10,6 +11,7 @@ MinIO. Objects live in the server's memory: fine for tests, not for benchmarks.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -40,7 +42,11 @@ class S3Server(ServerProcess):
         workdir = Path(workdir).resolve()
         workdir.mkdir(parents=True, exist_ok=True)
         port = free_port()
-        server = cls.spawn([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], workdir, port)
+        # moto's server with Glue's optimistic lock (moto_server.py); this package on the child's path
+        here = str(Path(__file__).resolve().parent.parent)
+        path = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
+        server = cls.spawn([sys.executable, "-m", "frazil_dev.moto_server", "-H", "127.0.0.1", "-p", str(port)],
+                           workdir, port, env={**os.environ, "PYTHONPATH": path})
         try:
             server.wait_http(f"{server.endpoint}/moto-api/", START_TIMEOUT_S, every_s=0.2)
         except BaseException:
