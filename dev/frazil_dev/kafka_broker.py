@@ -135,16 +135,19 @@ def _make_certificate(workdir: Path) -> Path:
                   "-keystore", str(store), "-storepass", _STORE_PASSWORD],
                  ["-exportcert", "-rfc", "-alias", "broker", "-keystore", str(store), "-storepass", _STORE_PASSWORD,
                   "-file", str(pem)]):
-        done = subprocess.run(["keytool", *args], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise BrokerError(f"keytool {args[0]} failed: {done.stdout}{done.stderr}")
+        _tool("keytool", *args)
     return pem
 
 
-def _openssl(*args: str) -> None:
-    done = subprocess.run(["openssl", *args], capture_output=True, text=True)
+def _tool(name: str, *args: str) -> None:
+    """Run keytool or openssl; a failure is a ``BrokerError`` with what it printed."""
+    done = subprocess.run([name, *args], capture_output=True, text=True)
     if done.returncode != 0:
-        raise BrokerError(f"openssl {args[0]} failed: {done.stdout}{done.stderr}")
+        raise BrokerError(f"{name} {args[0]} failed: {done.stdout}{done.stderr}")
+
+
+def _openssl(*args: str) -> None:
+    _tool("openssl", *args)
 
 
 def client_certificate(workdir: Path, name: str) -> tuple[Path, Path, Path]:
@@ -164,11 +167,8 @@ def client_certificate(workdir: Path, name: str) -> tuple[Path, Path, Path]:
 def _trust_store(workdir: Path, ca: Path) -> Path:
     """The mTLS listener's truststore: the client CA alone."""
     store = workdir / "clients.p12"
-    done = subprocess.run(["keytool", "-importcert", "-noprompt", "-alias", "clients", "-file", str(ca),
-                           "-storetype", "PKCS12", "-keystore", str(store), "-storepass", _STORE_PASSWORD],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        raise BrokerError(f"keytool -importcert failed: {done.stdout}{done.stderr}")
+    _tool("keytool", "-importcert", "-noprompt", "-alias", "clients", "-file", str(ca), "-storetype", "PKCS12",
+          "-keystore", str(store), "-storepass", _STORE_PASSWORD)
     return store
 
 

@@ -123,12 +123,7 @@ class KafkaConnect(ServerProcess):
         worker = cls.spawn(["java", f"-Xmx{heap}", "-XX:+UseSerialGC", logging, "-cp", f"{jars}/*",
                             "org.apache.kafka.connect.cli.ConnectStandalone", str(workdir / "worker.properties")],
                            workdir, port)
-        try:
-            worker.wait_http(f"{worker.url}/connectors", START_TIMEOUT_S, every_s=0.5)
-        except BaseException:
-            worker.stop()
-            raise
-        return worker
+        return worker.ready(f"{worker.url}/connectors", START_TIMEOUT_S, every_s=0.5)
 
     def add(self, name: str, config: dict[str, str]) -> None:
         answer = requests.put(f"{self.url}/connectors/{name}/config", json=config, timeout=30)

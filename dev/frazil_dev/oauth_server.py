@@ -140,12 +140,7 @@ class OAuthServer(ServerProcess):
         server = cls.spawn([str(home / "bin" / "kc.sh"), "start", "--optimized", "--http-enabled=true",
                             "--http-host=127.0.0.1", f"--http-port={port}", "--hostname-strict=false",
                             "--import-realm", "--http-management-port", str(free_port())], workdir, port, env=env)
-        try:
-            server.wait_http(f"{server.issuer}/.well-known/openid-configuration", START_TIMEOUT_S, every_s=0.5)
-        except BaseException:
-            server.stop()
-            raise
-        return server
+        return server.ready(f"{server.issuer}/.well-known/openid-configuration", START_TIMEOUT_S, every_s=0.5)
 
 
 if __name__ == "__main__":   # fetch and build ahead of the tests

@@ -96,12 +96,7 @@ class RestCatalogServer(ServerProcess):
         server = cls.spawn(["java", f"-Xmx{heap}", "-XX:+UseSerialGC", "-cp", cp,
                             "org.apache.iceberg.rest.RESTCatalogServer"],
                            workdir, port, env=environment(port, workdir, properties or {}))
-        try:
-            server.wait_http(f"{server.uri}/v1/config", START_TIMEOUT_S)
-        except BaseException:
-            server.stop()
-            raise
-        return server
+        return server.ready(f"{server.uri}/v1/config", START_TIMEOUT_S)
 
 
 if __name__ == "__main__":   # fetch ahead of the tests; prints the classpath

@@ -47,12 +47,7 @@ class S3Server(ServerProcess):
         path = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
         server = cls.spawn([sys.executable, "-m", "frazil_dev.moto_server", "-H", "127.0.0.1", "-p", str(port)],
                            workdir, port, env={**os.environ, "PYTHONPATH": path})
-        try:
-            server.wait_http(f"{server.endpoint}/moto-api/", START_TIMEOUT_S, every_s=0.2)
-        except BaseException:
-            server.stop()
-            raise
-        return server
+        return server.ready(f"{server.endpoint}/moto-api/", START_TIMEOUT_S, every_s=0.2)
 
     def create_bucket(self, bucket: str) -> None:
         from pyarrow import fs

@@ -52,6 +52,16 @@ class ServerProcess:
             time.sleep(every_s)
         raise self.Error(f"{self.WHAT} did not answer within {timeout_s:.0f}s:\n{self.log_tail()}")
 
+    def ready(self, url: str, timeout_s: float, every_s: float = 0.3) -> Self:
+        """``wait_http``, stopping the process when it fails (or is interrupted): a server that
+        never came up is not left behind."""
+        try:
+            self.wait_http(url, timeout_s, every_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
     def stop(self, timeout: float = 20.0) -> None:
         if self.proc.poll() is not None:
             return

@@ -194,7 +194,7 @@ def aws_setup_error(cfg: CatalogConfig, exc: Exception) -> FrazilError:
     message = (f"catalog {cfg.name} ({describe(cfg)}) cannot be used: {first_line(exc).rstrip('.')}; set "
                "catalog.properties \"client.region\" (or AWS_REGION in the environment) and the credentials "
                "(the AWS_* environment variables, a profile, or an instance role)")
-    return ConfigError(message) if type(exc).__name__ == "NoRegionError" else CatalogUnavailable(message)
+    return ConfigError(message) if isinstance(exc, aws_setup_missing()[:1]) else CatalogUnavailable(message)
 
 
 def _writable(cfg: CatalogConfig, key: str, folder: Path, database: Path | None) -> None:
