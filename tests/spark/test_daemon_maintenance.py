@@ -22,18 +22,29 @@ from frazil_dev.s3 import S3Server
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
-RECORDS = 160_000
-CHUNKS = 160         # one every 0.25 s: about 55 s of steady ingestion
+PER_CHUNK = 1_000
+MIN_CHUNKS = 80      # one every 0.25 s: at least 20 s of steady ingestion, more than 2 * MAX_SNAPSHOTS commits
+AFTER_COMPACTION = 12   # chunks sent after the first compaction is logged: commits land after it too
+MAX_PRODUCE_S = 300
 PARTITIONS = 4
 MAX_SNAPSHOTS = 20
+COMPACTED = re.compile(r"maintenance rewrite_data_files on \S+ took .*rewritten_data_files_count=([1-9]\d*)")
 
 
-def _produce(bootstrap: str, topic: str, errors: list[BaseException]) -> None:
+def _produce(bootstrap: str, topic: str, log: Path, errors: list[BaseException]) -> None:
+    """Steady chunks until a compaction has been logged and a few more chunks have gone after it:
+    the first maintenance turn starts Spark, which on a loaded machine takes anywhere from 15 s to a
+    minute, and the test needs commits before, during and after a compaction."""
     try:
-        per = RECORDS // CHUNKS
-        for c in range(CHUNKS):
-            asyncio.run(support.produce(bootstrap, topic, (support.record(i) for i in range(c * per, (c + 1) * per)),
+        deadline = time.monotonic() + MAX_PRODUCE_S
+        c, after = 0, None
+        while (c < MIN_CHUNKS or after is None or c < after + AFTER_COMPACTION) and time.monotonic() < deadline:
+            asyncio.run(support.produce(bootstrap, topic, (support.record(i) for i in range(c * PER_CHUNK,
+                                                                                             (c + 1) * PER_CHUNK)),
                                         PARTITIONS))
+            c += 1
+            if after is None and COMPACTED.search(log.read_text(errors="replace")):
+                after = c
             time.sleep(0.25)
     except BaseException as exc:  # noqa: BLE001 - reported by the test
         errors.append(exc)
@@ -84,16 +95,16 @@ def test_compaction_and_expiry_run_while_frazil_ingests_and_lose_nothing(
     request.addfinalizer(lambda: support.close_catalog(catalog))
     log = tmp_path / "frazil.log"
     errors: list[BaseException] = []
-    producer = threading.Thread(target=_produce, args=(kafka.bootstrap, topic, errors), daemon=True)
+    producer = threading.Thread(target=_produce, args=(kafka.bootstrap, topic, log, errors), daemon=True)
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "frazil.cli", "run", "--config", str(config)],
                                 stdout=out, stderr=subprocess.STDOUT)
     try:
         producer.start()
-        producer.join(timeout=120)
+        producer.join(timeout=MAX_PRODUCE_S + 60)
         assert not errors and not producer.is_alive(), errors
         ends = asyncio.run(support.end_offsets(kafka.bootstrap, [topic]))
-        assert sum(ends.values()) == RECORDS
+        assert sum(ends.values()) % PER_CHUNK == 0 and sum(ends.values()) >= MIN_CHUNKS * PER_CHUNK, ends
         support.wait_until_committed(catalog, cfg, ends, timeout=120, alive=lambda: proc.poll() is None)
         # once commits stop, any count over max_snapshots makes expiry due; wait for it to settle
         deadline = time.monotonic() + 90
