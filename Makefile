@@ -50,10 +50,9 @@ demo: build ## end to end: local Kafka, 200k sample events, frazil run, results 
 test-rust: ## Rust unit tests of the native core
 	cargo test -q --no-default-features -p frazil-native
 
-# loom's atomics come with the crate's `loom` feature: only frazil-native is built again, the
-# dependencies' builds are test-rust's
+# the shard alone, with loom's atomics (rust/loom-shard): not all of frazil-native a second time
 test-loom: ## loom model checks of the buffer's lock-free shard: 2 producers and a drainer, every interleaving up to 3 preemptions
-	cargo test -q --no-default-features --features loom -p frazil-native --lib buffer::shard::
+	cargo test -q -p frazil-shard-loom
 
 stubtest: build ## check python/frazil/_native.pyi against the built module
 	$(PY) -m mypy.stubtest frazil._native --mypy-config-file pyproject.toml
@@ -73,6 +72,7 @@ test-python: build ## Python tests: unit, native, integration (real Kafka + cata
 	PYTHONPATH=dev $(PY) -m frazil_dev.rest_catalog >/dev/null
 	PYTHONPATH=dev $(PY) -m frazil_dev.kafka_connect >/dev/null
 	PYTHONPATH=dev $(PY) -m frazil_dev.oauth_server >/dev/null
+	PYTHONPATH=dev $(PY) -m frazil_dev.hive_metastore >/dev/null
 	$(PY) -m pytest $${PYTEST_ARGS:-}
 
 test: lint test-rust test-loom test-python ## everything CI runs: lint, Rust tests, loom model checks, every Python test against real servers
