@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import uvloop
 
+from frazil_dev.hive_metastore import HiveMetastore
 from frazil_dev.kafka_broker import KafkaBroker, OAuthValidation
 from frazil_dev.kafka_connect import KafkaConnect
 from frazil_dev.oauth_server import AUDIENCE, OAuthServer
@@ -74,6 +75,14 @@ def rest_catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestCatal
     """A real Iceberg REST catalog server for the session (Apache Iceberg's REST fixture from Maven
     Central). Never skipped: if it cannot start, the tests that need it fail with the reason."""
     with RestCatalogServer.start(Path(tmp_path_factory.mktemp("rest-catalog"))) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def hive_metastore(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HiveMetastore]:
+    """A real Hive Metastore for the session (Apache Hive's standalone metastore from Maven Central,
+    on Derby). Never skipped: if it cannot start, the tests that need it fail with the reason."""
+    with HiveMetastore.start(Path(tmp_path_factory.mktemp("hive-metastore"))) as server:
         yield server
 
 

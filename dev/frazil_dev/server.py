@@ -1,6 +1,6 @@
-"""What the local test servers (schema registry, REST catalog, S3) share: a process in its own
-process group, logging to a file in its work folder, ready once an HTTP URL answers 200, and
-stopped (idempotently) with its whole group."""
+"""What the local test servers (schema registry, REST catalog, S3, ...) share: a process in its own
+process group, logging to a file in its work folder, ready once an HTTP URL answers 200 (or a probe
+says so), and stopped (idempotently) with its whole group."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -37,26 +38,35 @@ class ServerProcess:
         path = self.workdir / self.LOG
         return path.read_text(errors="replace")[-chars:] if path.exists() else ""
 
-    def wait_http(self, url: str, timeout_s: float, every_s: float = 0.3) -> None:
-        """Until ``url`` answers 200; the process exiting first, or the time running out, is an
+    def wait_for(self, probe: Callable[[], bool], timeout_s: float, every_s: float = 0.3) -> None:
+        """Until ``probe()`` is true; the process exiting first, or the time running out, is an
         ``Error`` with the end of its log."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise self.Error(f"{self.WHAT} exited during start-up:\n{self.log_tail()}")
-            try:
-                if requests.get(url, timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
+            if probe():
+                return
             time.sleep(every_s)
         raise self.Error(f"{self.WHAT} did not answer within {timeout_s:.0f}s:\n{self.log_tail()}")
 
-    def ready(self, url: str, timeout_s: float, every_s: float = 0.3) -> Self:
-        """``wait_http``, stopping the process when it fails (or is interrupted): a server that
-        never came up is not left behind."""
+    def wait_http(self, url: str, timeout_s: float, every_s: float = 0.3) -> None:
+        """Until ``url`` answers 200 (``wait_for``)."""
+        def answers() -> bool:
+            try:
+                return requests.get(url, timeout=2).status_code == 200
+            except requests.RequestException:
+                return False
+        self.wait_for(answers, timeout_s, every_s)
+
+    def ready(self, url: str | Callable[[], bool], timeout_s: float, every_s: float = 0.3) -> Self:
+        """``wait_http`` (or ``wait_for`` a probe), stopping the process when it fails (or is
+        interrupted): a server that never came up is not left behind."""
         try:
-            self.wait_http(url, timeout_s, every_s)
+            if callable(url):
+                self.wait_for(url, timeout_s, every_s)
+            else:
+                self.wait_http(url, timeout_s, every_s)
         except BaseException:
             self.stop()
             raise

@@ -63,12 +63,15 @@ def catalog_properties(kind: str, request: pytest.FixtureRequest) -> str:
     if kind == "glue":   # AWS Glue (moto's), its warehouse in the same server's S3
         props = request.getfixturevalue("s3").glue_catalog_properties("frazil-glue")
         return "{ " + ", ".join(f'"{k}" = "{v}"' for k, v in props.items()) + " }"
+    if kind == "hive":   # a Hive Metastore; it places the database's tables in its own warehouse
+        uri = request.getfixturevalue("hive_metastore").uri
+        return f'{{ type = "hive", uri = "{uri}", warehouse = "file://warehouse" }}'
     if kind == "rest":   # the server places the tables in its own warehouse
         return f'{{ type = "rest", uri = "{request.getfixturevalue("rest_catalog").uri}" }}'
     raise AssertionError(kind)
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgresql", "rest", "s3", "glue"])
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql", "rest", "s3", "glue", "hive"])
 def test_compaction_and_expiry_run_while_frazil_ingests_and_lose_nothing(
         kafka: KafkaBroker, tmp_path: Path, kind: str, request: pytest.FixtureRequest, spark: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -552,7 +552,8 @@ def test_keyed_table_errors_name_the_key_and_the_fix(tmp_path: Path, table: dict
      "catalog.properties glue.region, glue.access-key-id: only pyiceberg reads these, Spark maintenance would use "
      "another region or identity; set the region as \"client.region\""),
     ({"type": "dynamodb"}, "catalog.properties.type = 'dynamodb': Spark maintenance shares \"sql\" (SQLite, "
-                           "PostgreSQL), \"rest\" and \"glue\" catalogs only; set [maintenance] enabled = false"),
+                           "PostgreSQL), \"rest\", \"glue\" and \"hive\" catalogs only; set [maintenance] "
+                           "enabled = false"),
 ])
 def test_a_catalog_this_install_cannot_load_is_refused_at_load(properties: dict, message: str) -> None:
     with pytest.raises(ConfigError) as info:

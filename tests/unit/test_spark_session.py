@@ -67,6 +67,15 @@ def test_conf_for_a_glue_catalog() -> None:
     assert session.needs_aws({"type": "Glue"})
 
 
+def test_conf_for_a_hive_metastore() -> None:
+    """Iceberg's HiveCatalog on the same metastore, its Thrift URI and warehouse as pyiceberg has them."""
+    conf = session.conf("lake", {"type": "Hive", "uri": "thrift://hms:9083", "warehouse": "file:///w"}, jars=[])
+    assert {k: v for k, v in conf.items() if k.startswith("spark.sql.catalog.lake.")} == {
+        "spark.sql.catalog.lake.cache-enabled": "false", "spark.sql.catalog.lake.type": "hive",
+        "spark.sql.catalog.lake.uri": "thrift://hms:9083", "spark.sql.catalog.lake.warehouse": "file:///w"}
+    assert not session.needs_aws({"type": "hive", "uri": "thrift://hms:9083"})
+
+
 def test_conf_refuses_a_catalog_type_spark_cannot_share() -> None:
     with pytest.raises(ConfigError, match="turn maintenance off"):
         session.conf("lake", {"type": "dynamodb", "warehouse": "s3://b/w"}, jars=[])

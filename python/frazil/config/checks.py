@@ -21,7 +21,7 @@ CATALOG_TYPES: dict[str, tuple[tuple[str, ...], str]] = {
     "rest": ((), ""), "hive": (("thrift",), "frazil[hive]"), "glue": (("boto3",), "frazil[glue]"),
     "dynamodb": (("boto3",), "pyiceberg[dynamodb]"), "bigquery": (("google.cloud.bigquery",), "pyiceberg[bigquery]")}
 # the catalogs Spark (maintenance, bulk writes) shares, and the SQL catalogs' databases (spark/session.py)
-SPARK_CATALOGS = ("sql", "rest", "glue")
+SPARK_CATALOGS = ("sql", "rest", "glue", "hive")
 SPARK_DATABASES = ("sqlite", "postgresql")
 # SQLAlchemy drivers whose Python module has another name
 _DRIVER_MODULES = {"pysqlite": "sqlite3", "mysqldb": "MySQLdb", "mariadbconnector": "mariadb"}
@@ -227,8 +227,9 @@ def _catalog(catalog: CatalogConfig, *, maintenance: bool) -> None:
                               f"lacks: pip install '{extra}'")
     if maintenance and kind not in SPARK_CATALOGS:
         raise ConfigError(f"catalog.properties.type = {kind or props['py-catalog-impl']!r}: Spark maintenance shares "
-                          "\"sql\" (SQLite, PostgreSQL), \"rest\" and \"glue\" catalogs only; set [maintenance] "
-                          "enabled = false to ingest into this catalog (and maintain its tables with its own tools)")
+                          "\"sql\" (SQLite, PostgreSQL), \"rest\", \"glue\" and \"hive\" catalogs only; set "
+                          "[maintenance] enabled = false to ingest into this catalog (and maintain its tables with its "
+                          "own tools)")
     if kind == "sql":
         _sql_uri(props["uri"], maintenance=maintenance)
     if kind == "glue" and maintenance:

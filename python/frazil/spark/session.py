@@ -78,8 +78,8 @@ def jdbc_credentials(uri: str) -> dict[str, str]:
 
 def catalog_conf(catalog_name: str, properties: Mapping[str, str]) -> dict[str, str]:
     """Spark's settings for the Iceberg catalog pyiceberg loads from ``properties``: a SQL catalog
-    (SQLite, PostgreSQL) through Iceberg's ``JdbcCatalog`` on the same tables, a REST catalog, or AWS
-    Glue (the same Glue tables through Iceberg's ``GlueCatalog``)."""
+    (SQLite, PostgreSQL) through Iceberg's ``JdbcCatalog`` on the same tables, a REST catalog, AWS
+    Glue (the same Glue tables through Iceberg's ``GlueCatalog``) or a Hive Metastore (``HiveCatalog``)."""
     prefix = f"spark.sql.catalog.{catalog_name}"
     kind = properties.get("type", "sql").lower()
     out = {prefix: "org.apache.iceberg.spark.SparkCatalog", f"{prefix}.cache-enabled": "false"}
@@ -92,10 +92,12 @@ def catalog_conf(catalog_name: str, properties: Mapping[str, str]) -> dict[str, 
         out.update({f"{prefix}.type": "rest", f"{prefix}.uri": properties["uri"]})
     elif kind == "glue":   # Iceberg's GlueCatalog: the AWS SDK's own credentials chain, the glue.* settings below
         out[f"{prefix}.type"] = "glue"
+    elif kind == "hive":   # Iceberg's HiveCatalog over Thrift; both engines lock the table in the metastore to commit
+        out.update({f"{prefix}.type": "hive", f"{prefix}.uri": properties["uri"]})
     else:
         raise ConfigError(f"catalog type {kind!r}: Spark (maintenance, bulk writes) shares \"sql\" (SQLite, "
-                          "PostgreSQL), \"rest\" and \"glue\" catalogs; turn maintenance off ([maintenance] enabled = "
-                          "false) to ingest into another catalog")
+                          "PostgreSQL), \"rest\", \"glue\" and \"hive\" catalogs; turn maintenance off ([maintenance] "
+                          "enabled = false) to ingest into another catalog")
     if "warehouse" in properties:
         out[f"{prefix}.warehouse"] = properties["warehouse"]
     out.update({f"{prefix}.{k}": v for k, v in properties.items()
