@@ -16,6 +16,7 @@ import pytest
 import routed
 import support
 from frazil.iceberg import offsets
+from frazil_dev.hive_metastore import HiveMetastore
 from frazil_dev.kafka_broker import KafkaBroker
 from harness.spark_cluster import SparkCluster
 
@@ -107,6 +108,29 @@ def test_a_backfill_lands_every_table_of_a_routed_pipeline_and_stops_at_the_wate
     text = _run(config, log, "backfill")
     assert "nothing to land" in text, text[-2000:]
     assert routed.check_every_table(cfg, ends) == rows
+
+
+def test_a_backfill_into_a_hive_metastore_catalog_lands_each_record_once(kafka: KafkaBroker, tmp_path: Path,
+                                                                        hive_metastore: HiveMetastore) -> None:
+    """Bulk writes on a Hive catalog: Spark writes the files, frazil commits them through pyiceberg's
+    Hive client with the offsets, and a second backfill finds nothing left."""
+    topic, partitions, records = "backlog-hive", 3, 60_000
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, partitions))
+    asyncio.run(support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(records)), partitions))
+    config = support.write_config(tmp_path, kafka.bootstrap, [topic], table="db.backlog_hive",
+                                  catalog=f'{{ type = "hive", uri = "{hive_metastore.uri}", warehouse = "file://w" }}',
+                                  extra='[spark]\nmaster = "local[2]"\n')
+    cfg = support.load(config)
+    log = tmp_path / "frazil.log"
+    text = _run(config, log, "backfill")
+    ends = asyncio.run(support.end_offsets(kafka.bootstrap, [topic]))
+    catalog = support.catalog_of(cfg)
+    assert support.stored(catalog, cfg) == ends and sum(ends.values()) == records
+    support.assert_exactly_once_by_partition(catalog, cfg.table.name, ends)
+    files, bulk = _bulk_files(catalog, cfg.table.name)
+    assert files == bulk > 0 and "through Spark in" in text, text[-3000:]
+    assert "nothing to land" in _run(config, log, "backfill")
+    assert support.stored(catalog, cfg) == ends
 
 
 def test_backfill_and_compaction_on_a_standalone_cluster(kafka: KafkaBroker, tmp_path: Path) -> None:
