@@ -18,10 +18,11 @@ from frazil_dev.kafka_broker import KafkaBroker, OAuthValidation
 from frazil_dev.kafka_connect import KafkaConnect
 from frazil_dev.oauth_server import AUDIENCE, OAuthServer
 from frazil_dev.postgres import PostgresServer
+from frazil_dev.rest_auth import RestAuthProxy
 from frazil_dev.rest_catalog import RestCatalogServer
 from frazil_dev.s3 import S3Server
 from frazil_dev.schema_registry import SchemaRegistry
-from support import OAUTH_REAUTH_MS, OAUTH_TOKEN_S
+from support import CATALOG_SCOPE, OAUTH_REAUTH_MS, OAUTH_TOKEN_S
 
 
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> Mapping[str, object]:
@@ -33,6 +34,7 @@ def oauth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OAuthServ
     """A real OAuth 2.0 server (Keycloak, from Maven Central) for the session: the broker's
     OAUTHBEARER listener checks its tokens. Never skipped."""
     with OAuthServer.start(Path(tmp_path_factory.mktemp("oauth")), token_lifetime_s=OAUTH_TOKEN_S) as server:
+        server.add_scope(CATALOG_SCOPE)   # what the REST catalog's tokens must grant (rest_catalog_oauth)
         yield server
 
 
@@ -76,6 +78,17 @@ def rest_catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestCatal
     Central). Never skipped: if it cannot start, the tests that need it fail with the reason."""
     with RestCatalogServer.start(Path(tmp_path_factory.mktemp("rest-catalog"))) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def rest_catalog_oauth(rest_catalog: RestCatalogServer, oauth_server: OAuthServer,
+                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestAuthProxy]:
+    """The session's REST catalog behind an OAuth 2.0 resource server: every request needs an
+    active token from the session's Keycloak granting the scope "catalog" (an in-test server of
+    the documented protocols; see frazil_dev.rest_auth). Never skipped."""
+    with RestAuthProxy.start(Path(tmp_path_factory.mktemp("rest-auth")), upstream=rest_catalog.uri,
+                             jwks=oauth_server.jwks_url, issuer=oauth_server.issuer, scope=CATALOG_SCOPE) as proxy:
+        yield proxy
 
 
 @pytest.fixture(scope="session")

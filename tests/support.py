@@ -28,6 +28,16 @@ __all__ = ["create_topic", "end_offsets"]
 # run of a minute sees several tokens (conftest.py)
 OAUTH_TOKEN_S = 20
 OAUTH_REAUTH_MS = 8000
+# the scope the session's OAuth-protected REST catalog asks of a token (pyiceberg's and Iceberg's default)
+CATALOG_SCOPE = "catalog"
+
+def oauth_catalog(proxy_uri: str, token_url: str) -> str:
+    """``[catalog] properties`` for the session's OAuth-protected REST catalog (``rest_catalog_oauth``):
+    the client's id and secret as ``credential`` (from the environment variable
+    FRAZIL_TEST_CATALOG_CREDENTIAL), Keycloak's token endpoint, the scope the catalog wants."""
+    return (f'{{ type = "rest", uri = "{proxy_uri}", credential_env = "FRAZIL_TEST_CATALOG_CREDENTIAL", '
+            f'"oauth2-server-uri" = "{token_url}", scope = "{CATALOG_SCOPE}" }}')
+
 
 SQLITE_CATALOG = '{ uri = "sqlite:///warehouse/catalog.db", warehouse = "file://warehouse" }'
 

@@ -26,6 +26,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import requests
+
 from frazil.spark import maven
 from frazil_dev.kafka_broker import free_port
 from frazil_dev.server import ServerProcess
@@ -122,6 +124,24 @@ class OAuthServer(ServerProcess):
     @property
     def jwks_url(self) -> str:
         return f"{self.issuer}/protocol/openid-connect/certs"
+
+    def add_scope(self, name: str) -> None:
+        """A client scope ``name`` that the client may ask for (an optional scope: granted when asked,
+        listed in the token's ``scope``), made through Keycloak's admin API. Not in the imported
+        realm: a realm that lists client scopes gets none of Keycloak's default ones."""
+        admin = requests.post(f"http://127.0.0.1:{self.port}/realms/master/protocol/openid-connect/token",
+                              data={"grant_type": "password", "client_id": "admin-cli", "username": "admin",
+                                    "password": "admin"}, timeout=30)
+        admin.raise_for_status()
+        api = requests.Session()
+        api.headers["Authorization"] = f"Bearer {admin.json()['access_token']}"
+        base = f"http://127.0.0.1:{self.port}/admin/realms/{REALM}"
+        made = api.post(f"{base}/client-scopes", json={"name": name, "protocol": "openid-connect", "attributes": {
+            "include.in.token.scope": "true"}}, timeout=30)
+        made.raise_for_status()
+        scope_id = made.headers["Location"].rsplit("/", 1)[1]
+        client = api.get(f"{base}/clients", params={"clientId": CLIENT_ID}, timeout=30).json()[0]["id"]
+        api.put(f"{base}/clients/{client}/optional-client-scopes/{scope_id}", timeout=30).raise_for_status()
 
     @classmethod
     def start(cls, workdir: Path, *, token_lifetime_s: int = 300, heap: str = "512m") -> OAuthServer:

@@ -18,6 +18,7 @@ import pytest
 import support
 from frazil.spark import session
 from frazil_dev.kafka_broker import KafkaBroker
+from frazil_dev.oauth_server import CLIENT_ID, CLIENT_SECRET
 from frazil_dev.s3 import S3Server
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
@@ -66,12 +67,15 @@ def catalog_properties(kind: str, request: pytest.FixtureRequest) -> str:
     if kind == "hive":   # a Hive Metastore; it places the database's tables in its own warehouse
         uri = request.getfixturevalue("hive_metastore").uri
         return f'{{ type = "hive", uri = "{uri}", warehouse = "file://warehouse" }}'
+    if kind == "rest-oauth":   # the same server behind OAuth 2.0: tokens from Keycloak that expire during the run
+        return support.oauth_catalog(request.getfixturevalue("rest_catalog_oauth").uri,
+                                     request.getfixturevalue("oauth_server").token_url)
     if kind == "rest":   # the server places the tables in its own warehouse
         return f'{{ type = "rest", uri = "{request.getfixturevalue("rest_catalog").uri}" }}'
     raise AssertionError(kind)
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgresql", "rest", "s3", "glue", "hive"])
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql", "rest", "rest-oauth", "s3", "glue", "hive"])
 def test_compaction_and_expiry_run_while_frazil_ingests_and_lose_nothing(
         kafka: KafkaBroker, tmp_path: Path, kind: str, request: pytest.FixtureRequest, spark: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -85,14 +89,16 @@ def test_compaction_and_expiry_run_while_frazil_ingests_and_lose_nothing(
                             ("aws.secretAccessKey", os.environ["AWS_SECRET_ACCESS_KEY"])):
             system.setProperty(name, value)
             request.addfinalizer(lambda name=name: system.clearProperty(name))
-    topic = f"maintained-{kind}"
+    if kind == "rest-oauth":   # the client's id and secret, as `credential_env` names them
+        monkeypatch.setenv("FRAZIL_TEST_CATALOG_CREDENTIAL", f"{CLIENT_ID}:{CLIENT_SECRET}")
+    topic, name = f"maintained-{kind}", kind.replace("-", "_")
     asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
     config = support.write_config(
-        tmp_path, kafka.bootstrap, [topic], interval=0.3, maintenance=True, table=f"db.maintained_{kind}",
+        tmp_path, kafka.bootstrap, [topic], interval=0.3, maintenance=True, table=f"db.maintained_{name}",
         catalog=catalog_properties(kind, request),
         extra=f"interval_s = 5\nmax_snapshots = {MAX_SNAPSHOTS}\nmin_input_files = 2\n"
               "[spark]\nmaster = \"local[2]\"\nconf = { \"spark.driver.memory\" = \"1g\" }\n")
-    config.write_text(config.read_text().replace("[catalog]\n", f'[catalog]\nname = "frazil_{kind}"\n', 1))
+    config.write_text(config.read_text().replace("[catalog]\n", f'[catalog]\nname = "frazil_{name}"\n', 1))
     cfg = support.load(config)
     catalog = support.catalog_of(cfg)
     request.addfinalizer(lambda: support.close_catalog(catalog))

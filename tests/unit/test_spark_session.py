@@ -48,6 +48,16 @@ def test_conf_for_a_rest_catalog() -> None:
     assert conf["spark.sql.catalog.lake.credential"] == "id:secret"
     assert conf["spark.sql.catalog.lake.header.X-Iceberg-Access-Delegation"] == "vended-credentials"
     assert "spark.sql.catalog.lake.catalog-impl" not in conf
+    # client credentials renew the token as pyiceberg does, not a token exchange most providers refuse
+    assert conf["spark.sql.catalog.lake.token-exchange-enabled"] == "false"
+    given = session.conf("lake", {"type": "rest", "uri": "https://cat:8181", "credential": "id:secret",
+                                  "token-exchange-enabled": "true", "oauth2-server-uri": "https://idp/token",
+                                  "scope": "catalog"}, jars=[])
+    assert given["spark.sql.catalog.lake.token-exchange-enabled"] == "true"
+    assert given["spark.sql.catalog.lake.oauth2-server-uri"] == "https://idp/token"
+    assert given["spark.sql.catalog.lake.scope"] == "catalog"
+    token = session.conf("lake", {"type": "rest", "uri": "https://cat:8181", "token": "t"}, jars=[])
+    assert "spark.sql.catalog.lake.token-exchange-enabled" not in token
 
 
 def test_conf_for_a_glue_catalog() -> None:

@@ -13,11 +13,14 @@ import pyarrow as pa
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import (
     CommitFailedException,
+    ForbiddenError,
     NamespaceAlreadyExistsError,
     NoSuchNamespaceError,
     NoSuchTableError,
     NotInstalledError,
+    OAuthError,
     TableAlreadyExistsError,
+    UnauthorizedError,
 )
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import Schema, assign_fresh_schema_ids
@@ -144,6 +147,8 @@ def load(cfg: CatalogConfig, *, attempts: int = 5, busy_timeout_s: float | None 
                               f"type is not installed; pip install '{extra or 'pyiceberg'}'") from None
         except aws_setup_missing() as exc:
             raise aws_setup_error(cfg, exc) from None
+        except (OAuthError, UnauthorizedError, ForbiddenError) as exc:   # an answer, not an outage
+            raise ConfigError(refused_message(cfg, exc)) from None
         except Exception as exc:  # noqa: BLE001 - processes starting together race to create SQLite's tables
             if attempt == attempts or props.get("type") != "sql":
                 raise CatalogUnavailable(f"catalog {cfg.name} ({describe(cfg)}) cannot be reached: "
@@ -172,6 +177,19 @@ def _write_ahead(cfg: CatalogConfig, catalog: Catalog) -> None:
         return
     if mode != "wal":
         log.info("catalog %s: SQLite keeps its %s journal mode", cfg.name, mode)
+
+
+def refused_message(cfg: CatalogConfig, exc: Exception) -> str:
+    """A REST catalog (or its token endpoint) that refused frazil's credentials: what answered, what
+    it said, and which properties to check. Never the secret."""
+    props = cfg.properties
+    if isinstance(exc, OAuthError):
+        endpoint = props.get("oauth2-server-uri") or f"{props.get('uri', '').rstrip('/')}/v1/oauth/tokens"
+        return (f"catalog {cfg.name} ({describe(cfg)}): the token endpoint {endpoint} refused frazil's client "
+                f"credentials: {first_line(exc)}; check catalog.properties credential (\"client-id:client-secret\"), "
+                "scope and oauth2-server-uri")
+    return (f"catalog {cfg.name} ({describe(cfg)}) refused frazil's request: {type(exc).__name__}: "
+            f"{first_line(exc)}; check catalog.properties credential or token, scope and the principal's grants")
 
 
 def _wrong_properties() -> tuple[type[Exception], ...]:

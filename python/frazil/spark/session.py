@@ -33,7 +33,8 @@ _session: Any = None
 
 # Catalog properties Spark's Iceberg catalog takes as they are: the REST client's and Glue's settings and the
 # FileIO's (object storage). pyiceberg and Iceberg's Java catalogs spell these the same.
-_PASSED_ON = ("credential", "token", "oauth2-server-uri", "scope", "audience", "resource", "prefix", "io-impl")
+_PASSED_ON = ("credential", "token", "oauth2-server-uri", "scope", "audience", "resource", "prefix", "io-impl",
+              "token-exchange-enabled", "token-refresh-enabled", "token-expires-in-ms")
 _PASSED_ON_PREFIXES = ("header.", "s3.", "client.", "rest.", "glue.")
 _NOT_PASSED_ON = ("glue.access-key-id", "glue.secret-access-key", "glue.session-token")   # pyiceberg's alone
 
@@ -90,6 +91,12 @@ def catalog_conf(catalog_name: str, properties: Mapping[str, str]) -> dict[str, 
         out.update({f"{prefix}.{k}": v for k, v in jdbc_credentials(properties["uri"]).items()})
     elif kind == "rest":
         out.update({f"{prefix}.type": "rest", f"{prefix}.uri": properties["uri"]})
+        if "credential" in properties:
+            # Iceberg's Java client renews a token before it expires by exchanging it for a new one
+            # (RFC 8693), which most identity providers refuse (Keycloak's default, Entra ID, Okta):
+            # the renewal fails and every request after the expiry is refused. With the exchange off
+            # it asks for a new token with the client credentials, as pyiceberg does.
+            out[f"{prefix}.token-exchange-enabled"] = "false"
     elif kind == "glue":   # Iceberg's GlueCatalog: the AWS SDK's own credentials chain, the glue.* settings below
         out[f"{prefix}.type"] = "glue"
     elif kind == "hive":   # Iceberg's HiveCatalog over Thrift; both engines lock the table in the metastore to commit
