@@ -10,14 +10,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pyiceberg.serializers import ToOutputFile
 
 import routed
 import support
 from frazil.iceberg import offsets
+from frazil.spark import bulk, session
 from frazil_dev.hive_metastore import HiveMetastore
 from frazil_dev.kafka_broker import KafkaBroker
+from frazil_dev.s3 import S3Server
 from harness.spark_cluster import SparkCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
@@ -131,6 +135,58 @@ def test_a_backfill_into_a_hive_metastore_catalog_lands_each_record_once(kafka: 
     assert files == bulk > 0 and "through Spark in" in text, text[-3000:]
     assert "nothing to land" in _run(config, log, "backfill")
     assert support.stored(catalog, cfg) == ends
+
+
+def test_a_backfill_onto_object_storage_writes_through_iceberg_and_drops_its_scratch_tables(
+        kafka: KafkaBroker, tmp_path: Path, s3: S3Server, spark: Any) -> None:
+    """Bulk writes on an S3 warehouse (a partitioned table): Spark appends to a scratch copy of the
+    table through S3FileIO, frazil commits those files with the offsets. Read back by pyiceberg and
+    Spark SQL; a scratch table left by a killed write is dropped by the next backfill."""
+    topic, partitions, half = "backlog-s3", 3, 30_000
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, partitions))
+    asyncio.run(support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(half)), partitions))
+    props = {**s3.catalog_properties("frazil-backfill"), "uri": "sqlite:///w/catalog.db"}
+    config = support.write_config(tmp_path, kafka.bootstrap, [topic], table="db.backlog_s3",
+                                  catalog="{ " + ", ".join(f'"{k}" = "{v}"' for k, v in props.items()) + " }",
+                                  extra='[spark]\nmaster = "local[2]"\n')
+    text = config.read_text().replace("]\n\n[maintenance]", ']\npartition_by = ["day(at)"]\n\n[maintenance]', 1)
+    config.write_text(text.replace("[catalog]\n", '[catalog]\nname = "s3bf"\n', 1))
+    cfg = support.load(config)
+    log = tmp_path / "frazil.log"
+    _run(config, log, "backfill")
+    catalog = support.catalog_of(cfg)
+    table = catalog.load_table(cfg.table.name)
+    assert table.location().startswith("s3://frazil-backfill/") and len(table.spec().fields) == 1
+    # a scratch table as a write killed after Spark's append leaves it: registered two hours ago
+    old_ms = int(time.time() * 1000) - 2 * 3600 * 1000
+    left = f"{cfg.table.name}{bulk.SCRATCH}0123456789ab"
+    at = f"{table.location()}/data/frazil-bulk-killed/metadata/00000-x.metadata.json"
+    ToOutputFile.table_metadata(bulk.scratch_metadata(table, at.rsplit("/metadata/", 1)[0], old_ms),
+                                table.io.new_output(at))
+    catalog.register_table(left, at)
+
+    asyncio.run(support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(half, 2 * half)),
+                                partitions))
+    text = _run(config, log, "backfill")
+    ends = asyncio.run(support.end_offsets(kafka.bootstrap, [topic]))
+    assert support.stored(catalog, cfg) == ends and sum(ends.values()) == 2 * half
+    support.assert_exactly_once_by_partition(catalog, cfg.table.name, ends)
+    files, written = _bulk_files(catalog, cfg.table.name)
+    assert files == written > 0 and "through Spark in" in text, text[-3000:]
+    # every day of the records is its own partition, and the files say so
+    table = catalog.load_table(cfg.table.name)
+    days = {row["partition"]["at_day"] for row in table.inspect.files().to_pylist()}
+    assert len(days) == 28, days
+    assert f"dropping {left}" in text
+    assert [t for t in catalog.list_tables("db") if bulk.SCRATCH in t[-1]] == []
+    assert "nothing to land" in _run(config, log, "backfill")
+
+    for key, value in session.catalog_conf(cfg.catalog.name, cfg.catalog.properties).items():
+        spark.conf.set(key, value)
+    by_partition = {(r[0], r[1]): (r[2], r[3]) for r in spark.sql(
+        f"SELECT _kafka_topic, _kafka_partition, count(*), count(DISTINCT _kafka_offset) "
+        f"FROM {cfg.catalog.name}.{cfg.table.name} GROUP BY 1, 2").collect()}
+    assert by_partition == {tp: (end, end) for tp, end in ends.items()}, by_partition
 
 
 def test_backfill_and_compaction_on_a_standalone_cluster(kafka: KafkaBroker, tmp_path: Path) -> None:

@@ -1,12 +1,23 @@
 """Bulk writes: an Arrow table written by Spark as Parquet data files that Iceberg can adopt.
 
-Spark only writes files here; it commits nothing. The files carry the table's field ids (from
-the Arrow schema's ``PARQUET:field_id``), and each holds one partition: rows are partitioned by
-hidden helper columns computed with Iceberg's own transform functions
-(``<catalog>.system.days(col)``, ``bucket(N, col)``, ...), which Spark writes as directory names,
-not into the files. The returned ``DataFile`` objects (metrics from the footers) go through the
-same exactly-once path as the in-process writer's: transaction log, then one catalog commit with
-the offsets.
+Spark never commits to the table here: it writes files, and the returned ``DataFile`` objects go
+through the same exactly-once path as the in-process writer's (transaction log, then one catalog
+commit with the offsets). Two ways, by where the table lives:
+
+- A file:// or hdfs:// table: Spark's own Parquet writer, through a Hadoop FileSystem. The files
+  carry the table's field ids (from the Arrow schema's ``PARQUET:field_id``), and each holds one
+  partition: rows are partitioned by hidden helper columns computed with Iceberg's own transform
+  functions (``<catalog>.system.days(col)``, ``bucket(N, col)``, ...), which Spark writes as
+  directory names, not into the files. Metrics come from the footers.
+- A table on object storage (s3://, gs://, ...), where this Spark has no Hadoop FileSystem but
+  Iceberg has its FileIO (``S3FileIO``): a *scratch table* is registered beside the table, a copy
+  of its metadata without snapshots (the same schema and field ids, partition specs, sort order
+  and properties), located in the table's own folder ``data/frazil-bulk-<write id>/``. Spark
+  appends to the scratch table through Iceberg, and the scratch table's one snapshot lists the
+  files, metrics and partitions. The scratch table is then dropped without touching its files
+  (they are about to be the table's). It has ``gc.enabled = false``: a ``DROP TABLE ... PURGE`` of
+  a scratch table left by a killed write is refused instead of deleting files the table may
+  hold. Such leftovers are dropped by a later bulk write of the same table once an hour old.
 
 Blocking (Spark jobs): call from a worker thread.
 """
@@ -15,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -22,6 +34,7 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+from pyiceberg.catalog import Catalog
 from pyiceberg.io.pyarrow import (
     compute_statistics_plan,
     data_file_statistics_from_parquet_metadata,
@@ -30,7 +43,9 @@ from pyiceberg.io.pyarrow import (
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
+from pyiceberg.serializers import ToOutputFile
 from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.transforms import (
     BucketTransform,
     DayTransform,
@@ -43,7 +58,7 @@ from pyiceberg.transforms import (
 from pyiceberg.typedef import Record
 from pyiceberg.types import FixedType, TimeType, UUIDType
 
-from frazil.errors import BulkWriteError, ConfigError
+from frazil.errors import BulkWriteError
 from frazil.spark import session
 from frazil.spark.jobs import describe
 
@@ -125,6 +140,46 @@ def _parquet_files(location: str) -> list[str]:
                   if f.type == pafs.FileType.File and f.base_name.endswith(".parquet") and "/_temporary/" not in f.path)
 
 
+SCRATCH = "__frazil_bulk_"          # a scratch table is named <table>__frazil_bulk_<12 hex>
+SCRATCH_STARTED = "frazil.bulk-started-ms"
+SCRATCH_LEFTOVER_AGE_S = 3600.0     # far longer than one bulk write: a scratch table this old was left by a kill
+# a scratch table's files go under its own location, never where these point for the table
+_LOCATION_PROPERTIES = ("write.data.path", "write.object-storage.path", "write.folder-storage.path",
+                        "write.metadata.path")
+
+
+def on_object_storage(table: Table) -> bool:
+    return urlparse(table.location()).scheme not in ("", "file", "hdfs")
+
+
+def scratch_metadata(table: Table, location: str, now_ms: int) -> TableMetadata:
+    """The table's metadata for a scratch table at ``location``: its schemas (field ids included),
+    partition specs, sort orders and properties, a new uuid, no snapshots. Pure."""
+    metadata = table.metadata
+    properties = {k: v for k, v in metadata.properties.items() if k not in _LOCATION_PROPERTIES}
+    properties.update({"gc.enabled": "false", SCRATCH_STARTED: str(now_ms)})
+    return metadata.model_copy(update={
+        "location": location, "table_uuid": uuid.uuid4(), "last_updated_ms": now_ms, "properties": properties,
+        "current_snapshot_id": None, "snapshots": [], "snapshot_log": [], "metadata_log": [], "refs": {},
+        "statistics": [], "partition_statistics": []})
+
+
+def _quoted(catalog_name: str, identifier: tuple[str, ...]) -> str:
+    return ".".join([catalog_name, *(f"`{part}`" for part in identifier)])
+
+
+def _leftovers(catalog: Catalog, table: Table, now_ms: int) -> list[tuple[str, ...]]:
+    """Scratch tables of ``table`` older than ``SCRATCH_LEFTOVER_AGE_S`` (a killed write's)."""
+    *namespace, name = table.name()
+    out = []
+    for identifier in catalog.list_tables(tuple(namespace)):
+        if identifier[-1].startswith(f"{name}{SCRATCH}"):
+            started = catalog.load_table(identifier).properties.get(SCRATCH_STARTED, "0")
+            if now_ms - int(started) > SCRATCH_LEFTOVER_AGE_S * 1000:
+                out.append(tuple(identifier))
+    return out
+
+
 class SparkWriter:
     """Writes flushes through the pipeline's Spark session (started on first use)."""
 
@@ -134,44 +189,26 @@ class SparkWriter:
     def write(self, table: Table, data: pa.Table, write_id: str) -> list[DataFile]:
         """Write ``data`` (in the table's Arrow schema, field ids included) as data files of
         ``table`` under ``data/frazil-bulk-<write_id>/``; commit nothing."""
-        scheme = urlparse(table.location()).scheme
-        if scheme not in ("", "file", "hdfs"):
-            # Spark writes these files through a Hadoop FileSystem; S3FileIO serves Iceberg's own
-            # reads and writes only, and this Spark has no s3a filesystem (hadoop-aws)
-            raise ConfigError(f"table {table.name()} lives at {table.location()}: Spark bulk writes (backfill, "
-                                 "spark.bulk_min_rows) need a file:// or hdfs:// warehouse here; on object storage "
-                                 "land with `frazil run` (in-process writes), or set spark.bulk_min_rows = 0")
         bad = unsupported_columns(table.schema())
         if bad:
             raise BulkWriteError(f"table {table.name()}: Spark bulk writes cannot write column(s) {', '.join(bad)} "
                                  "(uuid, fixed, time); set spark.bulk_min_rows = 0 for this table")
         started = time.monotonic()
+        location = f"{table.location().rstrip('/')}/data/frazil-bulk-{write_id}"
         try:
             spark = session.get(self._settings)
-            from pyspark.sql import functions as F
             from pyspark.sql.pandas.types import from_arrow_schema
 
-            ids = {f.name: int(f.metadata[b"PARQUET:field_id"]) for f in data.schema}
             # Iceberg's `timestamp` (no zone) must stay local time in the file (TIMESTAMP_NTZ);
             # by default Spark would read it as an instant and write it adjusted to UTC.
             df = spark.createDataFrame(data, schema=from_arrow_schema(data.schema, prefer_timestamp_ntz=True))
-            df = df.select(*[F.col(f"`{name}`").alias(name, metadata={"parquet.field.id": ids[name]})
-                             for name in df.columns])
-            helpers = partition_columns(self._catalog, table.schema(), table.spec())
-            for name, expr in helpers:
-                df = df.withColumn(name, F.expr(expr))
-            location = f"{table.location().rstrip('/')}/data/frazil-bulk-{write_id}"
-            # No shuffle: the Arrow batches become the tasks' input as they are, one task per core.
-            # Spark's partitioned writer sorts each task's rows by the helper columns, so a task
-            # writes one file per partition value it holds.
-            df = df.coalesce(spark.sparkContext.defaultParallelism)
-            writer = df.write.partitionBy(*[name for name, _ in helpers]) if helpers else df.write
-            writer.mode("errorifexists").parquet(location)
-            paths = _parquet_files(location)
-            files = [data_file(table, path) for path in paths]
+            if on_object_storage(table):
+                files = self._through_scratch_table(table, df, location)
+            else:
+                files = self._as_parquet_files(spark, table, data, df, location)
         except BulkWriteError:
             raise
-        except Exception as exc:  # Spark, py4j and storage errors: nothing was committed
+        except Exception as exc:  # Spark, py4j, catalog and storage errors: nothing was committed
             raise BulkWriteError(f"Spark could not write {data.num_rows} rows for {table.name()}: "
                                  f"{describe(exc)}; nothing was committed") from exc
         rows = sum(f.record_count for f in files)
@@ -181,3 +218,45 @@ class SparkWriter:
         log.info("bulk write %s: %d rows as %d file(s) through Spark in %.1fs", write_id, rows, len(files),
                  time.monotonic() - started)
         return files
+
+    def _as_parquet_files(self, spark: Any, table: Table, data: pa.Table, df: Any, location: str) -> list[DataFile]:
+        from pyspark.sql import functions as F
+
+        ids = {f.name: int(f.metadata[b"PARQUET:field_id"]) for f in data.schema}
+        df = df.select(*[F.col(f"`{name}`").alias(name, metadata={"parquet.field.id": ids[name]})
+                         for name in df.columns])
+        helpers = partition_columns(self._catalog, table.schema(), table.spec())
+        for name, expr in helpers:
+            df = df.withColumn(name, F.expr(expr))
+        # No shuffle: the Arrow batches become the tasks' input as they are, one task per core.
+        # Spark's partitioned writer sorts each task's rows by the helper columns, so a task
+        # writes one file per partition value it holds.
+        df = df.coalesce(spark.sparkContext.defaultParallelism)
+        writer = df.write.partitionBy(*[name for name, _ in helpers]) if helpers else df.write
+        writer.mode("errorifexists").parquet(location)
+        return [data_file(table, path) for path in _parquet_files(location)]
+
+    def _through_scratch_table(self, table: Table, df: Any, location: str) -> list[DataFile]:
+        """Spark appends ``df`` to a scratch copy of ``table`` through Iceberg's FileIO; the files
+        of its one snapshot are returned, the scratch table dropped (its files kept)."""
+        catalog = table.catalog
+        now_ms = int(time.time() * 1000)
+        for leftover in _leftovers(catalog, table, now_ms):
+            log.warning("dropping %s, a bulk write's scratch table left by a killed process (its files are kept: "
+                        "orphan removal deletes those the table does not hold)", ".".join(leftover))
+            catalog.drop_table(leftover)
+        *namespace, name = table.name()
+        scratch = (*namespace, f"{name}{SCRATCH}{uuid.uuid4().hex[:12]}")
+        metadata_path = f"{location}/metadata/00000-{uuid.uuid4()}.metadata.json"
+        ToOutputFile.table_metadata(scratch_metadata(table, location, now_ms), table.io.new_output(metadata_path))
+        catalog.register_table(scratch, metadata_path)
+        try:
+            df.writeTo(_quoted(self._catalog, scratch)).append()
+            written = catalog.load_table(scratch)
+            snapshot = written.current_snapshot()
+            if snapshot is None:
+                raise BulkWriteError(f"Spark committed nothing to the scratch table {'.'.join(scratch)}")
+            return [entry.data_file for manifest in snapshot.manifests(written.io)
+                    for entry in manifest.fetch_manifest_entry(written.io, discard_deleted=True)]
+        finally:
+            catalog.drop_table(scratch)   # never purged: the files are the table's once committed
