@@ -38,7 +38,7 @@ def config(tmp_path: Path, bootstrap: str, topic: str, pipeline: str, *, mode: s
     if catalog is None:
         section = f"properties = {support.SQLITE_CATALOG}"
     else:
-        props = ", ".join(f"{k} = {json.dumps(v)}" for k, v in catalog[1].items())
+        props = ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in catalog[1].items())
         section = f'name = "{catalog[0]}"\nproperties = {{ {props} }}'
 
     tmp_path.mkdir(parents=True, exist_ok=True)

@@ -22,10 +22,11 @@ import pytest
 import changes
 import support
 from frazil.config import CatalogConfig, MaintenanceConfig
-from frazil.spark import merge
+from frazil.spark import merge, session
 from frazil.spark.jobs import TableJobs
 from frazil.spark.schedule import Job
 from frazil_dev.kafka_broker import KafkaBroker
+from frazil_dev.s3 import S3Server
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -155,6 +156,43 @@ def test_a_change_stream_killed_mid_merge_and_mid_commit_ends_equal_to_the_refer
                                            capture_output=True, check=True, text=True).stdout)
         (staged,) = [t for t in status["tables"] if t["name"] == cfg.table.name]
         assert staged["merge"]["into"] == target and staged["merge"]["waiting"] == 0, staged
+
+
+def test_the_spark_merge_flush_on_an_s3_warehouse_ends_equal_to_the_reference(
+        kafka: KafkaBroker, tmp_path: Path, spark: Any, s3: S3Server) -> None:
+    """merge = "spark" with the warehouse in an S3-compatible store: the staging table, the MERGE's
+    position deletes and the cleanup of merged rows all go through Iceberg's S3FileIO."""
+    topic = "cdc-s3-merge"
+    asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
+    props = {**s3.catalog_properties("frazil-merge"), "uri": f"sqlite:///{tmp_path}/catalog.db"}
+    path = changes.config(tmp_path, kafka.bootstrap, topic, "cdc_s3", mode="cdc", interval=0.5,
+                          extra_table='merge = "spark"\nmerge_interval_s = 1\nmerge_min_changes = 0',
+                          catalog=("frazil_s3_merge", props))
+    cfg = support.load(path)
+    assert cfg.table.changes is not None and cfg.table.changes.target
+    target, catalog, log = cfg.table.changes.target, support.catalog_of(cfg), tmp_path / "frazil.log"
+    stream = list(changes.debezium_stream(150, 3000, seed=11))
+    asyncio.run(changes.produce(kafka.bootstrap, topic, iter(stream[:1500]), PARTITIONS))
+    proc = _frazil(path, log)
+    try:
+        ends = asyncio.run(support.end_offsets(kafka.bootstrap, [topic]))
+        support.wait_for(lambda: _merged_through(catalog, target, cfg.pipeline, ends), proc, log, timeout=240)
+        asyncio.run(changes.produce(kafka.bootstrap, topic, iter(stream[1500:]), PARTITIONS))
+        ends = asyncio.run(support.end_offsets(kafka.bootstrap, [topic]))
+        support.wait_for(lambda: _merged_through(catalog, target, cfg.pipeline, ends), proc, log, timeout=240)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=90) == 0, log.read_text()[-3000:]
+    assert catalog.load_table(target).location().startswith("s3://frazil-merge/")
+    expected = asyncio.run(changes.reference(kafka.bootstrap, topic, PARTITIONS, mode="cdc"))
+    changes.assert_same(changes.table_rows(catalog, target), expected, "pyiceberg")
+    for key, value in session.catalog_conf(cfg.catalog.name, cfg.catalog.properties).items():
+        spark.conf.set(key, value)
+    name = f"{cfg.catalog.name}.{target}"
+    changes.assert_same(spark_rows(spark, name), expected, "Spark SQL")
+    deletes = spark.sql(f"SELECT count(*) AS n FROM {name}.position_deletes").collect()[0].n
+    assert deletes > 0, "the second MERGE must update rows of the first as position deletes"
+    assert catalog.load_table(cfg.table.name).scan().to_arrow().num_rows == 0, "merged changes left in staging"
 
 
 def _merged_through(catalog: Any, target: str, pipeline: str, ends: dict[tuple[str, int], int]) -> bool:
