@@ -22,7 +22,7 @@ from frazil_dev.rest_auth import RestAuthProxy
 from frazil_dev.rest_catalog import RestCatalogServer
 from frazil_dev.s3 import S3Server
 from frazil_dev.schema_registry import SchemaRegistry
-from support import CATALOG_SCOPE, OAUTH_REAUTH_MS, OAUTH_TOKEN_S
+from support import CATALOG_SCOPE, OAUTH_REAUTH_MS, OAUTH_TOKEN_S, SIGV4_REGION
 
 
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> Mapping[str, object]:
@@ -88,6 +88,19 @@ def rest_catalog_oauth(rest_catalog: RestCatalogServer, oauth_server: OAuthServe
     the documented protocols; see frazil_dev.rest_auth). Never skipped."""
     with RestAuthProxy.start(Path(tmp_path_factory.mktemp("rest-auth")), upstream=rest_catalog.uri,
                              jwks=oauth_server.jwks_url, issuer=oauth_server.issuer, scope=CATALOG_SCOPE) as proxy:
+        yield proxy
+
+
+@pytest.fixture(scope="session")
+def rest_catalog_sigv4(rest_catalog: RestCatalogServer, s3: S3Server,
+                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestAuthProxy]:
+    """The session's REST catalog behind AWS Signature Version 4 (the test S3 server's keys, region
+    ``SIGV4_REGION``, service ``execute-api``), as AWS's API gateway fronts one: an in-test
+    server of the documented protocol (frazil_dev.rest_auth). Never skipped."""
+    key, secret = S3Server.credentials_env()["AWS_ACCESS_KEY_ID"], S3Server.credentials_env()["AWS_SECRET_ACCESS_KEY"]
+    with RestAuthProxy.start_sigv4(Path(tmp_path_factory.mktemp("rest-sigv4")), upstream=rest_catalog.uri,
+                                   region=SIGV4_REGION, service="execute-api", access_key=key,
+                                   secret_key=secret) as proxy:
         yield proxy
 
 

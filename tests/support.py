@@ -39,6 +39,16 @@ def oauth_catalog(proxy_uri: str, token_url: str) -> str:
             f'"oauth2-server-uri" = "{token_url}", scope = "{CATALOG_SCOPE}" }}')
 
 
+SIGV4_REGION = "eu-west-3"   # not the S3 server's region: the signer must take rest.signing-region
+
+
+def sigv4_catalog(proxy_uri: str) -> str:
+    """``[catalog] properties`` for the session's SigV4-protected REST catalog (``rest_catalog_sigv4``):
+    requests signed for its region and service, the keys from the AWS default chain (environment)."""
+    return (f'{{ type = "rest", uri = "{proxy_uri}", "rest.sigv4-enabled" = "true", '
+            f'"rest.signing-region" = "{SIGV4_REGION}", "rest.signing-name" = "execute-api" }}')
+
+
 SQLITE_CATALOG = '{ uri = "sqlite:///warehouse/catalog.db", warehouse = "file://warehouse" }'
 
 CONFIG = """\

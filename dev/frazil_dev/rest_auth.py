@@ -11,23 +11,33 @@ Authorized requests are passed to the REST catalog fixture (``rest_catalog``) un
 an in-test server of the documented protocols (RFC 6750 bearer tokens, RFC 9068), not a product:
 the REST servers that check tokens themselves (Polaris, Nessie) are not on Maven Central.
 
+With ``--sigv4 REGION/SERVICE/ACCESS_KEY/SECRET_KEY`` it checks AWS Signature Version 4 instead,
+as a catalog behind AWS's API gateway or Glue's Iceberg endpoint does: the ``Authorization``
+header's credential scope (the key, region and service), a date within 15 minutes, the signed
+payload hash against the body, and the signature, computed again with botocore's SigV4 signer
+over the request as received. (No REST server that checks SigV4 can be started here.)
+
 ``GET /_auth/stats`` (no token) reports what it saw: requests authorized and refused, and how many
 distinct tokens were used, so a test can tell that a client refreshed.
 
     python -m frazil_dev.rest_auth --port P --upstream http://127.0.0.1:U --jwks URL --issuer URL \\
         --scope catalog
+    python -m frazil_dev.rest_auth --port P --upstream http://127.0.0.1:U --sigv4 us-east-1/execute-api/AK/SK
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import calendar
 import hashlib
+import hmac
 import json
 import os
 import sys
 import threading
 import time
+from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -77,6 +87,55 @@ class _State:
                         self.keys[jwk["kid"]] = RSAPublicNumbers(_number(jwk["e"]), _number(jwk["n"])).public_key()
             return self.keys.get(kid)
 
+    def check_sigv4(self, method: str, path: str, headers: Message, body: bytes) -> str | None:
+        """None when the request is signed with the configured key for the region and service."""
+        from botocore.auth import SigV4Auth  # type: ignore[import-untyped]
+        from botocore.awsrequest import AWSRequest  # type: ignore[import-untyped]
+        from botocore.credentials import Credentials  # type: ignore[import-untyped]
+
+        region, service, access_key, secret_key = self.args.sigv4.split("/")
+        header = headers.get("Authorization") or ""
+        if not header.startswith("AWS4-HMAC-SHA256 "):
+            return "no AWS Signature Version 4"
+        try:
+            fields = dict(part.strip().split("=", 1) for part in header.split(None, 1)[1].split(","))
+            key, _, signed_region, signed_service, _ = fields["Credential"].split("/")
+            signed, signature = fields["SignedHeaders"].split(";"), fields["Signature"]
+        except (KeyError, ValueError):
+            return "a malformed SigV4 Authorization header"
+        if key != access_key:
+            return f"unknown access key {key!r}"
+        if (signed_region, signed_service) != (region, service):
+            return f"signed for {signed_region}/{signed_service}, not {region}/{service}"
+        stamp = headers.get("X-Amz-Date") or ""
+        try:
+            skew = abs(time.time() - calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%SZ")))
+        except ValueError:
+            return "no X-Amz-Date"
+        if skew > 900:
+            return f"X-Amz-Date {stamp} is {skew:.0f}s away"
+        claimed = headers.get("X-Amz-Content-SHA256")
+        digest = hashlib.sha256(body).digest()
+        # hex as AWS documents it (botocore), or base64 as Iceberg's Java signer sends it; either way
+        # the value as sent is what the signature covers
+        if claimed is not None and claimed not in (digest.hex(), base64.b64encode(digest).decode()):
+            return "the body does not match its signed hash"
+        if "host" not in signed:
+            return "the Host header is not signed"
+        request = AWSRequest(method=method, url=f"http://{headers['Host']}{path}", data=body or None,
+                             headers={name: headers[name] or "" for name in signed})
+        request.context["timestamp"] = stamp
+        signer = SigV4Auth(Credentials(access_key, secret_key), service, region)
+        # the canonical request ends with the payload's hash as the service computes it (hex), whatever
+        # the x-amz-content-sha256 header says (its value is covered as a signed header)
+        canonical = signer.canonical_request(request).rsplit("\n", 1)[0] + "\n" + digest.hex()
+        expected = signer.signature(signer.string_to_sign(request, canonical), request)
+        if not hmac.compare_digest(expected, signature):
+            return "the signature does not verify"
+        with self.lock:
+            self.tokens.add(stamp)
+        return None
+
     def check(self, header: str | None) -> str | None:
         """None when the request may pass, else why not."""
         if not header or not header.lower().startswith("bearer "):
@@ -119,26 +178,41 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _body(self) -> bytes:
+        """The request's body, sent with a length or in chunks (Java's HTTP client does that)."""
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            chunks = []
+            while size := int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16):
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+            while self.rfile.readline() not in (b"\r\n", b"\n", b""):   # trailers
+                pass
+            return b"".join(chunks)
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
     def _handle(self) -> None:
         state = self.server.state
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
+        body = self._body()
         if self.path == "/_auth/stats":
             with state.lock:
                 stats = {"authorized": state.authorized, "refused": state.refused, "tokens": len(state.tokens)}
             self._reply(200, json.dumps(stats).encode(), {"Content-Type": "application/json"})
             return
-        why = state.check(self.headers.get("Authorization"))
+        why = (state.check_sigv4(self.command, self.path, self.headers, body) if state.args.sigv4
+               else state.check(self.headers.get("Authorization")))
         if why is not None:
             with state.lock:
                 state.refused += 1
             error = {"error": {"message": f"Not authorized: {why}", "type": "NotAuthorizedException", "code": 401}}
+            challenge = "AWS4-HMAC-SHA256" if state.args.sigv4 else 'Bearer error="invalid_token"'
             self._reply(401, json.dumps(error).encode(), {"Content-Type": "application/json",
-                                                         "WWW-Authenticate": 'Bearer error="invalid_token"'})
+                                                         "WWW-Authenticate": challenge})
             return
         with state.lock:
             state.authorized += 1
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP | {"authorization"}}
+        headers = {k: v for k, v in self.headers.items()
+                   if k.lower() not in _HOP_BY_HOP | {"authorization"} and not k.lower().startswith("x-amz-")}
         upstream = state.session.request(self.command, state.args.upstream + self.path, data=body or None,
                                          headers=headers, timeout=120)
         self._reply(upstream.status_code, upstream.content,
@@ -172,13 +246,25 @@ class RestAuthProxy(ServerProcess):
                             "--jwks", jwks, "--issuer", issuer, "--scope", scope], Path(workdir), port, env=env)
         return server.ready(f"{server.uri}/_auth/stats", 30)
 
+    @classmethod
+    def start_sigv4(cls, workdir: Path, *, upstream: str, region: str, service: str, access_key: str,
+                    secret_key: str) -> RestAuthProxy:
+        port = free_port()
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        server = cls.spawn([sys.executable, "-m", "frazil_dev.rest_auth", "--port", str(port), "--upstream", upstream,
+                            "--sigv4", f"{region}/{service}/{access_key}/{secret_key}"], Path(workdir), port, env=env)
+        return server.ready(f"{server.uri}/_auth/stats", 30)
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    for name in ("--upstream", "--jwks", "--issuer", "--scope"):
-        parser.add_argument(name, required=True)
+    parser.add_argument("--upstream", required=True)
+    for name in ("--jwks", "--issuer", "--scope", "--sigv4"):
+        parser.add_argument(name)
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
+    if not args.sigv4 and not (args.jwks and args.issuer and args.scope):
+        parser.error("give --jwks, --issuer and --scope (OAuth 2.0), or --sigv4")
     server = _Server(("127.0.0.1", args.port), _Handler)
     server.state = _State(args)
     server.serve_forever()

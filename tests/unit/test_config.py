@@ -569,7 +569,12 @@ def test_a_catalog_type_whose_library_is_missing_names_what_to_install(monkeypat
         config.parse({**no_maintenance, "catalog": {"properties": {"type": "hive", "uri": "thrift://h:9083"}}})
     with pytest.raises(ConfigError, match=re.escape("pip install 'frazil[glue]'")):
         config.parse({**no_maintenance, "catalog": {"properties": {"type": "GLUE"}}})
+    signed = {"type": "rest", "uri": "https://cat", "rest.sigv4-enabled": "true"}
+    lacks = "pyiceberg signs REST requests with botocore, which this install lacks: pip install 'frazil[glue]'"
+    with pytest.raises(ConfigError, match=re.escape(lacks)):
+        config.parse({**no_maintenance, "catalog": {"properties": signed}})
     monkeypatch.setattr(checks, "_installed", lambda module: True)
+    assert config.parse({**no_maintenance, "catalog": {"properties": signed}}).catalog.properties == signed
     cfg = config.parse({**no_maintenance, "catalog": {"properties": {"type": "glue"}}})
     assert cfg.catalog.properties == {"type": "glue"}
 

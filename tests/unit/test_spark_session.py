@@ -60,6 +60,19 @@ def test_conf_for_a_rest_catalog() -> None:
     assert "spark.sql.catalog.lake.token-exchange-enabled" not in token
 
 
+def test_conf_for_a_rest_catalog_signed_with_sigv4() -> None:
+    """pyiceberg's switch becomes Iceberg's SigV4 auth manager, the signing keys passed on, the AWS
+    bundle (the signer) on the classpath."""
+    props = {"type": "rest", "uri": "https://cat", "rest.sigv4-enabled": "true", "rest.signing-region": "eu-west-3",
+             "rest.signing-name": "execute-api"}
+    conf = session.conf("lake", props, jars=[])
+    assert conf["spark.sql.catalog.lake.rest.auth.type"] == "sigv4"
+    assert conf["spark.sql.catalog.lake.rest.signing-region"] == "eu-west-3"
+    assert conf["spark.sql.catalog.lake.rest.signing-name"] == "execute-api"
+    assert session.needs_aws(props) and not session.needs_aws({**props, "rest.sigv4-enabled": "false"})
+    assert "spark.sql.catalog.lake.rest.auth.type" not in session.conf("lake", {"type": "rest", "uri": "u"}, jars=[])
+
+
 def test_conf_for_a_glue_catalog() -> None:
     """Iceberg's GlueCatalog on the same Glue tables; its endpoint, region and FileIO passed on, and
     the AWS bundle (Glue's client) on the classpath. Credentials are the AWS SDK chain's."""
@@ -89,23 +102,3 @@ def test_conf_for_a_hive_metastore() -> None:
 def test_conf_refuses_a_catalog_type_spark_cannot_share() -> None:
     with pytest.raises(ConfigError, match="turn maintenance off"):
         session.conf("lake", {"type": "dynamodb", "warehouse": "s3://b/w"}, jars=[])
-
-
-def test_a_bulk_write_to_object_storage_is_refused_before_spark_starts() -> None:
-    """Spark writes bulk files through a Hadoop FileSystem, which has no s3 scheme here: a table on
-    object storage is a configuration error naming the way out, never a retried Spark failure."""
-    import pyarrow as pa
-
-    from frazil.errors import ConfigError
-    from frazil.spark.bulk import SparkWriter
-
-    class OnS3:
-        def location(self) -> str:
-            return "s3://lake/wh/db/events"
-
-        def name(self) -> tuple[str, str]:
-            return ("db", "events")
-
-    writer = SparkWriter({"spark.master": "local[1]"}, "lake")
-    with pytest.raises(ConfigError, match=r"s3://lake/wh/db/events.*spark.bulk_min_rows = 0"):
-        writer.write(OnS3(), pa.table({"id": [1]}), "w1")  # type: ignore[arg-type]

@@ -232,6 +232,9 @@ def _catalog(catalog: CatalogConfig, *, maintenance: bool) -> None:
                           "own tools)")
     if kind == "sql":
         _sql_uri(props["uri"], maintenance=maintenance)
+    if kind == "rest" and props.get("rest.sigv4-enabled", "").lower() == "true" and not _installed("boto3"):
+        raise ConfigError("catalog.properties.rest.sigv4-enabled = \"true\": pyiceberg signs REST requests with "
+                          "botocore, which this install lacks: pip install 'frazil[glue]'")
     if kind == "glue" and maintenance:
         _glue_for_spark(props)
 

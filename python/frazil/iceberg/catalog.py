@@ -188,6 +188,11 @@ def refused_message(cfg: CatalogConfig, exc: Exception) -> str:
         return (f"catalog {cfg.name} ({describe(cfg)}): the token endpoint {endpoint} refused frazil's client "
                 f"credentials: {first_line(exc)}; check catalog.properties credential (\"client-id:client-secret\"), "
                 "scope and oauth2-server-uri")
+    if props.get("rest.sigv4-enabled", "").lower() == "true":
+        return (f"catalog {cfg.name} ({describe(cfg)}) refused frazil's SigV4-signed request: {type(exc).__name__}: "
+                f"{first_line(exc)}; check the AWS credentials (the default chain: AWS_ACCESS_KEY_ID, a profile, "
+                "the instance role), catalog.properties rest.signing-region and rest.signing-name, and the "
+                "principal's grants")
     return (f"catalog {cfg.name} ({describe(cfg)}) refused frazil's request: {type(exc).__name__}: "
             f"{first_line(exc)}; check catalog.properties credential or token, scope and the principal's grants")
 

@@ -97,6 +97,10 @@ def catalog_conf(catalog_name: str, properties: Mapping[str, str]) -> dict[str, 
             # the renewal fails and every request after the expiry is refused. With the exchange off
             # it asks for a new token with the client credentials, as pyiceberg does.
             out[f"{prefix}.token-exchange-enabled"] = "false"
+        if properties.get("rest.sigv4-enabled", "").lower() == "true":
+            # pyiceberg's switch; Iceberg's Java client signs with its SigV4 auth manager (AWS bundle),
+            # region and service from the same rest.signing-* keys, credentials from the AWS chain
+            out[f"{prefix}.rest.auth.type"] = "sigv4"
     elif kind == "glue":   # Iceberg's GlueCatalog: the AWS SDK's own credentials chain, the glue.* settings below
         out[f"{prefix}.type"] = "glue"
     elif kind == "hive":   # Iceberg's HiveCatalog over Thrift; both engines lock the table in the metastore to commit
@@ -140,9 +144,10 @@ def conf(catalog_name: str, properties: Mapping[str, str], *, jars: list[Path], 
 
 def needs_aws(properties: Mapping[str, str]) -> bool:
     """Whether Spark needs Iceberg's AWS bundle for this catalog: it is AWS Glue, its FileIO is
-    ``S3FileIO``, or its warehouse is on S3."""
+    ``S3FileIO``, its warehouse is on S3, or its REST requests are signed with SigV4."""
     return (properties.get("type", "").lower() == "glue" or "aws.s3" in properties.get("io-impl", "")
-            or properties.get("warehouse", "").startswith(("s3://", "s3a://")))
+            or properties.get("warehouse", "").startswith(("s3://", "s3a://"))
+            or properties.get("rest.sigv4-enabled", "").lower() == "true")
 
 
 def for_config(cfg: Config) -> dict[str, str]:
