@@ -133,6 +133,9 @@ async def open_tables(cfg: Config) -> tuple[Catalog, dict[str, Table]]:
     except iceberg_catalog.aws_setup_missing() as exc:   # no credentials: found at the first call
         raise iceberg_catalog.aws_setup_error(cfg.catalog, exc) from None
     except Exception as exc:  # noqa: BLE001 - locked, down, refused: say so in one line
+        unserved = iceberg_catalog.unserved_call(cfg.catalog, exc)
+        if unserved is not None:
+            raise unserved from None
         raise CatalogUnavailable(f"catalog {cfg.catalog.name} ({iceberg_catalog.describe(cfg.catalog)}) did not answer "
                                  f"while the tables were opened: {type(exc).__name__}: "
                                  f"{first_line(exc)}. "

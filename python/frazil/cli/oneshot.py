@@ -31,7 +31,7 @@ def catalog_call(cfg: config_mod.Config, call: Callable[[], T]) -> T:
     """A read from the catalog in a command: a catalog that cannot answer is one line, exit 4."""
     from pyiceberg.exceptions import NoSuchTableError
 
-    from frazil.iceberg.catalog import aws_setup_error, aws_setup_missing, describe
+    from frazil.iceberg.catalog import aws_setup_error, aws_setup_missing, describe, unserved_call
 
     try:
         return call()
@@ -42,6 +42,9 @@ def catalog_call(cfg: config_mod.Config, call: Callable[[], T]) -> T:
     except aws_setup_missing() as exc:   # set-up to fix, not an outage
         raise aws_setup_error(cfg.catalog, exc) from None
     except Exception as exc:  # noqa: BLE001 - locked, down, refused: say so in one line
+        unserved = unserved_call(cfg.catalog, exc)
+        if unserved is not None:
+            raise unserved from None
         first = (str(exc).strip().splitlines() or [""])[0][:300]
         raise CatalogUnavailable(f"catalog {cfg.catalog.name} ({describe(cfg.catalog)}) did not answer: "
                                  f"{type(exc).__name__}: {first}") from None

@@ -204,6 +204,18 @@ def _wrong_properties() -> tuple[type[Exception], ...]:
     return (ImportError, ValueError, TypeError, KeyError, *((sql.ArgumentError,) if sql is not None else ()))
 
 
+def unserved_call(cfg: CatalogConfig, exc: Exception) -> ConfigError | None:
+    """A catalog server that answers but does not serve a call pyiceberg makes: set-up to fix (exit
+    2), not an outage. A Hive 4 metastore no longer serves ``get_table``."""
+    thrift = sys.modules.get("thrift.Thrift")
+    if (thrift is None or not isinstance(exc, thrift.TApplicationException)
+            or exc.type != thrift.TApplicationException.UNKNOWN_METHOD):
+        return None
+    return ConfigError(f"catalog {cfg.name} ({describe(cfg)}) answered but does not serve a call pyiceberg makes: "
+                       f"{first_line(exc)}; pyiceberg speaks to Hive Metastores of version 3.1 or older (Hive 4's "
+                       "metastore no longer serves get_table): point catalog.properties uri at one")
+
+
 def aws_setup_missing() -> tuple[type[Exception], ...]:
     """What boto3 raises for a region (when the catalog is loaded) or credentials (at its first
     call) it cannot find. Only when an AWS catalog loaded botocore."""
