@@ -147,17 +147,20 @@ def oauth_kafka(kafka: KafkaBroker, idp: OAuthServer) -> str:
             f'sasl_oauthbearer_client_id = "{CLIENT_ID}"\nsasl_oauthbearer_client_secret_env = "FRAZIL_TEST_OAUTH"\n')
 
 
+@pytest.mark.parametrize("mode", ["single", "distributed"])
 def test_a_pipeline_lands_everything_through_oauthbearer_while_its_tokens_expire_and_are_renewed(
-        kafka: KafkaBroker, oauth_server: OAuthServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Distributed mode (the coordinator's channel, the workers' transactional replies, dead letters)
-    through the OAUTHBEARER listener for longer than a token lives: the broker checks each token's
-    signature against Keycloak's keys and ends each session when its token expires (or after
-    OAUTH_REAUTH_MS); frazil asks Keycloak for a new token before the old one expires. Commits land
-    before and after each renewal, and every record is in the table once or a dead letter."""
-    topic = "oauth-events"
+        kafka: KafkaBroker, oauth_server: OAuthServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        mode: str) -> None:
+    """Both coordination modes (distributed: the coordinator's channel and the workers'
+    transactional replies too; dead letters in both) through the OAUTHBEARER listener for longer
+    than a token lives: the broker checks each token's signature against Keycloak's keys and ends
+    each session when its token expires (or after OAUTH_REAUTH_MS); frazil asks Keycloak for a new
+    token before the old one expires. Commits land before and after each renewal, and every record
+    is in the table once or a dead letter."""
+    topic = f"oauth-events-{mode}"
     asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
-    config = support.write_config(tmp_path, kafka.bootstrap, [topic], pipeline="oauth", interval=1.0,
-                                  extra='\n[coordination]\nmode = "distributed"\n')
+    config = support.write_config(tmp_path, kafka.bootstrap, [topic], pipeline=f"oauth-{mode}", interval=1.0,
+                                  extra=f'\n[coordination]\nmode = "{mode}"\n')
     config.write_text(config.read_text().replace("[kafka]", 'on_bad_record = "dead_letter"\n\n[kafka]', 1))
     with_kafka(config, oauth_kafka(kafka, oauth_server))
     monkeypatch.setenv("FRAZIL_TEST_OAUTH", CLIENT_SECRET)
@@ -216,17 +219,20 @@ def mtls_kafka(kafka: KafkaBroker, cert: Path | None, key: Path | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.parametrize("mode", ["single", "distributed"])
 def test_mutual_tls_lands_everything_with_the_client_certificate_and_refuses_in_one_line_without_it(
-        kafka: KafkaBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        kafka: KafkaBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
     """The broker's listener with ``ssl.client.auth=required``: the consumer, the transactional
-    dead-letter producer and the admin client all present the certificate; without one, or with one
+    dead-letter producer and the admin client all present the certificate (in distributed mode the
+    coordinator's channel and the workers' transactional replies too); without one, or with one
     another CA signed, the broker ends the handshake and frazil says so in one line (exit 3)."""
     assert kafka.secure is not None
-    topic = "mtls-events"
+    topic = f"mtls-events-{mode}"
     asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
     values = [support.record(i) if i % 50 != 7 else b'{"id": "not a number"}' for i in range(400)]
     asyncio.run(support.produce(kafka.bootstrap, topic, values, PARTITIONS))
-    config = support.write_config(tmp_path, kafka.bootstrap, [topic], pipeline="mtls")
+    config = support.write_config(tmp_path, kafka.bootstrap, [topic], pipeline=f"mtls-{mode}",
+                                  extra=f'\n[coordination]\nmode = "{mode}"\n')
     config.write_text(config.read_text().replace("[kafka]", 'on_bad_record = "dead_letter"\n\n[kafka]', 1))
     with_kafka(config, mtls_kafka(kafka, kafka.secure.client_cert, kafka.secure.client_key))
     monkeypatch.setenv("FRAZIL_TEST_KEY", CLIENT_KEY_PASSWORD)
