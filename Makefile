@@ -89,6 +89,7 @@ chaos-tests: build ## the crash, zombie and outage tests alone, verbose, the kil
 	FRAZIL_CHAOS_RECORDS=$${FRAZIL_CHAOS_RECORDS:-300000} FRAZIL_CHAOS_KILLS=$${FRAZIL_CHAOS_KILLS:-24} \
 	FRAZIL_EOS_RECORDS=$${FRAZIL_EOS_RECORDS:-500000} FRAZIL_EOS_KILLS=$${FRAZIL_EOS_KILLS:-30} \
 	$(PY) -m pytest tests/chaos -v -s
+	FRAZIL_KILL_RUNS=all $(PY) -m pytest tests/spark/test_mutations_spark.py -v -k killed_mid_merge
 
 bench: bench-deps ## end to end vs Spark SS, the Iceberg Kafka Connect sink, a plain Python loop, the ceilings; e2e.json + png; then the upsert workload
 	$(PY) benches/e2e.py $${BENCH_ARGS:-}
