@@ -21,6 +21,7 @@ def test_a_scratch_table_keeps_the_evolved_field_ids_and_spec_and_none_of_the_hi
                                                 NestedField(2, "gone", StringType(), required=False),
                                                 NestedField(3, "at", TimestamptzType(), required=False)),
                                  properties={"write.data.path": f"file://{tmp_path}/elsewhere",
+                                             "frazil.offsets.p": "{}", "frazil.progress.p": "{}",
                                              "write.parquet.compression-codec": "zstd"})
     with table.update_schema() as update:   # field ids with a gap, as evolution leaves them
         update.delete_column("gone")
@@ -41,5 +42,27 @@ def test_a_scratch_table_keeps_the_evolved_field_ids_and_spec_and_none_of_the_hi
     assert scratch.snapshots == [] and scratch.current_snapshot_id is None and scratch.refs == {}
     assert scratch.properties["gc.enabled"] == "false" and scratch.properties[bulk.SCRATCH_STARTED] == "1000"
     assert "write.data.path" not in scratch.properties   # its files go under its own location
+    # never one of a pipeline's tables: no offsets, progress or merge marks
+    assert not [k for k in scratch.properties if k.startswith("frazil.") and k != bulk.SCRATCH_STARTED]
     assert scratch.properties["write.parquet.compression-codec"] == "zstd"
     assert table.metadata.properties["write.data.path"]   # the table's own metadata is untouched
+
+
+def test_a_bulk_write_to_object_storage_spark_has_no_fileio_for_is_refused_before_spark_starts() -> None:
+    """Spark gets Iceberg's AWS bundle only: a gs:// table is a configuration error naming the way
+    out, never a Spark failure retried every cycle."""
+    import pytest
+
+    from frazil.errors import ConfigError
+    from frazil.spark.bulk import SparkWriter
+
+    class OnGcs:
+        def location(self) -> str:
+            return "gs://lake/wh/db/events"
+
+        def name(self) -> tuple[str, str]:
+            return ("db", "events")
+
+    writer = SparkWriter({"spark.master": "local[1]"}, "lake")
+    with pytest.raises(ConfigError, match=r"gs://lake/wh/db/events.*no FileIO for gs://.*spark.bulk_min_rows = 0"):
+        writer.write(OnGcs(), pa.table({"id": [1]}), "w1")  # type: ignore[arg-type]

@@ -445,7 +445,7 @@ def dynamic_tables(catalog: Catalog, dynamic: DynamicConfig, pipeline: str) -> l
         except NoSuchNamespaceError:
             continue
         for name in (".".join(i) for i in identifiers):
-            if not dynamic.matches(name):
+            if not dynamic.matches(name) or BULK_SCRATCH in name:   # a bulk write's scratch table is no target
                 continue
             try:
                 properties = catalog.load_table(name).properties
@@ -454,6 +454,9 @@ def dynamic_tables(catalog: Catalog, dynamic: DynamicConfig, pipeline: str) -> l
             if offsets.property_key(pipeline) in properties:
                 names.append(name)
     return sorted(names)
+
+
+BULK_SCRATCH = "__frazil_bulk_"   # names a Spark bulk write's scratch table (spark/bulk.py)
 
 
 UNIT_KEY = b"frazil.unit"   # field metadata the native decoder reads: the unit of numbers for a timestamp, time, date

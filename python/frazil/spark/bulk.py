@@ -12,12 +12,13 @@ commit with the offsets). Two ways, by where the table lives:
 - A table on object storage (s3://, gs://, ...), where this Spark has no Hadoop FileSystem but
   Iceberg has its FileIO (``S3FileIO``): a *scratch table* is registered beside the table, a copy
   of its metadata without snapshots (the same schema and field ids, partition specs, sort order
-  and properties), located in the table's own folder ``data/frazil-bulk-<write id>/``. Spark
-  appends to the scratch table through Iceberg, and the scratch table's one snapshot lists the
-  files, metrics and partitions. The scratch table is then dropped without touching its files
-  (they are about to be the table's). It has ``gc.enabled = false``: a ``DROP TABLE ... PURGE`` of
-  a scratch table left by a killed write is refused instead of deleting files the table may
-  hold. Such leftovers are dropped by a later bulk write of the same table once an hour old.
+  and properties, none of frazil's own keys), located in the table's own folder
+  ``data/frazil-bulk-<write id>/``. Spark appends to the scratch table through Iceberg, and the
+  scratch table's one snapshot lists the files, metrics and partitions. The scratch table is then
+  dropped without touching its files (they are about to be the table's). It has ``gc.enabled =
+  false``, so Spark refuses a ``DROP TABLE ... PURGE`` of one left by a killed write (pyiceberg's
+  ``purge_table`` does not check it: never purge one). Such leftovers are dropped by a later bulk
+  write of the same table once an hour old. S3 only (Iceberg's AWS bundle is what Spark gets).
 
 Blocking (Spark jobs): call from a worker thread.
 """
@@ -58,7 +59,8 @@ from pyiceberg.transforms import (
 from pyiceberg.typedef import Record
 from pyiceberg.types import FixedType, TimeType, UUIDType
 
-from frazil.errors import BulkWriteError
+from frazil.errors import BulkWriteError, ConfigError
+from frazil.iceberg.catalog import BULK_SCRATCH
 from frazil.spark import session
 from frazil.spark.jobs import describe
 
@@ -140,7 +142,7 @@ def _parquet_files(location: str) -> list[str]:
                   if f.type == pafs.FileType.File and f.base_name.endswith(".parquet") and "/_temporary/" not in f.path)
 
 
-SCRATCH = "__frazil_bulk_"          # a scratch table is named <table>__frazil_bulk_<12 hex>
+SCRATCH = BULK_SCRATCH              # a scratch table is named <table>__frazil_bulk_<12 hex>
 SCRATCH_STARTED = "frazil.bulk-started-ms"
 SCRATCH_LEFTOVER_AGE_S = 3600.0     # far longer than one bulk write: a scratch table this old was left by a kill
 # a scratch table's files go under its own location, never where these point for the table
@@ -156,7 +158,10 @@ def scratch_metadata(table: Table, location: str, now_ms: int) -> TableMetadata:
     """The table's metadata for a scratch table at ``location``: its schemas (field ids included),
     partition specs, sort orders and properties, a new uuid, no snapshots. Pure."""
     metadata = table.metadata
-    properties = {k: v for k, v in metadata.properties.items() if k not in _LOCATION_PROPERTIES}
+    # not frazil's own keys either: a scratch table must never look like one of a pipeline's tables
+    # (offsets, progress, merge marks)
+    properties = {k: v for k, v in metadata.properties.items()
+                  if k not in _LOCATION_PROPERTIES and not k.startswith("frazil.")}
     properties.update({"gc.enabled": "false", SCRATCH_STARTED: str(now_ms)})
     return metadata.model_copy(update={
         "location": location, "table_uuid": uuid.uuid4(), "last_updated_ms": now_ms, "properties": properties,
@@ -168,16 +173,29 @@ def _quoted(catalog_name: str, identifier: tuple[str, ...]) -> str:
     return ".".join([catalog_name, *(f"`{part}`" for part in identifier)])
 
 
-def _leftovers(catalog: Catalog, table: Table, now_ms: int) -> list[tuple[str, ...]]:
-    """Scratch tables of ``table`` older than ``SCRATCH_LEFTOVER_AGE_S`` (a killed write's)."""
+def _drop_leftovers(catalog: Catalog, table: Table, now_ms: int) -> None:
+    """Drop the scratch tables of ``table`` older than ``SCRATCH_LEFTOVER_AGE_S`` (a killed
+    write's). Best effort: another writer may be dropping the same ones, and a table without the
+    start time frazil sets is left alone."""
     *namespace, name = table.name()
-    out = []
-    for identifier in catalog.list_tables(tuple(namespace)):
-        if identifier[-1].startswith(f"{name}{SCRATCH}"):
-            started = catalog.load_table(identifier).properties.get(SCRATCH_STARTED, "0")
-            if now_ms - int(started) > SCRATCH_LEFTOVER_AGE_S * 1000:
-                out.append(tuple(identifier))
-    return out
+    prefix = f"{name}{SCRATCH}".lower()
+    try:
+        identifiers = catalog.list_tables(tuple(namespace))
+    except Exception as exc:  # noqa: BLE001 - housekeeping: the write itself goes on
+        log.warning("could not list %s for leftover bulk-write scratch tables: %s", ".".join(namespace), describe(exc))
+        return
+    for identifier in identifiers:
+        if not identifier[-1].lower().startswith(prefix):
+            continue
+        try:
+            started = catalog.load_table(identifier).properties.get(SCRATCH_STARTED)
+            if started is None or now_ms - int(started) <= SCRATCH_LEFTOVER_AGE_S * 1000:
+                continue
+            log.warning("dropping %s, a bulk write's scratch table left by a killed process (its files are kept: "
+                        "orphan removal deletes those the table does not hold)", ".".join(identifier))
+            catalog.drop_table(identifier)
+        except Exception as exc:  # noqa: BLE001 - dropped meanwhile by another writer, or the catalog hiccuped
+            log.warning("could not drop the leftover scratch table %s: %s", ".".join(identifier), describe(exc))
 
 
 class SparkWriter:
@@ -189,6 +207,11 @@ class SparkWriter:
     def write(self, table: Table, data: pa.Table, write_id: str) -> list[DataFile]:
         """Write ``data`` (in the table's Arrow schema, field ids included) as data files of
         ``table`` under ``data/frazil-bulk-<write_id>/``; commit nothing."""
+        scheme = urlparse(table.location()).scheme
+        if on_object_storage(table) and scheme not in ("s3", "s3a", "s3n"):
+            raise ConfigError(f"table {'.'.join(table.name())} lives at {table.location()}: Spark bulk writes on "
+                              "object storage go through Iceberg's S3FileIO, and this Spark has no FileIO for "
+                              f"{scheme}://; set spark.bulk_min_rows = 0 (and land with `frazil run`)")
         bad = unsupported_columns(table.schema())
         if bad:
             raise BulkWriteError(f"table {table.name()}: Spark bulk writes cannot write column(s) {', '.join(bad)} "
@@ -206,11 +229,11 @@ class SparkWriter:
                 files = self._through_scratch_table(table, df, location)
             else:
                 files = self._as_parquet_files(spark, table, data, df, location)
-        except BulkWriteError:
+        except (BulkWriteError, ConfigError):
             raise
-        except Exception as exc:  # Spark, py4j, catalog and storage errors: nothing was committed
+        except Exception as exc:  # Spark, py4j, catalog and storage errors: nothing was committed to the table
             raise BulkWriteError(f"Spark could not write {data.num_rows} rows for {table.name()}: "
-                                 f"{describe(exc)}; nothing was committed") from exc
+                                 f"{describe(exc)}; nothing was committed to the table") from exc
         rows = sum(f.record_count for f in files)
         if rows != data.num_rows:
             raise BulkWriteError(f"Spark wrote {rows} rows for {table.name()} but was given {data.num_rows}; "
@@ -241,15 +264,17 @@ class SparkWriter:
         of its one snapshot are returned, the scratch table dropped (its files kept)."""
         catalog = table.catalog
         now_ms = int(time.time() * 1000)
-        for leftover in _leftovers(catalog, table, now_ms):
-            log.warning("dropping %s, a bulk write's scratch table left by a killed process (its files are kept: "
-                        "orphan removal deletes those the table does not hold)", ".".join(leftover))
-            catalog.drop_table(leftover)
+        _drop_leftovers(catalog, table, now_ms)
         *namespace, name = table.name()
         scratch = (*namespace, f"{name}{SCRATCH}{uuid.uuid4().hex[:12]}")
         metadata_path = f"{location}/metadata/00000-{uuid.uuid4()}.metadata.json"
         ToOutputFile.table_metadata(scratch_metadata(table, location, now_ms), table.io.new_output(metadata_path))
-        catalog.register_table(scratch, metadata_path)
+        try:
+            catalog.register_table(scratch, metadata_path)
+        except NotImplementedError:
+            raise ConfigError(f"table {'.'.join(table.name())} lives at {table.location()}: Spark bulk writes on "
+                              "object storage register a scratch table, which this catalog cannot do; set "
+                              "spark.bulk_min_rows = 0 (and land with `frazil run`)") from None
         try:
             df.writeTo(_quoted(self._catalog, scratch)).append()
             written = catalog.load_table(scratch)
@@ -259,4 +284,8 @@ class SparkWriter:
             return [entry.data_file for manifest in snapshot.manifests(written.io)
                     for entry in manifest.fetch_manifest_entry(written.io, discard_deleted=True)]
         finally:
-            catalog.drop_table(scratch)   # never purged: the files are the table's once committed
+            try:   # never purged: the files are the table's once committed
+                catalog.drop_table(scratch)
+            except Exception as exc:  # noqa: BLE001 - the write stands; the next bulk write drops it in an hour
+                log.warning("could not drop the scratch table %s (%s); a later bulk write of %s drops it once an hour "
+                            "old", ".".join(scratch), describe(exc), name)
