@@ -137,26 +137,39 @@ def test_a_backfill_into_a_hive_metastore_catalog_lands_each_record_once(kafka: 
     assert support.stored(catalog, cfg) == ends
 
 
+@pytest.mark.parametrize("kind", ["s3", "glue"])
 def test_a_backfill_onto_object_storage_writes_through_iceberg_and_drops_its_scratch_tables(
-        kafka: KafkaBroker, tmp_path: Path, s3: S3Server, spark: Any) -> None:
-    """Bulk writes on an S3 warehouse (a partitioned table): Spark appends to a scratch copy of the
-    table through S3FileIO, frazil commits those files with the offsets. Read back by pyiceberg and
-    Spark SQL; a scratch table left by a killed write is dropped by the next backfill."""
-    topic, partitions, half = "backlog-s3", 3, 30_000
+        kafka: KafkaBroker, tmp_path: Path, s3: S3Server, spark: Any, kind: str, monkeypatch: pytest.MonkeyPatch,
+        request: pytest.FixtureRequest) -> None:
+    """Bulk writes on an S3 warehouse (a partitioned table; the SQLite catalog, or AWS Glue): Spark
+    appends to a scratch copy of the table through S3FileIO, frazil commits those files with the
+    offsets. Read back by pyiceberg and Spark SQL; a scratch table left by a killed write is dropped
+    by the next backfill."""
+    topic, partitions, half = f"backlog-{kind}", 3, 30_000
     asyncio.run(support.create_topic(kafka.bootstrap, topic, partitions))
     asyncio.run(support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(half)), partitions))
-    props = {**s3.catalog_properties("frazil-backfill"), "uri": "sqlite:///w/catalog.db"}
-    config = support.write_config(tmp_path, kafka.bootstrap, [topic], table="db.backlog_s3",
+    if kind == "glue":   # credentials from the AWS default chain: this process, frazil's, the shared Spark's JVM
+        props = s3.glue_catalog_properties(f"frazil-backfill-{kind}")
+        for name, value in S3Server.credentials_env().items():
+            monkeypatch.setenv(name, value)
+        system = spark.sparkContext._jvm.java.lang.System
+        for name, value in (("aws.accessKeyId", os.environ["AWS_ACCESS_KEY_ID"]),
+                            ("aws.secretAccessKey", os.environ["AWS_SECRET_ACCESS_KEY"])):
+            system.setProperty(name, value)
+            request.addfinalizer(lambda name=name: system.clearProperty(name))
+    else:
+        props = {**s3.catalog_properties(f"frazil-backfill-{kind}"), "uri": "sqlite:///w/catalog.db"}
+    config = support.write_config(tmp_path, kafka.bootstrap, [topic], table=f"db.backlog_{kind}",
                                   catalog="{ " + ", ".join(f'"{k}" = "{v}"' for k, v in props.items()) + " }",
                                   extra='[spark]\nmaster = "local[2]"\n')
     text = config.read_text().replace("]\n\n[maintenance]", ']\npartition_by = ["day(at)"]\n\n[maintenance]', 1)
-    config.write_text(text.replace("[catalog]\n", '[catalog]\nname = "s3bf"\n', 1))
+    config.write_text(text.replace("[catalog]\n", f'[catalog]\nname = "{kind}bf"\n', 1))
     cfg = support.load(config)
     log = tmp_path / "frazil.log"
     _run(config, log, "backfill")
     catalog = support.catalog_of(cfg)
     table = catalog.load_table(cfg.table.name)
-    assert table.location().startswith("s3://frazil-backfill/") and len(table.spec().fields) == 1
+    assert table.location().startswith(f"s3://frazil-backfill-{kind}/") and len(table.spec().fields) == 1
     # a scratch table as a write killed after Spark's append leaves it: registered two hours ago
     old_ms = int(time.time() * 1000) - 2 * 3600 * 1000
     left = f"{cfg.table.name}{bulk.SCRATCH}0123456789ab"
