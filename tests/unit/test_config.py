@@ -162,15 +162,58 @@ def test_a_transform_of_a_metadata_column_of_another_type_names_the_types_it_tak
         config.parse({**MINIMAL, "table": {"name": "ns.t", "partition_by": ["day(_kafka_offset)"]}})
 
 
-def test_a_nested_field_is_a_partition_source_of_an_inferred_schema_not_of_declared_columns() -> None:
+def test_a_nested_field_is_a_partition_source_of_an_inferred_schema_and_of_a_declared_struct() -> None:
     inferred = {**MINIMAL, "table": {"name": "ns.t", "partition_by": ["day(meta.at)", "meta.region.code"]}}
     assert [f.source for f in config.parse(inferred).table.partition_by] == ["meta.at", "meta.region.code"]
-    with pytest.raises(ConfigError, match=re.escape("table.partition_by entry 'day(meta.at)': 'meta.at' is a nested "
-                                                    "field, and declared columns are not structs")):
-        config.parse(with_("table", partition_by=["day(meta.at)"]))
+    meta = {"name": "meta", "type": "struct<at: timestamptz, tags: list<struct<day: date>>, region: string>"}
+    declared = with_("table", columns=[*MINIMAL["table"]["columns"], meta],  # type: ignore[index]
+                     partition_by=["day(meta.at)", "meta.region"])
+    assert [f.source for f in config.parse(declared).table.partition_by] == ["meta.at", "meta.region"]
+    for source, message in [("meta.missing", "is not a field of a declared struct column"),
+                            ("meta.tags.day", "never inside a list or a map"),
+                            ("id.x", "is not a field of a declared struct column")]:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            config.parse({**declared, "table": {**declared["table"], "partition_by": [source]}})
+    with pytest.raises(ConfigError, match=re.escape("month() does not apply to 'meta.region', a string column")):
+        config.parse({**declared, "table": {**declared["table"], "partition_by": ["month(meta.region)"]}})
     for wrong in ("day(meta.)", "day(.at)", "meta..at"):
         with pytest.raises(ConfigError, match="is not a partition transform"):
             config.parse({**MINIMAL, "table": {"name": "ns.t", "partition_by": [wrong]}})
+
+
+@pytest.mark.parametrize(("text", "spelled"), [
+    ("LONG", "long"), ("Decimal( 10 ,2 )", "decimal(10, 2)"), ("fixed[16]", "fixed[16]"),
+    ("list<decimal(5,1)>", "list<decimal(5, 1)>"), ("map<string,list<long>>", "map<string, list<long>>"),
+    ("STRUCT<At: timestamptz, tags: list<string>, m: map<string, struct<x: int>>>",
+     "struct<At: timestamptz, tags: list<string>, m: map<string, struct<x: int>>>"),
+])
+def test_declared_types_nest_and_keep_their_field_names(text: str, spelled: str) -> None:
+    parsed = config.ColumnType(text)
+    assert str(parsed) == spelled and config.ColumnType(spelled) == parsed
+    if parsed.kind == "struct":
+        assert parsed.at("tags") == "list<string>" and parsed.at("At") == "timestamptz" and parsed.at("m.x") is None
+        assert parsed.at("tags.x") is None and parsed.at("at") is None
+        assert config.ColumnType("struct<a: struct<b: date>>").at("a.b") == "date"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("struct<a int>", "has 'int' where ':' belongs"), ("list<long", "ends too early"),
+    ("list<long>>", "goes on after a whole type ('>')"), ("struct<>", "has '>' where a field name belongs"),
+    ("map<long, int>", "a map's keys are string"), ("fixed[0]", "fixed[N] needs N >= 1"),
+    ("struct<a: int, a: long>", "struct field 'a' is named twice"), ("struct<a: strng>", "has unknown type"),
+    ("decimal(40, 2)", "needs 1 <= P <= 38"), ("list<decimal(39, 0)>", "needs 1 <= P <= 38"),
+])
+def test_a_declared_type_that_does_not_parse_says_where_and_what_the_types_are(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        config.parse(with_("table", columns=[{"name": "x", "type": text}]))
+
+
+def test_a_nested_column_cannot_be_an_identifier_or_carry_a_unit() -> None:
+    nested = {"name": "s", "type": "struct<id: long>", "required": True}
+    with pytest.raises(ConfigError, match=re.escape("not float, double, struct, list or map")):
+        config.parse(with_("table", columns=[nested], identifier_columns=["s"]))
+    with pytest.raises(ConfigError, match="unit"):
+        config.parse(with_("table", columns=[{"name": "s", "type": "list<timestamp>", "unit": "ms"}]))
 
 
 def test_load_reports_bad_toml(tmp_path: Path) -> None:
@@ -296,7 +339,7 @@ def test_the_debezium_avro_example_config_is_valid() -> None:
 @pytest.mark.parametrize(("table", "message"), [
     ({"identifier_columns": ["missing"]}, "identifier_columns entry 'missing' must be a declared column with required"),
     ({"columns": [{"name": "x", "type": "double", "required": True}], "identifier_columns": ["x"]},
-     "not float or double"),
+     "not float, double, struct, list or map"),
     ({"sort_order": "id sideways"}, "table.sort_order 'id sideways' must be columns"),
     ({"sort_order": "nope"}, "names 'nope', which is not a declared column"),
     ({"properties": {"frazil.offsets.p": "{}"}}, "frazil.offsets.p are set by frazil itself"),

@@ -52,6 +52,13 @@ def _known(table: TableConfig | DynamicConfig) -> dict[str, ColumnType]:
     return {**{c.name: c.type for c in table.columns}, **meta}
 
 
+def _declared(known: dict[str, ColumnType], path: str) -> ColumnType | None:
+    """The declared type at ``path``: a column, or a field nested in struct columns (``meta.at``)."""
+    top, _, rest = path.partition(".")
+    column = known.get(top)
+    return column.at(rest) if column is not None and rest else column
+
+
 def _table(table: TableConfig | DynamicConfig, at: str, *, from_writer: bool) -> None:
     """``from_writer``: a table without columns is created from its first record's writer schema
     (Avro), which names the identifier columns' types; else a keyed table's from the schema of
@@ -64,9 +71,9 @@ def _table(table: TableConfig | DynamicConfig, at: str, *, from_writer: bool) ->
                           "columns must be required")
     for name in table.identifier_columns if columns else ():   # a writer schema's are checked at creation
         column = columns.get(name)
-        if column is None or not column.required or column.type in ("float", "double"):
+        if column is None or not column.required or column.type in ("float", "double") or column.type.nested:
             raise ConfigError(f"{at}.identifier_columns entry {name!r} must be a declared column with required = true, "
-                              "not float or double (Iceberg's rule for identifier fields)")
+                              "not float, double, struct, list or map (Iceberg's rule for identifier fields)")
     for spec in table.partition_by:
         _partition_field(spec, table, at)
     for term in filter(None, (t.strip() for t in table.sort_order.split(","))):
@@ -86,14 +93,13 @@ def _partition_field(spec: PartitionField, table: TableConfig | DynamicConfig, a
         raise ConfigError(f"{entry}: {spec.source} is a Kafka metadata column, and this table has metadata_columns "
                           f"= false; set {at}.metadata_columns = true or partition by a declared column")
     known = _known(table)
-    if table.columns and "." in spec.source:
-        raise ConfigError(f"{entry}: {spec.source!r} is a nested field, and declared columns are not structs; "
-                          "partition by a declared column, or leave the columns out (a nested field of a schema "
-                          "inferred or taken from the source can be partitioned by)")
-    if table.columns and spec.source not in known:
+    column_type = _declared(known, spec.source)
+    if table.columns and column_type is None:
+        if "." in spec.source:
+            raise ConfigError(f"{entry}: {spec.source!r} is not a field of a declared struct column (a nested "
+                              "field is named by its path through struct columns, never inside a list or a map)")
         raise ConfigError(f"{entry}: {spec.source!r} is not a declared column; partition by one of "
                           f"{', '.join(known)}")
-    column_type = known.get(spec.source)
     if column_type is not None and not spec.applies_to(column_type):
         raise ConfigError(f"{entry}: {spec.transform}() does not apply to {spec.source!r}, a {column_type} column; "
                           f"it takes {', '.join(spec.takes)}")

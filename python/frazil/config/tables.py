@@ -40,7 +40,8 @@ _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 class Column:
     name: Text = Field(description="the column's name")
     type: ColumnType = Field(description="boolean int long float double string binary date time timestamp "
-                                         "timestamptz uuid decimal(P, S)")
+                                         "timestamptz uuid decimal(P, S) fixed[N] struct<name: type, ...> list<type> "
+                                         "map<string, type>")
     required: Flag = Field(default=False, description="a record must have a value for it")
     doc: Text | None = Field(default=None, description="the column's doc in the table schema")
     unit: Annotated[Literal["s", "ms", "us", "ns", "d"] | None, Refused(

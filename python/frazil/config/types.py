@@ -18,7 +18,6 @@ from pydantic_core import core_schema
 Primitive = Literal["boolean", "int", "long", "float", "double", "string", "binary", "date", "time", "timestamp",
                     "timestamptz", "uuid"]
 PRIMITIVES: tuple[str, ...] = get_args(Primitive)
-_DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
 
 
 class _Parsed(str):
@@ -37,30 +36,144 @@ class _Parsed(str):
 
 
 class ColumnType(_Parsed):
-    """A declared column's type: ``kind`` is the primitive's name, or ``"decimal"`` with
-    ``precision`` and ``scale`` (``None`` for every other kind). ``str(t)`` is the canonical
-    spelling: lower case, ``"decimal(10, 2)"``."""
+    """A declared column's type. ``kind`` is the primitive's name, ``"decimal"`` (with ``precision``
+    and ``scale``), ``"fixed"`` (with ``length``), or a nested kind: ``"struct"`` (``fields``, its
+    children by name, in order), ``"list"`` (``element``) or ``"map"`` (``key``, always string, and
+    ``value``). Attributes a kind does not have are ``None``. Fields nested in a struct, list
+    elements and map values are optional. ``str(t)`` is the canonical spelling: lower-case type
+    names, field names as written, ``"decimal(10, 2)"``, ``"struct<at: timestamptz, tags: list<string>>"``."""
 
-    kind: Primitive | Literal["decimal"]
+    kind: Primitive | Literal["decimal", "fixed", "struct", "list", "map"]
     precision: int | None
     scale: int | None
+    length: int | None
+    fields: tuple[tuple[str, ColumnType], ...] | None
+    element: ColumnType | None
+    key: ColumnType | None
+    value: ColumnType | None
 
     def __new__(cls, text: object) -> ColumnType:
-        spelled = text.strip().lower() if isinstance(text, str) else ""
-        m = _DECIMAL.match(spelled)
-        if m:
-            precision, scale = int(m.group(1)), int(m.group(2))
-            if not 1 <= precision <= 38 or scale > precision:
-                raise ValueError(f"{text!r} is not a decimal Iceberg can hold: decimal(P, S) needs 1 <= P <= 38 and "
-                                 f"S <= P (this has P = {precision}, S = {scale})")
-            self = super().__new__(cls, f"decimal({precision}, {scale})")
-            self._set(kind="decimal", precision=precision, scale=scale)
-            return self
-        if spelled not in PRIMITIVES:
-            raise ValueError(f"has unknown type {text!r}; use one of {', '.join(PRIMITIVES)} or decimal(P, S)")
+        if not isinstance(text, str):
+            raise ValueError(f"has unknown type {text!r}; {_TYPES_HINT}")
+        parser = _TypeParser(text)
+        parsed = parser.type()
+        parser.end()
+        return parsed
+
+    @classmethod
+    def _make(cls, spelled: str, kind: str, **parts: object) -> ColumnType:
         self = super().__new__(cls, spelled)
-        self._set(kind=spelled, precision=None, scale=None)
+        self._set(kind=kind, **{name: parts.get(name) for name in (
+            "precision", "scale", "length", "fields", "element", "key", "value")})
         return self
+
+    @property
+    def nested(self) -> bool:
+        """A struct, list or map."""
+        return self.kind in ("struct", "list", "map")
+
+    def at(self, path: str) -> ColumnType | None:
+        """The type of the field at ``path`` (dotted, ``at`` or ``geo.lat``) inside this struct;
+        None when there is none (never inside a list or a map)."""
+        found: ColumnType | None = self
+        for name in path.split("."):
+            if found is None or found.fields is None:
+                return None
+            found = dict(found.fields).get(name)
+        return found
+
+
+_TYPES_HINT = (f"use one of {', '.join(PRIMITIVES)}, decimal(P, S), fixed[N], struct<name: type, ...>, "
+               "list<type> or map<string, type>")
+_TOKEN = re.compile(r"\s*(?:(\w+)|(\S))")
+
+
+class _TypeParser:
+    """``ColumnType``'s grammar, read left to right: a primitive, ``decimal(P, S)``, ``fixed[N]``,
+    ``struct<name: T, ...>``, ``list<T>``, ``map<string, T>``; type names in any case."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens = [m.group(1) or m.group(2) for m in _TOKEN.finditer(text.strip())]
+        self.at = 0
+
+    def _wrong(self, why: str) -> ValueError:
+        return ValueError(f"has type {self.text!r}, which {why}; {_TYPES_HINT}")
+
+    def _next(self) -> str:
+        if self.at >= len(self.tokens):
+            raise self._wrong("ends too early")
+        self.at += 1
+        return self.tokens[self.at - 1]
+
+    def _expect(self, token: str) -> None:
+        found = self._next()
+        if found != token:
+            raise self._wrong(f"has {found!r} where {token!r} belongs")
+
+    def _number(self) -> int:
+        found = self._next()
+        if not found.isdigit():
+            raise self._wrong(f"has {found!r} where a number belongs")
+        return int(found)
+
+    def end(self) -> None:
+        if self.at != len(self.tokens):
+            raise self._wrong(f"goes on after a whole type ({' '.join(self.tokens[self.at:])!r})")
+
+    def type(self) -> ColumnType:
+        name = self._next().lower()
+        if name == "decimal":
+            self._expect("(")
+            precision = self._number()
+            self._expect(",")
+            scale = self._number()
+            self._expect(")")
+            if not 1 <= precision <= 38 or scale > precision:
+                raise ValueError(f"{self.text!r} is not a decimal Iceberg can hold: decimal(P, S) needs 1 <= P <= 38 "
+                                 f"and S <= P (this has P = {precision}, S = {scale})")
+            return ColumnType._make(f"decimal({precision}, {scale})", "decimal", precision=precision, scale=scale)
+        if name == "fixed":
+            self._expect("[")
+            length = self._number()
+            self._expect("]")
+            if length < 1:
+                raise ValueError(f"{self.text!r}: fixed[N] needs N >= 1 (the number of bytes of every value)")
+            return ColumnType._make(f"fixed[{length}]", "fixed", length=length)
+        if name == "list":
+            self._expect("<")
+            element = self.type()
+            self._expect(">")
+            return ColumnType._make(f"list<{element}>", "list", element=element)
+        if name == "map":
+            self._expect("<")
+            key = self.type()
+            self._expect(",")
+            value = self.type()
+            self._expect(">")
+            if key.kind != "string":
+                raise ValueError(f"{self.text!r}: a map's keys are string (a JSON object's keys are text), not {key}")
+            return ColumnType._make(f"map<{key}, {value}>", "map", key=key, value=value)
+        if name == "struct":
+            self._expect("<")
+            fields: list[tuple[str, ColumnType]] = []
+            while True:
+                field = self._next()
+                if not re.fullmatch(r"\w+", field):
+                    raise self._wrong(f"has {field!r} where a field name belongs")
+                if field in dict(fields):
+                    raise ValueError(f"{self.text!r}: struct field {field!r} is named twice")
+                self._expect(":")
+                fields.append((field, self.type()))
+                if self._next() == ">":
+                    break
+                self.at -= 1
+                self._expect(",")
+            spelled = ", ".join(f"{n}: {t}" for n, t in fields)
+            return ColumnType._make(f"struct<{spelled}>", "struct", fields=tuple(fields))
+        if name not in PRIMITIVES:
+            raise ValueError(f"has unknown type {self.text!r}; {_TYPES_HINT}")
+        return ColumnType._make(name, name)
 
 
 # The Kafka metadata columns a table gets with metadata_columns = true, and their types.

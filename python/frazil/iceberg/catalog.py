@@ -28,26 +28,17 @@ from pyiceberg.table import Table
 from pyiceberg.table.name_mapping import create_mapping_from_schema
 from pyiceberg.types import (
     BinaryType,
-    BooleanType,
-    DateType,
-    DecimalType,
-    DoubleType,
-    FloatType,
     IcebergType,
     IntegerType,
     LongType,
     NestedField,
     StringType,
-    TimestampType,
     TimestamptzType,
-    TimeType,
-    UUIDType,
 )
 
 from frazil.config import (
     OP_COLUMN,
     CatalogConfig,
-    ColumnType,
     DynamicConfig,
     MaintenanceConfig,
     TableConfig,
@@ -55,7 +46,7 @@ from frazil.config import (
 from frazil.config.checks import CATALOG_TYPES
 from frazil.errors import CatalogUnavailable, ConfigError, FrazilError, TableMissingError, first_line
 from frazil.flow import retry
-from frazil.iceberg import layout, mutations, offsets
+from frazil.iceberg import declared, layout, mutations, offsets
 from frazil.iceberg.layout import check_spec_fits, sort_order_for, spec_for
 from frazil.iceberg.pyiceberg_patches import install_all
 
@@ -83,13 +74,6 @@ REQUIRED_PROPERTIES = {"commit.retry.num-retries": "20", "commit.retry.min-wait-
 # 16 small ones are there, as Iceberg's own appends do (at 100 by default): the manifest list
 # stays short, and a merge rewrites the live data files' entries, which compaction keeps few.
 MANIFEST_MERGE = {"commit.manifest-merge.enabled": "true", "commit.manifest.min-count-to-merge": "16"}
-
-_PRIMITIVES: dict[str, IcebergType] = {
-    "boolean": BooleanType(), "int": IntegerType(), "long": LongType(), "float": FloatType(),
-    "double": DoubleType(), "string": StringType(), "binary": BinaryType(), "date": DateType(),
-    "time": TimeType(), "timestamp": TimestampType(), "timestamptz": TimestamptzType(), "uuid": UUIDType(),
-}
-
 
 _SECRET_KEYS = re.compile(r"password|secret|token|credential|key", re.IGNORECASE)
 
@@ -249,13 +233,6 @@ def _writable(cfg: CatalogConfig, key: str, folder: Path, database: Path | None)
                               "it at a folder that is writable")
 
 
-def _iceberg_type(t: ColumnType) -> IcebergType:
-    if t.kind == "decimal":
-        assert t.precision is not None and t.scale is not None   # a decimal always has both
-        return DecimalType(t.precision, t.scale)
-    return _PRIMITIVES[t.kind]
-
-
 def staging(table: TableConfig) -> bool:
     """Whether ``table`` is a staging table (``merge = "spark"``: changes, merged into another table)."""
     return table.changes is not None and bool(table.changes.target)
@@ -266,7 +243,8 @@ def schema_for(table: TableConfig) -> Schema:
     (a delete holds only its key; the values were checked against the declared columns when they
     were read), and it has the change's operation, ``_frazil_op``."""
     keyed = staging(table)
-    fields = [NestedField(i + 1, c.name, _iceberg_type(c.type), doc=c.doc,
+    nested = declared.placeholder_ids(len(table.columns) + len(META_COLUMNS) + 2)
+    fields = [NestedField(i + 1, c.name, declared.iceberg_type(c.type, nested), doc=c.doc,
                           required=c.required and (not keyed or c.name in table.identifier_columns))
               for i, c in enumerate(table.columns)]
     if table.metadata_columns:
@@ -289,16 +267,6 @@ def maintenance_properties(cfg: MaintenanceConfig) -> dict[str, str]:
 
 
 NAME_MAPPING = "schema.name-mapping.default"
-
-
-def widened(declared: IcebergType, found: IcebergType) -> bool:
-    """Whether ``found`` is ``declared`` after a schema evolution widened it (int to long, float
-    to double, a decimal's precision)."""
-    if (isinstance(declared, IntegerType) and isinstance(found, LongType)
-            or isinstance(declared, FloatType) and isinstance(found, DoubleType)):
-        return True
-    return (isinstance(declared, DecimalType) and isinstance(found, DecimalType) and declared.scale == found.scale
-            and declared.precision < found.precision)
 
 
 def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] | None = None, *,
@@ -350,9 +318,10 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
         raise ConfigError(f"table {cfg.name} has no column(s) {', '.join(missing)}; add them to the table or drop "
                           "them from the config")
     fields = {f.name: f for f in table.schema().fields}
-    differ = [f"{c.name} is {fields[c.name].field_type} in the table but {c.type} in the config" for c in cfg.columns
-              if fields[c.name].field_type != _iceberg_type(c.type)
-              and not (cfg.unknown_fields == "evolve" and widened(_iceberg_type(c.type), fields[c.name].field_type))]
+    nested = declared.placeholder_ids(1)
+    differ = [why for c in cfg.columns if (why := declared.misfit(
+        declared.iceberg_type(c.type, nested), fields[c.name].field_type, evolve=cfg.unknown_fields == "evolve",
+        path=c.name)) is not None]
     differ += [f"{c.name} is optional in the table but required in the config (nulls would land)" for c in cfg.columns
                if c.required and not fields[c.name].required and cfg.unknown_fields != "evolve"   # evolve relaxes it
                and not (staging(cfg) and c.name not in cfg.identifier_columns)]   # checked when read
