@@ -4,12 +4,14 @@ independent reader that counts every (topic, partition, offset) in a table."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from pyiceberg.catalog import Catalog
 
 from frazil import config as config_mod
@@ -226,3 +228,34 @@ def wait_for(check, proc, log: Path, timeout: float = 180):  # type: ignore[no-u
             last = exc
         time.sleep(0.5)
     raise AssertionError(f"not within {timeout}s: {last}; log: {log.read_text()[-3000:]}")
+
+
+async def dead_letters(bootstrap: str, topic: str) -> list:  # type: ignore[type-arg]
+    """Everything committed in the dead-letter topic."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                                enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        if topic not in await consumer.topics():
+            return []
+        tps = [TopicPartition(topic, 0)]   # frazil creates it with one partition
+        consumer.assign(tps)
+        ends = await consumer.end_offsets(tps)
+        await consumer.seek_to_beginning(*tps)
+        out = []
+        idle = 0
+        while idle < 5 and await consumer.position(tps[0]) < ends[tps[0]]:
+            batches = await consumer.getmany(timeout_ms=1000)
+            idle = 0 if batches else idle + 1
+            for records in batches.values():
+                out.extend(records)
+        return out
+    finally:
+        with contextlib.suppress(asyncio.CancelledError):   # aiokafka's no-group coordinator task, on stop
+            await consumer.stop()
+
+
+def source_of(letter) -> tuple[tuple[str, int, int], dict[str, str]]:  # type: ignore[no-untyped-def]
+    """A dead letter's source (topic, partition, offset), and frazil's headers as text."""
+    h = {k: v.decode() for k, v in letter.headers if k.startswith("frazil.")}
+    return (h["frazil.source.topic"], int(h["frazil.source.partition"]), int(h["frazil.source.offset"])), h

@@ -20,7 +20,7 @@ import fastavro
 import pytest
 from aiokafka import AIOKafkaProducer
 from pyiceberg.types import IntegerType, LongType, StructType
-from test_dead_letters import dead_letters, run, source_of
+from test_dead_letters import run
 
 import support
 from frazil_dev.kafka_broker import KafkaBroker
@@ -121,7 +121,7 @@ def test_two_writer_schemas_land_as_one_evolved_table_and_bad_values_go_to_the_d
     bad = {(topic, i % PARTITIONS, i // PARTITIONS): i for i in range(RECORDS) if kind(i) not in ("v1", "v2")}
 
     def all_sent() -> None:
-        sent = len(asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic)))
+        sent = len(asyncio.run(support.dead_letters(kafka.bootstrap, cfg.dead_letter_topic)))
         assert sent >= len(bad), f"{sent} of {len(bad)} bad records in the dead-letter topic"
 
     try:
@@ -149,10 +149,10 @@ def test_two_writer_schemas_land_as_one_evolved_table_and_bad_values_go_to_the_d
                                                                          want["count"]), got
         assert got["geo"] == want.get("geo"), got
 
-    letters = asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic))
+    letters = asyncio.run(support.dead_letters(kafka.bootstrap, cfg.dead_letter_topic))
     seen: Counter[tuple[str, int, int]] = Counter()
     for letter in letters:
-        where, h = source_of(letter)
+        where, h = support.source_of(letter)
         seen[where] += 1
         i = bad[where]
         assert (letter.key, letter.value) == (f"k{i}".encode(), value_of(i, ids)), where
@@ -184,7 +184,7 @@ def test_plain_avro_values_with_a_schema_file_land_as_sent(kafka: KafkaBroker, t
     bad = {(topic, i % PARTITIONS, i // PARTITIONS) for i in range(n) if i % 50 == 7}
 
     def all_sent() -> None:
-        assert len(asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic))) >= len(bad)
+        assert len(asyncio.run(support.dead_letters(kafka.bootstrap, cfg.dead_letter_topic))) >= len(bad)
 
     try:
         support.wait_for(all_sent, proc, log, timeout=90)
@@ -198,10 +198,10 @@ def test_plain_avro_values_with_a_schema_file_land_as_sent(kafka: KafkaBroker, t
     for key, r in got.items():
         assert (r["id"], r["name"], r["amount"], r["at"], r["count"]) == tuple(want[key][k] for k in (
             "id", "name", "amount", "at", "count")), r
-    letters = asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic))
-    sources = {source_of(letter)[0] for letter in letters}
+    letters = asyncio.run(support.dead_letters(kafka.bootstrap, cfg.dead_letter_topic))
+    sources = {support.source_of(letter)[0] for letter in letters}
     assert sources == bad and len(letters) == len(bad)
-    assert all("configured writer schema" in source_of(letter)[1]["frazil.error"] for letter in letters)
+    assert all("configured writer schema" in support.source_of(letter)[1]["frazil.error"] for letter in letters)
 
 
 # Debezium's envelope as its Avro converter registers it: `before` defines the row record and
@@ -480,7 +480,7 @@ def test_an_upsert_topic_with_avro_keys_and_values_deletes_on_its_tombstones(
     proc = run(config, log)
 
     def sent() -> None:
-        assert asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic)), "no dead letter yet"
+        assert asyncio.run(support.dead_letters(kafka.bootstrap, cfg.dead_letter_topic)), "no dead letter yet"
 
     try:
         support.wait_until_committed(support.catalog_of(cfg), cfg, ends, alive=lambda: proc.poll() is None)
@@ -489,6 +489,6 @@ def test_an_upsert_topic_with_avro_keys_and_values_deletes_on_its_tombstones(
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
     changes.assert_same(changes.table_rows(support.catalog_of(cfg), cfg.table.name), expected, "pyiceberg")
-    letters = asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic))
-    assert [source_of(letter)[0] for letter in letters] == [(topic, 7 % partitions, ends[(topic, 1)] - 1)]
-    assert "the tombstone's Kafka key: not a valid Avro datum" in source_of(letters[0])[1]["frazil.error"]
+    letters = asyncio.run(support.dead_letters(kafka.bootstrap, cfg.dead_letter_topic))
+    assert [support.source_of(letter)[0] for letter in letters] == [(topic, 7 % partitions, ends[(topic, 1)] - 1)]
+    assert "the tombstone's Kafka key: not a valid Avro datum" in support.source_of(letters[0])[1]["frazil.error"]

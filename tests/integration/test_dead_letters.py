@@ -7,7 +7,6 @@ that name the error, the field and where it came from, and nothing else is anywh
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import os
@@ -20,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 
 import support
 from frazil.config import Config
@@ -68,44 +67,13 @@ async def produce(bootstrap: str, topic: str, compression: str | None = None) ->
         await producer.stop()
 
 
-async def dead_letters(bootstrap: str, topic: str) -> list:  # type: ignore[type-arg]
-    """Everything committed in the dead-letter topic."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
-                                enable_auto_commit=False, auto_offset_reset="earliest")
-    await consumer.start()
-    try:
-        if topic not in await consumer.topics():
-            return []
-        tps = [TopicPartition(topic, 0)]   # frazil creates it with one partition
-        consumer.assign(tps)
-        ends = await consumer.end_offsets(tps)
-        await consumer.seek_to_beginning(*tps)
-        out = []
-        idle = 0
-        while idle < 5 and await consumer.position(tps[0]) < ends[tps[0]]:
-            batches = await consumer.getmany(timeout_ms=1000)
-            idle = 0 if batches else idle + 1
-            for records in batches.values():
-                out.extend(records)
-        return out
-    finally:
-        with contextlib.suppress(asyncio.CancelledError):   # aiokafka's no-group coordinator task, on stop
-            await consumer.stop()
-
-
 def all_sent(bootstrap: str, topic: str, count: int) -> Callable[[], None]:
     """A check that ``count`` bad records are in the dead-letter topic (for ``support.wait_for``)."""
     def check() -> None:
-        sent = len(asyncio.run(dead_letters(bootstrap, topic)))
+        sent = len(asyncio.run(support.dead_letters(bootstrap, topic)))
         assert sent >= count, f"{sent} of {count} bad records in the dead-letter topic"
 
     return check
-
-
-def source_of(letter) -> tuple[tuple[str, int, int], dict[str, str]]:  # type: ignore[no-untyped-def]
-    """A dead letter's source (topic, partition, offset), and frazil's headers as text."""
-    h = {k: v.decode() for k, v in letter.headers if k.startswith("frazil.")}
-    return (h["frazil.source.topic"], int(h["frazil.source.partition"]), int(h["frazil.source.offset"])), h
 
 
 def run(config: Path, log: Path, faults: str = "") -> subprocess.Popen[bytes]:
@@ -137,7 +105,7 @@ def test_every_bad_record_reaches_the_dead_letter_topic_once_across_a_kill(kafka
     proc = run(config, log, faults=f"{point}=kill")
     assert proc.wait(timeout=120) == -signal.SIGKILL, log.read_text()[-3000:]
     landed_before = sum(table_offsets(cfg).values())
-    sent_before = len(asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic)))
+    sent_before = len(asyncio.run(support.dead_letters(kafka.bootstrap, cfg.dead_letter_topic)))
     assert (sent_before > 0) == (point == "dead_letter.after_commit"), sent_before   # an open transaction is not read
     assert landed_before > 0, "the kill came after a commit landed"
 
@@ -161,7 +129,7 @@ def test_every_bad_record_reaches_the_dead_letter_topic_once_across_a_kill(kafka
     assert {k for k, n in counts.items() if n > 1} == set(), "duplicated in the table"
     assert set(counts) == good, f"lost {sorted(good - set(counts))[:5]}, unexpected {sorted(set(counts) - good)[:5]}"
 
-    assert_sent_once(asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic)), bad, cfg)
+    assert_sent_once(asyncio.run(support.dead_letters(kafka.bootstrap, cfg.dead_letter_topic)), bad, cfg)
     text = log.read_text()
     assert "bad record(s) of db.events to" in text
 
@@ -187,7 +155,7 @@ def test_bad_records_go_to_the_dead_letter_topic_from_the_workers_copies_without
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
-    assert_sent_once(asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic)), bad, cfg)
+    assert_sent_once(asyncio.run(support.dead_letters(kafka.bootstrap, cfg.dead_letter_topic)), bad, cfg)
     sends = re.findall(r"sent (\d+) bad record\(s\) of db.events to \S+ in \d+ ms \((\d+) read back", log.read_text())
     assert sends and sum(int(n) for n, _ in sends) == len(bad), sends
     assert {back for _, back in sends} == {"0"}, sends
@@ -197,7 +165,7 @@ def assert_sent_once(letters: list, bad: dict[tuple[str, int, int], int], cfg: C
     """Every bad record in the dead-letter topic once, as it was sent, saying why."""
     seen: Counter[tuple[str, int, int]] = Counter()
     for letter in letters:
-        where, h = source_of(letter)
+        where, h = support.source_of(letter)
         seen[where] += 1
         i = bad[where]
         value, field, words = BAD[(i // 7) % len(BAD)]
@@ -280,7 +248,8 @@ def test_records_routing_finds_bad_reach_the_dead_letter_topic_once_across_a_kil
 
     proc = run(config, log, faults="dead_letter.before_commit=kill")
     assert proc.wait(timeout=120) == -signal.SIGKILL, log.read_text()[-3000:]
-    assert asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic)) == [], "killed before its transaction"
+    letters = asyncio.run(support.dead_letters(kafka.bootstrap, cfg.dead_letter_topic))
+    assert letters == [], "killed before its transaction"
 
     # (topic, partition, offset) of record i: support.produce sends them round-robin
     def where(topic: str, i: int) -> tuple[str, int, int]:
@@ -312,8 +281,8 @@ def test_records_routing_finds_bad_reach_the_dead_letter_topic_once_across_a_kil
     assert clicks == want_clicks, "every click once, nothing else"
     assert views == want_views, "every view once, nothing else"
     seen: Counter[tuple[str, int, int]] = Counter()
-    for letter in asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic)):
-        at, h = source_of(letter)
+    for letter in asyncio.run(support.dead_letters(kafka.bootstrap, cfg.dead_letter_topic)):
+        at, h = support.source_of(letter)
         seen[at] += 1
         table, words = bad[at]
         assert (h["frazil.table"], h["frazil.carried_by"]) == (table, "db.clicks"), h

@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 
 import pytest
-from test_dead_letters import dead_letters, source_of
 
 import support
 from frazil_dev.kafka_broker import KafkaBroker
@@ -51,7 +50,8 @@ def test_a_bad_record_among_new_field_records_does_not_stop_the_evolution(kafka:
     rows = {r["_kafka_offset"]: r for r in landed}
     assert all(rows[i]["id"] == i and rows[i]["color"] is None for i in range(OLD))
     assert all(rows[i]["color"] == f"c{i % 5}" for i in good if i >= OLD)
-    letters = [source_of(letter) for letter in asyncio.run(dead_letters(kafka.bootstrap, cfg.dead_letter_topic))]
+    sent = asyncio.run(support.dead_letters(kafka.bootstrap, cfg.dead_letter_topic))
+    letters = [support.source_of(letter) for letter in sent]
     assert [(src, h["frazil.error.field"]) for src, h in letters] == [((topic, 0, BAD_AT), "id")]
 
 
