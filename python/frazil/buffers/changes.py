@@ -85,6 +85,10 @@ class ChangeBuffer(RecordBuffer):
             _Change(o, t, k, None) for o, t, k in zip(offsets, timestamps, keys, strict=True)])
 
     @property
+    def reads_fetched(self) -> bool:
+        return not self.changes.op   # change envelopes are split record by record
+
+    @property
     def rows(self) -> int:
         return self._native.rows + self._keys.rows
 

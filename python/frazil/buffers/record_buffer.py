@@ -72,6 +72,12 @@ class RecordBuffer:
         self._counting = threading.Lock()   # appends to one buffer run on several decode threads
 
     @property
+    def reads_fetched(self) -> bool:
+        """Whether a fetch's records go straight in (:meth:`append_fetched`); else record by
+        record (:meth:`append`), each looked at first."""
+        return True
+
+    @property
     def rows(self) -> int:
         return self._native.rows
 

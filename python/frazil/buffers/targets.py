@@ -17,6 +17,7 @@ from pyiceberg.table import Table
 from frazil.buffers.avro_changes import AvroChangeBuffer, envelope_schema
 from frazil.buffers.changes import ChangeBuffer, key_schema, staging_buffer_schema
 from frazil.buffers.conform import conform
+from frazil.buffers.envelope import EnvelopeBuffer
 from frazil.buffers.positions import Takers, resume_at
 from frazil.buffers.record_buffer import AvroRecordBuffer, RecordBuffer
 from frazil.config import Config, TableConfig
@@ -177,11 +178,12 @@ class Targets:
                                 cfg.identifier_columns, max_bytes=self._budget if self.single else None,
                                 strict_fields=_strict(cfg.name) if inferred else None,
                                 unknown_fields=cfg.unknown_fields, case_insensitive=cfg.case_insensitive)
-        return RecordBuffer(iceberg_catalog.arrow_schema(table, value_options(cfg, table.properties)),
-                            metadata_columns=cfg.metadata_columns,
-                            max_bytes=self._budget if self.single else None,
-                            strict_fields=_strict(cfg.name) if inferred else None,
-                            unknown_fields=cfg.unknown_fields, case_insensitive=cfg.case_insensitive)
+        kind = EnvelopeBuffer if cfg.connect_envelope else RecordBuffer
+        return kind(iceberg_catalog.arrow_schema(table, value_options(cfg, table.properties)),
+                    metadata_columns=cfg.metadata_columns,
+                    max_bytes=self._budget if self.single else None,
+                    strict_fields=_strict(cfg.name) if inferred else None,
+                    unknown_fields=cfg.unknown_fields, case_insensitive=cfg.case_insensitive)
 
     def evolved(self, target: Target, table: Table) -> None:
         """``table`` has a newer schema than ``target``'s buffer: what it holds is carried (written

@@ -22,7 +22,7 @@ def _made(cfg: config_mod.Config, table: config_mod.TableConfig | config_mod.Dyn
     """Where a table without declared columns takes them from."""
     if cfg.values.avro:
         return "from the first record's writer schema"
-    if table.changes is not None:
+    if table.changes is not None or table.connect_envelope:
         return "from the first record's Kafka Connect schema envelope"
     return "inferred from the first records"
 

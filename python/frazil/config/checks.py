@@ -66,7 +66,8 @@ def _table(table: TableConfig | DynamicConfig, at: str, *, from_writer: bool) ->
     inferred from JSON."""
     columns = {c.name: c for c in table.columns}
     declared = f"{at}.columns" if isinstance(table, TableConfig) else "[dynamic] columns"
-    if table.identifier_columns and not columns and not from_writer and table.changes is None:
+    if table.identifier_columns and not columns and not from_writer and table.changes is None \
+            and not table.connect_envelope:
         raise ConfigError(f"{at}.identifier_columns needs {declared}: inferred columns are optional, and identifier "
                           "columns must be required")
     for name in table.identifier_columns if columns else ():   # a writer schema's are checked at creation
@@ -85,6 +86,12 @@ def _table(table: TableConfig | DynamicConfig, at: str, *, from_writer: bool) ->
                           "route_field fully matches route")
     if table.changes is not None:
         _keyed(table, at)
+    if table.connect_envelope and table.changes is not None:
+        raise ConfigError(f"{at}.connect_envelope is for append tables; a keyed table reads Kafka Connect's JSON "
+                          f"envelope through {at}.cdc.unwrap_envelope (on by default)")
+    if table.connect_envelope and from_writer:
+        raise ConfigError(f"{at}.connect_envelope reads JSON values (Kafka Connect's JsonConverter with "
+                          "schemas.enable=true); with values.format = \"avro\" or \"avro-confluent\" leave it out")
 
 
 def _partition_field(spec: PartitionField, table: TableConfig | DynamicConfig, at: str) -> None:

@@ -206,6 +206,9 @@ class TableShape:
         default="fail", kw_only=True, description="a record field the table has no column for")
     case_insensitive: Flag = Field(
         default=False, kw_only=True, description="a field differing from a column only in case lands in it")
+    connect_envelope: Flag = Field(
+        default=False, kw_only=True, description="append mode: values are Kafka Connect's JSON envelope "
+        "{schema, payload}; the payload is the row, the schema makes and evolves the table")
     changes: Annotated[ChangesConfig | None, Key("")] = Field(default=None, kw_only=True)   # None: append mode
 
     @property

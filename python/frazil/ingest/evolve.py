@@ -23,6 +23,7 @@ from pyiceberg.table import Table
 
 from frazil.buffers.avro_changes import AvroChangeBuffer, envelope_paths, envelope_schema
 from frazil.buffers.changes import ChangeBuffer
+from frazil.buffers.envelope import EnvelopeBuffer
 from frazil.buffers.record_buffer import AvroRecordBuffer, RecordBuffer, RecordProblem
 from frazil.buffers.state import Buffers
 from frazil.buffers.targets import Target, value_options
@@ -79,10 +80,11 @@ class Evolver:
         columns = {f.name for f in target.table.schema().fields}
         unknown = {e.offset for e in errors if e.field.split(".", 1)[0] not in columns}
         ordered = sorted(failed, key=lambda r: r.offset not in unknown)
-        if isinstance(target.buffer, ChangeBuffer) and (envelope := _first_envelope(ordered)) is not None:
+        carried = isinstance(target.buffer, (ChangeBuffer, EnvelopeBuffer))
+        if carried and (envelope := _first_envelope(ordered)) is not None:
             return await self._evolve_from_envelope(target, tp, failed, errors, envelope)
-        # a keyed table's records are changes: the shape is of the rows they carry
-        values = (target.buffer.rows_of(ordered) if isinstance(target.buffer, ChangeBuffer)
+        # a keyed table's records are changes, an envelope carries its row: the shape is of the rows
+        values = (target.buffer.rows_of(ordered) if isinstance(target.buffer, (ChangeBuffer, EnvelopeBuffer))
                   else [r.value for r in ordered])
         shape = inference.infer_lenient([v for v in values if v is not None], maps=target.cfg.maps)
         problems = [(e.field, e.reason) for e in errors]
@@ -110,9 +112,8 @@ class Evolver:
         of them carries says what its row's new fields are (a decimal, a date sent as days), not
         their values (a decimal's digits would look like a double's); the units of the new
         columns' numbers are kept with the table in the same commit."""
-        spec = target.cfg.changes
-        assert spec is not None
-        row = spec.after[0] if spec.op and spec.after else ""
+        spec = target.cfg.changes   # None: an append table's envelope, whose payload is the row
+        row = spec.after[0] if spec is not None and spec.op and spec.after else ""
         try:
             planned, units = connect_schema.evolution_of(target.table.schema(), envelope, row=row)
         except ValueError as exc:

@@ -180,12 +180,16 @@ class Fanout:
             return [await self._evolver.append_avro(t.name, tp, picked(chosen)) for t, chosen in chosen_by]
         if not self._several:   # one table: its buffer's hard cap refuses a batch whole (BufferFullError)
             return [t.buffer.append(tp[0], tp[1], picked(chosen)) for t, chosen in chosen_by]
-        # keyed tables split each record into a row or a key first: appended one by one
+        # keyed tables split each record into a row or a key first, envelopes into their rows:
+        # appended by their own buffers
+        def split(buffer: RecordBuffer) -> bool:
+            return isinstance(buffer, ChangeBuffer) or not buffer.reads_fetched
+
         everything = list(range(len(records)))
         plain = [(t.buffer, everything if chosen is None else chosen) for t, chosen in chosen_by
-                 if not isinstance(t.buffer, ChangeBuffer)]
+                 if not split(t.buffer)]
         routed = iter(append_routed(tp[0], tp[1], records, values, plain) if plain else [])
-        return [t.buffer.append(tp[0], tp[1], picked(chosen)) if isinstance(t.buffer, ChangeBuffer) else next(routed)
+        return [t.buffer.append(tp[0], tp[1], picked(chosen)) if split(t.buffer) else next(routed)
                 for t, chosen in chosen_by]
 
     def _unrouted(self, tp: TopicPartition, records: Sequence[Record], members: Sequence[int]) -> None:

@@ -244,8 +244,7 @@ class Intake:
             if name not in self._targets:
                 return None
             target = self._targets[name]
-            if (isinstance(target.buffer, ChangeBuffer) and target.buffer.changes.op) or \
-                    self._skips_within(target, tp, summary):
+            if not target.buffer.reads_fetched or self._skips_within(target, tp, summary):
                 return None
         return route.always
 
@@ -297,7 +296,8 @@ class Intake:
                     if name not in self._targets:
                         return None   # opened on its first records, one by one
                     target = self._targets[name]
-                    if isinstance(target.buffer, ChangeBuffer) or self._skips_within(target, tp, summary):
+                    if isinstance(target.buffer, ChangeBuffer) or not target.buffer.reads_fetched \
+                            or self._skips_within(target, tp, summary):
                         return None
                     floor = target.floors.get(tp)
                     if floor is not None and floor > summary.first_offset:

@@ -94,7 +94,7 @@ class Opener:
             pass
         elif self._writers is not None:
             inferred, made = partial(self._from_writer, table_cfg, w), "made from its first record's writer schema"
-        elif table_cfg.changes is not None:
+        elif table_cfg.changes is not None or table_cfg.connect_envelope:
             inferred = partial(_from_envelope, table_cfg, w, units)
             made = "made from its first record's schema (Kafka Connect's JSON envelope)"
         else:
@@ -150,12 +150,16 @@ def _inferred(cfg: TableConfig, w: Wanted, extra: Sequence[tuple[str, IcebergTyp
 
 
 def _from_envelope(cfg: TableConfig, w: Wanted, units: dict[str, str]) -> Schema:
-    """Blocking. A new keyed table's schema from Kafka Connect's JSON schema envelope of the first
-    of its first records' values that has one: its row's fields (Debezium's ``after`` in cdc
-    mode) as columns; the units of those sent as numbers go into ``units``. InferenceError when
-    none has one (a keyed table's identifier columns must be required, which inferred columns
-    never are)."""
+    """Blocking. A new keyed table's (or ``connect_envelope`` append table's) schema from Kafka
+    Connect's JSON schema envelope of the first of its first records' values that has one: its
+    row's fields (Debezium's ``after`` in cdc mode; the payload in append mode) as columns; the
+    units of those sent as numbers go into ``units``. InferenceError when none has one (a keyed
+    table's identifier columns must be required, which inferred columns never are)."""
     schema = next((s for s in map(connect_schema.envelope_schema, w.sample()) if s is not None), None)
+    if schema is None and cfg.connect_envelope:
+        raise InferenceError("with connect_envelope = true a table without declared columns is made from the schema "
+                             "its records carry in Kafka Connect's JSON envelope, and its first records carry none "
+                             "(is the connector's schemas.enable=true?): declare its columns")
     if schema is None:
         raise InferenceError("a keyed table without declared columns is made from the schema its records carry "
                              "(Avro through a schema registry, or Kafka Connect's JSON envelope: the JSON converter "
