@@ -301,6 +301,7 @@ def convert(name: str, config: dict[str, str], *, pipeline: str = "", bootstrap_
 
     # --- values
     converter = take("value.converter", "")
+    envelope = False   # JSON in the schema envelope ({"schema", "payload"}): each table reads the payload
     if converter.endswith("AvroConverter"):
         url = take("value.converter.schema.registry.url")
         sections["values"] = {"format": "avro-confluent"}
@@ -308,9 +309,7 @@ def convert(name: str, config: dict[str, str], *, pipeline: str = "", bootstrap_
         skip(("value.converter", "Avro with a schema registry: values.format = \"avro-confluent\"; frazil needs the "
               "tables' columns declared for Avro (add [table] columns)"))
     elif converter.endswith("JsonConverter"):
-        if take("value.converter.schemas.enable", "true").lower() == "true":
-            skip(("value.converter.schemas.enable", "JSON with an embedded schema envelope ({\"schema\", "
-                  "\"payload\"}) is not read: frazil reads plain JSON objects"))
+        envelope = take("value.converter.schemas.enable", "true").lower() == "true"
     elif converter:
         skip(("value.converter", f"{converter}: frazil reads JSON objects or Avro"))
     for key in sorted(k for k in config if k.startswith(("key.converter", "value.converter.", "header.converter"))):
@@ -363,6 +362,8 @@ def convert(name: str, config: dict[str, str], *, pipeline: str = "", bootstrap_
               "makes such a record bad (unknown_fields = \"fail\"); set unknown_fields = \"ignore\" to drop them as "
               "Kafka Connect did (counted in frazil_fields_ignored_total)"))
     route_field = take("iceberg.tables.route-field")
+    if route_field and envelope:   # routes read the value as sent: the row is inside the envelope
+        route_field = f"payload.{route_field}"
     default_partition = take("iceberg.tables.default-partition-by")
     for key in ("iceberg.tables.schema-force-optional", "iceberg.tables.replace-null-with-default",
                 "iceberg.tables.default-commit-branch", "iceberg.tables.cdc-field",
@@ -388,6 +389,8 @@ def convert(name: str, config: dict[str, str], *, pipeline: str = "", bootstrap_
         entry: dict[str, object] = {"name": table, "create": create, "unknown_fields": unknown}
         if case_insensitive:
             entry["case_insensitive"] = True
+        if envelope:
+            entry["connect_envelope"] = True
         if not create:
             entry["metadata_columns"] = False
         prefix = f"iceberg.table.{table}."
@@ -416,7 +419,7 @@ def convert(name: str, config: dict[str, str], *, pipeline: str = "", bootstrap_
                 "the value; give --dynamic-namespace NS to write \"NS.{" + route_field + "}\" (the value "
                 "\"db.events\" then names NS.db_events), or route to a list of tables")
         sections["dynamic"] = {"table": f"{dynamic_namespace}.{{{route_field}}}", "create": create,
-                               "unknown_fields": unknown}
+                               "unknown_fields": unknown, **({"connect_envelope": True} if envelope else {})}
         skip(("iceberg.tables.dynamic-enabled", f"the table is {dynamic_namespace}.<value>, the value lower-cased with "
               "every character but letters, digits and _ as _ (\"db.Events-1\" names "
               f"{dynamic_namespace}.db_events_1), where Kafka Connect used the value as the table's full name"

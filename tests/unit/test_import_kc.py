@@ -64,6 +64,21 @@ def test_the_static_routing_example(tmp_path: Path, capsys: pytest.CaptureFixtur
         ("default.events_list", "type", "list"), ("default.events_create", "type", "create")]
 
 
+def test_json_with_the_schema_envelope_is_read_through_it_and_routes_on_its_payload(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    connector = json.loads((EXAMPLES / "static-routing.json").read_text())
+    connector["config"].update({"value.converter": "org.apache.kafka.connect.json.JsonConverter",
+                                "value.converter.schemas.enable": "true"})
+    (tmp_path / "enveloped.json").write_text(json.dumps(connector))
+    out = tmp_path / "frazil.toml"
+    assert cli.main(["import-kc", str(tmp_path / "enveloped.json"), "--bootstrap-servers", "b:9092", "-o",
+                     str(out)]) == 0, capsys.readouterr()
+    cfg = tomllib.loads(out.read_text())
+    assert [(t["connect_envelope"], t["route_field"]) for t in cfg["tables"]] == [(True, "payload.type")] * 2
+    assert "schemas.enable" not in capsys.readouterr().out   # carried over, not reported as left behind
+    assert config_mod.load(out).tables[0].connect_envelope
+
+
 def test_the_dynamic_routing_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["import-kc", str(EXAMPLES / "dynamic-routing.json"), "--bootstrap-servers", "b:9092"]) == 2
     assert "give --dynamic-namespace NS" in capsys.readouterr().err
