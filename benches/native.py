@@ -333,6 +333,44 @@ def changes_rows(values: list[bytes], repeats: int) -> list[dict[str, object]]:
     return rows
 
 
+def envelope_rows(values: list[bytes], repeats: int) -> list[dict[str, object]]:
+    """The clickstream rows into an append table's buffer, one thread: plain JSON beside the same
+    rows in Kafka Connect's JSON envelope (``connect_envelope = true``: split natively, record by
+    record, then the row decoded); rows with ``workload = "connect-envelope"``, ratios to plain."""
+    from frazil.buffers.envelope import EnvelopeBuffer
+    from frazil.buffers.record_buffer import RecordBuffer
+
+    kinds = {"string": "string", "int64": "int64", "double": "double"}
+    schema = {"type": "struct", "optional": False, "name": "bench.Click", "fields": [
+        {"field": f.name, "optional": True, "type": kinds.get(str(f.type), "string")} for f in CLICKSTREAM]}
+    plain = [[_Change(i, 0, None, v) for i, v in enumerate(values[start:start + CHUNK], start)]
+             for start in range(0, len(values), CHUNK)]
+    wrapped = [[c._replace(value=b'{"schema":%s,"payload":%s}' % (json.dumps(schema).encode(), c.value))
+                for c in chunk] for chunk in plain]
+    rows = []
+    base = None
+    for system, kind, work in (("frazil-json", RecordBuffer, plain), ("frazil-connect-envelope", EnvelopeBuffer,
+                                                                       wrapped)):
+        nbytes = sum(len(c.value or b"") for chunk in work for c in chunk)
+        times = []
+        for _ in range(repeats + 1):   # the first a warm-up
+            buf = kind(CLICKSTREAM, metadata_columns=False)
+            started = time.perf_counter()
+            for chunk in work:
+                assert not buf.append("bench", 0, chunk)
+            times.append(time.perf_counter() - started)
+            assert buf.rows == len(values), (system, buf.rows)
+        seconds = statistics.median(times[1:])
+        row = {"workload": "connect-envelope", "system": system, "threads": 1,
+               "records_per_s": round(len(values) / seconds), "mb_per_s": round(nbytes / seconds / 1e6, 1),
+               "seconds": round(seconds, 3), "avg_record_bytes": round(nbytes / len(values))}
+        rows.append(row)
+        base = base or row["records_per_s"]
+        print(f"{'envelope':<12}{system:<24}{1:>4}{row['records_per_s']:>14,}{row['mb_per_s']:>9.1f}"
+              f"{row['records_per_s'] / base:>14.2f}x vs plain JSON", flush=True)
+    return rows
+
+
 def _parse_ts(text: str) -> object:
     import datetime as dt
 
@@ -428,6 +466,7 @@ def main() -> int:
                 print(f"{workload + '-avro':<17}{system:<19}{threads:>8}{row['records_per_s']:>14,}"
                       f"{row['mb_per_s']:>9.1f}{row['records_per_s'] / base:>14.1f}x vs fastavro", flush=True)
     rows += changes_rows(workloads["clickstream"][1], args.repeats)
+    rows += envelope_rows(workloads["clickstream"][1], args.repeats)
     if not args.no_contention:
         rows += contention()
     _results.write("native", rows, machine={"cpus": os.cpu_count(), "python": platform.python_version(),
