@@ -24,6 +24,12 @@ pub(crate) enum Fix {
     /// (`decimal.format=BASE64`, the converter's default): written as its digits at `scale`. A
     /// decimal sent as a number (`NUMERIC`) is left as it is.
     Decimal { scale: u32 },
+    /// Decimals this column's value holds that no decimal column reads as bytes: the column
+    /// itself (an empty path: its column is not a decimal), or ones nested in it (each path's
+    /// steps: a struct's field by name, `None` through a list's elements or a map's values).
+    /// Sent as numbers (`NUMERIC`) they land as the column reads them; sent as base64 text, the
+    /// record is bad, never its bytes' text read as digits.
+    NotBase64 { inner: Vec<Vec<Option<String>>> },
 }
 
 /// Per row, `after` (an upsert's) then `before` (a delete's): the columns whose values need a fix.
@@ -98,13 +104,21 @@ pub(crate) fn fixes_of(schema: &str, paths: [&[String]; 2], spec: &Spec) -> Read
         let at = |column: &str| path.iter().map(String::as_str).chain([column]).collect::<Vec<_>>().join(".");
         for field in row.get("fields").and_then(|f| f.as_array()).into_iter().flatten() {
             let Some(column) = field.get("field").and_then(|n| n.as_str()) else { continue };
-            let Some(name) = field.get("name").and_then(|n| n.as_str()) else { continue };
             if n == 1 && !spec.keys.is_empty() && !spec.keys.iter().any(|k| same(k, column)) {
                 continue; // a delete's other columns are not read
             }
+            let mut inner = Vec::new();
+            nested_decimals(field, &mut Vec::new(), &mut inner);
+            if !inner.is_empty() {
+                fixes.push((column.to_owned(), Fix::NotBase64 { inner }));
+                continue;
+            }
+            let Some(name) = field.get("name").and_then(|n| n.as_str()) else { continue };
             if name == DECIMAL {
                 if !spec.decimals.iter().any(|d| same(d, column)) {
-                    continue; // not a decimal column: the value lands as the column reads it
+                    // not a decimal column: a number lands as the column reads it, base64 text never
+                    fixes.push((column.to_owned(), Fix::NotBase64 { inner: vec![Vec::new()] }));
+                    continue;
                 }
                 let scale = field.pointer("/parameters/scale").and_then(|s| s.as_str()?.parse::<u32>().ok());
                 match scale {
@@ -149,6 +163,60 @@ pub(crate) fn fixes_of(schema: &str, paths: [&[String]; 2], spec: &Spec) -> Read
         }
     }
     Ok(out)
+}
+
+/// The paths of the Connect Decimals nested in `field`'s type (a struct's fields, a list's
+/// elements, a map's values), under `path`, into `out`.
+fn nested_decimals(field: &serde_json::Value, path: &mut Vec<Option<String>>, out: &mut Vec<Vec<Option<String>>>) {
+    let kind = field.get("type").and_then(|t| t.as_str());
+    let mut into = |step: Option<String>, child: &serde_json::Value, out: &mut Vec<Vec<Option<String>>>| {
+        path.push(step);
+        if child.get("name").and_then(|n| n.as_str()) == Some(DECIMAL) {
+            out.push(path.clone());
+        } else {
+            nested_decimals(child, path, out);
+        }
+        path.pop();
+    };
+    match kind {
+        Some("struct") => {
+            for child in field.get("fields").and_then(|f| f.as_array()).into_iter().flatten() {
+                let name = child.get("field").and_then(|n| n.as_str()).unwrap_or_default().to_owned();
+                into(Some(name), child, out);
+            }
+        }
+        Some("array") => {
+            if let Some(items) = field.get("items") {
+                into(None, items, out);
+            }
+        }
+        Some("map") => {
+            if let Some(values) = field.get("values") {
+                into(None, values, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The first string at `path` in `value` (through every element of a list and every value of a
+/// map), as a dotted path; None when there is none.
+fn string_at(value: &serde_json::Value, path: &[Option<String>], at: String) -> Option<String> {
+    let Some((step, rest)) = path.split_first() else {
+        return value.is_string().then_some(at);
+    };
+    match (step, value) {
+        (Some(name), serde_json::Value::Object(fields)) => {
+            fields.get(name).and_then(|v| string_at(v, rest, format!("{at}.{name}")))
+        }
+        (None, serde_json::Value::Array(items)) => {
+            items.iter().enumerate().find_map(|(i, v)| string_at(v, rest, format!("{at}[{i}]")))
+        }
+        (None, serde_json::Value::Object(entries)) => {
+            entries.iter().find_map(|(k, v)| string_at(v, rest, format!("{at}[{k:?}]")))
+        }
+        _ => None,
+    }
 }
 
 /// `row` (a JSON object) with the values of the columns in `fixes` brought to the form their
@@ -204,6 +272,23 @@ fn fix_value(text: &str, fix: &Fix) -> Result<Option<String>, String> {
                 )
             })?;
             Ok(Some(decimal_text(&bytes, scale)?))
+        }
+        Fix::NotBase64 { ref inner } => {
+            let value: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+            match inner.iter().find_map(|path| string_at(&value, path, String::new())) {
+                None => Ok(None),
+                Some(at) if at.is_empty() => Err(format!(
+                    "the schema says this is a decimal ({DECIMAL}), sent as text (base64 bytes: the JSON \
+                     converter's decimal.format=BASE64), and the table has no decimal column of this name to read \
+                     it as one: declare the column decimal(P, S), or set the converter's decimal.format=NUMERIC"
+                )),
+                Some(at) => Err(format!(
+                    "the schema says {} is a decimal ({DECIMAL}), sent as text: base64 bytes (the JSON converter's \
+                     decimal.format=BASE64) are read only for a top-level decimal column; set the converter's \
+                     decimal.format=NUMERIC",
+                    at.trim_start_matches('.')
+                )),
+            }
         }
         Fix::Times { sent, by } | Fix::Over { sent, by } => {
             let Ok(count) = text.parse::<i64>() else {
