@@ -159,6 +159,15 @@ class JsonBuffer:
     structs and lists of them) in one pass instead of through arrow-json's tape, with
     ``unknown_fields="reject"``; a value it does not read plainly is decoded alone by arrow-json
     (a row, or a bad record with arrow-json's reason): the same rows; off only to compare the two.
+
+    ``header_columns`` (column, header name) fill columns from the records' headers: the last
+    header of that name, NULL when there is none or its value is null; its bytes as text in a
+    string column (UTF-8, or a decode error naming the column and the header), as they are in a
+    binary column, parsed exactly in an int, long, double or boolean column. ``headers_column``
+    names a ``map<string, binary>`` column that takes every header (the last value of a repeated
+    name). Those columns are not read from the value. A buffer with header columns needs each
+    record's headers: :meth:`append` takes them in ``headers``, :meth:`append_fetched` reads them
+    from the fetch.
     """
 
     def __new__(
@@ -172,6 +181,8 @@ class JsonBuffer:
         dedupe_by_key: bool = False,
         fold_case: bool = False,
         single_pass: bool = True,
+        header_columns: list[tuple[str, bytes]] = ...,
+        headers_column: str | None = None,
     ) -> JsonBuffer: ...
     def append(
         self,
@@ -182,6 +193,7 @@ class JsonBuffer:
         timestamps_ms: list[int],
         keys: list[bytes | None],
         values: list[bytes],
+        headers: list[list[tuple[bytes, bytes | None]]] | None = None,
     ) -> AppendResult:
         """Decode one batch of one topic-partition. Raises BufferFullError (appending nothing)
         when the cap would be passed."""

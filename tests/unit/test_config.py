@@ -199,7 +199,8 @@ def test_declared_types_nest_and_keep_their_field_names(text: str, spelled: str)
 @pytest.mark.parametrize(("text", "message"), [
     ("struct<a int>", "has 'int' where ':' belongs"), ("list<long", "ends too early"),
     ("list<long>>", "goes on after a whole type ('>')"), ("struct<>", "has '>' where a field name belongs"),
-    ("map<long, int>", "a map's keys are string"), ("fixed[0]", "fixed[N] needs N >= 1"),
+    ("map<long, int>", "a map's keys are string"), ("fixed[0]", "fixed[N] needs 1 <= N < 2^31"),
+    ("fixed[4294967297]", "fixed[N] needs 1 <= N < 2^31"),
     ("struct<a: int, a: long>", "struct field 'a' is named twice"), ("struct<a: strng>", "has unknown type"),
     ("decimal(40, 2)", "needs 1 <= P <= 38"), ("list<decimal(39, 0)>", "needs 1 <= P <= 38"),
 ])
@@ -662,3 +663,20 @@ def test_secrets_never_appear_in_repr(tmp_path: Path, monkeypatch: pytest.Monkey
                         "schema_registry": {"url": "http://r", "username": "u", "password_env": "PW"}}, base=tmp_path)
     assert cfg.kafka.security.sasl_password == cfg.catalog.properties["s3.secret-access-key"] == "s3cret"
     assert "s3cret" not in repr(cfg) and "s3cret" not in cfg.kafka.security.describe()
+
+
+def test_header_columns_are_for_append_tables_of_json_values_each_name_once() -> None:
+    headed = {"header_columns": [{"name": "trace", "header": "trace-id"}], "headers_column": "headers"}
+    cfg = config.parse(with_("table", **headed, partition_by=["trace"]))
+    assert [(h.name, h.header, h.type) for h in cfg.table.header_columns] == [("trace", "trace-id", "string")]
+    for extra, message in [
+            ({"mode": "upsert", "identifier_columns": ["id"]}, "header_columns and table.headers_column are for "
+                                                              "append tables"),
+            ({"headers_column": "trace"}, "column 'trace' is named more than once"),
+            ({"header_columns": [{"name": "id", "header": "id"}]}, "column 'id' is named more than once"),
+            ({"header_columns": [{"name": "at", "header": "at", "type": "timestamp"}]}, "a header lands in a string"),
+    ]:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            config.parse(with_("table", **{**headed, **extra}))
+    with pytest.raises(ConfigError, match=re.escape("read JSON values for now")):
+        config.parse({**with_("table", **headed), "values": {"format": "avro", "schema_file": __file__}})

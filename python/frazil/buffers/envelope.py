@@ -31,10 +31,11 @@ NOT_ENVELOPE = ("the value is not in Kafka Connect's JSON envelope (an object of
 class _Row:
     """A record with its value replaced by the payload it carries."""
 
-    __slots__ = ("key", "offset", "timestamp", "value")
+    __slots__ = ("headers", "key", "offset", "timestamp", "value")
 
     def __init__(self, record: KafkaRecord, row: builtins.bytes) -> None:
         self.offset, self.timestamp, self.key, self.value = record.offset, record.timestamp, record.key, row
+        self.headers = getattr(record, "headers", ())
 
 
 class EnvelopeBuffer(RecordBuffer):
@@ -46,9 +47,11 @@ class EnvelopeBuffer(RecordBuffer):
 
     def __init__(self, schema: pa.Schema, *, metadata_columns: bool, max_bytes: int | None = None,
                  strict_fields: str | None = None, unknown_fields: str = "fail",
-                 case_insensitive: bool = False) -> None:
+                 case_insensitive: bool = False, header_columns: Sequence[tuple[str, builtins.bytes]] = (),
+                 headers_column: str | None = None) -> None:
         super().__init__(schema, metadata_columns=metadata_columns, max_bytes=max_bytes, strict_fields=strict_fields,
-                         unknown_fields=unknown_fields, case_insensitive=case_insensitive)
+                         unknown_fields=unknown_fields, case_insensitive=case_insensitive,
+                         header_columns=header_columns, headers_column=headers_column)
         self._units = [(f.name, f.metadata[UNIT_KEY].decode()) for f in schema
                        if f.metadata and UNIT_KEY in f.metadata]
         self._decimals = [f.name for f in schema if pa.types.is_decimal(f.type)]

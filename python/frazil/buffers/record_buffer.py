@@ -14,6 +14,11 @@ from frazil import _native
 from frazil.errors import BufferFull, FrazilError, UnknownWriterSchemas
 
 
+def headers_of(records: Sequence[KafkaRecord]) -> list[list[tuple[bytes, bytes | None]]]:
+    """Each record's headers as the native buffer takes them (a record without any: none)."""
+    return [[(k.encode(), v) for k, v in getattr(r, "headers", ())] for r in records]
+
+
 class KafkaRecord(Protocol):
     @property
     def offset(self) -> int: ...
@@ -51,23 +56,27 @@ class RecordBuffer:
 
     def __init__(self, schema: pa.Schema, *, metadata_columns: bool, max_bytes: int | None = None,
                  strict_fields: str | None = None, unknown_fields: str = "fail",
-                 case_insensitive: bool = False) -> None:
+                 case_insensitive: bool = False, header_columns: Sequence[tuple[str, bytes]] = (),
+                 headers_column: str | None = None) -> None:
         """A field the schema does not have: with ``unknown_fields="fail"`` a bad record (named
         with its path, and a column it differs from only in case), for the reason
         ``strict_fields`` when given (a table whose schema was inferred); with ``"ignore"`` it is
         dropped and counted in :attr:`fields_ignored`, unless it differs from a column only in
         case (a near miss would land as NULL): that is a bad record either way, unless
         ``case_insensitive``: then it lands in that column. A bad record is never appended: the
-        rest of its batch is."""
+        rest of its batch is. ``header_columns`` (column, header name) and ``headers_column`` (a
+        ``map<string, binary>`` of every header) are filled from the records' headers."""
         self._ignore = unknown_fields == "ignore"
         self._strict = None if self._ignore else strict_fields
         try:
             self._native = _native.JsonBuffer(
                 schema=schema, metadata_columns=metadata_columns, max_bytes=max_bytes,
-                unknown_fields="report" if self._ignore else "reject", fold_case=case_insensitive)
+                unknown_fields="report" if self._ignore else "reject", fold_case=case_insensitive,
+                header_columns=list(header_columns), headers_column=headers_column)
         except _native.NativeError as exc:
             raise FrazilError(f"the record buffer cannot use this table schema: {exc}") from exc
         self.schema = schema
+        self.takes_headers = bool(header_columns) or headers_column is not None
         self.fields_ignored = 0   # fields dropped (``unknown_fields="ignore"``); the pipeline takes the count
         self._counting = threading.Lock()   # appends to one buffer run on several decode threads
 
@@ -97,6 +106,7 @@ class RecordBuffer:
                 timestamps_ms=[r.timestamp for r in records],
                 keys=[r.key for r in records],
                 values=values_of(records),
+                headers=headers_of(records) if self.takes_headers else None,
             ))
 
     def append_fetched(self, topic: str, partition: int, fetched: _native.Fetched,

@@ -183,7 +183,9 @@ class Targets:
                     metadata_columns=cfg.metadata_columns,
                     max_bytes=self._budget if self.single else None,
                     strict_fields=_strict(cfg.name) if inferred else None,
-                    unknown_fields=cfg.unknown_fields, case_insensitive=cfg.case_insensitive)
+                    unknown_fields=cfg.unknown_fields, case_insensitive=cfg.case_insensitive,
+                    header_columns=[(h.name, h.header.encode()) for h in cfg.header_columns],
+                    headers_column=cfg.headers_column)
 
     def evolved(self, target: Target, table: Table) -> None:
         """``table`` has a newer schema than ``target``'s buffer: what it holds is carried (written

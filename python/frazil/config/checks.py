@@ -49,7 +49,10 @@ def check(cfg: Config, *, single_table: bool) -> None:
 def _known(table: TableConfig | DynamicConfig) -> dict[str, ColumnType]:
     """The table's columns by name when they are declared, the Kafka metadata columns with them."""
     meta = META_COLUMN_TYPES if table.metadata_columns else {}
-    return {**{c.name: c.type for c in table.columns}, **meta}
+    headers = {h.name: h.column_type for h in table.header_columns}
+    if table.headers_column:
+        headers[table.headers_column] = ColumnType("map<string, binary>")
+    return {**{c.name: c.type for c in table.columns}, **headers, **meta}
 
 
 def _declared(known: dict[str, ColumnType], path: str) -> ColumnType | None:
@@ -79,19 +82,46 @@ def _table(table: TableConfig | DynamicConfig, at: str, *, from_writer: bool) ->
         _partition_field(spec, table, at)
     for term in filter(None, (t.strip() for t in table.sort_order.split(","))):
         name = term.split()[0]
-        if columns and name not in columns and not name.startswith("_kafka_"):
+        if columns and name not in _known(table):
             raise ConfigError(f"{at}.sort_order names {name!r}, which is not a declared column")
     if isinstance(table, TableConfig) and bool(table.route_field) != bool(table.route):
         raise ConfigError(f"{at}.route_field and {at}.route go together: the table takes records whose value at "
                           "route_field fully matches route")
     if table.changes is not None:
         _keyed(table, at)
+    _headers(table, at, from_writer=from_writer)
     if table.connect_envelope and table.changes is not None:
-        raise ConfigError(f"{at}.connect_envelope is for append tables; a keyed table reads Kafka Connect's JSON "
-                          f"envelope through {at}.cdc.unwrap_envelope (on by default)")
+        raise ConfigError(f"{at}.connect_envelope is for append tables; a keyed table with mode = \"cdc\" reads "
+                          f"Kafka Connect's JSON envelope through {at}.cdc.unwrap_envelope (on by default), and one "
+                          "with mode = \"upsert\" cannot read it yet")
+    if table.connect_envelope:
+        paths = ([table.route_field] if isinstance(table, TableConfig) and table.route_field else []) + \
+            (list(table.fields) if isinstance(table, DynamicConfig) else [])
+        for path in paths:
+            if path[0] != "payload":
+                raise ConfigError(f"{at} reads the value's field {'.'.join(path)!r}, and with connect_envelope = "
+                                  "true a value is {\"schema\", \"payload\"}: routes read the value as sent, so name "
+                                  f"the row's field inside the payload: \"payload.{'.'.join(path)}\"")
     if table.connect_envelope and from_writer:
         raise ConfigError(f"{at}.connect_envelope reads JSON values (Kafka Connect's JsonConverter with "
                           "schemas.enable=true); with values.format = \"avro\" or \"avro-confluent\" leave it out")
+
+
+def _headers(table: TableConfig | DynamicConfig, at: str, *, from_writer: bool) -> None:
+    """Header columns: on append tables of JSON values, each name once among the table's columns."""
+    names = [h.name for h in table.header_columns] + ([table.headers_column] if table.headers_column else [])
+    if not names:
+        return
+    if table.changes is not None:
+        raise ConfigError(f"{at}.header_columns and {at}.headers_column are for append tables; a keyed table's "
+                          "row is its change's")
+    if from_writer:
+        raise ConfigError(f"{at}.header_columns and {at}.headers_column read JSON values for now; with "
+                          "values.format = \"avro\" or \"avro-confluent\" leave them out")
+    declared = [c.name for c in table.columns]
+    for name in sorted({n for n in names if names.count(n) > 1 or n in declared}):
+        raise ConfigError(f"{at}: column {name!r} is named more than once among columns, header_columns and "
+                          "headers_column; give each column its own name")
 
 
 def _partition_field(spec: PartitionField, table: TableConfig | DynamicConfig, at: str) -> None:

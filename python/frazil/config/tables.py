@@ -36,6 +36,12 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 
 
+def _column_name(name: str) -> str:
+    if not name or name.startswith(("_kafka_", "_frazil_")):
+        raise ValueError(f"{name!r} is empty or uses a reserved prefix (_kafka_, _frazil_)")
+    return name
+
+
 @dataclass(frozen=True, config=STRICT)
 class Column:
     name: Text = Field(description="the column's name")
@@ -56,9 +62,7 @@ class Column:
     @field_validator("name")
     @classmethod
     def _name(cls, name: str) -> str:
-        if not name or name.startswith(("_kafka_", "_frazil_")):
-            raise ValueError(f"{name!r} is empty or uses a reserved prefix (_kafka_, _frazil_)")
-        return name
+        return _column_name(name)
 
     @field_validator("unit", "rounding")
     @classmethod
@@ -71,6 +75,31 @@ class Column:
         if value is not None and kind is not None and kind not in fits:
             raise ValueError(refused(cls, info.field_name or "").said(value))
         return value
+
+
+HEADER_TYPES: dict[str, ColumnType] = {t: ColumnType(t) for t in ("string", "binary", "int", "long", "double",
+                                                                   "boolean")}
+
+
+@dataclass(frozen=True, config=STRICT)
+class HeaderColumn:
+    """A column filled from a Kafka record header: the last header named ``header`` (as Kafka's
+    ``lastHeader``), its bytes as text, as they are, or as the number or boolean its text spells."""
+
+    name: Text = Field(description="the column's name")
+    header: Text = Field(description="the header's name")
+    type: Annotated[Literal["string", "binary", "int", "long", "double", "boolean"], Refused(
+        ": a header lands in a string (UTF-8 text), binary (its bytes), int, long, double or boolean (its text "
+        "parsed exactly) column")] = Field(default="string", description="string binary int long double boolean")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        return _column_name(name)
+
+    @property
+    def column_type(self) -> ColumnType:
+        return HEADER_TYPES[self.type]
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -206,6 +235,10 @@ class TableShape:
         default="fail", kw_only=True, description="a record field the table has no column for")
     case_insensitive: Flag = Field(
         default=False, kw_only=True, description="a field differing from a column only in case lands in it")
+    header_columns: tuple[HeaderColumn, ...] = Field(
+        default=(), kw_only=True, description="columns filled from Kafka record headers: {name, header, type}")
+    headers_column: Annotated[Text | None, AfterValidator(lambda n: n if n is None else _column_name(n))] = Field(
+        default=None, kw_only=True, description="a map<string, binary> column of every header of a record")
     connect_envelope: Flag = Field(
         default=False, kw_only=True, description="append mode: values are Kafka Connect's JSON envelope "
         "{schema, payload}; the payload is the row, the schema makes and evolves the table")

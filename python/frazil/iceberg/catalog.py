@@ -31,6 +31,7 @@ from pyiceberg.types import (
     IcebergType,
     IntegerType,
     LongType,
+    MapType,
     NestedField,
     StringType,
     TimestamptzType,
@@ -238,18 +239,36 @@ def staging(table: TableConfig) -> bool:
     return table.changes is not None and bool(table.changes.target)
 
 
+def header_columns(table: TableConfig | DynamicConfig) -> tuple[tuple[str, IcebergType, bool], ...]:
+    """The columns a table's records' headers fill, as ``(name, type, required)`` like
+    ``META_COLUMNS`` (the map's key and value ids are placeholders: a new table's are assigned
+    afresh)."""
+    named = [(h.name, declared.PRIMITIVES[h.type], False) for h in table.header_columns]
+    if table.headers_column:
+        named.append((table.headers_column, MapType(_MAP_KEY_ID, StringType(), _MAP_KEY_ID + 1, BinaryType(),
+                                                    value_required=False), False))
+    return tuple(named)
+
+
+_MAP_KEY_ID = 1 << 30   # far above any counter of a schema being made
+
+
+def extra_columns(table: TableConfig | DynamicConfig) -> tuple[tuple[str, IcebergType, bool], ...]:
+    """The columns a table has beside its values': its header columns, then the Kafka metadata."""
+    return header_columns(table) + (META_COLUMNS if table.metadata_columns else ())
+
+
 def schema_for(table: TableConfig) -> Schema:
     """A new table's schema. A staging table's columns are optional but for the identifier columns
     (a delete holds only its key; the values were checked against the declared columns when they
     were read), and it has the change's operation, ``_frazil_op``."""
     keyed = staging(table)
-    nested = declared.placeholder_ids(len(table.columns) + len(META_COLUMNS) + 2)
+    nested = declared.placeholder_ids(len(table.columns) + len(extra_columns(table)) + 2)
     fields = [NestedField(i + 1, c.name, declared.iceberg_type(c.type, nested), doc=c.doc,
                           required=c.required and (not keyed or c.name in table.identifier_columns))
               for i, c in enumerate(table.columns)]
-    if table.metadata_columns:
-        base = len(fields)
-        fields += [NestedField(base + i + 1, name, t, required=req) for i, (name, t, req) in enumerate(META_COLUMNS)]
+    fields += [NestedField(len(table.columns) + i + 1, name, t, required=req)
+               for i, (name, t, req) in enumerate(extra_columns(table))]
     if keyed:
         fields.append(NestedField(len(fields) + 1, OP_COLUMN, StringType(), required=True,
                                   doc="the change: u (upsert) or d (delete)"))
@@ -312,7 +331,7 @@ def ensure_table(catalog: Catalog, cfg: TableConfig, properties: dict[str, str] 
             if not catalog.table_exists(cfg.name):
                 raise
             table = catalog.load_table(cfg.name)
-    missing = [c for c in ([m[0] for m in META_COLUMNS] if cfg.metadata_columns else []) + [c.name for c in cfg.columns]
+    missing = [c for c in [m[0] for m in extra_columns(cfg)] + [c.name for c in cfg.columns]
                + ([OP_COLUMN] if staging(cfg) else []) if c not in {f.name for f in table.schema().fields}]
     if missing:
         raise ConfigError(f"table {cfg.name} has no column(s) {', '.join(missing)}; add them to the table or drop "

@@ -182,8 +182,8 @@ class Fanout:
             return [t.buffer.append(tp[0], tp[1], picked(chosen)) for t, chosen in chosen_by]
         # keyed tables split each record into a row or a key first, envelopes into their rows:
         # appended by their own buffers
-        def split(buffer: RecordBuffer) -> bool:
-            return isinstance(buffer, ChangeBuffer) or not buffer.reads_fetched
+        def split(buffer: RecordBuffer) -> bool:   # and a buffer taking headers: append_routed passes none
+            return isinstance(buffer, ChangeBuffer) or not buffer.reads_fetched or buffer.takes_headers
 
         everything = list(range(len(records)))
         plain = [(t.buffer, everything if chosen is None else chosen) for t, chosen in chosen_by

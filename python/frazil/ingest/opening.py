@@ -86,7 +86,7 @@ class Opener:
         """Blocking. Table ``w.name`` loaded or created, and its target built, with where its
         columns come from when they are not declared; or why it cannot be."""
         table_cfg = self._config(w.name)
-        extra = iceberg_catalog.META_COLUMNS if table_cfg.metadata_columns else ()
+        extra = iceberg_catalog.extra_columns(table_cfg)
         units: dict[str, str] = {}   # of the columns a source's schema says arrive as numbers
         inferred: Callable[[], Schema] | None = None
         made = ""
@@ -138,7 +138,7 @@ class Opener:
         row = cfg.changes.after[0] if cfg.changes is not None and cfg.changes.op else ""
         try:
             return avro.table_schema(avro.parse(writer), row=row, identifiers=cfg.identifier_columns,
-                                     extra=iceberg_catalog.META_COLUMNS if cfg.metadata_columns else ())
+                                     extra=iceberg_catalog.extra_columns(cfg))
         except ValueError as exc:
             raise InferenceError(f"writer schema {schema_id} of its first record cannot become its columns: "
                                  f"{exc}") from None
@@ -167,7 +167,7 @@ def _from_envelope(cfg: TableConfig, w: Wanted, units: dict[str, str]) -> Schema
     row = cfg.changes.after[0] if cfg.changes is not None and cfg.changes.op and cfg.changes.after else ""
     try:
         made, found = connect_schema.table_schema(schema, row=row, identifiers=cfg.identifier_columns,
-                                                  extra=iceberg_catalog.META_COLUMNS if cfg.metadata_columns else ())
+                                                  extra=iceberg_catalog.extra_columns(cfg))
     except ValueError as exc:
         raise InferenceError(f"the schema of its first record cannot become its columns: {exc}") from None
     units.update(found)

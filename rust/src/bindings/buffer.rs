@@ -55,6 +55,9 @@ pub struct AppendResult {
     fields_ignored: usize,
 }
 
+/// One record's headers as Python hands them: (name, value).
+type PyHeaders = Vec<(PyBackedBytes, Option<PyBackedBytes>)>;
+
 /// Decodes Kafka record values (JSON objects) into Arrow record batches of one schema.
 #[pyclass(module = "frazil._native", frozen)]
 pub struct JsonBuffer {
@@ -66,7 +69,8 @@ impl JsonBuffer {
     #[new]
     #[pyo3(signature = (
         *, schema, metadata_columns = false, max_bytes = None, shards = 16, unknown_fields = "reject",
-        dedupe_by_key = false, fold_case = false, single_pass = true
+        dedupe_by_key = false, fold_case = false, single_pass = true, header_columns = Vec::new(),
+        headers_column = None
     ))]
     #[allow(clippy::too_many_arguments)] // one argument per keyword of the Python signature
     fn new(
@@ -78,15 +82,26 @@ impl JsonBuffer {
         dedupe_by_key: bool,
         fold_case: bool,
         single_pass: bool,
+        header_columns: Vec<(String, Vec<u8>)>,
+        headers_column: Option<String>,
     ) -> PyResult<Self> {
         let unknown_fields = unknown_fields.parse::<UnknownFields>().map_err(PyValueError::new_err)?;
-        let options =
-            Options { metadata_columns, max_bytes, shards, unknown_fields, dedupe_by_key, fold_case, single_pass };
+        let options = Options {
+            metadata_columns,
+            max_bytes,
+            shards,
+            unknown_fields,
+            dedupe_by_key,
+            fold_case,
+            single_pass,
+            header_columns,
+            headers_column,
+        };
         let inner = buffer::JsonBuffer::new(Arc::new(schema.0), options).map_err(arrow_err)?;
         Ok(Self { inner })
     }
 
-    #[pyo3(signature = (*, topic, partition, offsets, timestamps_ms, keys, values))]
+    #[pyo3(signature = (*, topic, partition, offsets, timestamps_ms, keys, values, headers = None))]
     #[allow(clippy::too_many_arguments)] // one argument per keyword of the Python signature
     fn append(
         &self,
@@ -97,10 +112,17 @@ impl JsonBuffer {
         timestamps_ms: Vec<i64>,
         keys: Vec<Option<PyBackedBytes>>,
         values: Vec<PyBackedBytes>,
+        headers: Option<Vec<PyHeaders>>,
     ) -> PyResult<AppendResult> {
         let inner = &self.inner;
         let done = py
             .detach(|| {
+                let borrowed: Option<Vec<buffer::Headers<'_>>> = headers.as_ref().map(|records| {
+                    records
+                        .iter()
+                        .map(|h| h.iter().map(|(k, v)| (k.as_ref(), v.as_ref().map(|v| v.as_ref()))).collect())
+                        .collect()
+                });
                 inner.append(&Records {
                     topic,
                     partition,
@@ -108,6 +130,7 @@ impl JsonBuffer {
                     timestamps_ms: &timestamps_ms,
                     keys: &keys,
                     values: &values,
+                    headers: borrowed.as_deref(),
                 })
             })
             .map_err(buffer_err)?;
@@ -221,6 +244,7 @@ pub fn append_routed(
                 timestamps_ms: &sel_times,
                 keys: &sel_keys,
                 values: &sel_values,
+                headers: None,
             })?);
         }
         Ok::<_, BufferError>(out)
@@ -309,6 +333,7 @@ impl AvroBuffer {
                     timestamps_ms: &timestamps_ms,
                     keys: &keys,
                     values: &values,
+                    headers: None,
                 })
             })
             .map_err(buffer_err)?;

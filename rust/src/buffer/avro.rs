@@ -130,7 +130,7 @@ impl AvroBuffer {
         fetched: &crate::kafka::Fetched,
         start: usize,
     ) -> Result<Appended, BufferError> {
-        let taken = super::Taken::of(fetched, start);
+        let taken = super::Taken::of(fetched, start, false);
         self.append(&taken.records(topic, partition))
     }
 

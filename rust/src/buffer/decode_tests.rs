@@ -58,7 +58,15 @@ fn run(single_pass: bool, fold_case: bool, values: &[String]) -> (Vec<String>, V
     let buf = JsonBuffer::new(schema(), options).unwrap();
     let offsets: Vec<i64> = (0..values.len() as i64).collect();
     let keys: Vec<Option<Vec<u8>>> = vec![None; values.len()];
-    let records = Records { topic: "t", partition: 1, offsets: &offsets, timestamps_ms: &offsets, keys: &keys, values };
+    let records = Records {
+        topic: "t",
+        partition: 1,
+        offsets: &offsets,
+        timestamps_ms: &offsets,
+        keys: &keys,
+        values,
+        headers: None,
+    };
     let errors = buf.append(&records).unwrap().errors;
     let mut rows = Vec::new();
     if let Some(batch) = buf.drain().unwrap() {
@@ -138,6 +146,7 @@ fn fields_that_differ_only_in_case_fold_on_the_single_pass() {
         timestamps_ms: &offsets,
         keys: &keys,
         values: &values[..1],
+        headers: None,
     };
     assert!(buf.append(&records).unwrap().errors.is_empty());
     let batch = buf.drain().unwrap().unwrap();
@@ -151,7 +160,15 @@ fn landed(schema: &SchemaRef, values: &[String], options: Options) -> (Vec<(i64,
     let buf = JsonBuffer::new(schema.clone(), options).unwrap();
     let offsets: Vec<i64> = (0..values.len() as i64).collect();
     let keys: Vec<Option<Vec<u8>>> = vec![None; values.len()];
-    let records = Records { topic: "t", partition: 0, offsets: &offsets, timestamps_ms: &offsets, keys: &keys, values };
+    let records = Records {
+        topic: "t",
+        partition: 0,
+        offsets: &offsets,
+        timestamps_ms: &offsets,
+        keys: &keys,
+        values,
+        headers: None,
+    };
     let errors = buf.append(&records).unwrap().errors.into_iter().map(|e| (e.offset, e.field, e.reason)).collect();
     let rows = buf.drain().unwrap().map(|b| format!("{:?}", b.columns())).unwrap_or_default();
     (errors, rows, buf.single_pass_rows())

@@ -454,6 +454,7 @@ mod tests {
                 timestamps_ms: &ts,
                 keys: &keys,
                 values: &values,
+                headers: None,
             })
             .unwrap();
         let got: Vec<(i64, &str, &str)> =

@@ -15,6 +15,7 @@ mod decode;
 mod decoders;
 mod dedupe;
 mod fast;
+mod headers;
 pub mod shard;
 mod structs;
 mod temporal;
@@ -22,6 +23,7 @@ mod unique;
 mod validate;
 
 pub use align::ALIGNMENT;
+pub use headers::{HeaderColumns, Headers};
 pub(crate) use unique::twice;
 pub(crate) use validate::explain_syntax;
 
@@ -122,6 +124,8 @@ pub struct Records<'a, V: AsRef<[u8]>, K: AsRef<[u8]>> {
     pub timestamps_ms: &'a [i64],
     pub keys: &'a [Option<K>],
     pub values: &'a [V],
+    /// Each record's headers; needed only by a buffer with header columns.
+    pub headers: Option<&'a [Headers<'a>]>,
 }
 
 /// What a field that the schema does not have does to its record. There is no way to drop such a
@@ -168,6 +172,10 @@ pub struct Options {
     /// Decode plain values in one pass (`fast.rs`) where the schema allows it; off, every value
     /// goes through arrow-json (the same rows, slower: kept for tests and benchmarks).
     pub single_pass: bool,
+    /// Columns filled from a header each: (column, header name).
+    pub header_columns: Vec<(String, Vec<u8>)>,
+    /// The `map<string, binary>` column filled with every header of a record.
+    pub headers_column: Option<String>,
 }
 
 impl Default for Options {
@@ -180,6 +188,8 @@ impl Default for Options {
             dedupe_by_key: false,
             fold_case: false,
             single_pass: true,
+            header_columns: Vec::new(),
+            headers_column: None,
         }
     }
 }
@@ -200,6 +210,8 @@ pub struct JsonBuffer {
     /// The part of `schema` that is decoded from the JSON value.
     value_schema: SchemaRef,
     options: Options,
+    /// The columns filled from the records' headers.
+    headers: HeaderColumns,
     /// The single-pass decoder, when the schema and options allow it (`fast.rs`).
     fast: Option<fast::FastDecoder>,
     /// Entries of each shard in append order (a partition's entries all go to one shard).
@@ -226,11 +238,15 @@ impl JsonBuffer {
         if options.shards == 0 {
             return Err(ArrowError::InvalidArgumentError("shards must be at least 1".into()));
         }
+        let headers = HeaderColumns::new(&schema, &options.header_columns, options.headers_column.as_deref())?;
         let value_fields: Vec<Arc<Field>> = schema
             .fields()
             .iter()
-            .filter(|f| !(options.metadata_columns && META_COLUMNS.contains(&f.name().as_str())))
-            .cloned()
+            .enumerate()
+            .filter(|(i, f)| {
+                !(headers.holds(*i) || options.metadata_columns && META_COLUMNS.contains(&f.name().as_str()))
+            })
+            .map(|(_, f)| f.clone())
             .collect();
         let value_schema = Arc::new(Schema::new(value_fields));
         // Fail early on a schema the JSON decoder cannot handle.
@@ -244,6 +260,7 @@ impl JsonBuffer {
             schema,
             value_schema,
             options,
+            headers,
             fast,
             shards,
             rows: AtomicUsize::new(0),
@@ -319,6 +336,21 @@ impl JsonBuffer {
                 Err((field, reason)) => out.errors.push(self.record_error(records, i, field, reason)),
             }
         }
+        if !self.headers.is_empty() {
+            let Some(headers) = records.headers.filter(|h| h.len() == n) else {
+                return Err(ArrowError::InvalidArgumentError(
+                    "this buffer fills columns from headers: give every record's headers".into(),
+                )
+                .into());
+            };
+            good.retain(|&i| match self.headers.check(&self.schema, &headers[i]) {
+                Ok(()) => true,
+                Err((field, reason)) => {
+                    out.errors.push(self.record_error(records, i, field, reason));
+                    false
+                }
+            });
+        }
         let (decoded, good) = self.decode(records, good, rewritten, &mut out)?;
         if decoded.num_rows() != good.len() {
             // Never let a row drift away from its offset.
@@ -343,7 +375,7 @@ impl JsonBuffer {
         fetched: &Fetched,
         from: usize,
     ) -> Result<Appended, BufferError> {
-        let taken = Taken::of(fetched, from);
+        let taken = Taken::of(fetched, from, !self.headers.is_empty());
         self.append(&taken.records(topic, partition))
     }
 
@@ -357,7 +389,7 @@ impl JsonBuffer {
         fetched: &Fetched,
         indices: &[u32],
     ) -> Result<Appended, BufferError> {
-        let taken = Taken::at(fetched, indices).map_err(ArrowError::InvalidArgumentError)?;
+        let taken = Taken::at(fetched, indices, !self.headers.is_empty()).map_err(ArrowError::InvalidArgumentError)?;
         self.append(&taken.records(topic, partition))
     }
 
@@ -512,9 +544,17 @@ impl JsonBuffer {
     ) -> Result<Entry, ArrowError> {
         let keys = || BinaryArray::from_iter(rows.iter().map(|&i| records.keys[i].as_ref().map(|k| k.as_ref())));
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
+        let mut from_headers = match records.headers {
+            Some(headers) if !self.headers.is_empty() => self.headers.columns(&self.schema, headers, rows)?,
+            _ => Vec::new(),
+        };
         let mut next_value_column = 0;
-        for field in self.schema.fields() {
+        for (i, field) in self.schema.fields().iter().enumerate() {
             let name = field.name().as_str();
+            if let Some(k) = from_headers.iter().position(|(j, _)| *j == i) {
+                columns.push(from_headers.swap_remove(k).1);
+                continue;
+            }
             if !self.options.metadata_columns || !META_COLUMNS.contains(&name) {
                 columns.push(decoded.column(next_value_column).clone());
                 next_value_column += 1;
@@ -553,16 +593,19 @@ pub(crate) struct Taken<'f> {
     timestamps_ms: Vec<i64>,
     keys: Vec<Option<&'f [u8]>>,
     values: Vec<&'f [u8]>,
+    /// Each record's headers, when the buffer fills columns from them.
+    headers: Option<Vec<Headers<'f>>>,
 }
 
 impl<'f> Taken<'f> {
-    pub(crate) fn of(fetched: &'f Fetched, from: usize) -> Self {
+    pub(crate) fn of(fetched: &'f Fetched, from: usize, with_headers: bool) -> Self {
         let n = fetched.len().saturating_sub(from);
         let mut out = Taken {
             offsets: Vec::with_capacity(n),
             timestamps_ms: Vec::with_capacity(n),
             keys: Vec::with_capacity(n),
             values: Vec::with_capacity(n),
+            headers: with_headers.then(|| Vec::with_capacity(n)),
         };
         for i in from..fetched.len() {
             if let Some(value) = fetched.value(i) {
@@ -570,18 +613,22 @@ impl<'f> Taken<'f> {
                 out.timestamps_ms.push(fetched.timestamps_ms()[i]);
                 out.keys.push(fetched.key(i));
                 out.values.push(value);
+                if let Some(headers) = &mut out.headers {
+                    headers.push(fetched.headers(i).collect());
+                }
             }
         }
         out
     }
 
     /// The records of `fetched` at `indices` (ascending, each with a value), or why not.
-    pub(crate) fn at(fetched: &'f Fetched, indices: &[u32]) -> Result<Self, String> {
+    pub(crate) fn at(fetched: &'f Fetched, indices: &[u32], with_headers: bool) -> Result<Self, String> {
         let mut out = Taken {
             offsets: Vec::with_capacity(indices.len()),
             timestamps_ms: Vec::with_capacity(indices.len()),
             keys: Vec::with_capacity(indices.len()),
             values: Vec::with_capacity(indices.len()),
+            headers: with_headers.then(|| Vec::with_capacity(indices.len())),
         };
         let mut last = None;
         for &i in indices {
@@ -600,6 +647,9 @@ impl<'f> Taken<'f> {
             out.timestamps_ms.push(fetched.timestamps_ms()[i]);
             out.keys.push(fetched.key(i));
             out.values.push(value);
+            if let Some(headers) = &mut out.headers {
+                headers.push(fetched.headers(i).collect());
+            }
         }
         Ok(out)
     }
@@ -612,6 +662,7 @@ impl<'f> Taken<'f> {
             timestamps_ms: &self.timestamps_ms,
             keys: &self.keys,
             values: &self.values,
+            headers: self.headers.as_deref(),
         }
     }
 }

@@ -502,6 +502,7 @@ mod tests {
                 timestamps_ms: &offsets,
                 keys: &keys,
                 values: &values,
+                headers: None,
             };
             let errors = buf.append(&records).unwrap().errors;
             let batch = buf.drain().unwrap();

@@ -26,7 +26,8 @@ fn append(buf: &JsonBuffer, offsets: &[i64], values: &[&str]) -> Vec<RecordError
     let timestamps: Vec<i64> = offsets.iter().map(|o| 1_700_000_000_000 + o).collect();
     let keys: Vec<Option<Vec<u8>>> =
         offsets.iter().map(|o| if o % 2 == 0 { Some(o.to_string().into_bytes()) } else { None }).collect();
-    let records = Records { topic: "t", partition: 3, offsets, timestamps_ms: &timestamps, keys: &keys, values };
+    let records =
+        Records { topic: "t", partition: 3, offsets, timestamps_ms: &timestamps, keys: &keys, values, headers: None };
     buf.append(&records).unwrap().errors
 }
 
@@ -153,8 +154,15 @@ fn metadata_columns_must_be_in_the_schema() {
 fn mismatched_lengths_are_rejected() {
     let buf = JsonBuffer::new(schema(false), Options::default()).unwrap();
     let keys: Vec<Option<Vec<u8>>> = vec![None];
-    let records =
-        Records { topic: "t", partition: 0, offsets: &[1, 2], timestamps_ms: &[0], keys: &keys, values: &["{}"] };
+    let records = Records {
+        topic: "t",
+        partition: 0,
+        offsets: &[1, 2],
+        timestamps_ms: &[0],
+        keys: &keys,
+        values: &["{}"],
+        headers: None,
+    };
     assert!(buf.append(&records).is_err());
 }
 
@@ -191,7 +199,7 @@ fn records<'a>(
     keys: &'a [Option<Vec<u8>>],
     values: &'a [String],
 ) -> Records<'a, String, Vec<u8>> {
-    Records { topic: "t", partition, offsets, timestamps_ms: offsets, keys, values }
+    Records { topic: "t", partition, offsets, timestamps_ms: offsets, keys, values, headers: None }
 }
 
 fn rows(n: usize, start: i64) -> (Vec<i64>, Vec<Option<Vec<u8>>>, Vec<String>) {
@@ -521,4 +529,46 @@ fn appends_racing_drains_lose_no_row_keep_each_appenders_order_and_never_wrap_th
         }
     }
     assert_eq!(total, (THREADS * BATCHES) as usize * ROWS);
+}
+
+#[test]
+fn header_columns_land_beside_the_value_and_a_bad_header_is_a_bad_record_alone() {
+    let fields = vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("trace", DataType::Utf8, true),
+        Field::new("attempt", DataType::Int64, true),
+    ];
+    let options = Options {
+        header_columns: vec![("trace".into(), b"trace-id".to_vec()), ("attempt".into(), b"attempt".to_vec())],
+        ..Options::default()
+    };
+    let buf = JsonBuffer::new(Arc::new(Schema::new(fields)), options).unwrap();
+    let keys: Vec<Option<Vec<u8>>> = vec![None; 3];
+    let headers: Vec<Headers<'_>> = vec![
+        vec![(&b"trace-id"[..], Some(&b"t0"[..])), (&b"attempt"[..], Some(&b"3"[..]))],
+        vec![(&b"attempt"[..], Some(&b"three"[..]))],
+        vec![],
+    ];
+    let values = [r#"{"id": 0}"#, r#"{"id": 1}"#, r#"{"id": 2}"#];
+    let records = Records {
+        topic: "t",
+        partition: 0,
+        offsets: &[0, 1, 2],
+        timestamps_ms: &[0, 0, 0],
+        keys: &keys,
+        values: &values,
+        headers: Some(&headers),
+    };
+    let errors = buf.append(&records).unwrap().errors;
+    assert_eq!(errors.len(), 1);
+    assert_eq!((errors[0].offset, errors[0].field.as_str()), (1, "attempt"));
+    assert!(errors[0].reason.contains("header \"attempt\" is \"three\""), "{}", errors[0].reason);
+    let batch = buf.drain().unwrap().unwrap();
+    assert_eq!(batch.column(0).as_primitive::<Int64Type>().values(), &[0, 2]);
+    let trace = batch.column(1).as_string::<i32>();
+    assert_eq!((trace.value(0), trace.is_null(1)), ("t0", true));
+    let attempt = batch.column(2).as_primitive::<Int64Type>();
+    assert_eq!((attempt.value(0), attempt.is_null(1)), (3, true));
+    let without = Records { headers: None, ..records };
+    assert!(buf.append(&without).is_err(), "a buffer with header columns needs the headers");
 }

@@ -270,8 +270,15 @@ mod tests {
         let buf = JsonBuffer::new(schema(map), options).unwrap();
         let offsets: Vec<i64> = (0..values.len() as i64).collect();
         let keys: Vec<Option<Vec<u8>>> = vec![None; values.len()];
-        let records =
-            Records { topic: "t", partition: 0, offsets: &offsets, timestamps_ms: &offsets, keys: &keys, values };
+        let records = Records {
+            topic: "t",
+            partition: 0,
+            offsets: &offsets,
+            timestamps_ms: &offsets,
+            keys: &keys,
+            values,
+            headers: None,
+        };
         let out = buf.append(&records).unwrap();
         (out.errors.into_iter().map(|e| (e.offset, e.field, e.reason)).collect(), out.rows)
     }
@@ -309,6 +316,7 @@ mod tests {
             timestamps_ms: &offsets,
             keys: &keys,
             values: &clean,
+            headers: None,
         };
         buf.append(&records).unwrap();
         assert_eq!(buf.single_pass_rows(), 2, "the schema is one the single pass reads, which gives up on a repeat");

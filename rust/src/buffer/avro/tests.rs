@@ -57,7 +57,15 @@ fn buffer(framing: Framing) -> AvroBuffer {
 fn append(buf: &AvroBuffer, values: &[Vec<u8>]) -> Result<Appended, BufferError> {
     let offsets: Vec<i64> = (0..values.len() as i64).collect();
     let keys: Vec<Option<&[u8]>> = vec![None; values.len()];
-    buf.append(&Records { topic: "t", partition: 0, offsets: &offsets, timestamps_ms: &offsets, keys: &keys, values })
+    buf.append(&Records {
+        topic: "t",
+        partition: 0,
+        offsets: &offsets,
+        timestamps_ms: &offsets,
+        keys: &keys,
+        values,
+        headers: None,
+    })
 }
 
 fn v1(id: i64, page: &str) -> Vec<u8> {
