@@ -9,7 +9,17 @@ import pyarrow as pa
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import BucketTransform, DayTransform
-from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
+from pyiceberg.types import (
+    FixedType,
+    ListType,
+    LongType,
+    MapType,
+    NestedField,
+    StringType,
+    StructType,
+    TimestamptzType,
+    TimeType,
+)
 
 from frazil.spark import bulk
 
@@ -66,3 +76,12 @@ def test_a_bulk_write_to_object_storage_spark_has_no_fileio_for_is_refused_befor
     writer = SparkWriter({"spark.master": "local[1]"}, "lake")
     with pytest.raises(ConfigError, match=r"gs://lake/wh/db/events.*no FileIO for gs://.*spark.bulk_min_rows = 0"):
         writer.write(OnGcs(), pa.table({"id": [1]}), "w1")  # type: ignore[arg-type]
+
+
+def test_a_fixed_uuid_or_time_field_nested_in_a_column_is_named_by_its_path() -> None:
+    schema = Schema(
+        NestedField(1, "id", LongType()),
+        NestedField(2, "meta", StructType(NestedField(3, "h", FixedType(4)), NestedField(4, "n", LongType()))),
+        NestedField(5, "at", ListType(6, TimeType())),
+        NestedField(7, "by", MapType(8, StringType(), 9, StructType(NestedField(10, "t", TimeType())))))
+    assert bulk.unsupported_columns(schema) == ["meta.h", "at.element", "by.value.t"]

@@ -137,8 +137,8 @@ class _TypeParser:
             self._expect("[")
             length = self._number()
             self._expect("]")
-            if length < 1:
-                raise ValueError(f"{self.text!r}: fixed[N] needs N >= 1 (the number of bytes of every value)")
+            if not 1 <= length < 1 << 31:
+                raise ValueError(f"{self.text!r}: fixed[N] needs 1 <= N < 2^31 (the number of bytes of every value)")
             return ColumnType._make(f"fixed[{length}]", "fixed", length=length)
         if name == "list":
             self._expect("<")

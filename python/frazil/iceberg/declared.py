@@ -81,8 +81,8 @@ def widened(declared: IcebergType, found: IcebergType) -> bool:
 
 def misfit(declared: IcebergType, found: IcebergType, *, evolve: bool, path: str) -> str | None:
     """Why a table's column of type ``found`` does not hold what ``declared`` says, naming the
-    field at ``path``; None when it does. With ``evolve``, what schema evolution may have done is
-    accepted: a type widened, a struct with more optional fields."""
+    field at ``path``; None when it does. A struct may have more optional fields than declared (as
+    a table may have more columns); with ``evolve``, a type may have been widened."""
     if isinstance(declared, StructType) and isinstance(found, StructType):
         have = {f.name: f for f in found.fields}
         for want in declared.fields:
@@ -94,9 +94,10 @@ def misfit(declared: IcebergType, found: IcebergType, *, evolve: bool, path: str
             why = misfit(want.field_type, field.field_type, evolve=evolve, path=f"{path}.{want.name}")
             if why is not None:
                 return why
-        extra = [name for name, field in have.items() if not evolve or field.required]
+        # optional fields the config does not declare are NULL in its rows, as extra columns are
+        extra = [name for name, field in have.items() if field.required]
         if extra:
-            return f"{path} has field(s) {', '.join(extra)} in the table that the config does not declare"
+            return f"{path} has required field(s) {', '.join(extra)} in the table that the config does not declare"
         return None
     if isinstance(declared, ListType) and isinstance(found, ListType):
         if found.element_required:

@@ -57,7 +57,7 @@ from pyiceberg.transforms import (
     YearTransform,
 )
 from pyiceberg.typedef import Record
-from pyiceberg.types import FixedType, TimeType, UUIDType
+from pyiceberg.types import FixedType, IcebergType, ListType, MapType, StructType, TimeType, UUIDType
 
 from frazil.errors import BulkWriteError, ConfigError
 from frazil.iceberg.catalog import BULK_SCRATCH
@@ -70,9 +70,24 @@ HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
 
 def unsupported_columns(schema: Schema) -> list[str]:
-    """Columns whose Iceberg type Spark cannot write as Iceberg expects (no UUID, fixed or
-    time type in Spark's Parquet writer)."""
-    return [f.name for f in schema.fields if isinstance(f.field_type, (UUIDType, FixedType, TimeType))]
+    """Columns, or fields nested in them by path, whose Iceberg type Spark cannot write as Iceberg
+    expects (no UUID, fixed or time type in Spark's Parquet writer)."""
+    out: list[str] = []
+
+    def walk(t: IcebergType, path: str) -> None:
+        if isinstance(t, (UUIDType, FixedType, TimeType)):
+            out.append(path)
+        elif isinstance(t, StructType):
+            for f in t.fields:
+                walk(f.field_type, f"{path}.{f.name}" if path else f.name)
+        elif isinstance(t, ListType):
+            walk(t.element_type, f"{path}.element")
+        elif isinstance(t, MapType):
+            walk(t.key_type, f"{path}.key")
+            walk(t.value_type, f"{path}.value")
+
+    walk(schema.as_struct(), "")
+    return out
 
 
 def partition_columns(catalog_name: str, schema: Schema, spec: PartitionSpec) -> list[tuple[str, str]]:
