@@ -15,6 +15,7 @@ parsed once to split it, then its row decoded as any JSON row.
 from __future__ import annotations
 
 import builtins
+import json
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -81,6 +82,21 @@ class EnvelopeBuffer(RecordBuffer):
         for i, (value, row) in enumerate(zip(values, rows, strict=True)):
             if row is not None and row == value:   # no envelope: the split hands a plain value on whole
                 rows[i] = None
-                problems.append(RecordProblem(records[i].offset, "", NOT_ENVELOPE))
+                problems.append(RecordProblem(records[i].offset, "", _not_enveloped(value)))
         return rows, problems
+
+
+def _not_enveloped(value: builtins.bytes) -> str:
+    """Why a value the split did not read through is not a row: no envelope, or an envelope
+    whose payload is not an object (a null payload carries no row: a record without a value is a
+    tombstone, sent as a null value, never as an envelope)."""
+    try:
+        found = json.loads(value)
+    except ValueError:
+        return NOT_ENVELOPE
+    if isinstance(found, dict) and set(found) == {"schema", "payload"}:
+        kind = "null" if found["payload"] is None else type(found["payload"]).__name__
+        return (f"the envelope's payload is {kind}, not an object of the row's fields; a value in Kafka "
+                "Connect's JSON envelope carries its row as an object")
+    return NOT_ENVELOPE
 
