@@ -25,13 +25,23 @@ UPSERT, DELETE = 1, 2
 
 
 @dataclass
-class _Change:
-    """A record with its value replaced by the row (or key) it carries."""
+class Carried:
+    """A record with its value replaced by the row (or key) it carries: a change's, or the payload
+    of Kafka Connect's envelope (``buffers/envelope.py``); its headers kept for header columns."""
 
     offset: int
     timestamp: int
     key: bytes | None
     value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+def split_fixes(schema: pa.Schema) -> tuple[list[tuple[str, str]], list[str]]:
+    """What ``_native.split_changes`` brings to the form of ``schema``'s columns: (column, unit) of
+    those read as counts of a unit (an envelope naming another unit is brought to it, or refused),
+    and the decimal columns (base64 bytes read as digits)."""
+    units = [(f.name, f.metadata[UNIT_KEY].decode()) for f in schema if f.metadata and UNIT_KEY in f.metadata]
+    return units, [f.name for f in schema if pa.types.is_decimal(f.type)]
 
 
 def key_schema(schema: pa.Schema, identifiers: Sequence[str]) -> pa.Schema:
@@ -57,9 +67,7 @@ class ChangeBuffer(RecordBuffer):
                                   case_insensitive=case_insensitive)
         self.tombstones_skipped = 0   # counted here, read and reset by the pipeline
         # the columns read as counts of a unit: an envelope naming another unit for one is refused
-        self._units = [(f.name, f.metadata[UNIT_KEY].decode()) for f in schema
-                       if f.metadata and UNIT_KEY in f.metadata]
-        self._decimals = [f.name for f in schema if pa.types.is_decimal(f.type)]   # base64 bytes: read as digits
+        self._units, self._decimals = split_fixes(schema)
         self._case_insensitive = case_insensitive
 
     def append_fetched(self, topic: str, partition: int, fetched: _native.Fetched,
@@ -82,7 +90,7 @@ class ChangeBuffer(RecordBuffer):
         """The tombstones of a partition fetch from index ``start`` on, as :meth:`append_tombstones`."""
         offsets, timestamps, keys, _, _ = fetched.columns(start, fetched.tombstones(start))
         return self.append_tombstones(topic, partition, [
-            _Change(o, t, k, None) for o, t, k in zip(offsets, timestamps, keys, strict=True)])
+            Carried(o, t, k, None) for o, t, k in zip(offsets, timestamps, keys, strict=True)])
 
     @property
     def reads_fetched(self) -> bool:
@@ -103,12 +111,12 @@ class ChangeBuffer(RecordBuffer):
         if not spec.op:   # upsert mode: every value is the row
             return super().append(topic, partition, records)
         kinds, rows, bad = self._split_native(records)
-        upserts: list[_Change] = []
-        deletes: list[_Change] = []
+        upserts: list[Carried] = []
+        deletes: list[Carried] = []
         for record, kind, row in zip(records, kinds, rows, strict=True):
             if row is not None:
                 (upserts if kind == UPSERT else deletes).append(
-                    _Change(record.offset, record.timestamp, record.key, row))
+                    Carried(record.offset, record.timestamp, record.key, row))
         problems = super().append(topic, partition, upserts) if upserts else []   # the capped buffer first
         self._keys.fields_ignored = 0
         if deletes:
@@ -143,7 +151,7 @@ class ChangeBuffer(RecordBuffer):
             with self._counting:   # fetches of several partitions are appended at once
                 self.tombstones_skipped += len(records)
             return []
-        deletes: list[_Change] = []
+        deletes: list[Carried] = []
         problems: list[RecordProblem] = []
         for record in records:
             if record.key is None:
@@ -155,7 +163,7 @@ class ChangeBuffer(RecordBuffer):
             except ValueError as exc:
                 problems.append(RecordProblem(record.offset, "", f"the tombstone's Kafka key: {exc}"))
                 continue
-            deletes.append(_Change(record.offset, record.timestamp, record.key, row))
+            deletes.append(Carried(record.offset, record.timestamp, record.key, row))
         problems += self._keys.append(topic, partition, deletes) if deletes else []
         self._keys.fields_ignored = 0
         return sorted(problems, key=lambda p: p.offset)

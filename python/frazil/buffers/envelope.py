@@ -21,22 +21,12 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from frazil import _native
+from frazil.buffers.changes import Carried, split_fixes
 from frazil.buffers.record_buffer import KafkaRecord, RecordBuffer, RecordProblem, values_of
-from frazil.iceberg.catalog import UNIT_KEY
 
 NOT_ENVELOPE = ("the value is not in Kafka Connect's JSON envelope (an object of exactly \"schema\" and \"payload\", "
                 "as the JsonConverter writes with schemas.enable=true); set the connector's schemas.enable=true, "
                 "or connect_envelope = false for plain JSON")
-
-
-class _Row:
-    """A record with its value replaced by the payload it carries."""
-
-    __slots__ = ("headers", "key", "offset", "timestamp", "value")
-
-    def __init__(self, record: KafkaRecord, row: builtins.bytes) -> None:
-        self.offset, self.timestamp, self.key, self.value = record.offset, record.timestamp, record.key, row
-        self.headers = getattr(record, "headers", ())
 
 
 class EnvelopeBuffer(RecordBuffer):
@@ -53,9 +43,7 @@ class EnvelopeBuffer(RecordBuffer):
         super().__init__(schema, metadata_columns=metadata_columns, max_bytes=max_bytes, strict_fields=strict_fields,
                          unknown_fields=unknown_fields, case_insensitive=case_insensitive,
                          header_columns=header_columns, headers_column=headers_column)
-        self._units = [(f.name, f.metadata[UNIT_KEY].decode()) for f in schema
-                       if f.metadata and UNIT_KEY in f.metadata]
-        self._decimals = [f.name for f in schema if pa.types.is_decimal(f.type)]
+        self._units, self._decimals = split_fixes(schema)
         self._case_insensitive = case_insensitive
 
     def rows_of(self, records: Sequence[KafkaRecord]) -> list[builtins.bytes | None]:
@@ -64,7 +52,8 @@ class EnvelopeBuffer(RecordBuffer):
 
     def append(self, topic: str, partition: int, records: Sequence[KafkaRecord]) -> list[RecordProblem]:
         rows, problems = self._split(records)
-        taken = [_Row(record, row) for record, row in zip(records, rows, strict=True) if row is not None]
+        taken = [Carried(r.offset, r.timestamp, r.key, row, getattr(r, "headers", ()))
+                 for r, row in zip(records, rows, strict=True) if row is not None]
         if taken:
             problems += super().append(topic, partition, taken)
         return sorted(problems, key=lambda p: p.offset)
