@@ -100,6 +100,36 @@ def _struct(struct: StructType, shape: inference.Shape, path: tuple[str, ...]) -
     return out
 
 
+def between(have: StructType, sent: StructType) -> list[Change]:
+    """The changes a source's own schema (``sent``, as a table's struct) asks of a table made from
+    an earlier one (``have``): a field it lacks becomes an optional column (nested ones too), an
+    ``int`` a ``long``, a ``float`` a ``double``, a decimal a wider one of the same scale. Anything
+    else (another kind of value) is no change: its records stay bad records."""
+    out: list[Change] = []
+    _between(have, sent, (), out)
+    return out
+
+
+def _between(have: StructType, sent: StructType, path: tuple[str, ...], out: list[Change]) -> None:
+    columns = {f.name: f for f in have.fields}
+    for f in sent.fields:
+        column = columns.get(f.name)
+        where = (*path, f.name)
+        if column is None:
+            out.append(Change("add", where, f.field_type))
+        elif isinstance(column.field_type, StructType) and isinstance(f.field_type, StructType):
+            _between(column.field_type, f.field_type, where, out)
+        elif column.field_type != f.field_type and _widens(column.field_type, f.field_type):
+            out.append(Change("widen", where, f.field_type))
+
+
+def _widens(have: IcebergType, sent: IcebergType) -> bool:
+    if isinstance(have, DecimalType) and isinstance(sent, DecimalType):
+        return have.scale == sent.scale and sent.precision > have.precision
+    return (isinstance(have, IntegerType) and isinstance(sent, LongType)
+            or isinstance(have, FloatType) and isinstance(sent, DoubleType))
+
+
 def _widening(schema: Schema, field: str, reason: str) -> Change | None:
     """A widening the decoder's reason for ``field`` asks for, if any."""
     path = tuple(part.split("[")[0] for part in field.split("."))

@@ -38,6 +38,7 @@ from pyiceberg.types import (
     TimeType,
 )
 
+from frazil.iceberg import evolution
 from frazil.iceberg.evolution import Change
 
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
@@ -184,27 +185,6 @@ def evolution_of(table: Schema, schema: dict[str, Any], *, row: str = "") -> tup
     numbers. Anything else it would need (another kind of value) is no change: its records stay bad
     records. ValueError naming the field when one cannot be a column."""
     made, units = table_schema(schema, row=row)
-    changes: list[Change] = []
-    _compare(table.as_struct(), made.as_struct(), (), changes)
+    changes = evolution.between(table.as_struct(), made.as_struct())
     added = {c.path[0] for c in changes if c.kind == "add" and len(c.path) == 1}
     return changes, {name: unit for name, unit in units.items() if name in added}
-
-
-def _compare(have: StructType, sent: StructType, path: tuple[str, ...], out: list[Change]) -> None:
-    columns = {f.name: f for f in have.fields}
-    for f in sent.fields:
-        column = columns.get(f.name)
-        where = (*path, f.name)
-        if column is None:
-            out.append(Change("add", where, f.field_type))
-        elif isinstance(column.field_type, StructType) and isinstance(f.field_type, StructType):
-            _compare(column.field_type, f.field_type, where, out)
-        elif column.field_type != f.field_type and _widens(column.field_type, f.field_type):
-            out.append(Change("widen", where, f.field_type))
-
-
-def _widens(have: IcebergType, sent: IcebergType) -> bool:
-    if isinstance(have, DecimalType) and isinstance(sent, DecimalType):
-        return have.scale == sent.scale and sent.precision > have.precision
-    return (isinstance(have, IntegerType) and isinstance(sent, LongType)
-            or isinstance(have, FloatType) and isinstance(sent, DoubleType))
