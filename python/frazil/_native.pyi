@@ -168,6 +168,10 @@ class JsonBuffer:
     name). Those columns are not read from the value. A buffer with header columns needs each
     record's headers: :meth:`append` takes them in ``headers``, :meth:`append_fetched` reads them
     from the fetch.
+
+    ``confluent``: every value is JSON in the Confluent wire format (magic byte 0, a 4-byte schema
+    id, the JSON text), as a JSON Schema serializer writes it; the frame is skipped, and a value
+    without one is a bad record.
     """
 
     def __new__(
@@ -183,6 +187,7 @@ class JsonBuffer:
         single_pass: bool = True,
         header_columns: list[tuple[str, bytes]] = ...,
         headers_column: str | None = None,
+        confluent: bool = False,
     ) -> JsonBuffer: ...
     def append(
         self,

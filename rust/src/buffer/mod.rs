@@ -49,6 +49,17 @@ pub const META_TIMESTAMP: &str = "_kafka_timestamp";
 pub const META_KEY: &str = "_kafka_key";
 pub const META_COLUMNS: [&str; 5] = [META_TOPIC, META_PARTITION, META_OFFSET, META_TIMESTAMP, META_KEY];
 
+/// The bytes before the JSON of a value in the Confluent wire format: magic byte 0 and the schema id.
+pub const FRAME_BYTES: usize = 5;
+const NOT_FRAMED: &str = "the value is not in the Confluent wire format (magic byte 0, a 4-byte schema id, then \
+     the JSON): with values.format = \"json-schema-confluent\" every value must be written by a JSON Schema \
+     serializer through the registry";
+
+/// The JSON text of a value in the Confluent wire format; None when it has no frame.
+pub fn framed_json(value: &[u8]) -> Option<&[u8]> {
+    (value.len() > FRAME_BYTES && value[0] == 0).then(|| &value[FRAME_BYTES..])
+}
+
 /// One record that could not be turned into a row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordError {
@@ -176,6 +187,9 @@ pub struct Options {
     pub header_columns: Vec<(String, Vec<u8>)>,
     /// The `map<string, binary>` column filled with every header of a record.
     pub headers_column: Option<String>,
+    /// Every value is JSON in the Confluent wire format (magic byte 0, a big-endian u32 schema
+    /// id, the JSON text: a JSON Schema serializer's framing); a value without it is a bad record.
+    pub confluent: bool,
 }
 
 impl Default for Options {
@@ -190,6 +204,7 @@ impl Default for Options {
             single_pass: true,
             header_columns: Vec::new(),
             headers_column: None,
+            confluent: false,
         }
     }
 }
@@ -294,6 +309,41 @@ impl JsonBuffer {
 
     /// Decode one batch of records of one partition. Safe to call from several threads at once.
     pub fn append<V: AsRef<[u8]>, K: AsRef<[u8]>>(&self, records: &Records<'_, V, K>) -> Result<Appended, BufferError> {
+        if !self.options.confluent {
+            return self.append_json(records, &[]);
+        }
+        // the JSON after each value's frame; a value without one is decoded as nothing and refused
+        let mut unframed = Vec::new();
+        let values: Vec<&[u8]> = records
+            .values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                framed_json(v.as_ref()).unwrap_or_else(|| {
+                    unframed.push(i);
+                    b"{}"
+                })
+            })
+            .collect();
+        let inner = Records {
+            topic: records.topic,
+            partition: records.partition,
+            offsets: records.offsets,
+            timestamps_ms: records.timestamps_ms,
+            keys: records.keys,
+            values: &values,
+            headers: records.headers,
+        };
+        self.append_json(&inner, &unframed)
+    }
+
+    /// [`Self::append`] of JSON text; the records at `unframed` (ascending) are bad records, their
+    /// values not in the Confluent wire format.
+    fn append_json<V: AsRef<[u8]>, K: AsRef<[u8]>>(
+        &self,
+        records: &Records<'_, V, K>,
+        unframed: &[usize],
+    ) -> Result<Appended, BufferError> {
         let n = records.values.len();
         if records.offsets.len() != n || records.timestamps_ms.len() != n || records.keys.len() != n {
             return Err(ArrowError::InvalidArgumentError(format!(
@@ -310,7 +360,12 @@ impl JsonBuffer {
         let mut unknown = Vec::new();
         // the single pass folds names as it reads; only the records it leaves are folded here
         let fold_first = self.options.fold_case && self.fast.is_none();
+        let mut unframed = unframed.iter().peekable();
         for (i, value) in records.values.iter().enumerate() {
+            if unframed.next_if_eq(&&i).is_some() {
+                out.errors.push(self.record_error(records, i, String::new(), NOT_FRAMED.into()));
+                continue;
+            }
             unknown.clear();
             let report = (self.options.unknown_fields == UnknownFields::Report).then_some(&mut unknown);
             match validate::check(value.as_ref(), self.value_schema.fields(), report, fold_first) {

@@ -572,3 +572,33 @@ fn header_columns_land_beside_the_value_and_a_bad_header_is_a_bad_record_alone()
     let without = Records { headers: None, ..records };
     assert!(buf.append(&without).is_err(), "a buffer with header columns needs the headers");
 }
+
+#[test]
+fn confluent_framing_is_stripped_and_a_value_without_it_is_a_bad_record() {
+    let buf = JsonBuffer::new(schema(true), Options { confluent: true, ..meta() }).unwrap();
+    let framed = |id: u32, json: &str| [&[0u8][..], &id.to_be_bytes(), json.as_bytes()].concat();
+    let values = [
+        framed(7, r#"{"id": 1, "name": "a"}"#),
+        br#"{"id": 2}"#.to_vec(), // plain JSON: no frame
+        framed(8, r#"{"id": 3, "inner": {"score": 2.5}}"#),
+        vec![0, 0, 0, 0, 7],                                         // a frame and nothing after it
+        [&[1u8][..], &7u32.to_be_bytes(), br#"{"id": 5}"#].concat(), // another magic byte
+    ];
+    let offsets = [0, 1, 2, 3, 4];
+    let keys: Vec<Option<Vec<u8>>> = vec![None; 5];
+    let records = Records {
+        topic: "t",
+        partition: 0,
+        offsets: &offsets,
+        timestamps_ms: &offsets,
+        keys: &keys,
+        values: &values,
+        headers: None,
+    };
+    let done = buf.append(&records).unwrap();
+    assert_eq!(done.errors.iter().map(|e| e.offset).collect::<Vec<_>>(), [1, 3, 4]);
+    assert!(done.errors.iter().all(|e| e.field.is_empty() && e.reason.contains("Confluent wire format")));
+    let batch = buf.drain().unwrap().unwrap();
+    assert_eq!(batch.column(0).as_primitive::<Int64Type>().values(), &[1, 3]);
+    assert_eq!(batch.column_by_name(META_OFFSET).unwrap().as_primitive::<Int64Type>().values(), &[0, 2]);
+}
