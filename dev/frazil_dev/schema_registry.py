@@ -108,10 +108,12 @@ class SchemaRegistry(ServerProcess):
         answer.raise_for_status()
         return answer.json()
 
-    def register(self, subject: str, schema: str | dict[str, object]) -> int:
-        """Register an Avro schema under ``subject`` (compatibility checked); its id."""
+    def register(self, subject: str, schema: str | dict[str, object], kind: str = "AVRO") -> int:
+        """Register a schema under ``subject`` (compatibility checked); its id. ``kind``: the
+        registry's schemaType (``AVRO``, ``JSON`` for JSON Schema, ``PROTOBUF``)."""
         text = schema if isinstance(schema, str) else json.dumps(schema)
-        answer = requests.post(f"{self.url}/subjects/{subject}/versions", json={"schema": text},
+        body = {"schema": text} if kind == "AVRO" else {"schema": text, "schemaType": kind}
+        answer = requests.post(f"{self.url}/subjects/{subject}/versions", json=body,
                                headers={"Content-Type": "application/vnd.schemaregistry.v1+json"}, timeout=10)
         if answer.status_code != 200:
             raise RegistryError(f"registering under {subject} failed: HTTP {answer.status_code} {answer.text[:300]}")

@@ -388,6 +388,9 @@ def test_avro_values_take_a_schema_file_or_a_registry(tmp_path: Path, monkeypatc
     assert cfg.values.registry is not None
     assert (cfg.values.registry.url, cfg.values.registry.password) == ("https://r:8081", "s3cret")
     assert "s3cret" not in repr(cfg)
+    cfg = config.parse({**MINIMAL, "values": {"format": "json-schema-confluent"},
+                        "schema_registry": {"url": "http://r:8081"}}, base=tmp_path)
+    assert cfg.values.json_schema and not cfg.values.avro and cfg.values.registry is not None
 
 
 @pytest.mark.parametrize(("extra", "message"), [
@@ -398,7 +401,18 @@ def test_avro_values_take_a_schema_file_or_a_registry(tmp_path: Path, monkeypatc
     ({"values": {"format": "avro-confluent"}, "schema_registry": {"url": "r:8081"}}, "must be an http"),
     ({"values": {"format": "avro-confluent"}, "schema_registry": {"url": "http://r", "username": "u"}},
      "go together"),
-    ({"schema_registry": {"url": "http://r"}}, "is for values.format = \"avro-confluent\""),
+    ({"schema_registry": {"url": "http://r"}},
+     "is for values.format = \"avro-confluent\" or \"json-schema-confluent\""),
+    ({"values": {"format": "json-schema-confluent"}}, "needs a [schema_registry] section"),
+    ({"values": {"format": "json-schema-confluent"}, "schema_registry": {"url": "http://r"},
+      "table": {"name": "ns.t", "mode": "upsert", "identifier_columns": ["id"],
+                "columns": [{"name": "id", "type": "long", "required": True}]}}, "keyed tables (mode = 'upsert')"),
+    ({"values": {"format": "json-schema-confluent"}, "schema_registry": {"url": "http://r"},
+      "table": {"name": "ns.t", "route_field": "kind", "route": "a"}}, "route_field reads plain JSON values"),
+    ({"values": {"format": "json-schema-confluent"}, "schema_registry": {"url": "http://r"},
+      "table": {"name": "ns.t", "connect_envelope": True}}, "carry their schema's id instead"),
+    ({"values": {"format": "json-schema-confluent"}, "schema_registry": {"url": "http://r"},
+      "dynamic": {"table": "raw.{kind}"}}, "must name tables by {topic} only"),
     ({"values": {"format": "avro-confluent"}, "schema_registry": {"url": "http://r"},
       "table": {"name": "ns.t", "route_field": "kind", "route": "a",
                 "columns": [{"name": "id", "type": "long"}]}}, "route_field reads JSON values"),

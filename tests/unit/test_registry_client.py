@@ -108,9 +108,17 @@ def test_server_errors_are_retried_a_bounded_number_of_times(url: str) -> None:
 
 def test_answers_about_the_schema_make_its_records_bad_records(url: str) -> None:
     client = schemas(url)
-    for schema_id, words in ((3, "unknown schema id 3"), (4, "PROTOBUF schema, not Avro"), (5, "schema references")):
+    for schema_id, words in ((3, "unknown schema id 3"),
+                             (4, 'PROTOBUF schema, and values.format = "avro-confluent" reads AVRO schemas'),
+                             (5, "schema references")):
         got = client.get(schema_id)
         assert isinstance(got, Unusable) and words in got.reason, got
+    # JSON values in the wire format read JSON schemas: an Avro one (no schemaType) is not theirs
+    json_values = WriterSchemas(ValuesConfig("json-schema-confluent", registry=RegistryConfig(
+        url, "u", "p", "", timeout_s=5, max_attempts=1)))
+    got = json_values.get(1)
+    assert isinstance(got, Unusable) and 'AVRO schema, and values.format = "json-schema-confluent" reads JSON' \
+        in got.reason, got
 
 
 def test_a_404_that_is_not_schema_not_found_is_a_wrong_url_not_a_bad_record(url: str) -> None:

@@ -178,14 +178,19 @@ class Targets:
                                 cfg.identifier_columns, max_bytes=self._budget if self.single else None,
                                 strict_fields=_strict(cfg.name) if inferred else None,
                                 unknown_fields=cfg.unknown_fields, case_insensitive=cfg.case_insensitive)
-        kind = EnvelopeBuffer if cfg.connect_envelope else RecordBuffer
-        return kind(iceberg_catalog.arrow_schema(table, value_options(cfg, table.properties)),
-                    metadata_columns=cfg.metadata_columns,
-                    max_bytes=self._budget if self.single else None,
-                    strict_fields=_strict(cfg.name) if inferred else None,
-                    unknown_fields=cfg.unknown_fields, case_insensitive=cfg.case_insensitive,
-                    header_columns=[(h.name, h.header.encode()) for h in cfg.header_columns],
-                    headers_column=cfg.headers_column)
+        schema = iceberg_catalog.arrow_schema(table, value_options(cfg, table.properties))
+        strict = _strict(cfg.name) if inferred else None
+        max_bytes = self._budget if self.single else None
+        header_columns = [(h.name, h.header.encode()) for h in cfg.header_columns]
+        if cfg.connect_envelope:
+            return EnvelopeBuffer(schema, metadata_columns=cfg.metadata_columns, max_bytes=max_bytes,
+                                  strict_fields=strict, unknown_fields=cfg.unknown_fields,
+                                  case_insensitive=cfg.case_insensitive, header_columns=header_columns,
+                                  headers_column=cfg.headers_column)
+        return RecordBuffer(schema, metadata_columns=cfg.metadata_columns, max_bytes=max_bytes,
+                            strict_fields=strict, unknown_fields=cfg.unknown_fields,
+                            case_insensitive=cfg.case_insensitive, header_columns=header_columns,
+                            headers_column=cfg.headers_column, confluent=self._values.json_schema)
 
     def evolved(self, target: Target, table: Table) -> None:
         """``table`` has a newer schema than ``target``'s buffer: what it holds is carried (written

@@ -22,6 +22,8 @@ def _made(cfg: config_mod.Config, table: config_mod.TableConfig | config_mod.Dyn
     """Where a table without declared columns takes them from."""
     if cfg.values.avro:
         return "from the first record's writer schema"
+    if cfg.values.json_schema:
+        return "from the first record's JSON Schema (the registry's)"
     if table.changes is not None or table.connect_envelope:
         return "from the first record's Kafka Connect schema envelope"
     return "inferred from the first records"

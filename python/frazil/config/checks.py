@@ -43,6 +43,8 @@ def check(cfg: Config, *, single_table: bool) -> None:
     _maintenance(cfg)
     if cfg.values.avro:
         _avro(cfg)
+    if cfg.values.json_schema:
+        _json_schema(cfg)
     _catalog(cfg.catalog, maintenance=cfg.maintenance.enabled)
 
 
@@ -192,6 +194,26 @@ def _maintenance(cfg: Config) -> None:
             if table.columns and name not in known:
                 raise ConfigError(f"maintenance.sort_order names {name!r}, which is not a column of {table.name}; "
                                   f"use one of {', '.join(sorted(known))}")
+
+
+def _json_schema(cfg: Config) -> None:
+    """JSON values in the Confluent wire format: append tables, routed by topic (for now). A table
+    without columns is created from the registry's JSON Schema of its first record."""
+    fmt = cfg.values.format
+    for name, t in [*((f"table {t.name}", t) for t in cfg.tables), *(("[dynamic]", d) for d in [cfg.dynamic] if d)]:
+        if t.changes is not None:
+            raise ConfigError(f"{name}: keyed tables (mode = {t.changes.mode!r}) read plain JSON or Avro for now; "
+                              f"with values.format = {fmt!r} leave mode out (an append table)")
+        if t.connect_envelope:
+            raise ConfigError(f"{name}.connect_envelope reads Kafka Connect's JSON envelope; values in the Confluent "
+                              f"wire format (values.format = {fmt!r}) carry their schema's id instead: leave it out")
+    for t in cfg.tables:
+        if t.route_field:
+            raise ConfigError(f"table {t.name}: route_field reads plain JSON values for now; with values.format = "
+                              f"{fmt!r} route by topic (topics = ...)")
+    if cfg.dynamic is not None and cfg.dynamic.fields:
+        raise ConfigError(f"[dynamic] with values.format = {fmt!r} must name tables by {{topic}} only (the "
+                          "placeholders of value fields read plain JSON for now)")
 
 
 def _avro(cfg: Config) -> None:

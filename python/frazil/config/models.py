@@ -302,15 +302,22 @@ class RegistryConfig:
 class ValuesConfig:
     """How record values are encoded (the same for every topic of the pipeline)."""
 
-    format: Annotated[Literal["json", "avro", "avro-confluent"], Refused(
-        "must be \"json\", \"avro\" (plain Avro datums, with values.schema_file) or \"avro-confluent\" (the Confluent "
-        "wire format, with [schema_registry])")] = Field(default="json", description="how record values are encoded")
+    format: Annotated[Literal["json", "avro", "avro-confluent", "json-schema-confluent"], Refused(
+        "must be \"json\", \"avro\" (plain Avro datums, with values.schema_file), \"avro-confluent\" (Avro in "
+        "the Confluent wire format, with [schema_registry]) or \"json-schema-confluent\" (JSON in the Confluent "
+        "wire format, written by a JSON Schema serializer, with [schema_registry])")] = Field(
+        default="json", description="how record values are encoded")
     schema_file: Annotated[Text, File()] = Field(default="", description="format = \"avro\": the writer schema (.avsc)")
-    registry: Annotated[RegistryConfig | None, Key("/schema_registry")] = None   # format = "avro-confluent"
+    registry: Annotated[RegistryConfig | None, Key("/schema_registry")] = None   # the "-confluent" formats
 
     @property
     def avro(self) -> bool:
-        return self.format != "json"
+        return self.format in ("avro", "avro-confluent")
+
+    @property
+    def json_schema(self) -> bool:
+        """JSON values in the Confluent wire format, their schemas (JSON Schema) in the registry."""
+        return self.format == "json-schema-confluent"
 
     @model_validator(mode="after")
     def _fits_the_format(self) -> Self:
@@ -318,10 +325,12 @@ class ValuesConfig:
             raise Problem('values.format = "avro" needs values.schema_file, the writer schema (.avsc) of every value')
         if self.format != "avro" and self.schema_file:
             raise Problem(f"values.schema_file is for values.format = \"avro\" (this is {self.format!r})")
-        if self.format == "avro-confluent" and self.registry is None:
-            raise Problem('values.format = "avro-confluent" needs a [schema_registry] section with its url')
-        if self.format != "avro-confluent" and self.registry is not None:
-            raise Problem(f"[schema_registry] is for values.format = \"avro-confluent\" (this is {self.format!r})")
+        framed = self.format.endswith("-confluent")
+        if framed and self.registry is None:
+            raise Problem(f'values.format = "{self.format}" needs a [schema_registry] section with its url')
+        if not framed and self.registry is not None:
+            raise Problem("[schema_registry] is for values.format = \"avro-confluent\" or \"json-schema-confluent\" "
+                          f"(this is {self.format!r})")
         return self
 
 

@@ -44,6 +44,7 @@ def pipeline(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], *, chan
     process's dead-letter sink. Build on the loop."""
     router = Router(cfg.tables, cfg.dynamic)
     writers = WriterSchemas(cfg.values) if cfg.values.avro else None   # Avro values: writer schemas by id
+    json_schemas = WriterSchemas(cfg.values) if cfg.values.json_schema else None   # JSON Schema documents by id
     buffers = Buffers(Targets(cfg, catalog, tables, takers=router.takers,
                               avro_key=writers.key_object if writers is not None else None))
     stats = Stats()
@@ -52,8 +53,9 @@ def pipeline(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], *, chan
     worker = Worker(cfg, buffers=buffers, channel=channel, journal=journal, source=kafka, metrics=metrics,
                     stats=stats, bulk=bulk)
     bad = BadRecords(cfg, buffers, metrics, stats, copies=copies)
-    evolver = Evolver(cfg, buffers, metrics, writers)
-    opener = Opener(cfg, catalog, buffers, on_new_table=on_new_table, writers=evolver.writers)
+    evolver = Evolver(cfg, buffers, metrics, writers, json_schemas=json_schemas)
+    opener = Opener(cfg, catalog, buffers, on_new_table=on_new_table, writers=evolver.writers,
+                    json_schemas=json_schemas)
     fanout = Fanout(cfg, buffers, router, opener=opener, evolver=evolver, bad=bad, metrics=metrics, stats=stats)
     intake = Intake(cfg, buffers, router, kafka, fanout=fanout, opener=opener, evolver=evolver, bad=bad,
                     metrics=metrics, stats=stats, letters_elsewhere=lambda: worker.dead_letters)

@@ -32,7 +32,7 @@ from frazil.errors import EvolutionError, FrazilError, UnknownWriterSchemas
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import evolution, inference
 from frazil.iceberg.offsets import TopicPartition
-from frazil.ingest import avro, connect_schema
+from frazil.ingest import avro, connect_schema, json_schema
 from frazil.ingest.registry import Unusable, WriterSchemas
 from frazil.kafka.fetch import Record
 from frazil.metrics import Metrics
@@ -44,10 +44,13 @@ MAX_SCHEMA_CHANGES = 100   # Avro: schema changes one batch may make (each write
 
 
 class Evolver:
-    def __init__(self, cfg: Config, buffers: Buffers, metrics: Metrics, writers: WriterSchemas | None) -> None:
-        """``writers``: Avro values' writer schemas by id (None: JSON values)."""
+    def __init__(self, cfg: Config, buffers: Buffers, metrics: Metrics, writers: WriterSchemas | None, *,
+                 json_schemas: WriterSchemas | None = None) -> None:
+        """``writers``: Avro values' writer schemas by id (None: JSON values); ``json_schemas``:
+        the JSON Schema documents of JSON values in the Confluent wire format, by id."""
         self._cfg, self._targets, self._metrics = cfg, buffers.targets, metrics
         self.writers = writers
+        self._json_schemas = json_schemas
 
     async def rescue(self, name: str, tp: TopicPartition, records: Sequence[Record], errors: list[RecordProblem],
                      decoded_by: RecordBuffer) -> list[RecordProblem]:
@@ -80,6 +83,8 @@ class Evolver:
         columns = {f.name for f in target.table.schema().fields}
         unknown = {e.offset for e in errors if e.field.split(".", 1)[0] not in columns}
         ordered = sorted(failed, key=lambda r: r.offset not in unknown)
+        if self._json_schemas is not None:
+            return await self._evolve_from_json_schema(target, tp, failed, errors)
         carried = isinstance(target.buffer, (ChangeBuffer, EnvelopeBuffer))
         if carried and (envelope := _first_envelope(ordered)) is not None:
             return await self._evolve_from_envelope(target, tp, failed, errors, envelope)
@@ -134,6 +139,35 @@ class Evolver:
 
         before = target.buffer.schema
         changed = await self._change(target, changes_for, f"{tp[0]}[{tp[1]}]@{errors[0].offset}", properties_for)
+        return self._again(target, tp, failed, before, changed)
+
+    async def _evolve_from_json_schema(self, target: Target, tp: TopicPartition, failed: list[Record],
+                                       errors: list[RecordProblem]) -> list[RecordProblem] | None:
+        """:meth:`_evolve_once` for JSON values in the Confluent wire format: the JSON Schema the
+        first of them was written against says what its new properties are (an integer stays a
+        ``long`` however small the values seen). A property its schema does not have is no change:
+        its record stays a bad record."""
+        assert self._json_schemas is not None
+        first = next(r for r in failed if r.offset == errors[0].offset)
+        value = first.value or b""
+        where = f"{tp[0]}[{tp[1]}]@{first.offset}"
+        if len(value) < 5 or value[0] != 0:
+            return None
+        schema_id = int.from_bytes(value[1:5], "big")
+        found = await asyncio.to_thread(self._json_schemas.get, schema_id)
+        try:
+            if isinstance(found, Unusable):
+                raise ValueError(found.reason)
+            doc = json_schema.parse(found)
+            planned = json_schema.evolution_of(target.table.schema(), doc)
+        except ValueError as exc:
+            log.warning("table %s: JSON Schema %d of %s cannot become columns: %s", target.name, schema_id, where, exc)
+            return None
+        if not planned:
+            return None
+        before = target.buffer.schema
+        changed = await self._change(target, lambda schema: json_schema.evolution_of(schema, doc),
+                                     f"{where} (JSON Schema {schema_id})")
         return self._again(target, tp, failed, before, changed)
 
     async def append_avro(self, name: str, tp: TopicPartition, records: list[Record]) -> list[RecordProblem]:

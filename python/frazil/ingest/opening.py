@@ -22,7 +22,7 @@ from frazil.errors import ConfigError, InferenceError, RecordDecodeError
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import inference
 from frazil.iceberg.offsets import TopicPartition
-from frazil.ingest import avro, connect_schema
+from frazil.ingest import avro, connect_schema, json_schema
 from frazil.ingest.registry import PLAIN_ID, Unusable, WriterSchemas
 
 log = logging.getLogger(__name__)
@@ -41,12 +41,15 @@ class Wanted:
 
 class Opener:
     def __init__(self, cfg: Config, catalog: Catalog, buffers: Buffers, *,
-                 on_new_table: Callable[[str], None] | None = None, writers: WriterSchemas | None = None) -> None:
+                 on_new_table: Callable[[str], None] | None = None, writers: WriterSchemas | None = None,
+                 json_schemas: WriterSchemas | None = None) -> None:
         """``on_new_table``: told each table opened (maintenance takes it on); ``writers``: Avro
-        values' writer schemas, a new table's schema when it declares no columns."""
+        values' writer schemas, ``json_schemas``: the JSON Schema documents of JSON values in the
+        Confluent wire format, either a new table's schema when it declares no columns."""
         self._cfg, self._catalog, self._targets = cfg, catalog, buffers.targets
         self._on_new_table = on_new_table
         self._writers = writers
+        self._json_schemas = json_schemas
 
     def _config(self, name: str) -> TableConfig:
         try:
@@ -94,6 +97,9 @@ class Opener:
             pass
         elif self._writers is not None:
             inferred, made = partial(self._from_writer, table_cfg, w), "made from its first record's writer schema"
+        elif self._json_schemas is not None:
+            inferred = partial(self._from_json_schema, table_cfg, w)
+            made = "made from its first record's JSON Schema"
         elif table_cfg.changes is not None or table_cfg.connect_envelope:
             inferred = partial(_from_envelope, table_cfg, w, units)
             made = "made from its first record's schema (Kafka Connect's JSON envelope)"
@@ -108,33 +114,37 @@ class Opener:
             table = iceberg_catalog.ensure_table(
                 self._catalog, table_cfg, iceberg_catalog.maintenance_properties(self._cfg.maintenance),
                 schema=inferred, created_with=units_kept)
-            return w, self._targets.build(table_cfg, table, inferred=inferred is not None), made
+            # a table made from a source's schema refuses nothing for being inferred: evolve takes its later versions
+            guessed = inferred is not None and self._json_schemas is None
+            return w, self._targets.build(table_cfg, table, inferred=guessed), made
         except (ConfigError, InferenceError) as exc:
             error = RecordDecodeError(topic=w.tp[0], partition=w.tp[1], offset=w.offset, field="",
                                       reason=f"it goes to table {w.name}, which cannot be opened: {exc}")
             error.__cause__ = exc
             return w, error, ""
 
+    def _from_json_schema(self, cfg: TableConfig, w: Wanted) -> Schema:
+        """Blocking. A new table's schema from the JSON Schema of the first of its first records'
+        values whose schema the registry has: its properties as columns. InferenceError when there
+        is none, naming why."""
+        assert self._json_schemas is not None
+        schema_id, text = _first_schema(self._json_schemas, w.sample())
+        try:
+            return json_schema.table_schema(json_schema.parse(text), extra=iceberg_catalog.extra_columns(cfg))
+        except ValueError as exc:
+            raise InferenceError(f"JSON Schema {schema_id} of its first record cannot become its columns: "
+                                 f"{exc}") from None
+
     def _from_writer(self, cfg: TableConfig, w: Wanted) -> Schema:
         """Blocking. A new table's schema from the writer schema of the first of its first
         records' values (Avro) whose schema can be had: its record's fields (Debezium's ``after``
         in cdc mode) as columns. InferenceError when there is none, naming why."""
         assert self._writers is not None
-        values = w.sample()
-        plain = self._cfg.values.format == "avro"
-        ids = [PLAIN_ID] if plain else list(dict.fromkeys(
-            int.from_bytes(v[1:5], "big") for v in values if len(v) >= 5 and v[0] == 0))
-        if not ids:
-            raise InferenceError("none of its first records' values is in the Confluent wire format (magic byte 0, "
-                                 "then a 4-byte schema id): there is no writer schema to create it from")
-        why = ""
-        for schema_id in ids:   # the first one the registry has (a record of an unknown id is a bad record)
-            writer = self._writers.get(schema_id)   # SchemaRegistryError: the registry is down; stop, loudly
-            if not isinstance(writer, Unusable):
-                break
-            why += f"; writer schema {schema_id}: {writer.reason}"
+        if self._cfg.values.format == "avro":
+            schema_id, writer = PLAIN_ID, self._writers.get(PLAIN_ID)
+            assert not isinstance(writer, Unusable)   # the schema file's, read at start
         else:
-            raise InferenceError(f"no writer schema of its first records can be had{why}")
+            schema_id, writer = _first_schema(self._writers, w.sample())
         row = cfg.changes.after[0] if cfg.changes is not None and cfg.changes.op else ""
         try:
             return avro.table_schema(avro.parse(writer), row=row, identifiers=cfg.identifier_columns,
@@ -142,6 +152,23 @@ class Opener:
         except ValueError as exc:
             raise InferenceError(f"writer schema {schema_id} of its first record cannot become its columns: "
                                  f"{exc}") from None
+
+
+def _first_schema(schemas: WriterSchemas, values: Sequence[bytes]) -> tuple[int, str]:
+    """Blocking. The id and text of the first schema the registry has among ``values``' (each in
+    the Confluent wire format); InferenceError naming why there is none. Raises
+    SchemaRegistryError when the registry cannot be asked (stop, loudly)."""
+    ids = list(dict.fromkeys(int.from_bytes(v[1:5], "big") for v in values if len(v) >= 5 and v[0] == 0))
+    if not ids:
+        raise InferenceError("none of its first records' values is in the Confluent wire format (magic byte 0, "
+                             "then a 4-byte schema id): there is no writer schema to create it from")
+    why = ""
+    for schema_id in ids:   # the first one the registry has (a record of an unknown id is a bad record)
+        found = schemas.get(schema_id)
+        if not isinstance(found, Unusable):
+            return schema_id, found
+        why += f"; writer schema {schema_id}: {found.reason}"
+    raise InferenceError(f"no writer schema of its first records can be had{why}")
 
 
 def _inferred(cfg: TableConfig, w: Wanted, extra: Sequence[tuple[str, IcebergType, bool]]) -> Schema:

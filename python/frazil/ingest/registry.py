@@ -1,13 +1,15 @@
-"""Writer schemas of Avro values, by schema id (blocking I/O): from the schema file (``values.format
-= "avro"``, one schema, id 0) or a schema registry's Confluent-compatible REST API (``"avro-confluent"``:
-``GET /schemas/ids/{id}``), cached for the life of the process (a registered id never changes).
+"""Writer schemas of values, by schema id (blocking I/O): from the schema file (``values.format
+= "avro"``, one schema, id 0) or a schema registry's Confluent-compatible REST API (``"avro-confluent"``,
+and ``"json-schema-confluent"`` whose schemas are JSON Schema documents: ``GET /schemas/ids/{id}``),
+cached for the life of the process (a registered id never changes).
 
 Requests go through ``requests`` (basic auth, TLS with an optional CA bundle, timeouts); a
 connection error, timeout or 5xx answer is retried with backoff, at most ``max_attempts`` times,
 then :class:`SchemaRegistryError`. A 404 saying the schema id is not found (``error_code`` 40403)
 is an answer, not an outage (any other 404 is a wrong URL, and an error): the records
 that name it are bad records (:meth:`WriterSchemas.get` returns :class:`Unusable`), as are records
-of a schema that is not Avro or that uses references.
+of a schema of another kind than the format's (a Protobuf schema for ``"avro-confluent"``) or that
+uses references.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class Unusable:
 class WriterSchemas:
     def __init__(self, cfg: ValuesConfig) -> None:
         self._cfg = cfg
+        self._kind = "JSON" if cfg.json_schema else "AVRO"   # the registry's schemaType of the format
         self._cache: dict[int, str | Unusable] = {}
         self._parsed: dict[int, Any] = {}   # keys' writer schemas, parsed by fastavro
         self._lock = threading.Lock()
@@ -70,9 +73,9 @@ class WriterSchemas:
         return registry.url if registry is not None else self._cfg.schema_file
 
     def get(self, schema_id: int) -> str | Unusable:
-        """Blocking. The writer schema (Avro JSON) of ``schema_id``, or why its records cannot be
-        read (the registry has no such id, ...). Raises SchemaRegistryError when the registry
-        cannot be asked."""
+        """Blocking. The writer schema (Avro's JSON, or a JSON Schema document) of ``schema_id``,
+        or why its records cannot be read (the registry has no such id, ...). Raises
+        SchemaRegistryError when the registry cannot be asked."""
         with self._lock:
             if schema_id in self._cache:
                 return self._cache[schema_id]
@@ -140,7 +143,7 @@ class WriterSchemas:
                                               f"{answer.status_code}) asking for schema id {schema_id}: check "
                                               "schema_registry.username and password")
                 if answer.status_code < 500 and answer.ok:
-                    return _schema_of(answer, registry.url, schema_id)
+                    return _schema_of(answer, registry.url, schema_id, self._kind, self._cfg.format)
                 if answer.status_code < 500:   # a 404 without the registry's "schema not found": a wrong url
                     raise SchemaRegistryError(f"the schema registry at {registry.url} answered HTTP "
                                               f"{answer.status_code} for schema id {schema_id}: {answer.text[:300]}")
@@ -153,16 +156,17 @@ class WriterSchemas:
                                   "in Kafka: restart once it answers")
 
 
-def _schema_of(answer: requests.Response, url: str, schema_id: int) -> str | Unusable:
+def _schema_of(answer: requests.Response, url: str, schema_id: int, want: str, fmt: str) -> str | Unusable:
     try:
         body = answer.json()
         schema = body["schema"]
     except (ValueError, KeyError, TypeError):
         raise SchemaRegistryError(f"the schema registry at {url} answered schema id {schema_id} with "
                                   f"{answer.text[:200]!r}, not {{\"schema\": ...}}") from None
-    kind = body.get("schemaType", "AVRO")
-    if kind != "AVRO":
-        return Unusable(f"schema id {schema_id} is a {kind} schema, not Avro (values.format = \"avro-confluent\")")
+    kind = body.get("schemaType", "AVRO")   # the registry API leaves it out for Avro
+    if kind != want:
+        return Unusable(f"schema id {schema_id} is a {kind} schema, and values.format = \"{fmt}\" reads {want} "
+                        "schemas: was the record written by another serializer?")
     if body.get("references"):
         names = ", ".join(str(r.get("name")) for r in body["references"])
         return Unusable(f"schema id {schema_id} uses schema references ({names}), which frazil does not resolve yet; "
