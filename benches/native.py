@@ -1,7 +1,8 @@
 """Decode throughput of the native buffer against pyarrow.json and json.loads + from_pylist, and
 of the native buffer with the options that used to cost decode time (case_insensitive on names
 that all need folding; one bad record in 100 with on_bad_record = "dead_letter", each decoded
-alone by arrow-json for its reason).
+alone by arrow-json for its reason), and of the same values in the Confluent wire format
+(``native-json-schema``: ``values.format = "json-schema-confluent"``).
 
 The same seeded payloads go through every system, on one and on two threads, in one run:
 - ``clickstream``: about 250-byte events (the demo's generator);
@@ -85,19 +86,21 @@ def chunks(values: list[bytes]) -> list[dict[str, object]]:
 
 
 def run_native(schema: pa.Schema, work: list[dict[str, object]], threads: int, *, fold_case: bool = False,
-               bad_every: int = 0) -> int:
+               bad_every: int = 0, framed: bool = False) -> int:
     """``fold_case``: the table's case_insensitive option, on values whose every column name is
     upper-cased (so each field is renamed to its column); ``bad_every``: one value in that many is
     not a JSON object (on_bad_record = "dead_letter": the rest of its chunk is kept); rows kept are
     counted with the bad ones, so every system reports the same total. Unknown fields are rejected,
     the daemon's default (``unknown_fields = "fail"``); the payloads have none, so this is the work
-    the buffer did before rejecting became its own default too."""
-    buf = _native.JsonBuffer(schema=schema, unknown_fields="reject", fold_case=fold_case)
+    the buffer did before rejecting became its own default too. ``framed``: the values in the
+    Confluent wire format (``values.format = "json-schema-confluent"``), the frame skipped natively."""
+    buf = _native.JsonBuffer(schema=schema, unknown_fields="reject", fold_case=fold_case, confluent=framed)
     bad = [0] * len(work)
 
     def one(i: int) -> None:
         c = work[i]
-        values = c["bad_values"] if bad_every else c["folded_values"] if fold_case else c["values"]
+        values = (c["bad_values"] if bad_every else c["folded_values"] if fold_case
+                  else c["framed_values"] if framed else c["values"])
         result = buf.append(topic="bench", partition=i % threads, offsets=c["offsets"],
                             timestamps_ms=c["timestamps_ms"], keys=c["keys"], values=values)
         bad[i] = len(result.errors)
@@ -115,6 +118,13 @@ def with_bad_values(work: list[dict[str, object]], every: int, schema: pa.Schema
     bad = json.dumps({field: "not a number"}).encode()
     for c in work:
         c["bad_values"] = [bad if j % every == 0 else v for j, v in enumerate(c["values"])]
+
+
+def with_framed_values(work: list[dict[str, object]]) -> None:
+    """The values in the Confluent wire format, as a JSON Schema serializer writes them (magic
+    byte 0, a 4-byte schema id, the JSON)."""
+    for c in work:
+        c["framed_values"] = [b"\x00\x00\x00\x00\x07" + v for v in c["values"]]   # type: ignore[attr-defined]
 
 
 def with_folded_values(work: list[dict[str, object]], schema: pa.Schema) -> None:
@@ -391,6 +401,7 @@ SYSTEMS: dict[str, Callable[[pa.Schema, list[dict[str, object]], int], int]] = {
     # the table options that cost decode time, against the plain native rate in the same run
     "native-fold-case": lambda schema, work, threads: run_native(schema, work, threads, fold_case=True),
     "native-1pct-bad": lambda schema, work, threads: run_native(schema, work, threads, bad_every=BAD_EVERY),
+    "native-json-schema": lambda schema, work, threads: run_native(schema, work, threads, framed=True),
     "pyarrow-json": run_pyarrow_json,
     "json-loads": run_json_loads,
 }
@@ -442,10 +453,12 @@ def main() -> int:
         work = chunks(values)
         with_bad_values(work, BAD_EVERY, schema)
         with_folded_values(work, schema)
+        with_framed_values(work)
         nbytes = sum(len(v) for v in values)
         for threads in (1, 2):
             base = None
-            for system in ("json-loads", "pyarrow-json", "frazil-native", "native-fold-case", "native-1pct-bad"):
+            for system in ("json-loads", "pyarrow-json", "frazil-native", "native-fold-case", "native-1pct-bad",
+                           "native-json-schema"):
                 row = {"workload": workload, "avg_record_bytes": round(nbytes / len(values)),
                        **measure(system, schema, work, threads, len(values), nbytes, args.repeats)}
                 rows.append(row)
