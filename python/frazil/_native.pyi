@@ -169,6 +169,12 @@ class JsonBuffer:
     record's headers: :meth:`append` takes them in ``headers``, :meth:`append_fetched` reads them
     from the fetch.
 
+    ``key_columns`` (column, field) fill columns from the record key: the whole key for field
+    ``""`` (as a header fills its column), else the field (a dotted path) of a key that is a JSON
+    object, of the column's kind (text for a string column, a number for a number column, true or
+    false for a boolean one), exactly; NULL without a key or where the key has no such field.
+    Those columns are not read from the value.
+
     ``confluent``: every value is JSON in the Confluent wire format (magic byte 0, a 4-byte schema
     id, the JSON text), as a JSON Schema serializer writes it; the frame is skipped, and a value
     without one is a bad record.
@@ -187,6 +193,7 @@ class JsonBuffer:
         single_pass: bool = True,
         header_columns: list[tuple[str, bytes]] = ...,
         headers_column: str | None = None,
+        key_columns: list[tuple[str, str]] = ...,
         confluent: bool = False,
     ) -> JsonBuffer: ...
     def append(

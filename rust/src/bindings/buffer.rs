@@ -70,7 +70,7 @@ impl JsonBuffer {
     #[pyo3(signature = (
         *, schema, metadata_columns = false, max_bytes = None, shards = 16, unknown_fields = "reject",
         dedupe_by_key = false, fold_case = false, single_pass = true, header_columns = Vec::new(),
-        headers_column = None, confluent = false
+        headers_column = None, key_columns = Vec::new(), confluent = false
     ))]
     #[allow(clippy::too_many_arguments)] // one argument per keyword of the Python signature
     fn new(
@@ -84,6 +84,7 @@ impl JsonBuffer {
         single_pass: bool,
         header_columns: Vec<(String, Vec<u8>)>,
         headers_column: Option<String>,
+        key_columns: Vec<(String, String)>,
         confluent: bool,
     ) -> PyResult<Self> {
         let unknown_fields = unknown_fields.parse::<UnknownFields>().map_err(PyValueError::new_err)?;
@@ -97,6 +98,7 @@ impl JsonBuffer {
             single_pass,
             header_columns,
             headers_column,
+            key_columns,
             confluent,
         };
         let inner = buffer::JsonBuffer::new(Arc::new(schema.0), options).map_err(arrow_err)?;

@@ -21,7 +21,7 @@ pub type Headers<'a> = Vec<(&'a [u8], Option<&'a [u8]>)>;
 
 /// What a header column holds, by its Arrow type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     Text,
     Bytes,
     Int,
@@ -31,7 +31,7 @@ enum Kind {
 }
 
 impl Kind {
-    fn of(data_type: &DataType) -> Option<Self> {
+    pub(super) fn of(data_type: &DataType) -> Option<Self> {
         Some(match data_type {
             DataType::Utf8 | DataType::LargeUtf8 => Kind::Text,
             DataType::Binary | DataType::LargeBinary => Kind::Bytes,
@@ -43,7 +43,7 @@ impl Kind {
         })
     }
 
-    fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             Kind::Text => "string",
             Kind::Bytes => "binary",
@@ -186,7 +186,7 @@ fn text(value: &[u8]) -> Result<&str, &'static str> {
 }
 
 /// Checks that `value` fits `kind`, exactly.
-fn parse(kind: Kind, value: &[u8]) -> Result<(), &'static str> {
+pub(super) fn parse(kind: Kind, value: &[u8]) -> Result<(), &'static str> {
     match kind {
         Kind::Bytes => Ok(()),
         Kind::Text => text(value).map(|_| ()),
@@ -206,7 +206,7 @@ fn parse(kind: Kind, value: &[u8]) -> Result<(), &'static str> {
     }
 }
 
-fn shown(value: &[u8]) -> String {
+pub(super) fn shown(value: &[u8]) -> String {
     match std::str::from_utf8(value) {
         Ok(s) if s.len() <= 64 => format!("{s:?}"),
         Ok(s) => format!("{:?}...", &s[..s.char_indices().nth(61).map_or(s.len(), |(i, _)| i)]),
@@ -218,9 +218,9 @@ fn reason(name: &[u8], value: &[u8], why: &str) -> String {
     format!("header {} is {}: {why}", shown(name), shown(value))
 }
 
-fn column<'v>(kind: Kind, values: impl Iterator<Item = Option<&'v [u8]>>) -> Result<ArrayRef, ArrowError> {
+pub(super) fn column<'v>(kind: Kind, values: impl Iterator<Item = Option<&'v [u8]>>) -> Result<ArrayRef, ArrowError> {
     let bad =
-        |why: &str| ArrowError::InvalidArgumentError(format!("a header unchecked for a {} column: {why}", kind.name()));
+        |why: &str| ArrowError::InvalidArgumentError(format!("a value unchecked for a {} column: {why}", kind.name()));
     let as_text = |v: &'v [u8]| std::str::from_utf8(v).map_err(|_| bad("not UTF-8"));
     Ok(match kind {
         Kind::Bytes => Arc::new(values.collect::<arrow::array::BinaryArray>()),

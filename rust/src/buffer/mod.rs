@@ -16,6 +16,7 @@ mod decoders;
 mod dedupe;
 mod fast;
 mod headers;
+mod keys;
 pub mod shard;
 mod structs;
 mod temporal;
@@ -24,6 +25,7 @@ mod validate;
 
 pub use align::ALIGNMENT;
 pub use headers::{HeaderColumns, Headers};
+pub use keys::KeyColumns;
 pub(crate) use unique::twice;
 pub(crate) use validate::explain_syntax;
 
@@ -187,6 +189,9 @@ pub struct Options {
     pub header_columns: Vec<(String, Vec<u8>)>,
     /// The `map<string, binary>` column filled with every header of a record.
     pub headers_column: Option<String>,
+    /// Columns filled from the record key each: (column, the key's field as a dotted path; "" for
+    /// the whole key).
+    pub key_columns: Vec<(String, String)>,
     /// Every value is JSON in the Confluent wire format (magic byte 0, a big-endian u32 schema
     /// id, the JSON text: a JSON Schema serializer's framing); a value without it is a bad record.
     pub confluent: bool,
@@ -204,6 +209,7 @@ impl Default for Options {
             single_pass: true,
             header_columns: Vec::new(),
             headers_column: None,
+            key_columns: Vec::new(),
             confluent: false,
         }
     }
@@ -227,6 +233,8 @@ pub struct JsonBuffer {
     options: Options,
     /// The columns filled from the records' headers.
     headers: HeaderColumns,
+    /// The columns filled from the records' keys.
+    keys: KeyColumns,
     /// The single-pass decoder, when the schema and options allow it (`fast.rs`).
     fast: Option<fast::FastDecoder>,
     /// Entries of each shard in append order (a partition's entries all go to one shard).
@@ -254,12 +262,15 @@ impl JsonBuffer {
             return Err(ArrowError::InvalidArgumentError("shards must be at least 1".into()));
         }
         let headers = HeaderColumns::new(&schema, &options.header_columns, options.headers_column.as_deref())?;
+        let keys = KeyColumns::new(&schema, &options.key_columns)?;
         let value_fields: Vec<Arc<Field>> = schema
             .fields()
             .iter()
             .enumerate()
             .filter(|(i, f)| {
-                !(headers.holds(*i) || options.metadata_columns && META_COLUMNS.contains(&f.name().as_str()))
+                !(headers.holds(*i)
+                    || keys.holds(*i)
+                    || options.metadata_columns && META_COLUMNS.contains(&f.name().as_str()))
             })
             .map(|(_, f)| f.clone())
             .collect();
@@ -276,6 +287,7 @@ impl JsonBuffer {
             value_schema,
             options,
             headers,
+            keys,
             fast,
             shards,
             rows: AtomicUsize::new(0),
@@ -399,6 +411,15 @@ impl JsonBuffer {
                 .into());
             };
             good.retain(|&i| match self.headers.check(&self.schema, &headers[i]) {
+                Ok(()) => true,
+                Err((field, reason)) => {
+                    out.errors.push(self.record_error(records, i, field, reason));
+                    false
+                }
+            });
+        }
+        if !self.keys.is_empty() {
+            good.retain(|&i| match self.keys.check(&self.schema, records.keys[i].as_ref().map(|k| k.as_ref())) {
                 Ok(()) => true,
                 Err((field, reason)) => {
                     out.errors.push(self.record_error(records, i, field, reason));
@@ -603,6 +624,7 @@ impl JsonBuffer {
             Some(headers) if !self.headers.is_empty() => self.headers.columns(&self.schema, headers, rows)?,
             _ => Vec::new(),
         };
+        from_headers.extend(self.keys.columns(&self.schema, records.keys, rows)?);
         let mut next_value_column = 0;
         for (i, field) in self.schema.fields().iter().enumerate() {
             let name = field.name().as_str();

@@ -1,0 +1,232 @@
+//! Kafka record keys as columns: the whole key, or a field of a key that is a JSON object, into a
+//! column of its own. The whole key lands as a header does (`headers.rs`): its bytes as text in a
+//! string column, as they are in a binary column, exactly as the number or boolean its text spells
+//! in an int, long, double or boolean column. A field of a JSON key lands if it is of the column's
+//! kind (a string for a string column, a number for a number column, true or false for a boolean
+//! one), exactly; NULL when the record has no key, or the key lacks the field or holds null there.
+//! Anything else makes the record bad, naming the key column and why. Pure Rust, no pyo3.
+
+use std::borrow::Cow;
+
+use arrow::array::ArrayRef;
+use arrow::compute::cast;
+use arrow::datatypes::Schema;
+use arrow::error::ArrowError;
+use serde_json::Value;
+
+use super::headers::{column, parse, shown, Kind};
+
+/// The key columns of a buffer's schema: which column takes the key, or which field of it.
+#[derive(Debug, Clone, Default)]
+pub struct KeyColumns {
+    /// (index in the schema, the field's path in the key: empty for the whole key, what the column holds)
+    named: Vec<(usize, Vec<String>, Kind)>,
+}
+
+impl KeyColumns {
+    /// `named`: (column, the key's field as a dotted path; "" for the whole key). Each column must
+    /// be in `schema`, of type string, binary, int, long, double or boolean (binary for the whole
+    /// key only: a JSON field holds no bytes).
+    pub fn new(schema: &Schema, named: &[(String, String)]) -> Result<Self, ArrowError> {
+        let mut out = KeyColumns::default();
+        for (column, field) in named {
+            let i = schema.index_of(column).map_err(|_| {
+                ArrowError::SchemaError(format!("key column {column:?} is not in the schema; add it to the table"))
+            })?;
+            let kind = Kind::of(schema.field(i).data_type())
+                .filter(|k| *k != Kind::Bytes || field.is_empty())
+                .ok_or_else(|| {
+                    ArrowError::SchemaError(format!(
+                        "key column {column:?} is {}; a key {} lands in a string, {}int, long, double or boolean column",
+                        schema.field(i).data_type(),
+                        if field.is_empty() { "" } else { "field" },
+                        if field.is_empty() { "binary, " } else { "" },
+                    ))
+                })?;
+            let path = if field.is_empty() { Vec::new() } else { field.split('.').map(str::to_owned).collect() };
+            out.named.push((i, path, kind));
+        }
+        Ok(out)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.named.is_empty()
+    }
+
+    /// Whether the schema's column `i` is filled from the key.
+    pub fn holds(&self, i: usize) -> bool {
+        self.named.iter().any(|(j, _, _)| *j == i)
+    }
+
+    /// Why `key` cannot fill its columns: (the column, the reason).
+    pub fn check(&self, schema: &Schema, key: Option<&[u8]>) -> Result<(), (String, String)> {
+        let Some(key) = key else { return Ok(()) };
+        let mut parsed = None;
+        for (i, path, kind) in &self.named {
+            let at = || schema.field(*i).name().clone();
+            if let Some(value) = value_of(key, path, *kind, &mut parsed).map_err(|why| (at(), why))? {
+                parse(*kind, &value)
+                    .map_err(|why| (at(), format!("the key{} is {}: {why}", shown_path(path), shown(&value))))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The key columns of the records at `rows` (each checked): (index in the schema, array).
+    pub fn columns<K: AsRef<[u8]>>(
+        &self,
+        schema: &Schema,
+        keys: &[Option<K>],
+        rows: &[usize],
+    ) -> Result<Vec<(usize, ArrayRef)>, ArrowError> {
+        let mut out = Vec::with_capacity(self.named.len());
+        for (i, path, kind) in &self.named {
+            let values = rows
+                .iter()
+                .map(|&r| match keys[r].as_ref() {
+                    None => Ok(None),
+                    Some(key) => value_of(key.as_ref(), path, *kind, &mut None),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|why| ArrowError::InvalidArgumentError(format!("a key unchecked for its column: {why}")))?;
+            let built = column(*kind, values.iter().map(|v| v.as_deref()))?;
+            let wanted = schema.field(*i).data_type();
+            out.push((*i, if built.data_type() == wanted { built } else { cast(&built, wanted)? }));
+        }
+        Ok(out)
+    }
+}
+
+fn shown_path(path: &[String]) -> String {
+    if path.is_empty() {
+        String::new()
+    } else {
+        format!("'s field {}", path.join("."))
+    }
+}
+
+/// The bytes the column of `path` takes from `key` (None: NULL): the key itself for an empty
+/// path; else the field's text (a string unescaped, a number or boolean as written), when it is of
+/// the column's kind. `parsed` keeps the key's JSON for the next column of the same record.
+fn value_of<'k>(
+    key: &'k [u8],
+    path: &[String],
+    kind: Kind,
+    parsed: &mut Option<Value>,
+) -> Result<Option<Cow<'k, [u8]>>, String> {
+    if path.is_empty() {
+        return Ok(Some(Cow::Borrowed(key)));
+    }
+    if parsed.is_none() {
+        *parsed = Some(serde_json::from_slice(key).map_err(|_| {
+            format!("the key is {}, not a JSON object, so it has no field {}", shown(key), path.join("."))
+        })?);
+    }
+    let mut at = parsed.as_ref().expect("parsed above");
+    for (depth, name) in path.iter().enumerate() {
+        match at {
+            Value::Object(fields) => match fields.get(name) {
+                Some(v) => at = v,
+                None => return Ok(None),
+            },
+            Value::Null => return Ok(None),
+            _ => {
+                return Err(format!(
+                    "the key's {} is not a JSON object, so it has no field {name}",
+                    if depth == 0 { "value".to_string() } else { format!("field {}", path[..depth].join(".")) }
+                ))
+            }
+        }
+    }
+    let text = match (at, kind) {
+        (Value::Null, _) => return Ok(None),
+        (Value::String(s), Kind::Text) => s.clone().into_bytes(),
+        (Value::Number(n), Kind::Int | Kind::Long | Kind::Double) => n.to_string().into_bytes(),
+        (Value::Bool(b), Kind::Boolean) => b.to_string().into_bytes(),
+        (other, _) => {
+            let what = match other {
+                Value::String(_) => "text",
+                Value::Number(_) => "a number",
+                Value::Bool(_) => "a boolean",
+                Value::Array(_) => "an array",
+                _ => "an object",
+            };
+            return Err(format!("the key's field {} is {what}, and its column is {}", path.join("."), kind.name()));
+        }
+    };
+    Ok(Some(Cow::Owned(text)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Array, AsArray};
+    use arrow::datatypes::{DataType, Field, Int64Type};
+
+    fn schema() -> Schema {
+        Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("key", DataType::Utf8, true),
+            Field::new("user", DataType::Int64, true),
+            Field::new("region", DataType::Utf8, true),
+        ])
+    }
+
+    fn spec(schema: &Schema) -> KeyColumns {
+        let named = [
+            ("key".to_string(), String::new()),
+            ("user".to_string(), "user.id".to_string()),
+            ("region".to_string(), "region".to_string()),
+        ];
+        KeyColumns::new(schema, &named).unwrap()
+    }
+
+    #[test]
+    fn the_whole_key_and_fields_of_a_json_key_land_typed() {
+        let schema = schema();
+        let spec = spec(&schema);
+        let keys: Vec<Option<&[u8]>> = vec![
+            Some(br#"{"user": {"id": 42}, "region": "eu\u00e9"}"#),
+            None,
+            Some(br#"{"user": null}"#),
+            Some(br#"{"user": {"id": 9007199254740993}, "region": null}"#),
+        ];
+        for key in &keys {
+            spec.check(&schema, *key).unwrap();
+        }
+        let columns = spec.columns(&schema, &keys, &[0, 1, 2, 3]).unwrap();
+        let [(1, key), (2, user), (3, region)] = &columns[..] else { panic!("{columns:?}") };
+        assert_eq!(key.as_string::<i32>().value(0), r#"{"user": {"id": 42}, "region": "eu\u00e9"}"#);
+        assert!(key.is_null(1));
+        let user = user.as_primitive::<Int64Type>();
+        assert_eq!(
+            (user.value(0), user.is_null(1), user.is_null(2), user.value(3)),
+            (42, true, true, 9007199254740993)
+        );
+        let region = region.as_string::<i32>();
+        assert_eq!((region.value(0), region.is_null(2), region.is_null(3)), ("eué", true, true));
+    }
+
+    #[test]
+    fn a_key_that_does_not_fit_names_the_column_and_why() {
+        let schema = schema();
+        let spec = spec(&schema);
+        let cases: [(&[u8], &str, &str); 5] = [
+            (b"user-7", "user", "the key is \"user-7\", not a JSON object, so it has no field user.id"),
+            (br#"{"user": 7}"#, "user", "the key's field user is not a JSON object, so it has no field id"),
+            (br#"{"user": {"id": "7"}}"#, "user", "the key's field user.id is text, and its column is long"),
+            (
+                br#"{"user": {"id": 1.5}}"#,
+                "user",
+                "the key's field user.id is \"1.5\": not a long (64-bit) written in digits",
+            ),
+            (br#"{"region": 3}"#, "region", "the key's field region is a number, and its column is string"),
+        ];
+        for (key, column, why) in cases {
+            assert_eq!(spec.check(&schema, Some(key)), Err((column.to_string(), why.to_string())), "{key:?}");
+        }
+        let binary = Schema::new(vec![Field::new("b", DataType::Binary, true)]);
+        assert!(KeyColumns::new(&binary, &[("b".into(), "x".into())]).is_err());
+        assert!(KeyColumns::new(&binary, &[("b".into(), String::new())]).is_ok());
+    }
+}
