@@ -694,3 +694,21 @@ def test_header_columns_are_for_append_tables_of_json_values_each_name_once() ->
             config.parse(with_("table", **{**headed, **extra}))
     with pytest.raises(ConfigError, match=re.escape("read JSON values for now")):
         config.parse({**with_("table", **headed), "values": {"format": "avro", "schema_file": __file__}})
+
+
+def test_key_columns_take_the_whole_key_or_a_field_of_a_json_key_on_append_tables() -> None:
+    keyed = {"key_columns": [{"name": "raw_key"}, {"name": "user_id", "field": "user.id", "type": "long"}]}
+    cfg = config.parse(with_("table", **keyed, partition_by=["bucket[4](user_id)"]))
+    assert [(k.name, k.field, k.type) for k in cfg.table.key_columns] == [("raw_key", "", "string"),
+                                                                          ("user_id", "user.id", "long")]
+    for extra, message in [
+            ({"mode": "upsert", "identifier_columns": ["id"]}, "table.key_columns is for append tables"),
+            ({"key_columns": [{"name": "id"}]}, "column 'id' is named more than once"),
+            ({"key_columns": [{"name": "k", "field": "a", "type": "binary"}]}, "binary, which takes the whole key"),
+            ({"key_columns": [{"name": "k", "field": "a..b"}]}, "is not a dotted path"),
+            ({"key_columns": [{"name": "k", "type": "date"}]}, "a key lands in a string"),
+    ]:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            config.parse(with_("table", **{**keyed, **extra}))
+    with pytest.raises(ConfigError, match=re.escape("table.key_columns reads JSON values for now")):
+        config.parse({**with_("table", **keyed), "values": {"format": "avro", "schema_file": __file__}})

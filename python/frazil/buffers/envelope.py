@@ -39,10 +39,10 @@ class EnvelopeBuffer(RecordBuffer):
     def __init__(self, schema: pa.Schema, *, metadata_columns: bool, max_bytes: int | None = None,
                  strict_fields: str | None = None, unknown_fields: str = "fail",
                  case_insensitive: bool = False, header_columns: Sequence[tuple[str, builtins.bytes]] = (),
-                 headers_column: str | None = None) -> None:
+                 headers_column: str | None = None, key_columns: Sequence[tuple[str, str]] = ()) -> None:
         super().__init__(schema, metadata_columns=metadata_columns, max_bytes=max_bytes, strict_fields=strict_fields,
                          unknown_fields=unknown_fields, case_insensitive=case_insensitive,
-                         header_columns=header_columns, headers_column=headers_column)
+                         header_columns=header_columns, headers_column=headers_column, key_columns=key_columns)
         self._units, self._decimals = split_fixes(schema)
         self._case_insensitive = case_insensitive
 

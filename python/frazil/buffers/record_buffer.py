@@ -57,7 +57,8 @@ class RecordBuffer:
     def __init__(self, schema: pa.Schema, *, metadata_columns: bool, max_bytes: int | None = None,
                  strict_fields: str | None = None, unknown_fields: str = "fail",
                  case_insensitive: bool = False, header_columns: Sequence[tuple[str, bytes]] = (),
-                 headers_column: str | None = None, confluent: bool = False) -> None:
+                 headers_column: str | None = None, key_columns: Sequence[tuple[str, str]] = (),
+                 confluent: bool = False) -> None:
         """A field the schema does not have: with ``unknown_fields="fail"`` a bad record (named
         with its path, and a column it differs from only in case), for the reason
         ``strict_fields`` when given (a table whose schema was inferred); with ``"ignore"`` it is
@@ -66,6 +67,7 @@ class RecordBuffer:
         ``case_insensitive``: then it lands in that column. A bad record is never appended: the
         rest of its batch is. ``header_columns`` (column, header name) and ``headers_column`` (a
         ``map<string, binary>`` of every header) are filled from the records' headers.
+        ``key_columns`` (column, field: ``""`` for the whole key) are filled from the record keys.
         ``confluent``: each value is JSON in the Confluent wire format (a JSON Schema serializer's);
         one without the frame is a bad record."""
         self._ignore = unknown_fields == "ignore"
@@ -74,7 +76,8 @@ class RecordBuffer:
             self._native = _native.JsonBuffer(
                 schema=schema, metadata_columns=metadata_columns, max_bytes=max_bytes,
                 unknown_fields="report" if self._ignore else "reject", fold_case=case_insensitive,
-                header_columns=list(header_columns), headers_column=headers_column, confluent=confluent)
+                header_columns=list(header_columns), headers_column=headers_column, key_columns=list(key_columns),
+                confluent=confluent)
         except _native.NativeError as exc:
             raise FrazilError(f"the record buffer cannot use this table schema: {exc}") from exc
         self.schema = schema

@@ -182,15 +182,17 @@ class Targets:
         strict = _strict(cfg.name) if inferred else None
         max_bytes = self._budget if self.single else None
         header_columns = [(h.name, h.header.encode()) for h in cfg.header_columns]
+        key_columns = [(k.name, k.field) for k in cfg.key_columns]
         if cfg.connect_envelope:
             return EnvelopeBuffer(schema, metadata_columns=cfg.metadata_columns, max_bytes=max_bytes,
                                   strict_fields=strict, unknown_fields=cfg.unknown_fields,
                                   case_insensitive=cfg.case_insensitive, header_columns=header_columns,
-                                  headers_column=cfg.headers_column)
+                                  headers_column=cfg.headers_column, key_columns=key_columns)
         return RecordBuffer(schema, metadata_columns=cfg.metadata_columns, max_bytes=max_bytes,
                             strict_fields=strict, unknown_fields=cfg.unknown_fields,
                             case_insensitive=cfg.case_insensitive, header_columns=header_columns,
-                            headers_column=cfg.headers_column, confluent=self._values.json_schema)
+                            headers_column=cfg.headers_column, key_columns=key_columns,
+                            confluent=self._values.json_schema)
 
     def evolved(self, target: Target, table: Table) -> None:
         """``table`` has a newer schema than ``target``'s buffer: what it holds is carried (written

@@ -52,6 +52,7 @@ def _known(table: TableConfig | DynamicConfig) -> dict[str, ColumnType]:
     """The table's columns by name when they are declared, the Kafka metadata columns with them."""
     meta = META_COLUMN_TYPES if table.metadata_columns else {}
     headers = {h.name: h.column_type for h in table.header_columns}
+    headers.update({k.name: k.column_type for k in table.key_columns})
     if table.headers_column:
         headers[table.headers_column] = ColumnType("map<string, binary>")
     return {**{c.name: c.type for c in table.columns}, **headers, **meta}
@@ -110,20 +111,25 @@ def _table(table: TableConfig | DynamicConfig, at: str, *, from_writer: bool) ->
 
 
 def _headers(table: TableConfig | DynamicConfig, at: str, *, from_writer: bool) -> None:
-    """Header columns: on append tables of JSON values, each name once among the table's columns."""
-    names = [h.name for h in table.header_columns] + ([table.headers_column] if table.headers_column else [])
+    """Header and key columns: on append tables of JSON values, each name once among the table's
+    columns."""
+    keys = [k.name for k in table.key_columns]
+    names = [h.name for h in table.header_columns] + ([table.headers_column] if table.headers_column else []) + keys
     if not names:
         return
+    which = " and ".join(f"{at}.{k}" for k, given in (("header_columns", table.header_columns),
+                                                      ("headers_column", table.headers_column),
+                                                      ("key_columns", keys)) if given)
+    one = " and " not in which
     if table.changes is not None:
-        raise ConfigError(f"{at}.header_columns and {at}.headers_column are for append tables; a keyed table's "
-                          "row is its change's")
+        raise ConfigError(f"{which} {'is' if one else 'are'} for append tables; a keyed table's row is its change's")
     if from_writer:
-        raise ConfigError(f"{at}.header_columns and {at}.headers_column read JSON values for now; with "
-                          "values.format = \"avro\" or \"avro-confluent\" leave them out")
+        raise ConfigError(f"{which} read{'s' if one else ''} JSON values for now; with values.format = \"avro\" or "
+                          f"\"avro-confluent\" leave {'it' if one else 'them'} out")
     declared = [c.name for c in table.columns]
     for name in sorted({n for n in names if names.count(n) > 1 or n in declared}):
-        raise ConfigError(f"{at}: column {name!r} is named more than once among columns, header_columns and "
-                          "headers_column; give each column its own name")
+        raise ConfigError(f"{at}: column {name!r} is named more than once among columns, header_columns, "
+                          "headers_column and key_columns; give each column its own name")
 
 
 def _partition_field(spec: PartitionField, table: TableConfig | DynamicConfig, at: str) -> None:

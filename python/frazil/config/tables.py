@@ -5,9 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, Strict, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.dataclasses import dataclass
 
 from frazil.config.types import (
@@ -96,6 +105,37 @@ class HeaderColumn:
     @classmethod
     def _name(cls, name: str) -> str:
         return _column_name(name)
+
+    @property
+    def column_type(self) -> ColumnType:
+        return HEADER_TYPES[self.type]
+
+
+@dataclass(frozen=True, config=STRICT)
+class KeyColumn:
+    """A column filled from the Kafka record key: the whole key (``field = ""``, as a header fills
+    its column), or a field of a key that is a JSON object (a dotted path), of the column's kind."""
+
+    name: Text = Field(description="the column's name")
+    field: Text = Field(default="", description="the key's field (a dotted path); \"\": the whole key")
+    type: Annotated[Literal["string", "binary", "int", "long", "double", "boolean"], Refused(
+        ": a key lands in a string, binary (the whole key's bytes), int, long, double or boolean column")] = Field(
+        default="string", description="string binary int long double boolean")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        return _column_name(name)
+
+    @model_validator(mode="after")
+    def _fits(self) -> Self:
+        if self.type == "binary" and self.field:
+            raise ValueError(f"key column {self.name!r} is binary, which takes the whole key's bytes; a field of a "
+                             "JSON key holds text, a number or a boolean: give it one of those types, or leave out "
+                             "field")
+        if any(not part for part in self.field.split(".")) and self.field:
+            raise ValueError(f"key column {self.name!r}: field {self.field!r} is not a dotted path of field names")
+        return self
 
     @property
     def column_type(self) -> ColumnType:
@@ -239,6 +279,8 @@ class TableShape:
         default=(), kw_only=True, description="columns filled from Kafka record headers: {name, header, type}")
     headers_column: Annotated[Text | None, AfterValidator(lambda n: n if n is None else _column_name(n))] = Field(
         default=None, kw_only=True, description="a map<string, binary> column of every header of a record")
+    key_columns: tuple[KeyColumn, ...] = Field(
+        default=(), kw_only=True, description="columns filled from the Kafka record key: {name, field, type}")
     connect_envelope: Flag = Field(
         default=False, kw_only=True, description="append mode: values are Kafka Connect's JSON envelope "
         "{schema, payload}; the payload is the row, the schema makes and evolves the table")

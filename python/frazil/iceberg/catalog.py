@@ -250,12 +250,18 @@ def header_columns(table: TableConfig | DynamicConfig) -> tuple[tuple[str, Icebe
     return tuple(named)
 
 
+def key_columns(table: TableConfig | DynamicConfig) -> tuple[tuple[str, IcebergType, bool], ...]:
+    """The columns a table's records' keys fill, as ``(name, type, required)`` like ``META_COLUMNS``."""
+    return tuple((k.name, declared.PRIMITIVES[k.type], False) for k in table.key_columns)
+
+
 _MAP_KEY_ID = 1 << 30   # far above any counter of a schema being made
 
 
 def extra_columns(table: TableConfig | DynamicConfig) -> tuple[tuple[str, IcebergType, bool], ...]:
-    """The columns a table has beside its values': its header columns, then the Kafka metadata."""
-    return header_columns(table) + (META_COLUMNS if table.metadata_columns else ())
+    """The columns a table has beside its values': its header and key columns, then the Kafka
+    metadata."""
+    return header_columns(table) + key_columns(table) + (META_COLUMNS if table.metadata_columns else ())
 
 
 def schema_for(table: TableConfig) -> Schema:
