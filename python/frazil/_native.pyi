@@ -246,6 +246,10 @@ class AvroBuffer:
     error). The reader schema of a registration has the writer's record names and the value
     columns in order; each decoded column is cast exactly to its column's type (only widenings and
     representations of one type; a value that does not fit is an error, never a NULL).
+
+    ``header_columns``, ``headers_column`` and ``key_columns`` fill columns from the records'
+    headers and keys as :class:`JsonBuffer`'s do (those columns are not in a reader schema); a
+    record whose header or key does not fit is a bad record before its datum is decoded.
     """
 
     def __new__(
@@ -256,6 +260,9 @@ class AvroBuffer:
         metadata_columns: bool = False,
         max_bytes: int | None = None,
         shards: int = 16,
+        header_columns: list[tuple[str, bytes]] = ...,
+        headers_column: str | None = None,
+        key_columns: list[tuple[str, str]] = ...,
     ) -> AvroBuffer: ...
     def register(self, id: int, writer: str, reader: str, ignored: int = 0) -> None:
         """Records of schema ``id`` are read with ``writer`` into ``reader`` (``ignored``: writer
@@ -272,9 +279,10 @@ class AvroBuffer:
         timestamps_ms: list[int],
         keys: list[bytes | None],
         values: list[bytes],
+        headers: list[list[tuple[bytes, bytes | None]]] | None = None,
     ) -> AppendResult:
-        """Decode one batch of one topic-partition. Raises UnknownSchemaError or BufferFullError
-        (appending nothing)."""
+        """Decode one batch of one topic-partition (``headers``: each record's, needed with
+        header columns). Raises UnknownSchemaError or BufferFullError (appending nothing)."""
     def append_fetched(self, *, topic: str, partition: int, fetched: Fetched, start: int = 0) -> AppendResult:
         """Decode the records of ``fetched`` from index ``start`` on that have a value, straight
         from the fetched bytes; as :meth:`append` otherwise."""

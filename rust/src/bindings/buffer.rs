@@ -58,6 +58,13 @@ pub struct AppendResult {
 /// One record's headers as Python hands them: (name, value).
 type PyHeaders = Vec<(PyBackedBytes, Option<PyBackedBytes>)>;
 
+/// Each record's headers as the buffer reads them, borrowed from Python's.
+fn borrow_headers(headers: &Option<Vec<PyHeaders>>) -> Option<Vec<buffer::Headers<'_>>> {
+    headers.as_ref().map(|records| {
+        records.iter().map(|h| h.iter().map(|(k, v)| (k.as_ref(), v.as_ref().map(|v| v.as_ref()))).collect()).collect()
+    })
+}
+
 /// Decodes Kafka record values (JSON objects) into Arrow record batches of one schema.
 #[pyclass(module = "frazil._native", frozen)]
 pub struct JsonBuffer {
@@ -121,12 +128,7 @@ impl JsonBuffer {
         let inner = &self.inner;
         let done = py
             .detach(|| {
-                let borrowed: Option<Vec<buffer::Headers<'_>>> = headers.as_ref().map(|records| {
-                    records
-                        .iter()
-                        .map(|h| h.iter().map(|(k, v)| (k.as_ref(), v.as_ref().map(|v| v.as_ref()))).collect())
-                        .collect()
-                });
+                let borrowed = borrow_headers(&headers);
                 inner.append(&Records {
                     topic,
                     partition,
@@ -292,15 +294,30 @@ pub struct AvroBuffer {
 #[pymethods]
 impl AvroBuffer {
     #[new]
-    #[pyo3(signature = (*, schema, confluent, metadata_columns = false, max_bytes = None, shards = 16))]
+    #[pyo3(signature = (
+        *, schema, confluent, metadata_columns = false, max_bytes = None, shards = 16, header_columns = Vec::new(),
+        headers_column = None, key_columns = Vec::new()
+    ))]
+    #[allow(clippy::too_many_arguments)] // one argument per keyword of the Python signature
     fn new(
         schema: PyArrowType<Schema>,
         confluent: bool,
         metadata_columns: bool,
         max_bytes: Option<usize>,
         shards: usize,
+        header_columns: Vec<(String, Vec<u8>)>,
+        headers_column: Option<String>,
+        key_columns: Vec<(String, String)>,
     ) -> PyResult<Self> {
-        let options = Options { metadata_columns, max_bytes, shards, ..Options::default() };
+        let options = Options {
+            metadata_columns,
+            max_bytes,
+            shards,
+            header_columns,
+            headers_column,
+            key_columns,
+            ..Options::default()
+        };
         let framing = if confluent { Framing::Confluent } else { Framing::Plain };
         let inner = avro::AvroBuffer::new(Arc::new(schema.0), options, framing).map_err(arrow_err)?;
         Ok(Self { inner })
@@ -315,7 +332,7 @@ impl AvroBuffer {
         self.inner.refuse(id, field, reason);
     }
 
-    #[pyo3(signature = (*, topic, partition, offsets, timestamps_ms, keys, values))]
+    #[pyo3(signature = (*, topic, partition, offsets, timestamps_ms, keys, values, headers = None))]
     #[allow(clippy::too_many_arguments)] // one argument per keyword of the Python signature
     fn append(
         &self,
@@ -326,10 +343,12 @@ impl AvroBuffer {
         timestamps_ms: Vec<i64>,
         keys: Vec<Option<PyBackedBytes>>,
         values: Vec<PyBackedBytes>,
+        headers: Option<Vec<PyHeaders>>,
     ) -> PyResult<AppendResult> {
         let inner = &self.inner;
         let done = py
             .detach(|| {
+                let borrowed = borrow_headers(&headers);
                 inner.append(&Records {
                     topic,
                     partition,
@@ -337,7 +356,7 @@ impl AvroBuffer {
                     timestamps_ms: &timestamps_ms,
                     keys: &keys,
                     values: &values,
-                    headers: None,
+                    headers: borrowed.as_deref(),
                 })
             })
             .map_err(buffer_err)?;

@@ -130,7 +130,7 @@ impl AvroBuffer {
         fetched: &crate::kafka::Fetched,
         start: usize,
     ) -> Result<Appended, BufferError> {
-        let taken = super::Taken::of(fetched, start, false);
+        let taken = super::Taken::of(fetched, start, self.core.takes_headers());
         self.append(&taken.records(topic, partition))
     }
 
@@ -169,6 +169,13 @@ impl AvroBuffer {
                     framed.push((i, id, &value[CONFLUENT_HEADER..]));
                 }
             }
+        }
+        // headers and keys that do not fit their columns make bad records before any decoding
+        let mut fitting: Vec<usize> = framed.iter().map(|&(i, _, _)| i).collect();
+        self.core.keep_fitting(records, &mut fitting, &mut out.errors)?;
+        if fitting.len() < framed.len() {
+            let mut kept = fitting.iter().peekable();
+            framed.retain(|&(i, _, _)| kept.next_if_eq(&&i).is_some());
         }
         let writers: HashMap<u32, Arc<Writer>> = {
             let known = self.writers.read().expect("writers lock poisoned");

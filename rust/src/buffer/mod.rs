@@ -403,30 +403,7 @@ impl JsonBuffer {
                 Err((field, reason)) => out.errors.push(self.record_error(records, i, field, reason)),
             }
         }
-        if !self.headers.is_empty() {
-            let Some(headers) = records.headers.filter(|h| h.len() == n) else {
-                return Err(ArrowError::InvalidArgumentError(
-                    "this buffer fills columns from headers: give every record's headers".into(),
-                )
-                .into());
-            };
-            good.retain(|&i| match self.headers.check(&self.schema, &headers[i]) {
-                Ok(()) => true,
-                Err((field, reason)) => {
-                    out.errors.push(self.record_error(records, i, field, reason));
-                    false
-                }
-            });
-        }
-        if !self.keys.is_empty() {
-            good.retain(|&i| match self.keys.check(&self.schema, records.keys[i].as_ref().map(|k| k.as_ref())) {
-                Ok(()) => true,
-                Err((field, reason)) => {
-                    out.errors.push(self.record_error(records, i, field, reason));
-                    false
-                }
-            });
-        }
+        self.keep_fitting(records, &mut good, &mut out.errors)?;
         let (decoded, good) = self.decode(records, good, rewritten, &mut out)?;
         if decoded.num_rows() != good.len() {
             // Never let a row drift away from its offset.
@@ -439,6 +416,47 @@ impl JsonBuffer {
         }
         out.rows = self.store(decoded, records, &good)?;
         Ok(out)
+    }
+
+    /// Whether the buffer fills columns from the records' headers (it needs them at append).
+    pub(crate) fn takes_headers(&self) -> bool {
+        !self.headers.is_empty()
+    }
+
+    /// Of the records at `good`, keeps those whose headers and key fit their columns; each other
+    /// is pushed to `errors`, naming the column and why. An error when headers are needed and
+    /// `records` has none.
+    pub(crate) fn keep_fitting<V: AsRef<[u8]>, K: AsRef<[u8]>>(
+        &self,
+        records: &Records<'_, V, K>,
+        good: &mut Vec<usize>,
+        errors: &mut Vec<RecordError>,
+    ) -> Result<(), BufferError> {
+        if !self.headers.is_empty() {
+            let Some(headers) = records.headers.filter(|h| h.len() == records.values.len()) else {
+                return Err(ArrowError::InvalidArgumentError(
+                    "this buffer fills columns from headers: give every record's headers".into(),
+                )
+                .into());
+            };
+            good.retain(|&i| match self.headers.check(&self.schema, &headers[i]) {
+                Ok(()) => true,
+                Err((field, reason)) => {
+                    errors.push(self.record_error(records, i, field, reason));
+                    false
+                }
+            });
+        }
+        if !self.keys.is_empty() {
+            good.retain(|&i| match self.keys.check(&self.schema, records.keys[i].as_ref().map(|k| k.as_ref())) {
+                Ok(()) => true,
+                Err((field, reason)) => {
+                    errors.push(self.record_error(records, i, field, reason));
+                    false
+                }
+            });
+        }
+        Ok(())
     }
 
     /// The records of `fetched` from index `from` on that have a value (a null value is a
