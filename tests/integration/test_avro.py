@@ -204,6 +204,53 @@ def test_plain_avro_values_with_a_schema_file_land_as_sent(kafka: KafkaBroker, t
     assert all("configured writer schema" in support.source_of(letter)[1]["frazil.error"] for letter in letters)
 
 
+
+@pytest.mark.asyncio
+async def test_avro_values_fill_a_table_made_from_their_writer_schema_with_header_and_key_columns(
+        kafka: KafkaBroker, schema_registry: SchemaRegistry, tmp_path: Path) -> None:
+    """A table without declared columns, made from the writer schema, gains the header and key
+    columns after the writer's fields; every record lands with its header and key field, and one
+    whose key is not JSON is a dead letter naming the key column."""
+    topic = "avro-headed"
+    n, bad = 200, {13, 170}
+    schema_id = schema_registry.register(f"{topic}-value", V1)
+    await support.create_topic(kafka.bootstrap, topic, PARTITIONS)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap)
+    await producer.start()
+    try:
+        for i in range(n):
+            key = b"no-json" if i in bad else json.dumps({"shop": {"id": 100 + i}}).encode()
+            value = b"\x00" + schema_id.to_bytes(4, "big") + datum(V1, row(i))
+            await producer.send(topic, value, key=key, partition=i % PARTITIONS,
+                                headers=[("trace-id", f"t{i}".encode())] if i % 3 else [])
+        await producer.flush()
+    finally:
+        await producer.stop()
+    extra = f'\n[values]\nformat = "avro-confluent"\n\n[schema_registry]\nurl = "{schema_registry.url}"\n'
+    path = support.write_config(tmp_path, kafka.bootstrap, [topic], pipeline=topic, table="db.avro_headed",
+                                extra=extra)
+    text = path.read_text()
+    start = text.index("columns = [")
+    columns = ('header_columns = [{ name = "trace", header = "trace-id" }]\n'
+               'key_columns = [{ name = "shop_id", field = "shop.id", type = "long" }]\n')
+    text = text[:start] + columns + text[text.index("]\n", start) + 2:]
+    path.write_text(text.replace("[kafka]", 'on_bad_record = "dead_letter"\n\n[kafka]', 1))
+    cfg = support.load(path)
+    await support.run_until_committed(cfg, {(topic, p): n // PARTITIONS for p in range(PARTITIONS)})
+
+    table = support.catalog_of(cfg).load_table(cfg.table.name)
+    names = [f.name for f in table.schema().fields]
+    assert names[:len(V1["fields"]) + 2] == [*(f["name"] for f in V1["fields"]), "trace", "shop_id"], names
+    rows = {r["id"]: r for r in table.scan().to_arrow().to_pylist()}
+    assert set(rows) == set(range(n)) - bad
+    for i, r in rows.items():
+        assert (r["trace"], r["shop_id"], r["amount"]) == (f"t{i}" if i % 3 else None, 100 + i, row(i)["amount"]), r
+    letters = await support.dead_letters(kafka.bootstrap, cfg.dead_letter_topic)
+    why = {support.source_of(letter)[0]: support.source_of(letter)[1] for letter in letters}
+    assert set(why) == {(topic, i % PARTITIONS, i // PARTITIONS) for i in bad} and len(letters) == len(bad)
+    assert all(h["frazil.error.field"] == "shop_id" and "not a JSON object" in h["frazil.error"]
+               for h in why.values()), why
+
 # Debezium's envelope as its Avro converter registers it: `before` defines the row record and
 # `after` refers to it by name; `source` and `transaction` are records of their own
 DEBEZIUM_ROW = {"type": "record", "name": "Value", "fields": [

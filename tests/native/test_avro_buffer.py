@@ -147,6 +147,50 @@ def test_a_fetch_of_avro_values_lands_as_its_records_would_with_the_left_out_fie
     assert raw.drain_batches() == listed.drain_batches()
 
 
+
+def test_headers_and_keys_fill_their_columns_beside_avro_values_on_both_paths() -> None:
+    """A header column and a column from a field of a JSON key, beside the Avro value's columns:
+    the fetch and the list path land the same rows, and a record whose header or key does not fit
+    is a bad record naming the column, its datum never decoded."""
+    table = Schema(*TABLE.fields, NestedField(20, "attempt", LongType()), NestedField(21, "user", LongType()))
+    got = avro.resolve(WRITER, table, case_insensitive=True, exclude=("attempt", "user"))
+    assert isinstance(got, avro.Readable), got
+    sent = {"id": 1, "PAGE": "/a", "at": datetime.datetime(2024, 1, 2, tzinfo=datetime.UTC),
+            "geo": {"city": "Oslo", "lat": 1.5}, "tags": [], "attrs": {}, "price": decimal.Decimal("1.00"),
+            "day": datetime.date(2024, 1, 2), "kind": "A"}
+
+    def key(i: int) -> bytes | None:
+        return None if i == 2 else b"plain" if i == 7 else json.dumps({"u": {"id": 10 * i}}).encode()
+
+    def headers(i: int) -> list[tuple[str, bytes]]:
+        return [] if i == 3 else [("attempt", b"x" if i == 5 else str(i).encode())]
+
+    records = [(i, 1_700_000_000_000 + i, key(i), framed(3, {**sent, "id": i}), headers(i)) for i in range(10)]
+    fetched = _native.read_fetch(record_batch(records), fetch_offset=0, read_committed=True, aborted=[])
+
+    def registered() -> _native.AvroBuffer:
+        buf = _native.AvroBuffer(schema=schema_to_pyarrow(table), confluent=True,
+                                 header_columns=[("attempt", b"attempt")], key_columns=[("user", "u.id")])
+        buf.register(3, json.dumps(WRITER), got.reader)
+        return buf
+
+    raw, listed = registered(), registered()
+    from_fetch = raw.append_fetched(topic="t", partition=0, fetched=fetched)
+    from_list = listed.append(topic="t", partition=0, offsets=[r[0] for r in records],
+                              timestamps_ms=[r[1] for r in records], keys=[r[2] for r in records],
+                              values=[r[3] for r in records],
+                              headers=[[(k.encode(), v) for k, v in r[4]] for r in records])
+    for done in (from_fetch, from_list):
+        assert [(e.offset, e.field) for e in done.errors] == [(5, "attempt"), (7, "user")], done.errors
+        assert done.rows == 8
+    rows = pa.Table.from_batches(raw.drain_batches()).to_pylist()
+    assert pa.Table.from_batches(listed.drain_batches()).to_pylist() == rows
+    assert [(r["id"], r["attempt"], r["user"]) for r in rows] == [
+        (i, None if i == 3 else i, None if i == 2 else 10 * i) for i in range(10) if i not in (5, 7)]
+    with pytest.raises(_native.NativeError, match="give every record's headers"):
+        registered().append(topic="t", partition=0, offsets=[0], timestamps_ms=[0], keys=[None],
+                            values=[records[0][3]])
+
 # Debezium's envelope, as its Avro converter writes it: `before` defines the row's record type and
 # `after` refers to it by name (a named type used twice, which Avro allows).
 ROW = {"type": "record", "name": "Value", "fields": [

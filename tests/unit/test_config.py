@@ -679,7 +679,7 @@ def test_secrets_never_appear_in_repr(tmp_path: Path, monkeypatch: pytest.Monkey
     assert "s3cret" not in repr(cfg) and "s3cret" not in cfg.kafka.security.describe()
 
 
-def test_header_columns_are_for_append_tables_of_json_values_each_name_once() -> None:
+def test_header_columns_are_for_append_tables_each_name_once(tmp_path: Path) -> None:
     headed = {"header_columns": [{"name": "trace", "header": "trace-id"}], "headers_column": "headers"}
     cfg = config.parse(with_("table", **headed, partition_by=["trace"]))
     assert [(h.name, h.header, h.type) for h in cfg.table.header_columns] == [("trace", "trace-id", "string")]
@@ -692,11 +692,13 @@ def test_header_columns_are_for_append_tables_of_json_values_each_name_once() ->
     ]:
         with pytest.raises(ConfigError, match=re.escape(message)):
             config.parse(with_("table", **{**headed, **extra}))
-    with pytest.raises(ConfigError, match=re.escape("read JSON values for now")):
-        config.parse({**with_("table", **headed), "values": {"format": "avro", "schema_file": __file__}})
+    avsc = tmp_path / "e.avsc"
+    avsc.write_text('{"type": "record", "name": "E", "fields": [{"name": "id", "type": "long"}]}')
+    avro = config.parse({**with_("table", **headed), "values": {"format": "avro", "schema_file": str(avsc)}})
+    assert avro.values.avro and avro.table.headers_column == "headers"   # Avro values fill them too
 
 
-def test_key_columns_take_the_whole_key_or_a_field_of_a_json_key_on_append_tables() -> None:
+def test_key_columns_take_the_whole_key_or_a_field_of_a_json_key_on_append_tables(tmp_path: Path) -> None:
     keyed = {"key_columns": [{"name": "raw_key"}, {"name": "user_id", "field": "user.id", "type": "long"}]}
     cfg = config.parse(with_("table", **keyed, partition_by=["bucket[4](user_id)"]))
     assert [(k.name, k.field, k.type) for k in cfg.table.key_columns] == [("raw_key", "", "string"),
@@ -710,5 +712,7 @@ def test_key_columns_take_the_whole_key_or_a_field_of_a_json_key_on_append_table
     ]:
         with pytest.raises(ConfigError, match=re.escape(message)):
             config.parse(with_("table", **{**keyed, **extra}))
-    with pytest.raises(ConfigError, match=re.escape("table.key_columns reads JSON values for now")):
-        config.parse({**with_("table", **keyed), "values": {"format": "avro", "schema_file": __file__}})
+    avsc = tmp_path / "e.avsc"
+    avsc.write_text('{"type": "record", "name": "E", "fields": [{"name": "id", "type": "long"}]}')
+    avro = config.parse({**with_("table", **keyed), "values": {"format": "avro", "schema_file": str(avsc)}})
+    assert [k.name for k in avro.table.key_columns] == ["raw_key", "user_id"]   # Avro values fill them too

@@ -175,16 +175,19 @@ class AvroRecordBuffer(WriterSchemas, RecordBuffer):
     ``UnknownWriterSchemas`` (``ids``) and takes nothing."""
 
     def __init__(self, schema: pa.Schema, *, confluent: bool, metadata_columns: bool,
-                 max_bytes: int | None = None) -> None:
+                 max_bytes: int | None = None, header_columns: Sequence[tuple[str, bytes]] = (),
+                 headers_column: str | None = None, key_columns: Sequence[tuple[str, str]] = ()) -> None:
         try:
             self._avro = _native.AvroBuffer(schema=schema, confluent=confluent, metadata_columns=metadata_columns,
-                                            max_bytes=max_bytes)
+                                            max_bytes=max_bytes, header_columns=list(header_columns),
+                                            headers_column=headers_column, key_columns=list(key_columns))
             self._native = self._avro   # type: ignore[assignment]
         except _native.NativeError as exc:
             raise FrazilError(f"the record buffer cannot use this table schema: {exc}") from exc
         self._strict = None
         self._ignore = False
         self.schema = schema
+        self.takes_headers = bool(header_columns) or headers_column is not None
         self.fields_ignored = 0
         self._counting = threading.Lock()
 
@@ -193,7 +196,7 @@ class AvroRecordBuffer(WriterSchemas, RecordBuffer):
             return self._problems(self._avro.append(
                 topic=topic, partition=partition, offsets=[r.offset for r in records],
                 timestamps_ms=[r.timestamp for r in records], keys=[r.key for r in records],
-                values=values_of(records)))
+                values=values_of(records), headers=headers_of(records) if self.takes_headers else None))
 
     def append_fetched(self, topic: str, partition: int, fetched: _native.Fetched,
                        start: int = 0, at: list[int] | None = None) -> list[RecordProblem]:

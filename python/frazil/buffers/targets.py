@@ -165,11 +165,14 @@ class Targets:
                                     confluent=self._values.format == "avro-confluent",
                                     max_bytes=self._budget if self.single else None,
                                     case_insensitive=cfg.case_insensitive, avro_key=self._avro_key)
+        header_columns = [(h.name, h.header.encode()) for h in cfg.header_columns]
+        key_columns = [(k.name, k.field) for k in cfg.key_columns]
         if self._values.avro:
             return AvroRecordBuffer(iceberg_catalog.arrow_schema(table),
                                     confluent=self._values.format == "avro-confluent",
                                     metadata_columns=cfg.metadata_columns,
-                                    max_bytes=self._budget if self.single else None)
+                                    max_bytes=self._budget if self.single else None, header_columns=header_columns,
+                                    headers_column=cfg.headers_column, key_columns=key_columns)
         if cfg.changes is not None:
             schema = iceberg_catalog.arrow_schema(table, value_options(cfg, table.properties))
             if cfg.changes.target:   # a staging table: decoded against the declared columns
@@ -181,8 +184,6 @@ class Targets:
         schema = iceberg_catalog.arrow_schema(table, value_options(cfg, table.properties))
         strict = _strict(cfg.name) if inferred else None
         max_bytes = self._budget if self.single else None
-        header_columns = [(h.name, h.header.encode()) for h in cfg.header_columns]
-        key_columns = [(k.name, k.field) for k in cfg.key_columns]
         if cfg.connect_envelope:
             return EnvelopeBuffer(schema, metadata_columns=cfg.metadata_columns, max_bytes=max_bytes,
                                   strict_fields=strict, unknown_fields=cfg.unknown_fields,

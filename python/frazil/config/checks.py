@@ -92,7 +92,7 @@ def _table(table: TableConfig | DynamicConfig, at: str, *, from_writer: bool) ->
                           "route_field fully matches route")
     if table.changes is not None:
         _keyed(table, at)
-    _headers(table, at, from_writer=from_writer)
+    _headers(table, at)
     if table.connect_envelope and table.changes is not None:
         raise ConfigError(f"{at}.connect_envelope is for append tables; a keyed table with mode = \"cdc\" reads "
                           f"Kafka Connect's JSON envelope through {at}.cdc.unwrap_envelope (on by default), and one "
@@ -110,9 +110,8 @@ def _table(table: TableConfig | DynamicConfig, at: str, *, from_writer: bool) ->
                           "schemas.enable=true); with values.format = \"avro\" or \"avro-confluent\" leave it out")
 
 
-def _headers(table: TableConfig | DynamicConfig, at: str, *, from_writer: bool) -> None:
-    """Header and key columns: on append tables of JSON values, each name once among the table's
-    columns."""
+def _headers(table: TableConfig | DynamicConfig, at: str) -> None:
+    """Header and key columns: on append tables, each name once among the table's columns."""
     keys = [k.name for k in table.key_columns]
     names = [h.name for h in table.header_columns] + ([table.headers_column] if table.headers_column else []) + keys
     if not names:
@@ -123,9 +122,6 @@ def _headers(table: TableConfig | DynamicConfig, at: str, *, from_writer: bool) 
     one = " and " not in which
     if table.changes is not None:
         raise ConfigError(f"{which} {'is' if one else 'are'} for append tables; a keyed table's row is its change's")
-    if from_writer:
-        raise ConfigError(f"{which} read{'s' if one else ''} JSON values for now; with values.format = \"avro\" or "
-                          f"\"avro-confluent\" leave {'it' if one else 'them'} out")
     declared = [c.name for c in table.columns]
     for name in sorted({n for n in names if names.count(n) > 1 or n in declared}):
         raise ConfigError(f"{at}: column {name!r} is named more than once among columns, header_columns, "

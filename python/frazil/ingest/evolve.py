@@ -282,8 +282,7 @@ class Evolver:
         if changes is not None:   # a keyed table: its records are changes (an envelope in cdc mode)
             schema = envelope_schema(schema, changes, target.cfg.identifier_columns)
         decision = avro.resolve(writer, schema,
-                                exclude=(tuple(m[0] for m in iceberg_catalog.META_COLUMNS)
-                                         if target.cfg.metadata_columns else ()),
+                                exclude=tuple(c[0] for c in iceberg_catalog.extra_columns(target.cfg)),
                                 unknown_fields=target.cfg.unknown_fields, case_insensitive=target.cfg.case_insensitive,
                                 lenient=envelope_paths(changes) if changes is not None else frozenset())
         if isinstance(decision, avro.Evolve) and changes is not None and changes.op:
