@@ -6,7 +6,8 @@ import pyarrow as pa
 
 __all__ = ["ALIGNMENT", "AppendResult", "AvroBuffer", "BufferFullError", "CorruptBatchError", "DecodeError",
            "FetchSummary", "Fetched", "JsonBuffer", "NativeError", "UnknownField", "UnknownSchemaError",
-           "__version__", "KeyIndex", "append_routed", "read_fetch", "route_fetched", "route_groups", "split_changes"]
+           "__version__", "KeyIndex", "ProtoSchemas", "append_routed", "protobuf_frame", "read_fetch", "route_fetched",
+           "route_groups", "split_changes"]
 
 __version__: str
 ALIGNMENT: int
@@ -22,7 +23,7 @@ class BufferFullError(NativeError):
     """
 
 class UnknownSchemaError(NativeError):
-    """Avro values name writer schemas the buffer has not been given; nothing was appended.
+    """Avro or Protobuf values name schemas the buffer has not been given; nothing was appended.
     Register or refuse them, then append again.
 
     ``args`` is ``(message, schema_ids)``.
@@ -178,6 +179,12 @@ class JsonBuffer:
     ``confluent``: every value is JSON in the Confluent wire format (magic byte 0, a 4-byte schema
     id, the JSON text), as a JSON Schema serializer writes it; the frame is skipped, and a value
     without one is a bad record.
+
+    ``protobuf``: every value is Protobuf in the Confluent wire format (magic byte 0, the schema
+    id, the message indexes, the message), each message read with its schema into JSON (proto
+    field names, every field, enums by name, 64-bit integers as numbers) and decoded as JSON is. An
+    append naming a schema id ``protobuf`` has not registered takes nothing and raises
+    UnknownSchemaError with the ids.
     """
 
     def __new__(
@@ -195,6 +202,7 @@ class JsonBuffer:
         headers_column: str | None = None,
         key_columns: list[tuple[str, str]] = ...,
         confluent: bool = False,
+        protobuf: ProtoSchemas | None = None,
     ) -> JsonBuffer: ...
     def append(
         self,
@@ -235,6 +243,26 @@ class JsonBuffer:
         """Rows the single pass decoded so far (the rest went through arrow-json)."""
     @property
     def schema(self) -> pa.Schema: ...
+
+@final
+class ProtoSchemas:
+    """The compiled Protobuf schemas of a pipeline by schema id (each a ``.proto`` file's text, as
+    the registry keeps it, compiled with Google's well-known types), shared by its buffers."""
+
+    def __new__(cls) -> ProtoSchemas: ...
+    def register(self, id: int, text: str) -> None:
+        """Records of schema ``id`` are read with ``text``; NativeError when it does not compile."""
+    def refuse(self, id: int, reason: str) -> None:
+        """Every record of schema ``id`` is a bad record, for ``reason``."""
+    def known(self, id: int) -> bool: ...
+    def columns(self, id: int, indexes: list[int]) -> list[tuple[str, str]]:
+        """The columns of the message of schema ``id`` at ``indexes``: (field, column type in the
+        declared-column grammar, e.g. ``struct<city: string>``). NativeError naming a field that
+        cannot be a column."""
+
+def protobuf_frame(value: bytes) -> tuple[int, list[int]]:
+    """The schema id and message indexes of a Protobuf value in the Confluent wire format;
+    ValueError when it is not in that format."""
 
 @final
 class AvroBuffer:

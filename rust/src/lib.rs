@@ -5,6 +5,7 @@ pub mod changes;
 mod envelope;
 pub mod kafka;
 pub mod keyindex;
+pub mod protobuf;
 pub mod route;
 
 #[cfg(feature = "python")]
@@ -17,6 +18,8 @@ fn _native(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     m.add_class::<bindings::JsonBuffer>()?;
     m.add_class::<bindings::AvroBuffer>()?;
     m.add_class::<bindings::KeyIndex>()?;
+    m.add_class::<bindings::ProtoSchemas>()?;
+    m.add_function(pyo3::wrap_pyfunction!(bindings::protobuf_frame, m)?)?;
     m.add_function(pyo3::wrap_pyfunction!(bindings::route_groups, m)?)?;
     m.add_function(pyo3::wrap_pyfunction!(bindings::route_fetched, m)?)?;
     m.add_function(pyo3::wrap_pyfunction!(bindings::append_routed, m)?)?;

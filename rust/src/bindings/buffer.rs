@@ -77,7 +77,7 @@ impl JsonBuffer {
     #[pyo3(signature = (
         *, schema, metadata_columns = false, max_bytes = None, shards = 16, unknown_fields = "reject",
         dedupe_by_key = false, fold_case = false, single_pass = true, header_columns = Vec::new(),
-        headers_column = None, key_columns = Vec::new(), confluent = false
+        headers_column = None, key_columns = Vec::new(), confluent = false, protobuf = None
     ))]
     #[allow(clippy::too_many_arguments)] // one argument per keyword of the Python signature
     fn new(
@@ -93,6 +93,7 @@ impl JsonBuffer {
         headers_column: Option<String>,
         key_columns: Vec<(String, String)>,
         confluent: bool,
+        protobuf: Option<PyRef<'_, super::ProtoSchemas>>,
     ) -> PyResult<Self> {
         let unknown_fields = unknown_fields.parse::<UnknownFields>().map_err(PyValueError::new_err)?;
         let options = Options {
@@ -107,6 +108,7 @@ impl JsonBuffer {
             headers_column,
             key_columns,
             confluent,
+            protobuf: protobuf.map(|p| p.inner.clone()),
         };
         let inner = buffer::JsonBuffer::new(Arc::new(schema.0), options).map_err(arrow_err)?;
         Ok(Self { inner })

@@ -5,6 +5,7 @@ mod changes;
 mod errors;
 mod kafka;
 mod keyindex;
+mod protobuf;
 mod route;
 
 pub use buffer::{append_routed, AppendResult, AvroBuffer, DecodeError, JsonBuffer, UnknownField};
@@ -12,4 +13,5 @@ pub use changes::split_changes;
 pub use errors::{BufferFullError, CorruptBatchError, NativeError, UnknownSchemaError};
 pub use kafka::{read_fetch, FetchSummary, Fetched};
 pub use keyindex::KeyIndex;
+pub use protobuf::{protobuf_frame, ProtoSchemas};
 pub use route::{route_fetched, route_groups};

@@ -57,6 +57,22 @@ const NOT_FRAMED: &str = "the value is not in the Confluent wire format (magic b
      the JSON): with values.format = \"json-schema-confluent\" every value must be written by a JSON Schema \
      serializer through the registry";
 
+/// `records` with other values (as many, in the same order).
+fn with_values<'a, V: AsRef<[u8]>, K: AsRef<[u8]>, W: AsRef<[u8]>>(
+    records: &Records<'a, V, K>,
+    values: &'a [W],
+) -> Records<'a, W, K> {
+    Records {
+        topic: records.topic,
+        partition: records.partition,
+        offsets: records.offsets,
+        timestamps_ms: records.timestamps_ms,
+        keys: records.keys,
+        values,
+        headers: records.headers,
+    }
+}
+
 /// The JSON text of a value in the Confluent wire format; None when it has no frame.
 pub fn framed_json(value: &[u8]) -> Option<&[u8]> {
     (value.len() > FRAME_BYTES && value[0] == 0).then(|| &value[FRAME_BYTES..])
@@ -100,7 +116,7 @@ pub enum BufferError {
         used: usize,
         cap: usize,
     },
-    /// Avro values name writer schemas the buffer has not been given; nothing was appended.
+    /// Avro or Protobuf values name schemas the buffer has not been given; nothing was appended.
     /// Register them (or refuse them), then append again.
     UnknownSchemas(Vec<u32>),
     Arrow(ArrowError),
@@ -114,7 +130,7 @@ impl std::fmt::Display for BufferError {
                 "buffer full: appending needs {needed} bytes, {used} of {cap} are in use; drain the buffer first"
             ),
             BufferError::UnknownSchemas(ids) => {
-                write!(f, "unknown Avro writer schema id(s) {ids:?}; register them, then append again")
+                write!(f, "unknown writer schema id(s) {ids:?}; register them, then append again")
             }
             BufferError::Arrow(e) => write!(f, "{e}"),
         }
@@ -195,6 +211,10 @@ pub struct Options {
     /// Every value is JSON in the Confluent wire format (magic byte 0, a big-endian u32 schema
     /// id, the JSON text: a JSON Schema serializer's framing); a value without it is a bad record.
     pub confluent: bool,
+    /// Every value is Protobuf in the Confluent wire format, read with these schemas into JSON
+    /// first; a value whose schema id is not registered refuses the append
+    /// ([`BufferError::UnknownSchemas`]).
+    pub protobuf: Option<Arc<crate::protobuf::ProtoSchemas>>,
 }
 
 impl Default for Options {
@@ -211,6 +231,7 @@ impl Default for Options {
             headers_column: None,
             key_columns: Vec::new(),
             confluent: false,
+            protobuf: None,
         }
     }
 }
@@ -321,6 +342,9 @@ impl JsonBuffer {
 
     /// Decode one batch of records of one partition. Safe to call from several threads at once.
     pub fn append<V: AsRef<[u8]>, K: AsRef<[u8]>>(&self, records: &Records<'_, V, K>) -> Result<Appended, BufferError> {
+        if let Some(schemas) = &self.options.protobuf {
+            return self.append_protobuf(records, schemas);
+        }
         if !self.options.confluent {
             return self.append_json(records, &[]);
         }
@@ -332,29 +356,52 @@ impl JsonBuffer {
             .enumerate()
             .map(|(i, v)| {
                 framed_json(v.as_ref()).unwrap_or_else(|| {
-                    unframed.push(i);
+                    unframed.push((i, NOT_FRAMED.to_string()));
                     b"{}"
                 })
             })
             .collect();
-        let inner = Records {
-            topic: records.topic,
-            partition: records.partition,
-            offsets: records.offsets,
-            timestamps_ms: records.timestamps_ms,
-            keys: records.keys,
-            values: &values,
-            headers: records.headers,
-        };
-        self.append_json(&inner, &unframed)
+        self.append_json(&with_values(records, &values), &unframed)
     }
 
-    /// [`Self::append`] of JSON text; the records at `unframed` (ascending) are bad records, their
-    /// values not in the Confluent wire format.
+    /// [`Self::append`] of Protobuf values: each message as JSON first.
+    fn append_protobuf<V: AsRef<[u8]>, K: AsRef<[u8]>>(
+        &self,
+        records: &Records<'_, V, K>,
+        schemas: &crate::protobuf::ProtoSchemas,
+    ) -> Result<Appended, BufferError> {
+        use crate::protobuf::Transcoded;
+        let mut missing: Vec<u32> = Vec::new();
+        let mut bad = Vec::new();
+        let mut values: Vec<Vec<u8>> = Vec::with_capacity(records.values.len());
+        let mut seen = crate::protobuf::Seen::new();
+        for (i, v) in records.values.iter().enumerate() {
+            match schemas.transcode(v.as_ref(), &mut seen) {
+                Transcoded::Json(json) => values.push(json),
+                Transcoded::Bad(reason) => {
+                    bad.push((i, reason));
+                    values.push(b"{}".to_vec());
+                }
+                Transcoded::Unknown(id) => {
+                    if !missing.contains(&id) {
+                        missing.push(id);
+                    }
+                    values.push(Vec::new());
+                }
+            }
+        }
+        if !missing.is_empty() {
+            return Err(BufferError::UnknownSchemas(missing));
+        }
+        self.append_json(&with_values(records, &values), &bad)
+    }
+
+    /// [`Self::append`] of JSON text; the records at `refused` (ascending) are bad records, each
+    /// for its reason (a value not in the wire format, a message that does not decode).
     fn append_json<V: AsRef<[u8]>, K: AsRef<[u8]>>(
         &self,
         records: &Records<'_, V, K>,
-        unframed: &[usize],
+        refused: &[(usize, String)],
     ) -> Result<Appended, BufferError> {
         let n = records.values.len();
         if records.offsets.len() != n || records.timestamps_ms.len() != n || records.keys.len() != n {
@@ -372,10 +419,10 @@ impl JsonBuffer {
         let mut unknown = Vec::new();
         // the single pass folds names as it reads; only the records it leaves are folded here
         let fold_first = self.options.fold_case && self.fast.is_none();
-        let mut unframed = unframed.iter().peekable();
+        let mut refused = refused.iter().peekable();
         for (i, value) in records.values.iter().enumerate() {
-            if unframed.next_if_eq(&&i).is_some() {
-                out.errors.push(self.record_error(records, i, String::new(), NOT_FRAMED.into()));
+            if let Some((_, reason)) = refused.next_if(|(j, _)| *j == i) {
+                out.errors.push(self.record_error(records, i, String::new(), reason.clone()));
                 continue;
             }
             unknown.clear();

@@ -1,0 +1,52 @@
+//! Protobuf schemas for the JSON buffer, shared by every buffer of a pipeline.
+
+use std::sync::Arc;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use super::errors::NativeError;
+use crate::protobuf;
+
+/// The compiled Protobuf schemas of a pipeline by schema id (each a ``.proto`` file's text, as the
+/// registry keeps it), read by every :class:`JsonBuffer` made with them.
+#[pyclass(module = "frazil._native", frozen)]
+pub struct ProtoSchemas {
+    pub(crate) inner: Arc<protobuf::ProtoSchemas>,
+}
+
+#[pymethods]
+impl ProtoSchemas {
+    #[new]
+    fn new() -> Self {
+        Self { inner: Arc::new(protobuf::ProtoSchemas::default()) }
+    }
+
+    /// Records of schema ``id`` are read with ``text``; NativeError when it does not compile.
+    fn register(&self, id: u32, text: &str) -> PyResult<()> {
+        self.inner.register(id, text).map_err(NativeError::new_err)
+    }
+
+    /// Every record of schema ``id`` is a bad record, for ``reason``.
+    fn refuse(&self, id: u32, reason: String) {
+        self.inner.refuse(id, reason);
+    }
+
+    fn known(&self, id: u32) -> bool {
+        self.inner.known(id)
+    }
+
+    /// The columns of the message of schema ``id`` at ``indexes``: (field, column type in the
+    /// declared-column grammar). NativeError naming the field that cannot be a column.
+    fn columns(&self, id: u32, indexes: Vec<i64>) -> PyResult<Vec<(String, String)>> {
+        self.inner.columns(id, &indexes).map_err(NativeError::new_err)
+    }
+}
+
+/// The schema id and message indexes of a Protobuf value in the Confluent wire format;
+/// ValueError when it is not in that format.
+#[pyfunction]
+pub fn protobuf_frame(value: &[u8]) -> PyResult<(u32, Vec<i64>)> {
+    let (id, indexes, _) = protobuf::split(value).map_err(PyValueError::new_err)?;
+    Ok((id, indexes))
+}
