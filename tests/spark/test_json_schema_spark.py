@@ -7,22 +7,19 @@ topic, each naming why."""
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
-import signal
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaProducer
 
+import registry_formats
 import support
 from frazil.config import CatalogConfig
 from frazil_dev.kafka_broker import KafkaBroker
 from frazil_dev.schema_registry import SchemaRegistry
-from routed import run_frazil
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -74,15 +71,6 @@ def value(i: int, ids: tuple[int, int]) -> bytes:
     return b"\x00" + ids[i >= RECORDS // 2].to_bytes(4, "big") + text
 
 
-async def produce(bootstrap: str, topic: str, ids: tuple[int, int], numbers: range) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
-    await producer.start()
-    try:
-        sends = [await producer.send(topic, value(i, ids), key=b"k%d" % i, partition=i % 2) for i in numbers]
-        await asyncio.gather(*sends)
-    finally:
-        await producer.stop()
-
 
 def test_json_schema_values_make_a_table_that_evolves_with_the_second_schema_version(
         kafka: KafkaBroker, schema_registry: SchemaRegistry, tmp_path: Path, spark: Any,
@@ -91,32 +79,9 @@ def test_json_schema_values_make_a_table_that_evolves_with_the_second_schema_ver
     ids = (schema_registry.register(f"{topic}-value", V1, kind="JSON"),
            schema_registry.register(f"{topic}-value", V2, kind="JSON"))
     assert ids[0] != ids[1]
-    asyncio.run(support.create_topic(kafka.bootstrap, topic, 2))
-    asyncio.run(produce(kafka.bootstrap, topic, ids, range(RECORDS // 2)))
-    catalog = {k: v for k, v in warehouse.properties.items() if k != "type"}
-    path = support.write_config(
-        tmp_path, kafka.bootstrap, [topic], pipeline=topic, table="db.json_schema_orders",
-        catalog="{ " + ", ".join(f'"{k}" = "{v}"' for k, v in catalog.items()) + " }",
-        extra=f'\n[values]\nformat = "json-schema-confluent"\n\n[schema_registry]\nurl = "{schema_registry.url}"\n')
-    text = path.read_text()
-    start = text.index("columns = [")
-    text = text[:start] + 'unknown_fields = "evolve"\n' + text[text.index("]\n", start) + 2:]   # no columns
-    text = text.replace("[catalog]\n", f'[catalog]\nname = "{warehouse.name}"\n', 1)   # the one Spark reads
-    path.write_text(text.replace("[kafka]", 'on_bad_record = "dead_letter"\n\n[kafka]', 1))
-    cfg = support.load(path)
-    assert cfg.values.json_schema and not cfg.table.columns
-    log = tmp_path / "frazil.log"
-    half = {(topic, p): RECORDS // 4 for p in (0, 1)}
-    proc = run_frazil(path, log)   # a process of its own: the daemon's shutdown stops the Spark session it finds
-    try:
-        support.wait_until_committed(support.catalog_of(cfg), cfg, half, alive=lambda: proc.poll() is None)
-        asyncio.run(produce(kafka.bootstrap, topic, ids, range(RECORDS // 2, RECORDS)))   # V2 while it runs
-        support.wait_until_committed(support.catalog_of(cfg), cfg, {tp: RECORDS // 2 for tp in half},
-                                     alive=lambda: proc.poll() is None)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
-    logged = log.read_text()
+    cfg, logged = registry_formats.land_in_two_versions(
+        tmp_path, kafka.bootstrap, topic, "db.json_schema_orders", "json-schema-confluent", schema_registry.url,
+        warehouse, RECORDS, lambda i: value(i, ids))
     assert "made from its first record's JSON Schema" in logged and "schema evolved" in logged, logged[-3000:]
 
     table = support.catalog_of(cfg).load_table(cfg.table.name)
@@ -145,13 +110,7 @@ def test_json_schema_values_make_a_table_that_evolves_with_the_second_schema_ver
         i: ((w["meta"] or {}).get("score"), w.get("geo", {}).get("city"), w.get("counts", {}).get("b"),
             date.fromisoformat(w["day"]) if "day" in w else None) for i, w in want.items()}
 
-    letters = asyncio.run(support.dead_letters(kafka.bootstrap, cfg.dead_letter_topic))
-    why = {}
-    for letter in letters:
-        (_, partition, offset), headers = support.source_of(letter)
-        i = partition + 2 * offset
-        assert letter.value == value(i, ids), i   # as sent, frame and all
-        why[i] = f'{headers["frazil.error.field"]}: {headers["frazil.error"]}'
-    assert set(why) == set(BAD) and len(letters) == len(BAD), why
+    why = registry_formats.dead_letter_reasons(kafka.bootstrap, cfg, lambda i: value(i, ids))
+    assert set(why) == set(BAD), why
     for i, kind in BAD.items():
         assert WHY[kind] in why[i], (i, why[i])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -17,6 +17,14 @@ from frazil.errors import BufferFull, FrazilError, UnknownWriterSchemas
 def headers_of(records: Sequence[KafkaRecord]) -> list[list[tuple[bytes, bytes | None]]]:
     """Each record's headers as the native buffer takes them (a record without any: none)."""
     return [[(k.encode(), v) for k, v in getattr(r, "headers", ())] for r in records]
+
+
+class SchemaLearner(Protocol):
+    """The Protobuf schemas a buffer reads with (``ingest/protobuf.py``'s ``ProtoValues``)."""
+
+    @property
+    def native(self) -> _native.ProtoSchemas: ...
+    def learn(self, ids: Sequence[int]) -> None: ...
 
 
 class KafkaRecord(Protocol):
@@ -58,7 +66,7 @@ class RecordBuffer:
                  strict_fields: str | None = None, unknown_fields: str = "fail",
                  case_insensitive: bool = False, header_columns: Sequence[tuple[str, bytes]] = (),
                  headers_column: str | None = None, key_columns: Sequence[tuple[str, str]] = (),
-                 confluent: bool = False) -> None:
+                 confluent: bool = False, protobuf: SchemaLearner | None = None) -> None:
         """A field the schema does not have: with ``unknown_fields="fail"`` a bad record (named
         with its path, and a column it differs from only in case), for the reason
         ``strict_fields`` when given (a table whose schema was inferred); with ``"ignore"`` it is
@@ -69,7 +77,9 @@ class RecordBuffer:
         ``map<string, binary>`` of every header) are filled from the records' headers.
         ``key_columns`` (column, field: ``""`` for the whole key) are filled from the record keys.
         ``confluent``: each value is JSON in the Confluent wire format (a JSON Schema serializer's);
-        one without the frame is a bad record."""
+        one without the frame is a bad record. ``protobuf``: each value is Protobuf in the Confluent
+        wire format, read with these schemas (the ones an append names that they lack are fetched
+        first, blocking)."""
         self._ignore = unknown_fields == "ignore"
         self._strict = None if self._ignore else strict_fields
         try:
@@ -77,11 +87,12 @@ class RecordBuffer:
                 schema=schema, metadata_columns=metadata_columns, max_bytes=max_bytes,
                 unknown_fields="report" if self._ignore else "reject", fold_case=case_insensitive,
                 header_columns=list(header_columns), headers_column=headers_column, key_columns=list(key_columns),
-                confluent=confluent)
+                confluent=confluent, protobuf=protobuf.native if protobuf is not None else None)
         except _native.NativeError as exc:
             raise FrazilError(f"the record buffer cannot use this table schema: {exc}") from exc
         self.schema = schema
         self.takes_headers = bool(header_columns) or headers_column is not None
+        self._protobuf = protobuf
         self.fields_ignored = 0   # fields dropped (``unknown_fields="ignore"``); the pipeline takes the count
         self._counting = threading.Lock()   # appends to one buffer run on several decode threads
 
@@ -103,25 +114,36 @@ class RecordBuffer:
         """Decode ``records`` of one topic-partition; returns the ones that could not be decoded
         (none of them is appended). Raises
         ``BufferFull`` (taking nothing) when they do not fit the byte cap."""
-        with translated_errors():
-            return self._problems(self._native.append(
-                topic=topic,
-                partition=partition,
-                offsets=[r.offset for r in records],
-                timestamps_ms=[r.timestamp for r in records],
-                keys=[r.key for r in records],
-                values=values_of(records),
-                headers=headers_of(records) if self.takes_headers else None,
-            ))
+        return self._learning(lambda: self._native.append(
+            topic=topic,
+            partition=partition,
+            offsets=[r.offset for r in records],
+            timestamps_ms=[r.timestamp for r in records],
+            keys=[r.key for r in records],
+            values=values_of(records),
+            headers=headers_of(records) if self.takes_headers else None,
+        ))
 
     def append_fetched(self, topic: str, partition: int, fetched: _native.Fetched,
                        start: int = 0, at: list[int] | None = None) -> list[RecordProblem]:
         """Decode the records of one partition fetch from index ``start`` on that have a value, or
         those at ``at`` (ascending indices of records with a value), straight from the fetched
         bytes; as :meth:`append` otherwise."""
-        with translated_errors():
-            return self._problems(self._native.append_fetched(topic=topic, partition=partition, fetched=fetched,
-                                                              start=start, at=at))
+        return self._learning(lambda: self._native.append_fetched(topic=topic, partition=partition, fetched=fetched,
+                                                                 start=start, at=at))
+
+    def _learning(self, append: Callable[[], _native.AppendResult]) -> list[RecordProblem]:
+        """``append``, after learning the Protobuf schemas it names that the buffer lacks (an
+        append that names one takes nothing, so it is made again)."""
+        for _ in range(3):
+            try:
+                with translated_errors():
+                    return self._problems(append())
+            except UnknownWriterSchemas as exc:
+                if self._protobuf is None:
+                    raise
+                self._protobuf.learn(exc.ids)
+        raise FrazilError("an append still names schema ids the buffer lacks after they were fetched; stopping")
 
     def take_fields_ignored(self) -> int:
         """The fields dropped since the last call (counted once, whatever thread appended)."""

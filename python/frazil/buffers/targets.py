@@ -19,7 +19,7 @@ from frazil.buffers.changes import ChangeBuffer, key_schema, staging_buffer_sche
 from frazil.buffers.conform import conform
 from frazil.buffers.envelope import EnvelopeBuffer
 from frazil.buffers.positions import Takers, resume_at
-from frazil.buffers.record_buffer import AvroRecordBuffer, RecordBuffer
+from frazil.buffers.record_buffer import AvroRecordBuffer, RecordBuffer, SchemaLearner
 from frazil.config import Config, TableConfig
 from frazil.events.payloads import DeadLetter
 from frazil.iceberg import catalog as iceberg_catalog
@@ -108,18 +108,21 @@ class Targets:
     """Every table of the pipeline, by name, in config order."""
 
     def __init__(self, cfg: Config, catalog: Catalog, tables: Mapping[str, Table],
-                 takers: Callable[[str], Takers], avro_key: Callable[[bytes], bytes | None] | None = None) -> None:
+                 takers: Callable[[str], Takers], avro_key: Callable[[bytes], bytes | None] | None = None,
+                 protobuf: SchemaLearner | None = None) -> None:
         """``tables``: each configured table as ``ensure_table`` left it. With one table its buffer
         has the memory budget as a hard cap; with several, the pipeline checks their sum once per
         poll (a fan-out must land in every table's buffer or in none), so the buffers can pass the
         budget by one poll's records. ``takers``: which tables may take a topic's records
         (routing), for where a partition resumes. ``avro_key``: a Kafka key in the Confluent wire
-        format as JSON (``WriterSchemas.key_object``), for keyed tables' tombstones."""
+        format as JSON (``WriterSchemas.key_object``), for keyed tables' tombstones. ``protobuf``:
+        the pipeline's Protobuf schemas, when its values are Protobuf."""
         # One declared table and nothing else: its buffer has the budget as a hard cap. Otherwise
         # (several buffers, or tables opened later) the pipeline checks their sum once per poll.
         self.single = len(cfg.tables) == 1 and cfg.dynamic is None and bool(cfg.tables[0].columns)
         self._takers = takers
         self._avro_key = avro_key   # Avro keys (Confluent wire format) as JSON, for keyed tables' tombstones
+        self._protobuf = protobuf
         self._budget = cfg.memory_budget_bytes
         self._values = cfg.values
         self._catalog, self._max_attempts = catalog, cfg.max_commit_attempts
@@ -193,7 +196,7 @@ class Targets:
                             strict_fields=strict, unknown_fields=cfg.unknown_fields,
                             case_insensitive=cfg.case_insensitive, header_columns=header_columns,
                             headers_column=cfg.headers_column, key_columns=key_columns,
-                            confluent=self._values.json_schema)
+                            confluent=self._values.json_schema, protobuf=self._protobuf)
 
     def evolved(self, target: Target, table: Table) -> None:
         """``table`` has a newer schema than ``target``'s buffer: what it holds is carried (written

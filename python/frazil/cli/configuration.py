@@ -24,6 +24,8 @@ def _made(cfg: config_mod.Config, table: config_mod.TableConfig | config_mod.Dyn
         return "from the first record's writer schema"
     if cfg.values.json_schema:
         return "from the first record's JSON Schema (the registry's)"
+    if cfg.values.protobuf:
+        return "from the first record's Protobuf message (the registry's schema)"
     if table.changes is not None or table.connect_envelope:
         return "from the first record's Kafka Connect schema envelope"
     return "inferred from the first records"

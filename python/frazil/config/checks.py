@@ -43,7 +43,7 @@ def check(cfg: Config, *, single_table: bool) -> None:
     _maintenance(cfg)
     if cfg.values.avro:
         _avro(cfg)
-    if cfg.values.json_schema:
+    if cfg.values.json_schema or cfg.values.protobuf:
         _json_schema(cfg)
     _catalog(cfg.catalog, maintenance=cfg.maintenance.enabled)
 
@@ -199,8 +199,8 @@ def _maintenance(cfg: Config) -> None:
 
 
 def _json_schema(cfg: Config) -> None:
-    """JSON values in the Confluent wire format: append tables, routed by topic (for now). A table
-    without columns is created from the registry's JSON Schema of its first record."""
+    """JSON Schema and Protobuf values in the Confluent wire format: append tables, routed by topic
+    (for now). A table without columns is created from the registry's schema of its first record."""
     fmt = cfg.values.format
     for name, t in [*((f"table {t.name}", t) for t in cfg.tables), *(("[dynamic]", d) for d in [cfg.dynamic] if d)]:
         if t.changes is not None:

@@ -302,10 +302,11 @@ class RegistryConfig:
 class ValuesConfig:
     """How record values are encoded (the same for every topic of the pipeline)."""
 
-    format: Annotated[Literal["json", "avro", "avro-confluent", "json-schema-confluent"], Refused(
+    format: Annotated[Literal["json", "avro", "avro-confluent", "json-schema-confluent", "protobuf-confluent"], Refused(
         "must be \"json\", \"avro\" (plain Avro datums, with values.schema_file), \"avro-confluent\" (Avro in "
-        "the Confluent wire format, with [schema_registry]) or \"json-schema-confluent\" (JSON in the Confluent "
-        "wire format, written by a JSON Schema serializer, with [schema_registry])")] = Field(
+        "the Confluent wire format, with [schema_registry]), \"json-schema-confluent\" (JSON in the Confluent "
+        "wire format, written by a JSON Schema serializer, with [schema_registry]) or \"protobuf-confluent\" "
+        "(Protobuf in the Confluent wire format, with [schema_registry])")] = Field(
         default="json", description="how record values are encoded")
     schema_file: Annotated[Text, File()] = Field(default="", description="format = \"avro\": the writer schema (.avsc)")
     registry: Annotated[RegistryConfig | None, Key("/schema_registry")] = None   # the "-confluent" formats
@@ -319,6 +320,11 @@ class ValuesConfig:
         """JSON values in the Confluent wire format, their schemas (JSON Schema) in the registry."""
         return self.format == "json-schema-confluent"
 
+    @property
+    def protobuf(self) -> bool:
+        """Protobuf values in the Confluent wire format, their schemas (``.proto`` files) in the registry."""
+        return self.format == "protobuf-confluent"
+
     @model_validator(mode="after")
     def _fits_the_format(self) -> Self:
         if self.format == "avro" and not self.schema_file:
@@ -329,8 +335,8 @@ class ValuesConfig:
         if framed and self.registry is None:
             raise Problem(f'values.format = "{self.format}" needs a [schema_registry] section with its url')
         if not framed and self.registry is not None:
-            raise Problem("[schema_registry] is for values.format = \"avro-confluent\" or \"json-schema-confluent\" "
-                          f"(this is {self.format!r})")
+            raise Problem("[schema_registry] is for values.format = \"avro-confluent\", \"json-schema-confluent\" or "
+                          f"\"protobuf-confluent\" (this is {self.format!r})")
         return self
 
 

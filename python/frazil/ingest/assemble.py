@@ -18,6 +18,7 @@ from frazil.ingest.fanout import Fanout
 from frazil.ingest.intake import Intake
 from frazil.ingest.loop import Pipeline, Source
 from frazil.ingest.opening import Opener
+from frazil.ingest.protobuf import ProtoValues
 from frazil.ingest.registry import WriterSchemas
 from frazil.ingest.routing import Router
 from frazil.ingest.source import KafkaSource
@@ -45,17 +46,18 @@ def pipeline(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], *, chan
     router = Router(cfg.tables, cfg.dynamic)
     writers = WriterSchemas(cfg.values) if cfg.values.avro else None   # Avro values: writer schemas by id
     json_schemas = WriterSchemas(cfg.values) if cfg.values.json_schema else None   # JSON Schema documents by id
+    protobuf = ProtoValues(WriterSchemas(cfg.values)) if cfg.values.protobuf else None   # .proto files by id
     buffers = Buffers(Targets(cfg, catalog, tables, takers=router.takers,
-                              avro_key=writers.key_object if writers is not None else None))
+                              avro_key=writers.key_object if writers is not None else None, protobuf=protobuf))
     stats = Stats()
     kafka = source if source is not None else KafkaSource(cfg.kafka, outage_timeout_s=cfg.outage_timeout_s,
                                                           on_lost=metrics.records_lost.inc)
     worker = Worker(cfg, buffers=buffers, channel=channel, journal=journal, source=kafka, metrics=metrics,
                     stats=stats, bulk=bulk)
     bad = BadRecords(cfg, buffers, metrics, stats, copies=copies)
-    evolver = Evolver(cfg, buffers, metrics, writers, json_schemas=json_schemas)
+    evolver = Evolver(cfg, buffers, metrics, writers, json_schemas=json_schemas, protobuf=protobuf)
     opener = Opener(cfg, catalog, buffers, on_new_table=on_new_table, writers=evolver.writers,
-                    json_schemas=json_schemas)
+                    json_schemas=json_schemas, protobuf=protobuf)
     fanout = Fanout(cfg, buffers, router, opener=opener, evolver=evolver, bad=bad, metrics=metrics, stats=stats)
     intake = Intake(cfg, buffers, router, kafka, fanout=fanout, opener=opener, evolver=evolver, bad=bad,
                     metrics=metrics, stats=stats, letters_elsewhere=lambda: worker.dead_letters)

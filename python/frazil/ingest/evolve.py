@@ -33,6 +33,7 @@ from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import evolution, inference
 from frazil.iceberg.offsets import TopicPartition
 from frazil.ingest import avro, connect_schema, json_schema
+from frazil.ingest.protobuf import ProtoValues
 from frazil.ingest.registry import Unusable, WriterSchemas
 from frazil.kafka.fetch import Record
 from frazil.metrics import Metrics
@@ -45,12 +46,14 @@ MAX_SCHEMA_CHANGES = 100   # Avro: schema changes one batch may make (each write
 
 class Evolver:
     def __init__(self, cfg: Config, buffers: Buffers, metrics: Metrics, writers: WriterSchemas | None, *,
-                 json_schemas: WriterSchemas | None = None) -> None:
+                 json_schemas: WriterSchemas | None = None, protobuf: ProtoValues | None = None) -> None:
         """``writers``: Avro values' writer schemas by id (None: JSON values); ``json_schemas``:
-        the JSON Schema documents of JSON values in the Confluent wire format, by id."""
+        the JSON Schema documents of JSON values in the Confluent wire format, by id;
+        ``protobuf``: Protobuf values' schemas."""
         self._cfg, self._targets, self._metrics = cfg, buffers.targets, metrics
         self.writers = writers
         self._json_schemas = json_schemas
+        self._protobuf = protobuf
 
     async def rescue(self, name: str, tp: TopicPartition, records: Sequence[Record], errors: list[RecordProblem],
                      decoded_by: RecordBuffer) -> list[RecordProblem]:
@@ -85,6 +88,8 @@ class Evolver:
         ordered = sorted(failed, key=lambda r: r.offset not in unknown)
         if self._json_schemas is not None:
             return await self._evolve_from_json_schema(target, tp, failed, errors)
+        if self._protobuf is not None:
+            return await self._evolve_from_protobuf(target, tp, failed, errors)
         carried = isinstance(target.buffer, (ChangeBuffer, EnvelopeBuffer))
         if carried and (envelope := _first_envelope(ordered)) is not None:
             return await self._evolve_from_envelope(target, tp, failed, errors, envelope)
@@ -148,7 +153,9 @@ class Evolver:
         ``long`` however small the values seen). A property its schema does not have is no change:
         its record stays a bad record."""
         assert self._json_schemas is not None
-        first = next(r for r in failed if r.offset == errors[0].offset)
+        first = _first_field_problem(failed, errors)
+        if first is None:
+            return None
         value = first.value or b""
         where = f"{tp[0]}[{tp[1]}]@{first.offset}"
         if len(value) < 5 or value[0] != 0:
@@ -168,6 +175,29 @@ class Evolver:
         before = target.buffer.schema
         changed = await self._change(target, lambda schema: json_schema.evolution_of(schema, doc),
                                      f"{where} (JSON Schema {schema_id})")
+        return self._again(target, tp, failed, before, changed)
+
+    async def _evolve_from_protobuf(self, target: Target, tp: TopicPartition, failed: list[Record],
+                                    errors: list[RecordProblem]) -> list[RecordProblem] | None:
+        """:meth:`_evolve_once` for Protobuf values: the schema of the first of them says what its
+        message's new fields are. A field its message does not have is no change."""
+        assert self._protobuf is not None
+        protobuf = self._protobuf
+        first = _first_field_problem(failed, errors)
+        if first is None:
+            return None
+        value = first.value or b""
+        where = f"{tp[0]}[{tp[1]}]@{first.offset}"
+        try:
+            planned = await asyncio.to_thread(protobuf.evolution_of, target.table.schema(), value)
+        except ValueError as exc:
+            log.warning("table %s: the Protobuf message of %s cannot become columns: %s", target.name, where, exc)
+            return None
+        if not planned:
+            return None
+        before = target.buffer.schema
+        changed = await self._change(target, lambda schema: protobuf.evolution_of(schema, value),
+                                     f"{where} (Protobuf schema id {int.from_bytes(value[1:5], 'big')})")
         return self._again(target, tp, failed, before, changed)
 
     async def append_avro(self, name: str, tp: TopicPartition, records: list[Record]) -> list[RecordProblem]:
@@ -314,6 +344,13 @@ class Evolver:
                      table.schema().schema_id, why)
         self._targets.evolved(target, table)
         return table
+
+
+def _first_field_problem(failed: Sequence[Record], errors: Sequence[RecordProblem]) -> Record | None:
+    """The first of ``failed`` whose problem is a field's (a schema change may help it), not the
+    value's as a whole (not in the wire format, a message that does not decode)."""
+    offset = next((e.offset for e in errors if e.field), None)
+    return next((r for r in failed if r.offset == offset), None)
 
 
 def _of_row(decision: avro.Evolve, changes: ChangesConfig) -> avro.Evolve | avro.Refused:

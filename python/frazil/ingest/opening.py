@@ -23,6 +23,7 @@ from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import inference
 from frazil.iceberg.offsets import TopicPartition
 from frazil.ingest import avro, connect_schema, json_schema
+from frazil.ingest.protobuf import ProtoValues
 from frazil.ingest.registry import PLAIN_ID, Unusable, WriterSchemas
 
 log = logging.getLogger(__name__)
@@ -42,14 +43,16 @@ class Wanted:
 class Opener:
     def __init__(self, cfg: Config, catalog: Catalog, buffers: Buffers, *,
                  on_new_table: Callable[[str], None] | None = None, writers: WriterSchemas | None = None,
-                 json_schemas: WriterSchemas | None = None) -> None:
+                 json_schemas: WriterSchemas | None = None, protobuf: ProtoValues | None = None) -> None:
         """``on_new_table``: told each table opened (maintenance takes it on); ``writers``: Avro
         values' writer schemas, ``json_schemas``: the JSON Schema documents of JSON values in the
-        Confluent wire format, either a new table's schema when it declares no columns."""
+        Confluent wire format, ``protobuf``: Protobuf values' schemas; each a new table's schema
+        when it declares no columns."""
         self._cfg, self._catalog, self._targets = cfg, catalog, buffers.targets
         self._on_new_table = on_new_table
         self._writers = writers
         self._json_schemas = json_schemas
+        self._protobuf = protobuf
 
     def _config(self, name: str) -> TableConfig:
         try:
@@ -100,6 +103,9 @@ class Opener:
         elif self._json_schemas is not None:
             inferred = partial(self._from_json_schema, table_cfg, w)
             made = "made from its first record's JSON Schema"
+        elif self._protobuf is not None:
+            inferred = partial(self._from_protobuf, table_cfg, w)
+            made = "made from its first record's Protobuf message"
         elif table_cfg.changes is not None or table_cfg.connect_envelope:
             inferred = partial(_from_envelope, table_cfg, w, units)
             made = "made from its first record's schema (Kafka Connect's JSON envelope)"
@@ -115,7 +121,7 @@ class Opener:
                 self._catalog, table_cfg, iceberg_catalog.maintenance_properties(self._cfg.maintenance),
                 schema=inferred, created_with=units_kept)
             # a table made from a source's schema refuses nothing for being inferred: evolve takes its later versions
-            guessed = inferred is not None and self._json_schemas is None
+            guessed = inferred is not None and self._json_schemas is None and self._protobuf is None
             return w, self._targets.build(table_cfg, table, inferred=guessed), made
         except (ConfigError, InferenceError) as exc:
             error = RecordDecodeError(topic=w.tp[0], partition=w.tp[1], offset=w.offset, field="",
@@ -134,6 +140,22 @@ class Opener:
         except ValueError as exc:
             raise InferenceError(f"JSON Schema {schema_id} of its first record cannot become its columns: "
                                  f"{exc}") from None
+
+    def _from_protobuf(self, cfg: TableConfig, w: Wanted) -> Schema:
+        """Blocking. A new table's schema from the message of the first of its first records'
+        values whose schema can be had: its fields as columns. InferenceError when there is none,
+        naming why."""
+        assert self._protobuf is not None
+        why = ""
+        for value in w.sample():
+            try:
+                schema_id, schema = self._protobuf.schema(value, extra=iceberg_catalog.extra_columns(cfg))
+            except ValueError as exc:
+                why += f"; {exc}"
+                continue
+            log.info("table %s: made from the message of schema id %d", cfg.name, schema_id)
+            return schema
+        raise InferenceError(f"no Protobuf message of its first records can become its columns{why[:1000]}")
 
     def _from_writer(self, cfg: TableConfig, w: Wanted) -> Schema:
         """Blocking. A new table's schema from the writer schema of the first of its first

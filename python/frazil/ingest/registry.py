@@ -50,7 +50,8 @@ class Unusable:
 class WriterSchemas:
     def __init__(self, cfg: ValuesConfig) -> None:
         self._cfg = cfg
-        self._kind = "JSON" if cfg.json_schema else "AVRO"   # the registry's schemaType of the format
+        # the registry's schemaType of the format
+        self._kind = "JSON" if cfg.json_schema else "PROTOBUF" if cfg.protobuf else "AVRO"
         self._cache: dict[int, str | Unusable] = {}
         self._parsed: dict[int, Any] = {}   # keys' writer schemas, parsed by fastavro
         self._lock = threading.Lock()
