@@ -11,6 +11,9 @@ Each system turns chunks of 10,000 JSON values into Arrow with the same target s
 inputs (values, offsets, keys) are built before timing. Median of 3 timed runs after a warm-up.
 Writes ``benches/results/native.json`` and prints a table with ratios to ``json.loads``.
 
+Protobuf: the same records as messages of one proto3 message in the Confluent wire format (encoded
+by ``frazil_dev.protowire``), read natively (into JSON, then decoded); ratios to the JSON rows.
+
 Avro: the same records encoded by fastavro as plain datums (every field a null union, timestamps
 as timestamp-micros), decoded by the native Avro buffer and by fastavro's schemaless_reader +
 ``pa.Table.from_pylist`` (the Python baseline), on the same chunks; ratios to fastavro.
@@ -239,6 +242,37 @@ def run_fastavro(schema: pa.Schema, writer: dict[str, object], work: list[dict[s
 
 
 AVRO_SYSTEMS = {"fastavro": run_fastavro, "frazil-native-avro": run_native_avro}
+
+
+def protobuf_work(schema: pa.Schema, work: list[dict[str, object]]) -> tuple[str, list[dict[str, object]]]:
+    """The same records as Protobuf messages of one proto3 message in the Confluent wire format
+    (schema id 1, message indexes [0]), encoded by ``frazil_dev.protowire`` before timing."""
+    from frazil_dev import protowire
+
+    encode = protowire.encoder(schema)
+    out = []
+    for c in work:
+        values = [b"\x00\x00\x00\x00\x01\x00" + encode(json.loads(v))
+                  for v in c["values"]]   # type: ignore[attr-defined]
+        out.append({**c, "values": values})
+    return protowire.proto_of(schema), out
+
+
+def run_native_protobuf(schema: pa.Schema, proto: str, work: list[dict[str, object]], threads: int) -> int:
+    """``values.format = "protobuf-confluent"``: each message read into JSON natively, then decoded."""
+    schemas = _native.ProtoSchemas()
+    schemas.register(1, proto)
+    buf = _native.JsonBuffer(schema=schema, unknown_fields="reject", protobuf=schemas)
+
+    def one(i: int) -> None:
+        c = work[i]
+        result = buf.append(topic="bench", partition=i % threads, offsets=c["offsets"],
+                            timestamps_ms=c["timestamps_ms"], keys=c["keys"], values=c["values"])
+        assert not result.errors, result.errors[0].reason
+
+    _parallel(one, len(work), threads)
+    batch = buf.drain()
+    return batch.num_rows if batch is not None else 0
 
 
 class _Change(NamedTuple):
@@ -478,6 +512,18 @@ def main() -> int:
                 base = base or row["records_per_s"]
                 print(f"{workload + '-avro':<17}{system:<19}{threads:>8}{row['records_per_s']:>14,}"
                       f"{row['mb_per_s']:>9.1f}{row['records_per_s'] / base:>14.1f}x vs fastavro", flush=True)
+    for workload, (schema, values) in workloads.items():
+        proto, work = protobuf_work(schema, chunks(values))
+        nbytes = sum(len(v) for c in work for v in c["values"])   # type: ignore[attr-defined]
+        for threads in (1, 2):
+            SYSTEMS["frazil-native-protobuf"] = lambda s, w, t, proto=proto: run_native_protobuf(s, proto, w, t)
+            row = {"workload": f"{workload}-protobuf", "avg_record_bytes": round(nbytes / len(values)),
+                   **measure("frazil-native-protobuf", schema, work, threads, len(values), nbytes, args.repeats)}
+            rows.append(row)
+            json_rate = next(r["records_per_s"] for r in rows if r["workload"] == workload
+                             and r["system"] == "frazil-native" and r["threads"] == threads)
+            print(f"{workload + '-protobuf':<17}{'frazil-native-protobuf':<23}{threads:>4}{row['records_per_s']:>14,}"
+                  f"{row['mb_per_s']:>9.1f}{row['records_per_s'] / json_rate:>14.2f}x vs JSON", flush=True)
     rows += changes_rows(workloads["clickstream"][1], args.repeats)
     rows += envelope_rows(workloads["clickstream"][1], args.repeats)
     if not args.no_contention:
