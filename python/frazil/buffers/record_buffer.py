@@ -62,6 +62,10 @@ NO_SUCH_COLUMN = "the table has no such column"   # how the native buffer's reas
 class RecordBuffer:
     """Decodes JSON record values into rows of one Arrow schema, off the GIL."""
 
+    # whether an append may first fetch the schemas it names (Protobuf): such a buffer takes its
+    # records through its own append, never in another's native call (``append_routed``)
+    learns_schemas = False
+
     def __init__(self, schema: pa.Schema, *, metadata_columns: bool, max_bytes: int | None = None,
                  strict_fields: str | None = None, unknown_fields: str = "fail",
                  case_insensitive: bool = False, header_columns: Sequence[tuple[str, bytes]] = (),
@@ -93,6 +97,7 @@ class RecordBuffer:
         self.schema = schema
         self.takes_headers = bool(header_columns) or headers_column is not None
         self._protobuf = protobuf
+        self.learns_schemas = protobuf is not None
         self.fields_ignored = 0   # fields dropped (``unknown_fields="ignore"``); the pipeline takes the count
         self._counting = threading.Lock()   # appends to one buffer run on several decode threads
 

@@ -183,7 +183,8 @@ class Fanout:
         # keyed tables split each record into a row or a key first, envelopes into their rows:
         # appended by their own buffers
         def split(buffer: RecordBuffer) -> bool:   # and a buffer taking headers: append_routed passes none
-            return isinstance(buffer, ChangeBuffer) or not buffer.reads_fetched or buffer.takes_headers
+            return (isinstance(buffer, ChangeBuffer) or not buffer.reads_fetched or buffer.takes_headers
+                    or buffer.learns_schemas)
 
         everything = list(range(len(records)))
         plain = [(t.buffer, everything if chosen is None else chosen) for t, chosen in chosen_by
