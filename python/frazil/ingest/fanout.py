@@ -9,6 +9,7 @@ Tombstones (null values) go to the open keyed tables that delete on them."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import logging
@@ -178,6 +179,8 @@ class Fanout:
 
         if self._evolver.writers is not None:   # Avro: each table's writer schemas are decided before its records go in
             return [await self._evolver.append_avro(t.name, tp, picked(chosen)) for t, chosen in chosen_by]
+        if any(t.buffer.learns_schemas for t, _ in chosen_by):   # Protobuf: may ask the registry, off the loop
+            return [await asyncio.to_thread(t.buffer.append, tp[0], tp[1], picked(chosen)) for t, chosen in chosen_by]
         if not self._several:   # one table: its buffer's hard cap refuses a batch whole (BufferFullError)
             return [t.buffer.append(tp[0], tp[1], picked(chosen)) for t, chosen in chosen_by]
         # keyed tables split each record into a row or a key first, envelopes into their rows:
