@@ -16,6 +16,7 @@ from frazil.ingest.bad_records import BadRecords
 from frazil.ingest.evolve import Evolver
 from frazil.ingest.fanout import Fanout
 from frazil.ingest.intake import Intake
+from frazil.ingest.json_schema import JsonSchemas
 from frazil.ingest.loop import Pipeline, Source
 from frazil.ingest.opening import Opener
 from frazil.ingest.protobuf import ProtoValues
@@ -45,8 +46,9 @@ def pipeline(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], *, chan
     process's dead-letter sink. Build on the loop."""
     router = Router(cfg.tables, cfg.dynamic)
     writers = WriterSchemas(cfg.values) if cfg.values.avro else None   # Avro values: writer schemas by id
-    json_schemas = WriterSchemas(cfg.values) if cfg.values.json_schema else None   # JSON Schema documents by id
     protobuf = ProtoValues(WriterSchemas(cfg.values)) if cfg.values.protobuf else None   # .proto files by id
+    # the registry's schemas of values decoded as JSON rows: they make and evolve tables
+    schemas = JsonSchemas(WriterSchemas(cfg.values)) if cfg.values.json_schema else protobuf
     buffers = Buffers(Targets(cfg, catalog, tables, takers=router.takers,
                               avro_key=writers.key_object if writers is not None else None, protobuf=protobuf))
     stats = Stats()
@@ -55,9 +57,8 @@ def pipeline(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], *, chan
     worker = Worker(cfg, buffers=buffers, channel=channel, journal=journal, source=kafka, metrics=metrics,
                     stats=stats, bulk=bulk)
     bad = BadRecords(cfg, buffers, metrics, stats, copies=copies)
-    evolver = Evolver(cfg, buffers, metrics, writers, json_schemas=json_schemas, protobuf=protobuf)
-    opener = Opener(cfg, catalog, buffers, on_new_table=on_new_table, writers=evolver.writers,
-                    json_schemas=json_schemas, protobuf=protobuf)
+    evolver = Evolver(cfg, buffers, metrics, writers, schemas=schemas)
+    opener = Opener(cfg, catalog, buffers, on_new_table=on_new_table, writers=evolver.writers, schemas=schemas)
     fanout = Fanout(cfg, buffers, router, opener=opener, evolver=evolver, bad=bad, metrics=metrics, stats=stats)
     intake = Intake(cfg, buffers, router, kafka, fanout=fanout, opener=opener, evolver=evolver, bad=bad,
                     metrics=metrics, stats=stats, letters_elsewhere=lambda: worker.dead_letters)

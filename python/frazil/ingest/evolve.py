@@ -32,9 +32,8 @@ from frazil.errors import EvolutionError, FrazilError, UnknownWriterSchemas
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import evolution, inference
 from frazil.iceberg.offsets import TopicPartition
-from frazil.ingest import avro, connect_schema, json_schema
-from frazil.ingest.protobuf import ProtoValues
-from frazil.ingest.registry import Unusable, WriterSchemas
+from frazil.ingest import avro, connect_schema
+from frazil.ingest.registry import RowSchemas, Unusable, WriterSchemas
 from frazil.kafka.fetch import Record
 from frazil.metrics import Metrics
 
@@ -46,14 +45,12 @@ MAX_SCHEMA_CHANGES = 100   # Avro: schema changes one batch may make (each write
 
 class Evolver:
     def __init__(self, cfg: Config, buffers: Buffers, metrics: Metrics, writers: WriterSchemas | None, *,
-                 json_schemas: WriterSchemas | None = None, protobuf: ProtoValues | None = None) -> None:
-        """``writers``: Avro values' writer schemas by id (None: JSON values); ``json_schemas``:
-        the JSON Schema documents of JSON values in the Confluent wire format, by id;
-        ``protobuf``: Protobuf values' schemas."""
+                 schemas: RowSchemas | None = None) -> None:
+        """``writers``: Avro values' writer schemas by id (None: JSON values); ``schemas``: the
+        registry's schemas of JSON Schema or Protobuf values, which say what a schema change is."""
         self._cfg, self._targets, self._metrics = cfg, buffers.targets, metrics
         self.writers = writers
-        self._json_schemas = json_schemas
-        self._protobuf = protobuf
+        self._schemas = schemas
 
     async def rescue(self, name: str, tp: TopicPartition, records: Sequence[Record], errors: list[RecordProblem],
                      decoded_by: RecordBuffer) -> list[RecordProblem]:
@@ -86,10 +83,8 @@ class Evolver:
         columns = {f.name for f in target.table.schema().fields}
         unknown = {e.offset for e in errors if e.field.split(".", 1)[0] not in columns}
         ordered = sorted(failed, key=lambda r: r.offset not in unknown)
-        if self._json_schemas is not None:
-            return await self._evolve_from_json_schema(target, tp, failed, errors)
-        if self._protobuf is not None:
-            return await self._evolve_from_protobuf(target, tp, failed, errors)
+        if self._schemas is not None:
+            return await self._evolve_from_schema(target, tp, failed, errors)
         carried = isinstance(target.buffer, (ChangeBuffer, EnvelopeBuffer))
         if carried and (envelope := _first_envelope(ordered)) is not None:
             return await self._evolve_from_envelope(target, tp, failed, errors, envelope)
@@ -146,58 +141,29 @@ class Evolver:
         changed = await self._change(target, changes_for, f"{tp[0]}[{tp[1]}]@{errors[0].offset}", properties_for)
         return self._again(target, tp, failed, before, changed)
 
-    async def _evolve_from_json_schema(self, target: Target, tp: TopicPartition, failed: list[Record],
-                                       errors: list[RecordProblem]) -> list[RecordProblem] | None:
-        """:meth:`_evolve_once` for JSON values in the Confluent wire format: the JSON Schema the
-        first of them was written against says what its new properties are (an integer stays a
-        ``long`` however small the values seen). A property its schema does not have is no change:
-        its record stays a bad record."""
-        assert self._json_schemas is not None
-        first = _first_field_problem(failed, errors)
-        if first is None:
-            return None
-        value = first.value or b""
-        where = f"{tp[0]}[{tp[1]}]@{first.offset}"
-        if len(value) < 5 or value[0] != 0:
-            return None
-        schema_id = int.from_bytes(value[1:5], "big")
-        found = await asyncio.to_thread(self._json_schemas.get, schema_id)
-        try:
-            if isinstance(found, Unusable):
-                raise ValueError(found.reason)
-            doc = json_schema.parse(found)
-            planned = json_schema.evolution_of(target.table.schema(), doc)
-        except ValueError as exc:
-            log.warning("table %s: JSON Schema %d of %s cannot become columns: %s", target.name, schema_id, where, exc)
-            return None
-        if not planned:
-            return None
-        before = target.buffer.schema
-        changed = await self._change(target, lambda schema: json_schema.evolution_of(schema, doc),
-                                     f"{where} (JSON Schema {schema_id})")
-        return self._again(target, tp, failed, before, changed)
-
-    async def _evolve_from_protobuf(self, target: Target, tp: TopicPartition, failed: list[Record],
-                                    errors: list[RecordProblem]) -> list[RecordProblem] | None:
-        """:meth:`_evolve_once` for Protobuf values: the schema of the first of them says what its
-        message's new fields are. A field its message does not have is no change."""
-        assert self._protobuf is not None
-        protobuf = self._protobuf
+    async def _evolve_from_schema(self, target: Target, tp: TopicPartition, failed: list[Record],
+                                  errors: list[RecordProblem]) -> list[RecordProblem] | None:
+        """:meth:`_evolve_once` for values whose rows a registry's schema describes (JSON Schema,
+        Protobuf): the schema the first of them names says what its new fields are (an integer
+        stays a ``long`` however small the values seen). A field its schema does not have is no
+        change: its record stays a bad record."""
+        schemas = self._schemas
+        assert schemas is not None
         first = _first_field_problem(failed, errors)
         if first is None:
             return None
         value = first.value or b""
         where = f"{tp[0]}[{tp[1]}]@{first.offset}"
         try:
-            planned = await asyncio.to_thread(protobuf.evolution_of, target.table.schema(), value)
+            planned = await asyncio.to_thread(schemas.evolution_of, target.table.schema(), value)
         except ValueError as exc:
-            log.warning("table %s: the Protobuf message of %s cannot become columns: %s", target.name, where, exc)
+            log.warning("table %s: the %s of %s cannot become columns: %s", target.name, schemas.kind, where, exc)
             return None
         if not planned:
             return None
         before = target.buffer.schema
-        changed = await self._change(target, lambda schema: protobuf.evolution_of(schema, value),
-                                     f"{where} (Protobuf schema id {int.from_bytes(value[1:5], 'big')})")
+        changed = await self._change(target, lambda schema: schemas.evolution_of(schema, value),
+                                     f"{where} ({schemas.kind} {int.from_bytes(value[1:5], 'big')})")
         return self._again(target, tp, failed, before, changed)
 
     async def append_avro(self, name: str, tp: TopicPartition, records: list[Record]) -> list[RecordProblem]:

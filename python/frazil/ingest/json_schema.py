@@ -42,6 +42,7 @@ from pyiceberg.types import (
 
 from frazil.iceberg import evolution
 from frazil.iceberg.evolution import Change
+from frazil.ingest.registry import Unusable, WriterSchemas
 
 _STRING_FORMATS: dict[str, IcebergType] = {"date-time": TimestamptzType(), "date": DateType(), "time": TimeType()}
 _SMALL_INTS = {"int8", "int16", "int32"}   # Kafka Connect's JSON Schema converter's connect.type
@@ -53,6 +54,40 @@ class _Problem(Exception):
     def __init__(self, path: str, reason: str) -> None:
         super().__init__(path, reason)
         self.path, self.reason = path, reason
+
+
+class JsonSchemas:
+    """The JSON Schema documents of JSON values in the Confluent wire format, from the registry
+    (a ``RowSchemas``)."""
+
+    kind = "JSON Schema"
+    made = "made from its first record's JSON Schema"
+
+    def __init__(self, schemas: WriterSchemas) -> None:
+        self._schemas = schemas
+
+    def document(self, value: bytes) -> tuple[int, dict[str, Any]]:
+        """Blocking. The schema id ``value`` names and its document."""
+        if len(value) < 5 or value[0] != 0:
+            raise ValueError("the value is not in the Confluent wire format (magic byte 0, then a 4-byte schema id)")
+        schema_id = int.from_bytes(value[1:5], "big")
+        found = self._schemas.get(schema_id)   # SchemaRegistryError: the registry is down; stop, loudly
+        if isinstance(found, Unusable):
+            raise ValueError(f"JSON Schema {schema_id}: {found.reason}")
+        try:
+            return schema_id, parse(found)
+        except ValueError as exc:
+            raise ValueError(f"JSON Schema {schema_id}: {exc}") from None
+
+    def schema(self, value: bytes, *, extra: Sequence[tuple[str, IcebergType, bool]] = ()) -> tuple[int, Schema]:
+        schema_id, doc = self.document(value)
+        try:
+            return schema_id, table_schema(doc, extra=extra)
+        except ValueError as exc:
+            raise ValueError(f"JSON Schema {schema_id} cannot become columns: {exc}") from None
+
+    def evolution_of(self, table: Schema, value: bytes) -> list[Change]:
+        return evolution_of(table, self.document(value)[1])
 
 
 def parse(text: str) -> dict[str, Any]:

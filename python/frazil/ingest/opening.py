@@ -22,9 +22,8 @@ from frazil.errors import ConfigError, InferenceError, RecordDecodeError
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import inference
 from frazil.iceberg.offsets import TopicPartition
-from frazil.ingest import avro, connect_schema, json_schema
-from frazil.ingest.protobuf import ProtoValues
-from frazil.ingest.registry import PLAIN_ID, Unusable, WriterSchemas
+from frazil.ingest import avro, connect_schema
+from frazil.ingest.registry import PLAIN_ID, RowSchemas, Unusable, WriterSchemas
 
 log = logging.getLogger(__name__)
 
@@ -43,16 +42,14 @@ class Wanted:
 class Opener:
     def __init__(self, cfg: Config, catalog: Catalog, buffers: Buffers, *,
                  on_new_table: Callable[[str], None] | None = None, writers: WriterSchemas | None = None,
-                 json_schemas: WriterSchemas | None = None, protobuf: ProtoValues | None = None) -> None:
+                 schemas: RowSchemas | None = None) -> None:
         """``on_new_table``: told each table opened (maintenance takes it on); ``writers``: Avro
-        values' writer schemas, ``json_schemas``: the JSON Schema documents of JSON values in the
-        Confluent wire format, ``protobuf``: Protobuf values' schemas; each a new table's schema
-        when it declares no columns."""
+        values' writer schemas, ``schemas``: the registry's schemas of JSON Schema or Protobuf
+        values; either a new table's schema when it declares no columns."""
         self._cfg, self._catalog, self._targets = cfg, catalog, buffers.targets
         self._on_new_table = on_new_table
         self._writers = writers
-        self._json_schemas = json_schemas
-        self._protobuf = protobuf
+        self._schemas = schemas
 
     def _config(self, name: str) -> TableConfig:
         try:
@@ -100,12 +97,8 @@ class Opener:
             pass
         elif self._writers is not None:
             inferred, made = partial(self._from_writer, table_cfg, w), "made from its first record's writer schema"
-        elif self._json_schemas is not None:
-            inferred = partial(self._from_json_schema, table_cfg, w)
-            made = "made from its first record's JSON Schema"
-        elif self._protobuf is not None:
-            inferred = partial(self._from_protobuf, table_cfg, w)
-            made = "made from its first record's Protobuf message"
+        elif self._schemas is not None:
+            inferred, made = partial(self._from_schemas, table_cfg, w), self._schemas.made
         elif table_cfg.changes is not None or table_cfg.connect_envelope:
             inferred = partial(_from_envelope, table_cfg, w, units)
             made = "made from its first record's schema (Kafka Connect's JSON envelope)"
@@ -121,7 +114,7 @@ class Opener:
                 self._catalog, table_cfg, iceberg_catalog.maintenance_properties(self._cfg.maintenance),
                 schema=inferred, created_with=units_kept)
             # a table made from a source's schema refuses nothing for being inferred: evolve takes its later versions
-            guessed = inferred is not None and self._json_schemas is None and self._protobuf is None
+            guessed = inferred is not None and self._schemas is None
             return w, self._targets.build(table_cfg, table, inferred=guessed), made
         except (ConfigError, InferenceError) as exc:
             error = RecordDecodeError(topic=w.tp[0], partition=w.tp[1], offset=w.offset, field="",
@@ -129,33 +122,25 @@ class Opener:
             error.__cause__ = exc
             return w, error, ""
 
-    def _from_json_schema(self, cfg: TableConfig, w: Wanted) -> Schema:
-        """Blocking. A new table's schema from the JSON Schema of the first of its first records'
-        values whose schema the registry has: its properties as columns. InferenceError when there
-        is none, naming why."""
-        assert self._json_schemas is not None
-        schema_id, text = _first_schema(self._json_schemas, w.sample())
-        try:
-            return json_schema.table_schema(json_schema.parse(text), extra=iceberg_catalog.extra_columns(cfg))
-        except ValueError as exc:
-            raise InferenceError(f"JSON Schema {schema_id} of its first record cannot become its columns: "
-                                 f"{exc}") from None
-
-    def _from_protobuf(self, cfg: TableConfig, w: Wanted) -> Schema:
-        """Blocking. A new table's schema from the message of the first of its first records'
-        values whose schema can be had: its fields as columns. InferenceError when there is none,
-        naming why."""
-        assert self._protobuf is not None
-        why = ""
+    def _from_schemas(self, cfg: TableConfig, w: Wanted) -> Schema:
+        """Blocking. A new table's schema from the registry's schema (JSON Schema, Protobuf) of the
+        first of its first records' values whose schema can be had and become columns: its fields
+        as columns. InferenceError when there is none, naming why."""
+        schemas = self._schemas
+        assert schemas is not None
+        why, tried = "", set()
         for value in w.sample():
+            if value[:5] in tried:   # a schema id already found wanting
+                continue
+            tried.add(value[:5])
             try:
-                schema_id, schema = self._protobuf.schema(value, extra=iceberg_catalog.extra_columns(cfg))
+                schema_id, schema = schemas.schema(value, extra=iceberg_catalog.extra_columns(cfg))
             except ValueError as exc:
                 why += f"; {exc}"
                 continue
-            log.info("table %s: made from the message of schema id %d", cfg.name, schema_id)
+            log.info("table %s: made from %s %d", cfg.name, schemas.kind, schema_id)
             return schema
-        raise InferenceError(f"no Protobuf message of its first records can become its columns{why[:1000]}")
+        raise InferenceError(f"no {schemas.kind} of its first records can become its columns{why[:1000]}")
 
     def _from_writer(self, cfg: TableConfig, w: Wanted) -> Schema:
         """Blocking. A new table's schema from the writer schema of the first of its first

@@ -33,7 +33,10 @@ log = logging.getLogger(__name__)
 
 class ProtoValues:
     """The pipeline's Protobuf schemas: fetched from the registry by id, compiled natively once,
-    shared by every buffer."""
+    shared by every buffer (a ``RowSchemas``)."""
+
+    kind = "Protobuf schema"
+    made = "made from its first record's Protobuf message"
 
     def __init__(self, schemas: WriterSchemas) -> None:
         self._schemas = schemas

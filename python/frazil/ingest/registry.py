@@ -22,9 +22,10 @@ import json
 import logging
 import threading
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from frazil.config import ValuesConfig
 from frazil.errors import SchemaRegistryError
@@ -32,6 +33,10 @@ from frazil.flow import retry
 
 if TYPE_CHECKING:   # imported where a registry is used: a JSON pipeline's start-up does not pay for it
     import requests
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import IcebergType
+
+    from frazil.iceberg.evolution import Change
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +50,20 @@ class Unusable:
     """A schema id whose records cannot be read, and why (it becomes their bad-record reason)."""
 
     reason: str
+
+
+class RowSchemas(Protocol):
+    """The registry's schemas of values decoded as JSON rows (JSON Schema, Protobuf), by the id
+    each value names: a new table from the schema of a value, and the changes a later one asks
+    (``unknown_fields = "evolve"``). Both block; ValueError says why a value's schema cannot be had
+    or cannot become columns."""
+
+    kind: str   # how logs name such a schema: "JSON Schema", "Protobuf schema"
+    made: str   # how a table made from one is logged
+
+    def schema(self, value: bytes, *, extra: Sequence[tuple[str, IcebergType, bool]] = ()
+               ) -> tuple[int, Schema]: ...
+    def evolution_of(self, table: Schema, value: bytes) -> list[Change]: ...
 
 
 class WriterSchemas:
