@@ -35,8 +35,10 @@ use super::{Appended, BufferError, JsonBuffer, Options, RecordError, Records, Un
 const SEGMENT: usize = 256;
 /// The schema id plain values (no framing) are registered under.
 pub const PLAIN_ID: u32 = 0;
-const CONFLUENT_MAGIC: u8 = 0;
-const CONFLUENT_HEADER: usize = 5;
+/// The Confluent wire format's first byte, and the bytes before the payload (it and the schema id):
+/// Avro's, and the JSON of a JSON Schema serializer (`JsonBuffer`'s `confluent`).
+pub(crate) const CONFLUENT_MAGIC: u8 = 0;
+pub(crate) const CONFLUENT_HEADER: usize = 5;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framing {

@@ -51,8 +51,6 @@ pub const META_TIMESTAMP: &str = "_kafka_timestamp";
 pub const META_KEY: &str = "_kafka_key";
 pub const META_COLUMNS: [&str; 5] = [META_TOPIC, META_PARTITION, META_OFFSET, META_TIMESTAMP, META_KEY];
 
-/// The bytes before the JSON of a value in the Confluent wire format: magic byte 0 and the schema id.
-pub const FRAME_BYTES: usize = 5;
 const NOT_FRAMED: &str = "the value is not in the Confluent wire format (magic byte 0, a 4-byte schema id, then \
      the JSON): with values.format = \"json-schema-confluent\" every value must be written by a JSON Schema \
      serializer through the registry";
@@ -75,7 +73,8 @@ fn with_values<'a, V: AsRef<[u8]>, K: AsRef<[u8]>, W: AsRef<[u8]>>(
 
 /// The JSON text of a value in the Confluent wire format; None when it has no frame.
 pub fn framed_json(value: &[u8]) -> Option<&[u8]> {
-    (value.len() > FRAME_BYTES && value[0] == 0).then(|| &value[FRAME_BYTES..])
+    use avro::{CONFLUENT_HEADER, CONFLUENT_MAGIC};
+    (value.len() > CONFLUENT_HEADER && value[0] == CONFLUENT_MAGIC).then(|| &value[CONFLUENT_HEADER..])
 }
 
 /// One record that could not be turned into a row.
