@@ -380,7 +380,8 @@ def test_units_and_unknown_fields_reach_the_table_config() -> None:
 def test_avro_values_take_a_schema_file_or_a_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "e.avsc").write_text('{"type": "record", "name": "E", "fields": [{"name": "id", "type": "long"}]}')
     cfg = config.parse({**MINIMAL, "values": {"format": "avro", "schema_file": "e.avsc"}}, base=tmp_path)
-    assert cfg.values.avro and cfg.values.schema_file == str(tmp_path / "e.avsc") and cfg.values.registry is None
+    assert cfg.values.format == "avro" and cfg.values.schema_file == str(tmp_path / "e.avsc")
+    assert cfg.values.registry is None
     monkeypatch.setenv("REG_PW", "s3cret")
     cfg = config.parse({**MINIMAL, "values": {"format": "avro-confluent"},
                         "schema_registry": {"url": "https://r:8081/", "username": "u", "password_env": "REG_PW"}},
@@ -390,7 +391,7 @@ def test_avro_values_take_a_schema_file_or_a_registry(tmp_path: Path, monkeypatc
     assert "s3cret" not in repr(cfg)
     cfg = config.parse({**MINIMAL, "values": {"format": "json-schema-confluent"},
                         "schema_registry": {"url": "http://r:8081"}}, base=tmp_path)
-    assert cfg.values.json_schema and not cfg.values.avro and cfg.values.registry is not None
+    assert cfg.values.format == "json-schema-confluent" and cfg.values.registry is not None
 
 
 @pytest.mark.parametrize(("extra", "message"), [
@@ -698,7 +699,7 @@ def test_header_columns_are_for_append_tables_each_name_once(tmp_path: Path) -> 
     avsc = tmp_path / "e.avsc"
     avsc.write_text('{"type": "record", "name": "E", "fields": [{"name": "id", "type": "long"}]}')
     avro = config.parse({**with_("table", **headed), "values": {"format": "avro", "schema_file": str(avsc)}})
-    assert avro.values.avro and avro.table.headers_column == "headers"   # Avro values fill them too
+    assert avro.values.format == "avro" and avro.table.headers_column == "headers"   # Avro values fill them too
 
 
 def test_key_columns_take_the_whole_key_or_a_field_of_a_json_key_on_append_tables(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
@@ -20,7 +21,8 @@ from frazil.buffers.conform import conform
 from frazil.buffers.envelope import EnvelopeBuffer
 from frazil.buffers.positions import Takers, resume_at
 from frazil.buffers.record_buffer import AvroRecordBuffer, RecordBuffer, SchemaLearner
-from frazil.config import Config, TableConfig
+from frazil.config import AVRO_FORMATS, Config, TableConfig
+from frazil.errors import ConfigError
 from frazil.events.payloads import DeadLetter
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
@@ -42,6 +44,9 @@ class Target:
     # rows buffered under an older schema of the table (it evolved since): they go with the buffer's
     carried: list[pa.Table] = field(default_factory=list)
     carried_deletes: list[pa.Table] = field(default_factory=list)   # a keyed table's deletes, likewise
+    format: str = "json"                           # of the values its buffer reads
+    format_from: str | None = None                 # the topic whose records held it to it, in this process
+    inferred: bool = False                         # its buffer refuses fields the table lacks (an inferred schema)
 
     _skips: tuple[str, dict[TopicPartition, frozenset[int]]] | None = None
 
@@ -104,32 +109,58 @@ def _with_carried(data: pa.Table | None, carried: list[pa.Table], schema: pa.Sch
     return conform(tables, schema)
 
 
+class Formats(Protocol):
+    """The value format of each topic, and what the buffers of some formats share."""
+
+    @property
+    def avro_key(self) -> Callable[[bytes], bytes | None] | None:
+        """An Avro key in the Confluent wire format as JSON (keyed tables' tombstones)."""
+
+    @property
+    def protobuf(self) -> SchemaLearner | None:
+        """The Protobuf schemas, shared by every buffer that reads Protobuf."""
+
+    def of(self, topic: str) -> str: ...
+
+
+class _Json:
+    """Every topic's values JSON."""
+
+    avro_key: Callable[[bytes], bytes | None] | None = None
+    protobuf: SchemaLearner | None = None
+
+    def of(self, topic: str) -> str:
+        return "json"
+
+
+JSON_ONLY = _Json()
+
+
 class Targets:
     """Every table of the pipeline, by name, in config order."""
 
     def __init__(self, cfg: Config, catalog: Catalog, tables: Mapping[str, Table],
-                 takers: Callable[[str], Takers], avro_key: Callable[[bytes], bytes | None] | None = None,
-                 protobuf: SchemaLearner | None = None) -> None:
+                 takers: Callable[[str], Takers], formats: Formats = JSON_ONLY) -> None:
         """``tables``: each configured table as ``ensure_table`` left it. With one table its buffer
         has the memory budget as a hard cap; with several, the pipeline checks their sum once per
         poll (a fan-out must land in every table's buffer or in none), so the buffers can pass the
         budget by one poll's records. ``takers``: which tables may take a topic's records
-        (routing), for where a partition resumes. ``avro_key``: a Kafka key in the Confluent wire
-        format as JSON (``WriterSchemas.key_object``), for keyed tables' tombstones. ``protobuf``:
-        the pipeline's Protobuf schemas, when its values are Protobuf."""
+        (routing), for where a partition resumes. ``formats``: each topic's value format
+        (``ingest/formats.py``); a table's buffer reads the format of its topics
+        (:meth:`fit_format`)."""
         # One declared table and nothing else: its buffer has the budget as a hard cap. Otherwise
         # (several buffers, or tables opened later) the pipeline checks their sum once per poll.
         self.single = len(cfg.tables) == 1 and cfg.dynamic is None and bool(cfg.tables[0].columns)
         self._takers = takers
-        self._avro_key = avro_key   # Avro keys (Confluent wire format) as JSON, for keyed tables' tombstones
-        self._protobuf = protobuf
+        self._formats = formats
+        self._config = cfg
         self._budget = cfg.memory_budget_bytes
-        self._values = cfg.values
         self._catalog, self._max_attempts = catalog, cfg.max_commit_attempts
         self.pipeline = cfg.pipeline
         self._by_name = {
             t.name: Target(t, Committer(catalog, t.name, cfg.pipeline, max_attempts=cfg.max_commit_attempts),
-                           self.buffer_for(t, tables[t.name], inferred=not t.columns), tables[t.name])
+                           self.buffer_for(t, tables[t.name], inferred=not t.columns, fmt=cfg.formats_of(t)[0]),
+                           tables[t.name], format=cfg.formats_of(t)[0], inferred=not t.columns)
             for t in cfg.tables if t.name in tables}
         for name, table in tables.items():   # named by the records, created by an earlier run
             if name not in self._by_name and cfg.dynamic is not None:
@@ -142,7 +173,7 @@ class Targets:
         return name in self._by_name
 
     def add(self, cfg: TableConfig, table: Table, *, inferred: bool, floors: bool = True) -> Target:
-        """A table named by the records (:meth:`build`, then in)."""
+        """A table named by the records in an earlier run (:meth:`build`, then in)."""
         target = self.build(cfg, table, inferred=inferred, floors=floors)
         self.add_built(target)
         return target
@@ -150,29 +181,59 @@ class Targets:
     def add_built(self, target: Target) -> None:
         self._by_name[target.name] = target
 
-    def build(self, cfg: TableConfig, table: Table, *, inferred: bool, floors: bool = True) -> Target:
+    def build(self, cfg: TableConfig, table: Table, *, inferred: bool, floors: bool = True,
+              topic: str | None = None) -> Target:
         """Blocking. A table named by the records, with its floors from its offsets (``floors``:
         now; else at the next positioning). A table whose schema was inferred refuses fields it
-        does not have (they would be dropped silently)."""
+        does not have (they would be dropped silently). ``topic``: the topic whose records named
+        it, whose format it reads (else the first its config may take, until :meth:`fit_format`)."""
         committer = Committer(self._catalog, cfg.name, self.pipeline, max_attempts=self._max_attempts)
-        return Target(cfg, committer, self.buffer_for(cfg, table, inferred=inferred), table,
-                      committer.held(table).offsets if floors else {})   # ``table`` as just loaded
+        fmt = self._formats.of(topic) if topic is not None else self._config.formats_of(cfg)[0]
+        return Target(cfg, committer, self.buffer_for(cfg, table, inferred=inferred, fmt=fmt), table,
+                      committer.held(table).offsets if floors else {}, format=fmt,   # ``table`` as just loaded
+                      format_from=topic, inferred=inferred)
 
-    def buffer_for(self, cfg: TableConfig, table: Table, *, inferred: bool) -> RecordBuffer:
-        """A record buffer for ``table`` as it is now. With one declared table and nothing else it
-        has the memory budget as a hard cap."""
-        if self._values.avro and cfg.changes is not None:
+    def format_of(self, topic: str) -> str:
+        """The format of ``topic``'s values."""
+        return self._formats.of(topic)
+
+    def fit_format(self, target: Target, topic: str) -> None:
+        """Hold ``target`` to the format of ``topic``'s values before it takes them: the first
+        topic it takes in this process sets it (its empty buffer made again when the format was
+        only a guess); a topic of another format after that is a configuration error."""
+        if target.format_from == topic:
+            return
+        fmt = self._formats.of(topic)
+        if target.format_from is None:
+            if fmt != target.format:
+                if target.rows:
+                    raise ConfigError(f"table {target.name} holds {target.format} records and now takes {topic}, "
+                                      f"whose values are {fmt}: a table's topics share one value format")
+                target.buffer = self.buffer_for(target.cfg, target.table, inferred=target.inferred, fmt=fmt)
+                target.format = fmt
+            target.format_from = topic
+        elif fmt != target.format:
+            raise ConfigError(f"table {target.name} takes topics of two value formats: {target.format_from} "
+                              f"({target.format}) and {topic} ({fmt}); a table's topics share one format: give it a "
+                              "topics regex (or [dynamic] a topics regex) that takes one format's topics, going by "
+                              "values.format and [values.topics]")
+
+    def buffer_for(self, cfg: TableConfig, table: Table, *, inferred: bool, fmt: str) -> RecordBuffer:
+        """A record buffer for ``table`` as it is now, reading values in ``fmt``. With one declared
+        table and nothing else it has the memory budget as a hard cap."""
+        avro = fmt in AVRO_FORMATS
+        if avro and cfg.changes is not None:
             envelope = envelope_schema(table.schema(), cfg.changes, cfg.identifier_columns)
             return AvroChangeBuffer(iceberg_catalog.arrow_schema(table), schema_to_pyarrow(envelope),
                                     cfg.changes, cfg.identifier_columns,
-                                    confluent=self._values.format == "avro-confluent",
+                                    confluent=fmt == "avro-confluent",
                                     max_bytes=self._budget if self.single else None,
-                                    case_insensitive=cfg.case_insensitive, avro_key=self._avro_key)
+                                    case_insensitive=cfg.case_insensitive, avro_key=self._formats.avro_key)
         header_columns = [(h.name, h.header.encode()) for h in cfg.header_columns]
         key_columns = [(k.name, k.field) for k in cfg.key_columns]
-        if self._values.avro:
+        if avro:
             return AvroRecordBuffer(iceberg_catalog.arrow_schema(table),
-                                    confluent=self._values.format == "avro-confluent",
+                                    confluent=fmt == "avro-confluent",
                                     metadata_columns=cfg.metadata_columns,
                                     max_bytes=self._budget if self.single else None, header_columns=header_columns,
                                     headers_column=cfg.headers_column, key_columns=key_columns)
@@ -196,7 +257,8 @@ class Targets:
                             strict_fields=strict, unknown_fields=cfg.unknown_fields,
                             case_insensitive=cfg.case_insensitive, header_columns=header_columns,
                             headers_column=cfg.headers_column, key_columns=key_columns,
-                            confluent=self._values.json_schema, protobuf=self._protobuf)
+                            confluent=fmt == "json-schema-confluent",
+                            protobuf=self._formats.protobuf if fmt == "protobuf-confluent" else None)
 
     def evolved(self, target: Target, table: Table) -> None:
         """``table`` has a newer schema than ``target``'s buffer: what it holds is carried (written
@@ -207,7 +269,8 @@ class Targets:
         deletes = target.buffer.drain_deletes() if isinstance(target.buffer, ChangeBuffer) else None
         if deletes is not None:
             target.carried_deletes.append(deletes)
-        target.buffer = self.buffer_for(target.cfg, table, inferred=False)
+        target.buffer = self.buffer_for(target.cfg, table, inferred=False, fmt=target.format)
+        target.inferred = False
         target.table = table
 
     def __iter__(self) -> Iterator[Target]:

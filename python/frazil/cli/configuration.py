@@ -18,17 +18,30 @@ if TYPE_CHECKING:
     from frazil import config as config_mod
 
 
+_WRITER = "from the first record's writer schema"
+_MADE_FROM = {"avro": _WRITER, "avro-confluent": _WRITER,
+              "json-schema-confluent": "from the first record's JSON Schema (the registry's)",
+              "protobuf-confluent": "from the first record's Protobuf message (the registry's schema)"}
+
+
 def _made(cfg: config_mod.Config, table: config_mod.TableConfig | config_mod.DynamicConfig) -> str:
-    """Where a table without declared columns takes them from."""
-    if cfg.values.avro:
-        return "from the first record's writer schema"
-    if cfg.values.json_schema:
-        return "from the first record's JSON Schema (the registry's)"
-    if cfg.values.protobuf:
-        return "from the first record's Protobuf message (the registry's schema)"
-    if table.changes is not None or table.connect_envelope:
-        return "from the first record's Kafka Connect schema envelope"
-    return "inferred from the first records"
+    """Where a table without declared columns takes them from, by the format(s) of its values."""
+    def made(fmt: str) -> str:
+        if fmt in _MADE_FROM:
+            return _MADE_FROM[fmt]
+        if table.changes is not None or table.connect_envelope:
+            return "from the first record's Kafka Connect schema envelope"
+        return "inferred from the first records"
+
+    formats = cfg.formats_of(table)
+    if len(formats) == 1:
+        return made(formats[0])
+    return "; ".join(f"{fmt} topics: {made(fmt)}" for fmt in formats)
+
+
+def _format(cfg: config_mod.Config, table: config_mod.TableConfig | config_mod.DynamicConfig) -> str:
+    """The format(s) of a table's values, for ``config check``."""
+    return f" values={'|'.join(cfg.formats_of(table))}" if cfg.values.topics else ""
 
 
 def _keyed(table: config_mod.TableConfig | config_mod.DynamicConfig) -> str:
@@ -72,7 +85,7 @@ def check(args: argparse.Namespace) -> int:
               f"metadata_columns={table.metadata_columns} partition_by={list(table.partition_by)} "
               f"takes={takes or 'every record'} unknown_fields={table.unknown_fields}"
               + (f" units={units}" if units else "") + (f" rounding(half_even)={rounded}" if rounded else "")
-              + (" case_insensitive" if table.case_insensitive else "") + _keyed(table))
+              + (" case_insensitive" if table.case_insensitive else "") + _format(cfg, table) + _keyed(table))
     print(f"  bad records {cfg.on_bad_record}" + (f" -> {cfg.dead_letter_topic}" if cfg.on_bad_record == "dead_letter"
                                                  else " (stop, naming the record)"))
     if cfg.dynamic is not None:
@@ -80,7 +93,8 @@ def check(args: argparse.Namespace) -> int:
         print(f"  dynamic    {d.table}{' for topics ~' + d.topics if d.topics else ''}: "
               + ("created on first use" if d.create else "existing tables only") + ", "
               + (f"{len(d.columns)} columns" if d.columns else f"columns {_made(cfg, d)}")
-              + f", partition_by={list(d.partition_by)}, unknown_fields={d.unknown_fields}" + _keyed(d))
+              + f", partition_by={list(d.partition_by)}, unknown_fields={d.unknown_fields}" + _format(cfg, d)
+              + _keyed(d))
     print(f"  txlog      {cfg.txlog_dir} (fsync {cfg.txlog_fsync})")
     print(f"  memory     budget {cfg.memory_budget_bytes // (1024 * 1024)} MiB; stop after {cfg.outage_timeout_s:g}s "
           "of failing commits")

@@ -8,6 +8,7 @@ declare each key once; docs/configuration.md lists them, and a test keeps the tw
 
 from frazil.config.load import load, parse
 from frazil.config.models import (
+    AVRO_FORMATS,
     FETCH_MAX_BYTES,
     SASL_MECHANISMS,
     SECURITY_PROTOCOLS,
@@ -36,7 +37,7 @@ from frazil.config.tables import (
 from frazil.config.types import META_COLUMNS, ColumnType, PartitionField
 
 __all__ = [
-    "DEBEZIUM", "FETCH_MAX_BYTES", "META_COLUMNS", "OP_COLUMN", "SASL_MECHANISMS", "SECURITY_PROTOCOLS",
+    "AVRO_FORMATS", "DEBEZIUM", "FETCH_MAX_BYTES", "META_COLUMNS", "OP_COLUMN", "SASL_MECHANISMS", "SECURITY_PROTOCOLS",
     "STAGING_SUFFIX", "CatalogConfig", "ChangesConfig", "Column", "ColumnType", "Config", "CoordinationConfig",
     "DynamicConfig", "KafkaConfig", "KafkaSecurity", "MaintenanceConfig", "MetricsConfig", "PartitionField",
     "RegistryConfig", "SparkConfig", "TableConfig", "ValuesConfig", "load", "merge_target", "normalise", "parse",

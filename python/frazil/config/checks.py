@@ -8,7 +8,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from frazil.config.models import CatalogConfig, Config
+from frazil.config.models import AVRO_FORMATS, CatalogConfig, Config
 from frazil.config.tables import DEBEZIUM, DynamicConfig, TableConfig
 from frazil.config.types import META_COLUMN_TYPES, ColumnType, PartitionField
 from frazil.errors import ConfigError
@@ -38,13 +38,20 @@ def check(cfg: Config, *, single_table: bool) -> None:
         raise ConfigError(f"table {name!r} appears more than once in [[tables]]; give each table one entry (a "
                           "table takes every record that matches its topics and route)")
     for at, table in tables:
-        _table(table, at, from_writer=cfg.values.avro)
+        formats = _formats(cfg, at, table)
+        _table(table, at, from_writer=any(f in AVRO_FORMATS for f in formats))
+        name = f"table {table.name}" if isinstance(table, TableConfig) else "[dynamic]"
+        for fmt in formats:
+            if fmt in AVRO_FORMATS:
+                _avro(name, table, fmt)
+            elif fmt != "json":
+                _json_schema(name, table, fmt)
     _topics(cfg)
     _maintenance(cfg)
-    if cfg.values.avro:
-        _avro(cfg)
-    if cfg.values.json_schema or cfg.values.protobuf:
-        _json_schema(cfg)
+    if "avro" in cfg.values.formats:
+        problem = avro_schema_problem(Path(cfg.values.schema_file))
+        if problem:
+            raise ConfigError(f"values.schema_file {cfg.values.schema_file}: {problem}")
     _catalog(cfg.catalog, maintenance=cfg.maintenance.enabled)
 
 
@@ -198,54 +205,61 @@ def _maintenance(cfg: Config) -> None:
                                   f"use one of {', '.join(sorted(known))}")
 
 
-def _json_schema(cfg: Config) -> None:
+def _formats(cfg: Config, at: str, table: TableConfig | DynamicConfig) -> tuple[str, ...]:
+    """The value formats ``table``'s topics may have: one for a declared table (its buffer reads
+    one); several for ``[dynamic]`` only when each of its tables is named by one whole topic."""
+    formats = cfg.formats_of(table)
+    if len(formats) == 1:
+        return formats
+    listed = "the topics it takes" if cfg.kafka.topics else "kafka.topic_pattern, its topics regex"
+    if isinstance(table, TableConfig):
+        raise ConfigError(f"{at} ({table.name}) may take topics of several value formats ({', '.join(formats)}, "
+                          f"going by {listed} and [values.topics]): a table's topics share one format; give it a "
+                          "topics regex that takes topics of one format (with a topic pattern: the regex of its "
+                          "[values.topics] entry, as written there)")
+    if "{topic}" not in table.table:
+        raise ConfigError(f"[dynamic] may take topics of several value formats ({', '.join(formats)}): its "
+                          f"table template {table.table!r} must name each table by its whole topic ({{topic}}), "
+                          "so that each table takes one topic's format")
+    return formats
+
+
+def _json_schema(name: str, t: TableConfig | DynamicConfig, fmt: str) -> None:
     """JSON Schema and Protobuf values in the Confluent wire format: append tables, routed by topic
     (for now). A table without columns is created from the registry's schema of its first record."""
-    fmt = cfg.values.format
-    for name, t in [*((f"table {t.name}", t) for t in cfg.tables), *(("[dynamic]", d) for d in [cfg.dynamic] if d)]:
-        if t.changes is not None:
-            raise ConfigError(f"{name}: keyed tables (mode = {t.changes.mode!r}) read plain JSON or Avro for now; "
-                              f"with values.format = {fmt!r} leave mode out (an append table)")
-        if t.connect_envelope:
-            raise ConfigError(f"{name}.connect_envelope reads Kafka Connect's JSON envelope; values in the Confluent "
-                              f"wire format (values.format = {fmt!r}) carry their schema's id instead: leave it out")
-    for t in cfg.tables:
-        if t.route_field:
-            raise ConfigError(f"table {t.name}: route_field reads plain JSON values for now; with values.format = "
-                              f"{fmt!r} route by topic (topics = ...)")
-    if cfg.dynamic is not None and cfg.dynamic.fields:
+    if t.changes is not None:
+        raise ConfigError(f"{name}: keyed tables (mode = {t.changes.mode!r}) read plain JSON or Avro for now; "
+                          f"with values.format = {fmt!r} leave mode out (an append table)")
+    if t.connect_envelope:
+        raise ConfigError(f"{name}.connect_envelope reads Kafka Connect's JSON envelope; values in the Confluent "
+                          f"wire format (values.format = {fmt!r}) carry their schema's id instead: leave it out")
+    _by_topic(name, t, fmt, "plain JSON values for now")
+
+
+def _by_topic(name: str, t: TableConfig | DynamicConfig, fmt: str, reads: str) -> None:
+    """Values in ``fmt`` route by topic: a route field or a template's value field reads ``reads``."""
+    if isinstance(t, TableConfig) and t.route_field:
+        raise ConfigError(f"{name}: route_field reads {reads}; with values.format = {fmt!r} route by topic "
+                          "(topics = ...)")
+    if isinstance(t, DynamicConfig) and t.fields:
         raise ConfigError(f"[dynamic] with values.format = {fmt!r} must name tables by {{topic}} only (the "
-                          "placeholders of value fields read plain JSON for now)")
+                          f"placeholders of value fields read {reads})")
 
 
-def _avro(cfg: Config) -> None:
+def _avro(name: str, t: TableConfig | DynamicConfig, fmt: str) -> None:
     """Avro values: routing by value, the staging-table merge and operation fields other than
     Debezium's need JSON values (for now). A table without columns is created from the writer
     schema of its first record."""
-    fmt = cfg.values.format
-    for name, t in [*((f"table {t.name}", t) for t in cfg.tables), *(("[dynamic]", d) for d in [cfg.dynamic] if d)]:
-        changes = t.changes
-        if changes is None:
-            continue
-        if changes.op and (changes.op, changes.after, changes.before) != (DEBEZIUM["op"], DEBEZIUM["after"],
-                                                                        DEBEZIUM["before"]):
-            raise ConfigError(f"{name}: with values.format = {fmt!r}, mode = \"cdc\" reads Debezium's envelope "
-                              "(cdc.format = \"debezium\"); an operation field of the row (cdc.format = \"field\") "
-                              "needs JSON values for now")
-        if changes.merge == "spark":
-            raise ConfigError(f"{name}: merge = \"spark\" reads JSON values for now; with values.format = {fmt!r} "
-                              "use merge = \"native\"")
-    for t in cfg.tables:
-        if t.route_field:
-            raise ConfigError(f"table {t.name}: route_field reads JSON values; with values.format = {fmt!r} "
-                              "route by topic (topics = ...)")
-    if cfg.dynamic is not None and cfg.dynamic.fields:
-        raise ConfigError(f"[dynamic] with values.format = {fmt!r} must name tables by {{topic}} only (the "
-                          "placeholders of value fields read JSON)")
-    if fmt == "avro":
-        problem = avro_schema_problem(Path(cfg.values.schema_file))
-        if problem:
-            raise ConfigError(f"values.schema_file {cfg.values.schema_file}: {problem}")
+    changes = t.changes
+    if changes is not None and changes.op and (changes.op, changes.after, changes.before) != (
+            DEBEZIUM["op"], DEBEZIUM["after"], DEBEZIUM["before"]):
+        raise ConfigError(f"{name}: with values.format = {fmt!r}, mode = \"cdc\" reads Debezium's envelope "
+                          "(cdc.format = \"debezium\"); an operation field of the row (cdc.format = \"field\") "
+                          "needs JSON values for now")
+    if changes is not None and changes.merge == "spark":
+        raise ConfigError(f"{name}: merge = \"spark\" reads JSON values for now; with values.format = {fmt!r} "
+                          "use merge = \"native\"")
+    _by_topic(name, t, fmt, "JSON values")
 
 
 def avro_schema_problem(path: Path) -> str | None:

@@ -32,7 +32,8 @@ def locate(loc: tuple[int | str, ...], model: Any, at: str, reading: Reading) ->
     while i < len(loc):
         seg = loc[i]
         if isinstance(seg, int) or model is None or seg not in fields(model):
-            at, model, info = f"{at}[{seg}]" if isinstance(seg, int) else child(at, seg), None, None
+            # a mapping's entry keeps the mapping's field: what its values may be
+            at, model, info = (f"{at}[{seg}]", None, None) if isinstance(seg, int) else (child(at, seg), None, info)
             i += 1
             continue
         info = fields(model)[seg]

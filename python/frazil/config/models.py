@@ -298,45 +298,55 @@ class RegistryConfig:
         return self
 
 
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]+")   # a [values.topics] key that names one topic, not a pattern
+ValueFormat = Literal["json", "avro", "avro-confluent", "json-schema-confluent", "protobuf-confluent"]
+AVRO_FORMATS = ("avro", "avro-confluent")
+_FORMATS = Refused(
+    "must be \"json\", \"avro\" (plain Avro datums, with values.schema_file), \"avro-confluent\" (Avro in "
+    "the Confluent wire format, with [schema_registry]), \"json-schema-confluent\" (JSON in the Confluent "
+    "wire format, written by a JSON Schema serializer, with [schema_registry]) or \"protobuf-confluent\" "
+    "(Protobuf in the Confluent wire format, with [schema_registry])")
+
+
 @dataclass(frozen=True, config=STRICT)
 class ValuesConfig:
-    """How record values are encoded (the same for every topic of the pipeline)."""
+    """How record values are encoded: ``format`` for every topic, but those ``topics`` names (a
+    regex fully matching the topic, the first that does in file order) with a format of their own."""
 
-    format: Annotated[Literal["json", "avro", "avro-confluent", "json-schema-confluent", "protobuf-confluent"], Refused(
-        "must be \"json\", \"avro\" (plain Avro datums, with values.schema_file), \"avro-confluent\" (Avro in "
-        "the Confluent wire format, with [schema_registry]), \"json-schema-confluent\" (JSON in the Confluent "
-        "wire format, written by a JSON Schema serializer, with [schema_registry]) or \"protobuf-confluent\" "
-        "(Protobuf in the Confluent wire format, with [schema_registry])")] = Field(
-        default="json", description="how record values are encoded")
+    format: Annotated[ValueFormat, _FORMATS] = Field(default="json", description="how record values are encoded")
+    topics: Annotated[dict[Regex, ValueFormat], _FORMATS] = Field(
+        default_factory=dict, description="[values.topics]: a topic regex to the format of its topics' values")
     schema_file: Annotated[Text, File()] = Field(default="", description="format = \"avro\": the writer schema (.avsc)")
     registry: Annotated[RegistryConfig | None, Key("/schema_registry")] = None   # the "-confluent" formats
 
     @property
-    def avro(self) -> bool:
-        return self.format in ("avro", "avro-confluent")
+    def formats(self) -> tuple[ValueFormat, ...]:
+        """Every format the pipeline's values may have, ``format`` first."""
+        return tuple(dict.fromkeys([self.format, *self.topics.values()]))
 
-    @property
-    def json_schema(self) -> bool:
-        """JSON values in the Confluent wire format, their schemas (JSON Schema) in the registry."""
-        return self.format == "json-schema-confluent"
+    def format_of(self, topic: str) -> ValueFormat:
+        """The format of ``topic``'s values."""
+        return next((fmt for pattern, fmt in self.topics.items() if re.fullmatch(pattern, topic)), self.format)
 
-    @property
-    def protobuf(self) -> bool:
-        """Protobuf values in the Confluent wire format, their schemas (``.proto`` files) in the registry."""
-        return self.format == "protobuf-confluent"
+    def of(self, fmt: ValueFormat) -> ValuesConfig:
+        """These values as if every topic had format ``fmt`` (one of :attr:`formats`)."""
+        return dataclasses.replace(self, format=fmt, topics={})
 
     @model_validator(mode="after")
     def _fits_the_format(self) -> Self:
-        if self.format == "avro" and not self.schema_file:
-            raise Problem('values.format = "avro" needs values.schema_file, the writer schema (.avsc) of every value')
-        if self.format != "avro" and self.schema_file:
-            raise Problem(f"values.schema_file is for values.format = \"avro\" (this is {self.format!r})")
-        framed = self.format.endswith("-confluent")
+        formats = self.formats
+        shown = self.format if len(formats) == 1 else ", ".join(formats)
+        if "avro" in formats and not self.schema_file:
+            raise Problem('values.format = "avro" needs values.schema_file, the writer schema (.avsc) of every value '
+                          'in that format')
+        if "avro" not in formats and self.schema_file:
+            raise Problem(f"values.schema_file is for values.format = \"avro\" (this is {shown!r})")
+        framed = [f for f in formats if f.endswith("-confluent")]
         if framed and self.registry is None:
-            raise Problem(f'values.format = "{self.format}" needs a [schema_registry] section with its url')
+            raise Problem(f'values.format = "{framed[0]}" needs a [schema_registry] section with its url')
         if not framed and self.registry is not None:
             raise Problem("[schema_registry] is for values.format = \"avro-confluent\", \"json-schema-confluent\" or "
-                          f"\"protobuf-confluent\" (this is {self.format!r})")
+                          f"\"protobuf-confluent\" (this is {shown!r})")
         return self
 
 
@@ -390,6 +400,31 @@ class Config:
             raise ConfigError("this needs a table named in the config ([table] or [[tables]]); this pipeline's "
                               "tables are all named by its records ([dynamic])")
         return self.tables[0]
+
+    def formats_of(self, table: TableConfig | DynamicConfig) -> tuple[str, ...]:
+        """The value formats the topics ``table`` takes may have (``values.format`` first when it
+        is one of them): those of the listed ``kafka.topics`` it takes; with a topic pattern, the
+        format of the ``[values.topics]`` entry its ``topics`` regex is (as text), else every
+        format of an entry that may match it, and ``values.format``."""
+        values = self.values
+        if not values.topics:
+            return (values.format,)
+        pattern = re.compile(table.topics) if table.topics else None
+        if self.kafka.topics:
+            taken = [t for t in self.kafka.topics if pattern is None or pattern.fullmatch(t)]
+            return tuple(dict.fromkeys(map(values.format_of, taken))) or (values.format,)
+        if table.topics in values.topics:
+            return (values.topics[table.topics],)
+        consumed = re.compile(self.kafka.topic_pattern)
+
+        def may_feed(key: str) -> bool:   # a name (no pattern) on either side is checked against the other
+            if _TOPIC_NAME.fullmatch(key):
+                return consumed.fullmatch(key) is not None and (pattern is None or pattern.fullmatch(key) is not None)
+            named = bool(table.topics) and _TOPIC_NAME.fullmatch(table.topics) is not None
+            return not named or re.fullmatch(key, table.topics) is not None
+
+        maybe = [fmt for key, fmt in values.topics.items() if may_feed(key)]
+        return tuple(dict.fromkeys([values.format, *maybe]))
 
     def table_named(self, name: str) -> TableConfig:
         for table in self.tables:

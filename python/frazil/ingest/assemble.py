@@ -15,12 +15,10 @@ from frazil.coordination.worker import Worker, WorkerChannel
 from frazil.ingest.bad_records import BadRecords
 from frazil.ingest.evolve import Evolver
 from frazil.ingest.fanout import Fanout
+from frazil.ingest.formats import ValueFormats
 from frazil.ingest.intake import Intake
-from frazil.ingest.json_schema import JsonSchemas
 from frazil.ingest.loop import Pipeline, Source
 from frazil.ingest.opening import Opener
-from frazil.ingest.protobuf import ProtoValues
-from frazil.ingest.registry import WriterSchemas
 from frazil.ingest.routing import Router
 from frazil.ingest.source import KafkaSource
 from frazil.kafka.copies import SourceCopies
@@ -45,20 +43,16 @@ def pipeline(cfg: Config, catalog: Catalog, tables: Mapping[str, Table], *, chan
     consumer-group member for ``cfg.kafka``); ``copies``: where bad records are kept for this
     process's dead-letter sink. Build on the loop."""
     router = Router(cfg.tables, cfg.dynamic)
-    writers = WriterSchemas(cfg.values) if cfg.values.avro else None   # Avro values: writer schemas by id
-    protobuf = ProtoValues(WriterSchemas(cfg.values)) if cfg.values.protobuf else None   # .proto files by id
-    # the registry's schemas of values decoded as JSON rows: they make and evolve tables
-    schemas = JsonSchemas(WriterSchemas(cfg.values)) if cfg.values.json_schema else protobuf
-    buffers = Buffers(Targets(cfg, catalog, tables, takers=router.takers,
-                              avro_key=writers.key_object if writers is not None else None, protobuf=protobuf))
+    formats = ValueFormats(cfg.values)   # each topic's, and the schemas each format reads by
+    buffers = Buffers(Targets(cfg, catalog, tables, takers=router.takers, formats=formats))
     stats = Stats()
     kafka = source if source is not None else KafkaSource(cfg.kafka, outage_timeout_s=cfg.outage_timeout_s,
                                                           on_lost=metrics.records_lost.inc)
     worker = Worker(cfg, buffers=buffers, channel=channel, journal=journal, source=kafka, metrics=metrics,
                     stats=stats, bulk=bulk)
     bad = BadRecords(cfg, buffers, metrics, stats, copies=copies)
-    evolver = Evolver(cfg, buffers, metrics, writers, schemas=schemas)
-    opener = Opener(cfg, catalog, buffers, on_new_table=on_new_table, writers=evolver.writers, schemas=schemas)
+    evolver = Evolver(cfg, buffers, metrics, formats)
+    opener = Opener(cfg, catalog, buffers, formats=formats, on_new_table=on_new_table)
     fanout = Fanout(cfg, buffers, router, opener=opener, evolver=evolver, bad=bad, metrics=metrics, stats=stats)
     intake = Intake(cfg, buffers, router, kafka, fanout=fanout, opener=opener, evolver=evolver, bad=bad,
                     metrics=metrics, stats=stats, letters_elsewhere=lambda: worker.dead_letters)

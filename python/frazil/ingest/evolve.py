@@ -33,7 +33,8 @@ from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import evolution, inference
 from frazil.iceberg.offsets import TopicPartition
 from frazil.ingest import avro, connect_schema
-from frazil.ingest.registry import RowSchemas, Unusable, WriterSchemas
+from frazil.ingest.formats import ValueFormats
+from frazil.ingest.registry import RowSchemas, Unusable
 from frazil.kafka.fetch import Record
 from frazil.metrics import Metrics
 
@@ -44,13 +45,11 @@ MAX_SCHEMA_CHANGES = 100   # Avro: schema changes one batch may make (each write
 
 
 class Evolver:
-    def __init__(self, cfg: Config, buffers: Buffers, metrics: Metrics, writers: WriterSchemas | None, *,
-                 schemas: RowSchemas | None = None) -> None:
-        """``writers``: Avro values' writer schemas by id (None: JSON values); ``schemas``: the
-        registry's schemas of JSON Schema or Protobuf values, which say what a schema change is."""
+    def __init__(self, cfg: Config, buffers: Buffers, metrics: Metrics, formats: ValueFormats) -> None:
+        """``formats``: by a table's format, Avro values' writer schemas, or the registry's schemas
+        of JSON Schema or Protobuf values, which say what a schema change is."""
         self._cfg, self._targets, self._metrics = cfg, buffers.targets, metrics
-        self.writers = writers
-        self._schemas = schemas
+        self._formats = formats
 
     async def rescue(self, name: str, tp: TopicPartition, records: Sequence[Record], errors: list[RecordProblem],
                      decoded_by: RecordBuffer) -> list[RecordProblem]:
@@ -83,8 +82,9 @@ class Evolver:
         columns = {f.name for f in target.table.schema().fields}
         unknown = {e.offset for e in errors if e.field.split(".", 1)[0] not in columns}
         ordered = sorted(failed, key=lambda r: r.offset not in unknown)
-        if self._schemas is not None:
-            return await self._evolve_from_schema(target, tp, failed, errors)
+        schemas = self._formats.rows(target.format)
+        if schemas is not None:
+            return await self._evolve_from_schema(target, tp, failed, errors, schemas)
         carried = isinstance(target.buffer, (ChangeBuffer, EnvelopeBuffer))
         if carried and (envelope := _first_envelope(ordered)) is not None:
             return await self._evolve_from_envelope(target, tp, failed, errors, envelope)
@@ -142,13 +142,11 @@ class Evolver:
         return self._again(target, tp, failed, before, changed)
 
     async def _evolve_from_schema(self, target: Target, tp: TopicPartition, failed: list[Record],
-                                  errors: list[RecordProblem]) -> list[RecordProblem] | None:
+                                  errors: list[RecordProblem], schemas: RowSchemas) -> list[RecordProblem] | None:
         """:meth:`_evolve_once` for values whose rows a registry's schema describes (JSON Schema,
         Protobuf): the schema the first of them names says what its new fields are (an integer
         stays a ``long`` however small the values seen). A field its schema does not have is no
         change: its record stays a bad record."""
-        schemas = self._schemas
-        assert schemas is not None
         first = _first_field_problem(failed, errors)
         if first is None:
             return None
@@ -205,14 +203,14 @@ class Evolver:
         """Decide each writer schema in ``ids`` for table ``name``: register it, refuse it (its
         records are bad records), or, with ``unknown_fields = "evolve"``, change the table first
         (then the buffer is new, and every id is decided again on the next append: returns True)."""
-        assert self.writers is not None
         target = self._targets[name]
+        writers = self._formats.writers(target.format)
         buffer = target.buffer
-        assert isinstance(buffer, (AvroRecordBuffer, AvroChangeBuffer))
-        named = self._cfg.values.format == "avro-confluent"
+        assert writers is not None and isinstance(buffer, (AvroRecordBuffer, AvroChangeBuffer))
+        named = target.format == "avro-confluent"
         for schema_id in ids:
             where = f"writer schema {schema_id}" if named else "the writer schema"
-            writer = await asyncio.to_thread(self.writers.get, schema_id)   # SchemaRegistryError: stop, loudly
+            writer = await asyncio.to_thread(writers.get, schema_id)   # SchemaRegistryError: stop, loudly
             if isinstance(writer, Unusable):
                 buffer.refuse(schema_id, "", writer.reason)
                 continue

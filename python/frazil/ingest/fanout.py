@@ -21,7 +21,7 @@ from frazil.buffers.changes import ChangeBuffer
 from frazil.buffers.record_buffer import RecordBuffer, RecordProblem, append_routed, values_of
 from frazil.buffers.state import Buffers
 from frazil.buffers.targets import Target
-from frazil.config import Config
+from frazil.config import AVRO_FORMATS, Config
 from frazil.errors import RecordDecodeError
 from frazil.events.payloads import DeadLetter
 from frazil.iceberg.offsets import TopicPartition
@@ -156,6 +156,7 @@ class Fanout:
         chosen_by: list[tuple[Target, list[int] | None]] = []
         for name, chosen in taken.items():
             target = self._targets[name]
+            self._targets.fit_format(target, tp[0])
             kept = self.take(tp, target, chosen, records)
             if kept is None or kept:
                 chosen_by.append((target, kept))
@@ -177,7 +178,7 @@ class Fanout:
         def picked(chosen: list[int] | None) -> list[Record]:
             return records if chosen is None else [records[i] for i in chosen]
 
-        if self._evolver.writers is not None:   # Avro: each table's writer schemas are decided before its records go in
+        if self._targets.format_of(tp[0]) in AVRO_FORMATS:   # writer schemas decided before their records go in
             return [await self._evolver.append_avro(t.name, tp, picked(chosen)) for t, chosen in chosen_by]
         if any(t.buffer.learns_schemas for t, _ in chosen_by):   # Protobuf: may ask the registry, off the loop
             return [await asyncio.to_thread(t.buffer.append, tp[0], tp[1], picked(chosen)) for t, chosen in chosen_by]
@@ -209,6 +210,7 @@ class Fanout:
         for target in self._targets:
             if not self._router.takes(tp[0], target.name):
                 continue
+            self._targets.fit_format(target, tp[0])
             buffer = target.buffer
             if not isinstance(buffer, ChangeBuffer) or buffer.changes.tombstones != "delete":
                 continue

@@ -29,7 +29,7 @@ from frazil.buffers.changes import ChangeBuffer
 from frazil.buffers.record_buffer import RecordBuffer, RecordProblem
 from frazil.buffers.state import Buffers
 from frazil.buffers.targets import Target
-from frazil.config import Config
+from frazil.config import AVRO_FORMATS, Config
 from frazil.errors import BufferFull, FrazilError, UnknownWriterSchemas
 from frazil.iceberg.offsets import TopicPartition
 from frazil.ingest.bad_records import BadRecords, too_many
@@ -244,6 +244,7 @@ class Intake:
             if name not in self._targets:
                 return None
             target = self._targets[name]
+            self._targets.fit_format(target, tp[0])
             if not target.buffer.reads_fetched or self._skips_within(target, tp, summary):
                 return None
         return route.always
@@ -257,7 +258,8 @@ class Intake:
     def _may_route(self, tp: TopicPartition, summary: _native.FetchSummary) -> bool:
         """Whether a fetch routed by value may go straight to its tables (``_routed`` decides once
         its records are grouped): JSON values and no tombstones (they go to keyed tables)."""
-        return self._evolver.writers is None and not summary.tombstones and self._router.for_topic(tp[0]).by_value
+        return (self._targets.format_of(tp[0]) not in AVRO_FORMATS and not summary.tombstones
+                and self._router.for_topic(tp[0]).by_value)
 
     async def _group(self, fetches: Sequence[tuple[TopicPartition, Chunk, int, _native.FetchSummary]]
                      ) -> list[list[Group]]:
@@ -296,6 +298,7 @@ class Intake:
                     if name not in self._targets:
                         return None   # opened on its first records, one by one
                     target = self._targets[name]
+                    self._targets.fit_format(target, tp[0])
                     if isinstance(target.buffer, ChangeBuffer) or not target.buffer.reads_fetched \
                             or self._skips_within(target, tp, summary):
                         return None
@@ -339,7 +342,7 @@ class Intake:
                 self._metrics.fields_ignored.inc(ignored)
         errors = appended.errors
         if (errors and not appended.what and self._targets[name].cfg.unknown_fields == "evolve"
-                and self._evolver.writers is None):
+                and self._targets[name].format not in AVRO_FORMATS):
             errors = await self._evolver.rescue(name, tp, appended.lookup([e.offset for e in errors]), errors,
                                                 appended.decoded_by)
         self._metrics.taken(name, appended.records - len(errors), appended.value_bytes)

@@ -23,6 +23,7 @@ from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import inference
 from frazil.iceberg.offsets import TopicPartition
 from frazil.ingest import avro, connect_schema
+from frazil.ingest.formats import ValueFormats
 from frazil.ingest.registry import PLAIN_ID, RowSchemas, Unusable, WriterSchemas
 
 log = logging.getLogger(__name__)
@@ -41,15 +42,14 @@ class Wanted:
 
 class Opener:
     def __init__(self, cfg: Config, catalog: Catalog, buffers: Buffers, *,
-                 on_new_table: Callable[[str], None] | None = None, writers: WriterSchemas | None = None,
-                 schemas: RowSchemas | None = None) -> None:
-        """``on_new_table``: told each table opened (maintenance takes it on); ``writers``: Avro
-        values' writer schemas, ``schemas``: the registry's schemas of JSON Schema or Protobuf
-        values; either a new table's schema when it declares no columns."""
+                 formats: ValueFormats, on_new_table: Callable[[str], None] | None = None) -> None:
+        """``on_new_table``: told each table opened (maintenance takes it on); ``formats``: by the
+        format of the topic whose records name a table, Avro values' writer schemas or the
+        registry's schemas of JSON Schema or Protobuf values: a new table's schema when it
+        declares no columns."""
         self._cfg, self._catalog, self._targets = cfg, catalog, buffers.targets
         self._on_new_table = on_new_table
-        self._writers = writers
-        self._schemas = schemas
+        self._formats = formats
 
     def _config(self, name: str) -> TableConfig:
         try:
@@ -93,12 +93,15 @@ class Opener:
         units: dict[str, str] = {}   # of the columns a source's schema says arrive as numbers
         inferred: Callable[[], Schema] | None = None
         made = ""
+        fmt = self._formats.of(w.tp[0])
+        writers, schemas = self._formats.writers(fmt), self._formats.rows(fmt)
         if table_cfg.columns:
             pass
-        elif self._writers is not None:
-            inferred, made = partial(self._from_writer, table_cfg, w), "made from its first record's writer schema"
-        elif self._schemas is not None:
-            inferred, made = partial(self._from_schemas, table_cfg, w), self._schemas.made
+        elif writers is not None:
+            inferred = partial(self._from_writer, table_cfg, w, writers, fmt)
+            made = "made from its first record's writer schema"
+        elif schemas is not None:
+            inferred, made = partial(self._from_schemas, table_cfg, w, schemas), schemas.made
         elif table_cfg.changes is not None or table_cfg.connect_envelope:
             inferred = partial(_from_envelope, table_cfg, w, units)
             made = "made from its first record's schema (Kafka Connect's JSON envelope)"
@@ -114,20 +117,19 @@ class Opener:
                 self._catalog, table_cfg, iceberg_catalog.maintenance_properties(self._cfg.maintenance),
                 schema=inferred, created_with=units_kept)
             # a table made from a source's schema refuses nothing for being inferred: evolve takes its later versions
-            guessed = inferred is not None and self._schemas is None
-            return w, self._targets.build(table_cfg, table, inferred=guessed), made
+            guessed = inferred is not None and schemas is None
+            return w, self._targets.build(table_cfg, table, inferred=guessed, topic=w.tp[0]), made
         except (ConfigError, InferenceError) as exc:
             error = RecordDecodeError(topic=w.tp[0], partition=w.tp[1], offset=w.offset, field="",
                                       reason=f"it goes to table {w.name}, which cannot be opened: {exc}")
             error.__cause__ = exc
             return w, error, ""
 
-    def _from_schemas(self, cfg: TableConfig, w: Wanted) -> Schema:
+    @staticmethod
+    def _from_schemas(cfg: TableConfig, w: Wanted, schemas: RowSchemas) -> Schema:
         """Blocking. A new table's schema from the registry's schema (JSON Schema, Protobuf) of the
         first of its first records' values whose schema can be had and become columns: its fields
         as columns. InferenceError when there is none, naming why."""
-        schemas = self._schemas
-        assert schemas is not None
         why, tried = "", set()
         for value in w.sample():
             if value[:5] in tried:   # a schema id already found wanting
@@ -142,16 +144,16 @@ class Opener:
             return schema
         raise InferenceError(f"no {schemas.kind} of its first records can become its columns{why[:1000]}")
 
-    def _from_writer(self, cfg: TableConfig, w: Wanted) -> Schema:
+    @staticmethod
+    def _from_writer(cfg: TableConfig, w: Wanted, writers: WriterSchemas, fmt: str) -> Schema:
         """Blocking. A new table's schema from the writer schema of the first of its first
         records' values (Avro) whose schema can be had: its record's fields (Debezium's ``after``
         in cdc mode) as columns. InferenceError when there is none, naming why."""
-        assert self._writers is not None
-        if self._cfg.values.format == "avro":
-            schema_id, writer = PLAIN_ID, self._writers.get(PLAIN_ID)
+        if fmt == "avro":
+            schema_id, writer = PLAIN_ID, writers.get(PLAIN_ID)
             assert not isinstance(writer, Unusable)   # the schema file's, read at start
         else:
-            schema_id, writer = _first_schema(self._writers, w.sample())
+            schema_id, writer = _first_schema(writers, w.sample())
         row = cfg.changes.after[0] if cfg.changes is not None and cfg.changes.op else ""
         try:
             return avro.table_schema(avro.parse(writer), row=row, identifiers=cfg.identifier_columns,

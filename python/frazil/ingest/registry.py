@@ -68,9 +68,10 @@ class RowSchemas(Protocol):
 
 class WriterSchemas:
     def __init__(self, cfg: ValuesConfig) -> None:
+        """The schemas of values in ``cfg.format`` (``ValuesConfig.of``: one format)."""
         self._cfg = cfg
         # the registry's schemaType of the format
-        self._kind = "JSON" if cfg.json_schema else "PROTOBUF" if cfg.protobuf else "AVRO"
+        self._kind = {"json-schema-confluent": "JSON", "protobuf-confluent": "PROTOBUF"}.get(cfg.format, "AVRO")
         self._cache: dict[int, str | Unusable] = {}
         self._parsed: dict[int, Any] = {}   # keys' writer schemas, parsed by fastavro
         self._lock = threading.Lock()

@@ -1,0 +1,145 @@
+"""A value format per topic (``[values.topics]``): which format each topic and each table has,
+what ``config check`` refuses (a table that may take two formats, each format's own rules), and
+the hold at run time: a table reads the format of the first topic it takes, and a topic of
+another format reaching it later is a configuration error, not records read the wrong way."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import support
+from frazil import config
+from frazil.buffers.positions import Takers
+from frazil.buffers.record_buffer import AvroRecordBuffer, RecordBuffer
+from frazil.buffers.targets import Targets
+from frazil.errors import ConfigError
+from frazil.iceberg import catalog as iceberg_catalog
+
+BASE: dict[str, Any] = {
+    "pipeline": {"name": "p"},
+    "kafka": {"bootstrap_servers": "127.0.0.1:9", "topics": ["orders", "clicks.web", "clicks.app", "logs"]},
+    "schema_registry": {"url": "http://127.0.0.1:9"},
+    "values": {"format": "json", "topics": {"orders": "avro-confluent", r"clicks\..*": "protobuf-confluent"}},
+    "tables": [{"name": "shop.orders", "topics": "orders"}, {"name": "web.clicks", "topics": r"clicks\..*"},
+               {"name": "ops.logs", "topics": "logs"}],
+}
+
+
+def parse(**changed: Any) -> config.Config:
+    data = copy.deepcopy(BASE)
+    for key, value in changed.items():
+        if value is None:
+            data.pop(key)
+        else:
+            data[key] = value
+    return config.parse(data)
+
+
+def test_each_topic_has_the_format_of_the_first_entry_it_fully_matches_else_values_format() -> None:
+    values = parse().values
+    assert [values.format_of(t) for t in ["orders", "clicks.web", "clicks", "orders2", "logs"]] == [
+        "avro-confluent", "protobuf-confluent", "json", "json", "json"]
+    first = parse(values={"topics": {"clicks\\.web": "json-schema-confluent", "clicks\\..*": "protobuf-confluent"}},
+                  tables=[{"name": "ops.logs", "topics": "logs"}])
+    assert first.values.format_of("clicks.web") == "json-schema-confluent"   # file order decides
+    assert first.values.format_of("clicks.app") == "protobuf-confluent"
+
+
+def test_each_table_reads_the_format_of_the_listed_topics_it_takes() -> None:
+    cfg = parse()
+    assert [cfg.formats_of(t) for t in cfg.tables] == [("avro-confluent",), ("protobuf-confluent",), ("json",)]
+
+
+def test_with_a_topic_pattern_a_table_whose_regex_is_an_entry_reads_that_entry_s_format() -> None:
+    cfg = parse(kafka={"bootstrap_servers": "127.0.0.1:9", "topic_pattern": ".*"})
+    assert [cfg.formats_of(t) for t in cfg.tables] == [("avro-confluent",), ("protobuf-confluent",), ("json",)]
+
+
+def test_a_table_that_may_take_two_formats_is_refused_naming_them() -> None:
+    with pytest.raises(ConfigError, match=r"tables\[0\] \(shop\.all\) may take topics of several value formats "
+                                          r"\(avro-confluent, protobuf-confluent, json"):
+        parse(tables=[{"name": "shop.all"}])
+    with pytest.raises(ConfigError, match=r"\(shop\.some\) may take topics of several value formats \(json, "
+                                          r"protobuf-confluent"):   # a regex that is no entry, with a pattern
+        parse(kafka={"bootstrap_servers": "127.0.0.1:9", "topic_pattern": ".*"},
+              tables=[{"name": "shop.some", "topics": "clicks.*"}])
+
+
+def test_dynamic_tables_of_several_formats_must_each_be_named_by_one_whole_topic() -> None:
+    dynamic = parse(tables=None, dynamic={"table": "raw.{topic}"})
+    assert dynamic.formats_of(dynamic.dynamic) == ("avro-confluent", "protobuf-confluent", "json")
+    with pytest.raises(ConfigError, match=r"must name each table by its whole topic \(\{topic\}\)"):
+        parse(tables=None, dynamic={"table": "raw.{topic[0]}"})
+
+
+def test_each_table_is_held_to_the_rules_of_its_own_format() -> None:
+    keyed_json = {"name": "ops.logs", "topics": "logs", "mode": "upsert", "identifier_columns": ["id"],
+                  "columns": [{"name": "id", "type": "long", "required": True}]}
+    parse(tables=[keyed_json])   # a keyed table of a JSON topic, beside Protobuf topics
+    with pytest.raises(ConfigError, match=r"table web\.clicks: keyed tables \(mode = 'upsert'\) read plain JSON or "
+                                          r"Avro for now; with values.format = 'protobuf-confluent'"):
+        parse(tables=[{**keyed_json, "name": "web.clicks", "topics": r"clicks\..*"}])
+    with pytest.raises(ConfigError, match=r"table shop\.orders: route_field reads JSON values; with values.format = "
+                                          r"'avro-confluent'"):
+        parse(tables=[{"name": "shop.orders", "topics": "orders", "route_field": "kind", "route": "a"}])
+
+
+def test_a_format_in_values_topics_needs_what_that_format_needs() -> None:
+    with pytest.raises(ConfigError, match=r"values.topics.orders 'protobuf' must be \"json\", \"avro\""):
+        parse(values={"topics": {"orders": "protobuf"}})
+    with pytest.raises(ConfigError, match=r"values.format = \"avro\" needs values.schema_file"):
+        parse(values={"topics": {"orders": "avro"}})
+    with pytest.raises(ConfigError, match=r"values.format = \"avro-confluent\" needs a \[schema_registry\]"):
+        parse(schema_registry=None)
+    with pytest.raises(ConfigError, match=r"not a valid regular expression"):
+        parse(values={"topics": {"orders[": "avro-confluent"}})
+
+
+class _Formats:
+    avro_key = None
+    protobuf = None
+
+    def __init__(self, values: config.ValuesConfig) -> None:
+        self._values = values
+
+    def of(self, topic: str) -> str:
+        return self._values.format_of(topic)
+
+
+def test_a_table_reads_its_first_topic_s_format_and_refuses_a_topic_of_another(tmp_path: Path) -> None:
+    path = support.write_config(tmp_path, "127.0.0.1:1", ["orders"], extra="")
+    base = support.load(path)
+    # a [dynamic] table from an earlier run: its format cannot be known before its records
+    cfg = _without_tables(base, BASE)
+    catalog = iceberg_catalog.load(cfg.catalog)
+    try:
+        dynamic = cfg.dynamic
+        assert dynamic is not None
+        table_cfg = dynamic.table_config("db.orders")
+        table = iceberg_catalog.ensure_table(catalog, table_cfg, {})
+        targets = Targets(cfg, catalog, {"db.orders": table}, takers=lambda topic: Takers(()),
+                          formats=_Formats(cfg.values))
+        target = targets["db.orders"]
+        assert target.format == "json" and type(target.buffer) is RecordBuffer   # a first guess
+        targets.fit_format(target, "orders")   # its first records: Avro, so an Avro buffer takes over (empty)
+        assert target.format == "avro-confluent" and isinstance(target.buffer, AvroRecordBuffer)
+        targets.fit_format(target, "orders")
+        with pytest.raises(ConfigError, match=r"table db.orders takes topics of two value formats: orders "
+                                              r"\(avro-confluent\) and logs \(json\)"):
+            targets.fit_format(target, "logs")
+        assert target.format == "avro-confluent" and isinstance(target.buffer, AvroRecordBuffer)
+    finally:
+        support.close_catalog(catalog)
+
+
+def _without_tables(base: config.Config, data: dict[str, Any]) -> config.Config:
+    raw = copy.deepcopy(data)
+    raw.pop("tables")
+    raw["catalog"] = {"properties": dict(base.catalog.properties)}
+    raw["kafka"] = {"bootstrap_servers": "127.0.0.1:9", "topic_pattern": ".*"}
+    raw["dynamic"] = {"table": "db.{topic}", "columns": [{"name": "id", "type": "long"}]}
+    return config.parse(raw)
