@@ -7,7 +7,7 @@ import pyarrow as pa
 __all__ = ["ALIGNMENT", "AppendResult", "AvroBuffer", "BufferFullError", "CorruptBatchError", "DecodeError",
            "FetchSummary", "Fetched", "JsonBuffer", "NativeError", "UnknownField", "UnknownSchemaError",
            "__version__", "KeyIndex", "ProtoSchemas", "append_routed", "protobuf_frame", "read_fetch", "route_fetched",
-           "route_groups", "split_changes"]
+           "route_groups", "split_changes", "transform_values"]
 
 __version__: str
 ALIGNMENT: int
@@ -132,6 +132,9 @@ class AppendResult:
     def fields_ignored(self) -> int:
         """Avro: writer fields the table has no column for, left out of the rows kept (one per
         field per row)."""
+    @property
+    def filtered(self) -> int:
+        """Records the buffer's transforms filtered out: no row, no error."""
 
 @final
 class JsonBuffer:
@@ -185,6 +188,12 @@ class JsonBuffer:
     field names, every field, enums by name, 64-bit integers as numbers) and decoded as JSON is. An
     append naming a schema id ``protobuf`` has not registered takes nothing and raises
     UnknownSchemaError with the ids.
+
+    ``transforms``: the table's transforms (a JSON list of steps, ``TableShape.transform_spec``),
+    applied natively to each value's JSON (after its frame or its Protobuf message is read) before
+    it is decoded; a record they filter out is no row and no error (:attr:`AppendResult.filtered`),
+    one they do not apply to is a decode error naming the field. A spec that cannot be read is a
+    NativeError.
     """
 
     def __new__(
@@ -203,6 +212,7 @@ class JsonBuffer:
         key_columns: list[tuple[str, str]] = ...,
         confluent: bool = False,
         protobuf: ProtoSchemas | None = None,
+        transforms: str | None = None,
     ) -> JsonBuffer: ...
     def append(
         self,
@@ -387,6 +397,10 @@ def split_changes(values: list[bytes], *, op: list[str], after: list[str], befor
     schema's scale. Of a delete's row only the ``keys`` (identifier columns) are looked at.
     ``case_insensitive``: columns are matched to the schema's fields ignoring case. Runs without
     the GIL."""
+
+def transform_values(spec: str, values: list[bytes]) -> list[bytes | None]:
+    """Each JSON value through the transforms of ``spec``: its transformed JSON, or None when
+    they filter it out or do not apply to it. Runs without the GIL."""
 
 def append_routed(
     *,

@@ -21,6 +21,7 @@ class Stats:
     records_in: int = 0
     records_skipped: int = 0
     records_unrouted: int = 0     # read, and taken by no table (routing)
+    records_filtered: int = 0     # taken by a table whose transforms left them out (filter)
     records_tombstones: int = 0   # read with a null value (append mode: landed nowhere)
     records_skipped_on_request: int = 0   # left out of a table because an operator said so (frazil offsets --skip)
     records_bad: int = 0          # could not become a row; held for the dead-letter topic
@@ -111,6 +112,8 @@ class Metrics:
         per_table = ["pipeline", "table"]
         self._table_records_in = Counter("frazil_table_records_in", "Records taken into a table's buffer (bad ones "
                                          "not counted)", per_table, registry=r)
+        self._table_filtered = Counter("frazil_table_records_filtered", "Records a table's transforms left out "
+                                       "(filter): taken in, landed nowhere", per_table, registry=r)
         self._table_bytes_in = Counter("frazil_table_value_bytes_in", "Bytes of the record values taken into a "
                                        "table's buffer", per_table, registry=r)
         self._table_rows_landed = Counter("frazil_table_rows_landed", "Rows landed in a table (counted when this "
@@ -153,6 +156,9 @@ class Metrics:
     def taken(self, table: str, records: int, value_bytes: int) -> None:
         self._table_records_in.labels(self._pipeline, table).inc(records)
         self._table_bytes_in.labels(self._pipeline, table).inc(value_bytes)
+
+    def filtered(self, table: str, records: int) -> None:
+        self._table_filtered.labels(self._pipeline, table).inc(records)
 
     def landed(self, table: str, rows: int, file_bytes: int) -> None:
         self._table_rows_landed.labels(self._pipeline, table).inc(rows)

@@ -7,6 +7,7 @@ pub mod kafka;
 pub mod keyindex;
 pub mod protobuf;
 pub mod route;
+pub mod transform;
 
 #[cfg(feature = "python")]
 mod bindings;
@@ -23,6 +24,7 @@ fn _native(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     m.add_function(pyo3::wrap_pyfunction!(bindings::route_groups, m)?)?;
     m.add_function(pyo3::wrap_pyfunction!(bindings::route_fetched, m)?)?;
     m.add_function(pyo3::wrap_pyfunction!(bindings::append_routed, m)?)?;
+    m.add_function(pyo3::wrap_pyfunction!(bindings::transform_values, m)?)?;
     m.add_function(pyo3::wrap_pyfunction!(bindings::split_changes, m)?)?;
     m.add_function(pyo3::wrap_pyfunction!(bindings::read_fetch, m)?)?;
     m.add_class::<bindings::Fetched>()?;

@@ -59,18 +59,28 @@ class RecordProblem:
 NO_SUCH_COLUMN = "the table has no such column"   # how the native buffer's reason for an unknown field starts
 
 
+def transformed(spec: str | None, values: Sequence[bytes]) -> list[bytes]:
+    """``values`` through a table's transforms (``spec``, ``TableShape.transform_spec``; None:
+    as they are), less those they filter out or do not apply to: what its rows are made of."""
+    if spec is None:
+        return list(values)
+    return [v for v in _native.transform_values(spec, list(values)) if v is not None]
+
+
 class RecordBuffer:
     """Decodes JSON record values into rows of one Arrow schema, off the GIL."""
 
     # whether an append may first fetch the schemas it names (Protobuf): such a buffer takes its
     # records through its own append, never in another's native call (``append_routed``)
     learns_schemas = False
+    filtered = 0   # records the transforms filtered out since the pipeline last took the count
 
     def __init__(self, schema: pa.Schema, *, metadata_columns: bool, max_bytes: int | None = None,
                  strict_fields: str | None = None, unknown_fields: str = "fail",
                  case_insensitive: bool = False, header_columns: Sequence[tuple[str, bytes]] = (),
                  headers_column: str | None = None, key_columns: Sequence[tuple[str, str]] = (),
-                 confluent: bool = False, protobuf: SchemaLearner | None = None) -> None:
+                 confluent: bool = False, protobuf: SchemaLearner | None = None,
+                 transforms: str | None = None) -> None:
         """A field the schema does not have: with ``unknown_fields="fail"`` a bad record (named
         with its path, and a column it differs from only in case), for the reason
         ``strict_fields`` when given (a table whose schema was inferred); with ``"ignore"`` it is
@@ -83,7 +93,9 @@ class RecordBuffer:
         ``confluent``: each value is JSON in the Confluent wire format (a JSON Schema serializer's);
         one without the frame is a bad record. ``protobuf``: each value is Protobuf in the Confluent
         wire format, read with these schemas (the ones an append names that they lack are fetched
-        first, blocking)."""
+        first, blocking). ``transforms``: the table's (``TableShape.transform_spec``), applied to
+        each value before it is decoded; the records they filter out are counted in
+        :attr:`filtered`."""
         self._ignore = unknown_fields == "ignore"
         self._strict = None if self._ignore else strict_fields
         try:
@@ -91,7 +103,8 @@ class RecordBuffer:
                 schema=schema, metadata_columns=metadata_columns, max_bytes=max_bytes,
                 unknown_fields="report" if self._ignore else "reject", fold_case=case_insensitive,
                 header_columns=list(header_columns), headers_column=headers_column, key_columns=list(key_columns),
-                confluent=confluent, protobuf=protobuf.native if protobuf is not None else None)
+                confluent=confluent, protobuf=protobuf.native if protobuf is not None else None,
+                transforms=transforms)
         except _native.NativeError as exc:
             raise FrazilError(f"the record buffer cannot use this table schema: {exc}") from exc
         self.schema = schema
@@ -156,11 +169,18 @@ class RecordBuffer:
             taken, self.fields_ignored = self.fields_ignored, 0
         return taken
 
+    def take_filtered(self) -> int:
+        """The records the transforms filtered out since the last call."""
+        with self._counting:
+            taken, self.filtered = self.filtered, 0
+        return taken
+
     def _problems(self, result: _native.AppendResult) -> list[RecordProblem]:
         ignored = len(result.unknown_fields) + result.fields_ignored
-        if ignored:
+        if ignored or result.filtered:
             with self._counting:
                 self.fields_ignored += ignored
+                self.filtered += result.filtered
         strict = self._strict
         return [RecordProblem(e.offset, e.field, strict if strict is not None and e.reason.startswith(NO_SUCH_COLUMN)
                               else e.reason) for e in result.errors]

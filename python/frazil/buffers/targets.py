@@ -258,7 +258,8 @@ class Targets:
                             case_insensitive=cfg.case_insensitive, header_columns=header_columns,
                             headers_column=cfg.headers_column, key_columns=key_columns,
                             confluent=fmt == "json-schema-confluent",
-                            protobuf=self._formats.protobuf if fmt == "protobuf-confluent" else None)
+                            protobuf=self._formats.protobuf if fmt == "protobuf-confluent" else None,
+                            transforms=cfg.transform_spec)
 
     def evolved(self, target: Target, table: Table) -> None:
         """``table`` has a newer schema than ``target``'s buffer: what it holds is carried (written

@@ -85,7 +85,9 @@ def check(args: argparse.Namespace) -> int:
               f"metadata_columns={table.metadata_columns} partition_by={list(table.partition_by)} "
               f"takes={takes or 'every record'} unknown_fields={table.unknown_fields}"
               + (f" units={units}" if units else "") + (f" rounding(half_even)={rounded}" if rounded else "")
-              + (" case_insensitive" if table.case_insensitive else "") + _format(cfg, table) + _keyed(table))
+              + (" case_insensitive" if table.case_insensitive else "") + _format(cfg, table)
+              + (f" transforms={','.join(f'{t.op}:{t.field}' for t in table.transforms)}" if table.transforms else "")
+              + _keyed(table))
     print(f"  bad records {cfg.on_bad_record}" + (f" -> {cfg.dead_letter_topic}" if cfg.on_bad_record == "dead_letter"
                                                  else " (stop, naming the record)"))
     if cfg.dynamic is not None:

@@ -40,6 +40,7 @@ def check(cfg: Config, *, single_table: bool) -> None:
     for at, table in tables:
         formats = _formats(cfg, at, table)
         _table(table, at, from_writer=any(f in AVRO_FORMATS for f in formats))
+        _transforms(table, at, formats)
         name = f"table {table.name}" if isinstance(table, TableConfig) else "[dynamic]"
         for fmt in formats:
             if fmt in AVRO_FORMATS:
@@ -222,6 +223,31 @@ def _formats(cfg: Config, at: str, table: TableConfig | DynamicConfig) -> tuple[
                           f"table template {table.table!r} must name each table by its whole topic ({{topic}}), "
                           "so that each table takes one topic's format")
     return formats
+
+
+def _transforms(table: TableConfig | DynamicConfig, at: str, formats: tuple[str, ...]) -> None:
+    """Transforms rewrite an append table's JSON values before they are decoded: not Avro's (decoded
+    by their writer schema), not a keyed table's changes or an envelope's rows (for now), and a
+    table made or evolved from a registry's schema would take the fields as sent, not as
+    transformed."""
+    if not table.transforms:
+        return
+    where = f"{at}.transforms"
+    avro = [f for f in formats if f in AVRO_FORMATS]
+    if avro:
+        raise ConfigError(f"{where} rewrite JSON values before they are decoded; Avro values (values.format = "
+                          f"{avro[0]!r}) are decoded by their writer schema: leave transforms out")
+    if table.changes is not None:
+        raise ConfigError(f"{where}: keyed tables (mode = {table.changes.mode!r}) take no transforms for now; "
+                          "leave them out, or make the table an append table")
+    if table.connect_envelope:
+        raise ConfigError(f"{where}: a table reading Kafka Connect's envelope (connect_envelope) takes no "
+                          "transforms for now (its schema, not the transforms, says what its rows are)")
+    registry = [f for f in formats if f != "json"]
+    if registry and (not table.columns or table.unknown_fields == "evolve"):
+        raise ConfigError(f"{where}: with values.format = {registry[0]!r} the registry's schema makes and evolves "
+                          "a table, and it names the fields as sent, not as transformed: declare the table's columns "
+                          "(as the transforms leave the values) and leave unknown_fields at \"fail\" or \"ignore\"")
 
 
 def _json_schema(name: str, t: TableConfig | DynamicConfig, fmt: str) -> None:

@@ -4,6 +4,7 @@ their columns and, for keyed tables, how records change rows."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from typing import Annotated, Any, Literal, Self
 
@@ -109,6 +110,73 @@ class HeaderColumn:
     @property
     def column_type(self) -> ColumnType:
         return HEADER_TYPES[self.type]
+
+
+_STEPS = ("rename", "drop", "flatten", "cast", "filter")
+_STEP_KEYS = {"rename": {"to"}, "drop": set(), "flatten": {"separator"}, "cast": {"to"}, "filter": {"matches", "keep"}}
+CAST_TYPES = ("string", "long", "double", "boolean")
+
+
+def _field_path(path: str) -> str:
+    if path and not all(path.split(".")):
+        raise ValueError(f"{path!r} is not a dotted path of field names, e.g. \"meta.user\"")
+    return path
+
+
+@dataclass(frozen=True, config=STRICT)
+class Transform:
+    """One step of a table's transforms, applied in order to each JSON value before it is decoded
+    (natively): exactly one of ``rename`` (to ``to``), ``drop``, ``flatten`` (members named
+    ``field{separator}member``), ``cast`` (to ``to``: string, long, double, boolean) and
+    ``filter`` (keep records whose field's text fully matches ``matches``; ``keep = false``: leave
+    them out)."""
+
+    rename: Annotated[Text, AfterValidator(_field_path)] = Field(default="", description="a field to rename, with to")
+    drop: Annotated[Text, AfterValidator(_field_path)] = Field(default="", description="a field to leave out")
+    flatten: Annotated[Text, AfterValidator(_field_path)] = Field(
+        default="", description="an object field whose members become fields of its parent")
+    cast: Annotated[Text, AfterValidator(_field_path)] = Field(default="", description="a field to cast, with to")
+    filter: Annotated[Text, AfterValidator(_field_path)] = Field(
+        default="", description="a field whose text decides whether a record is kept, with matches")
+    to: Text = Field(default="", description="rename: the new dotted path; cast: string, long, double or boolean")
+    separator: Text = Field(default="_", description="flatten: between the field's name and each member's")
+    matches: Regex = Field(default="", description="filter: a regex the field's text must fully match")
+    keep: Flag = Field(default=True, description="filter: keep the records that match (false: leave them out)")
+
+    @model_validator(mode="after")
+    def _one_step(self) -> Self:
+        ops = [op for op in _STEPS if getattr(self, op)]
+        if len(ops) != 1:
+            raise ValueError("a transform is exactly one of rename, drop, flatten, cast, filter (each naming a "
+                             f"field), got {', '.join(ops) or 'none'}")
+        op = ops[0]
+        given = {k for k, default in (("to", ""), ("separator", "_"), ("matches", ""), ("keep", True))
+                 if getattr(self, k) != default}
+        if given - _STEP_KEYS[op]:
+            raise ValueError(f"{op} {getattr(self, op)!r} takes no {', '.join(sorted(given - _STEP_KEYS[op]))}")
+        if op == "rename" and not self.to:
+            raise ValueError(f"rename {self.rename!r} needs to, the field's new dotted path")
+        if op == "rename":
+            _field_path(self.to)
+        if op == "cast" and self.to not in CAST_TYPES:
+            raise ValueError(f"cast {self.cast!r} needs to = one of {', '.join(CAST_TYPES)} (got {self.to!r})")
+        if op == "filter" and not self.matches:
+            raise ValueError(f"filter {self.filter!r} needs matches, a regex its text must fully match")
+        return self
+
+    @property
+    def op(self) -> str:
+        return next(op for op in _STEPS if getattr(self, op))
+
+    @property
+    def field(self) -> str:
+        return str(getattr(self, self.op))
+
+    def spec(self) -> dict[str, object]:
+        """This step as the native transforms read it."""
+        out: dict[str, object] = {"op": self.op, "field": self.field}
+        out.update({k: getattr(self, k) for k in _STEP_KEYS[self.op]})
+        return out
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -284,11 +352,19 @@ class TableShape:
     connect_envelope: Flag = Field(
         default=False, kw_only=True, description="append mode: values are Kafka Connect's JSON envelope "
         "{schema, payload}; the payload is the row, the schema makes and evolves the table")
+    transforms: tuple[Transform, ...] = Field(
+        default=(), kw_only=True, description="steps applied in order to each JSON value before it is decoded: "
+        "{rename, to}, {drop}, {flatten, separator}, {cast, to}, {filter, matches, keep}")
     changes: Annotated[ChangesConfig | None, Key("")] = Field(default=None, kw_only=True)   # None: append mode
 
     @property
     def mode(self) -> str:
         return "append" if self.changes is None else self.changes.mode
+
+    @property
+    def transform_spec(self) -> str | None:
+        """The transforms as the native buffer reads them (JSON); None without any."""
+        return json.dumps([t.spec() for t in self.transforms]) if self.transforms else None
 
 
 @dataclass(frozen=True, config=STRICT)

@@ -24,7 +24,7 @@ from pyiceberg.table import Table
 from frazil.buffers.avro_changes import AvroChangeBuffer, envelope_paths, envelope_schema
 from frazil.buffers.changes import ChangeBuffer
 from frazil.buffers.envelope import EnvelopeBuffer
-from frazil.buffers.record_buffer import AvroRecordBuffer, RecordBuffer, RecordProblem
+from frazil.buffers.record_buffer import AvroRecordBuffer, RecordBuffer, RecordProblem, transformed
 from frazil.buffers.state import Buffers
 from frazil.buffers.targets import Target, value_options
 from frazil.config import ChangesConfig, Config
@@ -90,7 +90,7 @@ class Evolver:
             return await self._evolve_from_envelope(target, tp, failed, errors, envelope)
         # a keyed table's records are changes, an envelope carries its row: the shape is of the rows
         values = (target.buffer.rows_of(ordered) if isinstance(target.buffer, (ChangeBuffer, EnvelopeBuffer))
-                  else [r.value for r in ordered])
+                  else transformed(target.cfg.transform_spec, [r.value for r in ordered if r.value is not None]))
         shape = inference.infer_lenient([v for v in values if v is not None], maps=target.cfg.maps)
         problems = [(e.field, e.reason) for e in errors]
         if not evolution.plan(target.table.schema(), shape, problems):

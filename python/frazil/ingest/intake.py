@@ -340,6 +340,10 @@ class Intake:
             ignored = buffer.take_fields_ignored()
             if ignored:
                 self._metrics.fields_ignored.inc(ignored)
+            filtered = buffer.take_filtered()
+            if filtered:
+                self._metrics.filtered(name, filtered)
+                self._stats.records_filtered += filtered
         errors = appended.errors
         if (errors and not appended.what and self._targets[name].cfg.unknown_fields == "evolve"
                 and self._targets[name].format not in AVRO_FORMATS):

@@ -117,9 +117,10 @@ class Pipeline:
                 self._task.cancel()
             await self._source.stop()
         s = self.stats
-        log.info("stopped after %.1fs: %d records in (%d taken by no table, %d tombstones, %d bad), %d rows committed "
-                 "in %d commits (%d failed), %d pause(s)", self._clock() - s.started, s.records_in, s.records_unrouted,
-                 s.records_tombstones, s.records_bad, s.rows_committed, s.commits, s.failed_commits, s.pauses)
+        log.info("stopped after %.1fs: %d records in (%d taken by no table, %d filtered out by transforms, %d "
+                 "tombstones, %d bad), %d rows committed in %d commits (%d failed), %d pause(s)",
+                 self._clock() - s.started, s.records_in, s.records_unrouted, s.records_filtered, s.records_tombstones,
+                 s.records_bad, s.rows_committed, s.commits, s.failed_commits, s.pauses)
 
     async def _pass(self) -> None:
         """One pass of the loop."""

@@ -15,6 +15,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import IcebergType
 
+from frazil.buffers.record_buffer import transformed
 from frazil.buffers.state import Buffers
 from frazil.buffers.targets import Target
 from frazil.config import Config, TableConfig
@@ -182,7 +183,7 @@ def _first_schema(schemas: WriterSchemas, values: Sequence[bytes]) -> tuple[int,
 
 def _inferred(cfg: TableConfig, w: Wanted, extra: Sequence[tuple[str, IcebergType, bool]]) -> Schema:
     """Blocking. A new table's schema inferred from its first records' JSON values."""
-    return inference.schema(inference.infer(w.sample(), maps=cfg.maps), extra)
+    return inference.schema(inference.infer(transformed(cfg.transform_spec, w.sample()), maps=cfg.maps), extra)
 
 
 def _from_envelope(cfg: TableConfig, w: Wanted, units: dict[str, str]) -> Schema:

@@ -4,12 +4,14 @@ use arrow::record_batch::RecordBatch;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
+use pyo3::types::PyBytes;
 use std::sync::Arc;
 
 use super::errors::{arrow_err, buffer_err, NativeError};
 use super::kafka::Fetched;
 use crate::buffer::avro::{self, Framing};
 use crate::buffer::{self, BufferError, Options, Records, UnknownFields};
+use crate::transform::Transforms;
 
 /// A record that could not be decoded; the batch it came in was kept without it.
 #[pyclass(module = "frazil._native", frozen, get_all)]
@@ -53,6 +55,7 @@ pub struct AppendResult {
     errors: Vec<Py<DecodeError>>,
     unknown_fields: Vec<Py<UnknownField>>,
     fields_ignored: usize,
+    filtered: usize,
 }
 
 /// One record's headers as Python hands them: (name, value).
@@ -77,7 +80,7 @@ impl JsonBuffer {
     #[pyo3(signature = (
         *, schema, metadata_columns = false, max_bytes = None, shards = 16, unknown_fields = "reject",
         dedupe_by_key = false, fold_case = false, single_pass = true, header_columns = Vec::new(),
-        headers_column = None, key_columns = Vec::new(), confluent = false, protobuf = None
+        headers_column = None, key_columns = Vec::new(), confluent = false, protobuf = None, transforms = None
     ))]
     #[allow(clippy::too_many_arguments)] // one argument per keyword of the Python signature
     fn new(
@@ -94,8 +97,10 @@ impl JsonBuffer {
         key_columns: Vec<(String, String)>,
         confluent: bool,
         protobuf: Option<PyRef<'_, super::ProtoSchemas>>,
+        transforms: Option<&str>,
     ) -> PyResult<Self> {
         let unknown_fields = unknown_fields.parse::<UnknownFields>().map_err(PyValueError::new_err)?;
+        let transforms = transforms.map(Transforms::parse).transpose().map_err(NativeError::new_err)?;
         let options = Options {
             metadata_columns,
             max_bytes,
@@ -109,6 +114,7 @@ impl JsonBuffer {
             key_columns,
             confluent,
             protobuf: protobuf.map(|p| p.inner.clone()),
+            transforms: transforms.map(Arc::new),
         };
         let inner = buffer::JsonBuffer::new(Arc::new(schema.0), options).map_err(arrow_err)?;
         Ok(Self { inner })
@@ -283,7 +289,32 @@ fn to_result(py: Python<'_>, done: buffer::Appended) -> PyResult<AppendResult> {
         .into_iter()
         .map(|u| Py::new(py, UnknownField { index: u.index, offset: u.offset, path: u.path }))
         .collect::<PyResult<_>>()?;
-    Ok(AppendResult { rows: done.rows, errors, unknown_fields, fields_ignored: done.fields_ignored })
+    Ok(AppendResult {
+        rows: done.rows,
+        errors,
+        unknown_fields,
+        fields_ignored: done.fields_ignored,
+        filtered: done.filtered,
+    })
+}
+
+/// Each value (a JSON object) through the transforms of `spec` (see `transform.rs`): its
+/// transformed JSON, or None when they filter it out or it does not fit them (a bad record when
+/// it is appended). For what a table's schema is made or changed from.
+#[pyfunction]
+pub fn transform_values(py: Python<'_>, spec: &str, values: Vec<PyBackedBytes>) -> PyResult<Vec<Option<Py<PyBytes>>>> {
+    use crate::transform::Outcome;
+    let transforms = Transforms::parse(spec).map_err(NativeError::new_err)?;
+    let out: Vec<Option<Vec<u8>>> = py.detach(|| {
+        values
+            .iter()
+            .map(|v| match transforms.apply(v.as_ref()) {
+                Outcome::Json(json) => Some(json),
+                Outcome::Filtered | Outcome::Bad { .. } => None,
+            })
+            .collect()
+    });
+    Ok(out.into_iter().map(|v| v.map(|json| PyBytes::new(py, &json).unbind())).collect())
 }
 
 /// Decodes Kafka record values (Avro datums, plain or in the Confluent wire format) into Arrow

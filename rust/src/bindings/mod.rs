@@ -8,7 +8,7 @@ mod keyindex;
 mod protobuf;
 mod route;
 
-pub use buffer::{append_routed, AppendResult, AvroBuffer, DecodeError, JsonBuffer, UnknownField};
+pub use buffer::{append_routed, transform_values, AppendResult, AvroBuffer, DecodeError, JsonBuffer, UnknownField};
 pub use changes::split_changes;
 pub use errors::{BufferFullError, CorruptBatchError, NativeError, UnknownSchemaError};
 pub use kafka::{read_fetch, FetchSummary, Fetched};

@@ -158,18 +158,11 @@ fn fields_that_differ_only_in_case_fold_on_the_single_pass() {
 /// rows as text, and how many the single pass read.
 fn landed(schema: &SchemaRef, values: &[String], options: Options) -> (Vec<(i64, String, String)>, String, usize) {
     let buf = JsonBuffer::new(schema.clone(), options).unwrap();
-    let offsets: Vec<i64> = (0..values.len() as i64).collect();
-    let keys: Vec<Option<Vec<u8>>> = vec![None; values.len()];
-    let records = Records {
-        topic: "t",
-        partition: 0,
-        offsets: &offsets,
-        timestamps_ms: &offsets,
-        keys: &keys,
-        values,
-        headers: None,
-    };
-    let errors = buf.append(&records).unwrap().errors.into_iter().map(|e| (e.offset, e.field, e.reason)).collect();
+    let errors = super::super::tests::append_from_zero(&buf, values)
+        .errors
+        .into_iter()
+        .map(|e| (e.offset, e.field, e.reason))
+        .collect();
     let rows = buf.drain().unwrap().map(|b| format!("{:?}", b.columns())).unwrap_or_default();
     (errors, rows, buf.single_pass_rows())
 }

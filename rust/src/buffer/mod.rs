@@ -105,6 +105,8 @@ pub struct Appended {
     /// Avro: writer fields the table has no column for, left out of the rows kept (one per field
     /// per row; the writer schema's registration says how many).
     pub fields_ignored: usize,
+    /// Records the table's transforms filtered out: no row, no error.
+    pub filtered: usize,
 }
 
 #[derive(Debug)]
@@ -214,6 +216,9 @@ pub struct Options {
     /// first; a value whose schema id is not registered refuses the append
     /// ([`BufferError::UnknownSchemas`]).
     pub protobuf: Option<Arc<crate::protobuf::ProtoSchemas>>,
+    /// The table's transforms, applied to each value's JSON before it is decoded: a value they
+    /// filter out is no row and no error (counted in [`Appended::filtered`]).
+    pub transforms: Option<Arc<crate::transform::Transforms>>,
 }
 
 impl Default for Options {
@@ -231,6 +236,7 @@ impl Default for Options {
             key_columns: Vec::new(),
             confluent: false,
             protobuf: None,
+            transforms: None,
         }
     }
 }
@@ -345,7 +351,7 @@ impl JsonBuffer {
             return self.append_protobuf(records, schemas);
         }
         if !self.options.confluent {
-            return self.append_json(records, &[]);
+            return self.append_text(records, Vec::new());
         }
         // the JSON after each value's frame; a value without one is decoded as nothing and refused
         let mut unframed = Vec::new();
@@ -355,12 +361,48 @@ impl JsonBuffer {
             .enumerate()
             .map(|(i, v)| {
                 framed_json(v.as_ref()).unwrap_or_else(|| {
-                    unframed.push((i, NOT_FRAMED.to_string()));
+                    unframed.push((i, String::new(), NOT_FRAMED.to_string()));
                     b"{}"
                 })
             })
             .collect();
-        self.append_json(&with_values(records, &values), &unframed)
+        self.append_text(&with_values(records, &values), unframed)
+    }
+
+    /// [`Self::append`] of JSON text, each value through the table's transforms first (when it
+    /// has any); the records at `refused` (ascending) are bad records already.
+    fn append_text<V: AsRef<[u8]>, K: AsRef<[u8]>>(
+        &self,
+        records: &Records<'_, V, K>,
+        refused: Vec<(usize, String, String)>,
+    ) -> Result<Appended, BufferError> {
+        use crate::transform::Outcome;
+        let Some(transforms) = &self.options.transforms else {
+            return self.append_json(records, &refused, &[]);
+        };
+        let mut refused = refused.into_iter().peekable();
+        let (mut values, mut bad, mut filtered) = (Vec::with_capacity(records.values.len()), Vec::new(), Vec::new());
+        for (i, value) in records.values.iter().enumerate() {
+            if let Some(already) = refused.next_if(|(j, _, _)| *j == i) {
+                bad.push(already);
+                values.push(Vec::new());
+                continue;
+            }
+            match transforms.apply(value.as_ref()) {
+                Outcome::Json(json) => values.push(json),
+                Outcome::Filtered => {
+                    filtered.push(i);
+                    values.push(Vec::new());
+                }
+                Outcome::Bad { field, reason } => {
+                    bad.push((i, field, format!("{reason} (a transform of the table)")));
+                    values.push(Vec::new());
+                }
+            }
+        }
+        let mut out = self.append_json(&with_values(records, &values), &bad, &filtered)?;
+        out.filtered = filtered.len();
+        Ok(out)
     }
 
     /// [`Self::append`] of Protobuf values: each message as JSON first.
@@ -378,7 +420,7 @@ impl JsonBuffer {
             match schemas.transcode(v.as_ref(), &mut seen) {
                 Transcoded::Json(json) => values.push(json),
                 Transcoded::Bad(reason) => {
-                    bad.push((i, reason));
+                    bad.push((i, String::new(), reason));
                     values.push(b"{}".to_vec());
                 }
                 Transcoded::Unknown(id) => {
@@ -392,15 +434,17 @@ impl JsonBuffer {
         if !missing.is_empty() {
             return Err(BufferError::UnknownSchemas(missing));
         }
-        self.append_json(&with_values(records, &values), &bad)
+        self.append_text(&with_values(records, &values), bad)
     }
 
     /// [`Self::append`] of JSON text; the records at `refused` (ascending) are bad records, each
-    /// for its reason (a value not in the wire format, a message that does not decode).
+    /// for its field and reason (a value not in the wire format, a message that does not decode, a
+    /// transform that does not apply), and those at `filtered` (ascending) are left out.
     fn append_json<V: AsRef<[u8]>, K: AsRef<[u8]>>(
         &self,
         records: &Records<'_, V, K>,
-        refused: &[(usize, String)],
+        refused: &[(usize, String, String)],
+        filtered: &[usize],
     ) -> Result<Appended, BufferError> {
         let n = records.values.len();
         if records.offsets.len() != n || records.timestamps_ms.len() != n || records.keys.len() != n {
@@ -419,9 +463,13 @@ impl JsonBuffer {
         // the single pass folds names as it reads; only the records it leaves are folded here
         let fold_first = self.options.fold_case && self.fast.is_none();
         let mut refused = refused.iter().peekable();
+        let mut filtered = filtered.iter().peekable();
         for (i, value) in records.values.iter().enumerate() {
-            if let Some((_, reason)) = refused.next_if(|(j, _)| *j == i) {
-                out.errors.push(self.record_error(records, i, String::new(), reason.clone()));
+            if let Some((_, field, reason)) = refused.next_if(|(j, _, _)| *j == i) {
+                out.errors.push(self.record_error(records, i, field.clone(), reason.clone()));
+                continue;
+            }
+            if filtered.next_if(|j| **j == i).is_some() {
                 continue;
             }
             unknown.clear();

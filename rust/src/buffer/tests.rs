@@ -31,6 +31,22 @@ fn append(buf: &JsonBuffer, offsets: &[i64], values: &[&str]) -> Vec<RecordError
     buf.append(&records).unwrap().errors
 }
 
+/// `values` at offsets 0, 1, ... of partition 0, without keys.
+pub(super) fn append_from_zero<V: AsRef<[u8]>>(buf: &JsonBuffer, values: &[V]) -> Appended {
+    let offsets: Vec<i64> = (0..values.len() as i64).collect();
+    let keys: Vec<Option<Vec<u8>>> = vec![None; values.len()];
+    let records = Records {
+        topic: "t",
+        partition: 0,
+        offsets: &offsets,
+        timestamps_ms: &offsets,
+        keys: &keys,
+        values,
+        headers: None,
+    };
+    buf.append(&records).unwrap()
+}
+
 #[test]
 fn decodes_values_and_metadata() {
     // reported, so the record with a field the table lacks still lands
@@ -584,21 +600,36 @@ fn confluent_framing_is_stripped_and_a_value_without_it_is_a_bad_record() {
         vec![0, 0, 0, 0, 7],                                         // a frame and nothing after it
         [&[1u8][..], &7u32.to_be_bytes(), br#"{"id": 5}"#].concat(), // another magic byte
     ];
-    let offsets = [0, 1, 2, 3, 4];
-    let keys: Vec<Option<Vec<u8>>> = vec![None; 5];
-    let records = Records {
-        topic: "t",
-        partition: 0,
-        offsets: &offsets,
-        timestamps_ms: &offsets,
-        keys: &keys,
-        values: &values,
-        headers: None,
-    };
-    let done = buf.append(&records).unwrap();
+    let done = append_from_zero(&buf, &values);
     assert_eq!(done.errors.iter().map(|e| e.offset).collect::<Vec<_>>(), [1, 3, 4]);
     assert!(done.errors.iter().all(|e| e.field.is_empty() && e.reason.contains("Confluent wire format")));
     let batch = buf.drain().unwrap().unwrap();
     assert_eq!(batch.column(0).as_primitive::<Int64Type>().values(), &[1, 3]);
     assert_eq!(batch.column_by_name(META_OFFSET).unwrap().as_primitive::<Int64Type>().values(), &[0, 2]);
+}
+
+#[test]
+fn transforms_run_before_decoding_filtered_records_are_no_rows_and_misfits_are_bad_records() {
+    let spec = r#"[{"op": "rename", "field": "user", "to": "name"}, {"op": "flatten", "field": "m", "separator": "_"},
+                   {"op": "cast", "field": "id", "to": "long"}, {"op": "filter", "field": "kind", "matches": "keep"},
+                   {"op": "drop", "field": "kind"}, {"op": "drop", "field": "m_x"}]"#;
+    let transforms = Some(Arc::new(crate::transform::Transforms::parse(spec).unwrap()));
+    let buf = JsonBuffer::new(schema(true), Options { transforms, ..meta() }).unwrap();
+    let values = [
+        r#"{"id": "1", "user": "a", "kind": "keep"}"#,
+        r#"{"id": 2, "kind": "skip"}"#,                             // filtered out
+        r#"{"id": "3x", "kind": "keep"}"#,                          // a cast that does not apply
+        r#"{"id": 4, "kind": "keep", "m": {"x": 1}, "name": "b"}"#, // flattened, then dropped
+        r#"{"id": 5, "user": "c", "name": "d", "kind": "keep"}"#,   // a rename onto a field
+        r#"{"id": 6, "kind": "keep", "extra": 1}"#,                 // decoding still refuses what the table lacks
+    ];
+    let done = append_from_zero(&buf, &values);
+    assert_eq!((done.rows, done.filtered), (2, 1));
+    let errors: Vec<(i64, &str)> = done.errors.iter().map(|e| (e.offset, e.field.as_str())).collect();
+    assert_eq!(errors, [(2, "id"), (4, "name"), (5, "extra")]);
+    assert!(done.errors[0].reason.ends_with("(a transform of the table)"));
+    let batch = buf.drain().unwrap().unwrap();
+    assert_eq!(batch.column(0).as_primitive::<Int64Type>().values(), &[1, 4]);
+    assert_eq!(batch.column(1).as_string::<i32>().iter().collect::<Vec<_>>(), [Some("a"), Some("b")]);
+    assert_eq!(batch.column_by_name(META_OFFSET).unwrap().as_primitive::<Int64Type>().values(), &[0, 3]);
 }

@@ -268,18 +268,7 @@ mod tests {
     /// (offset, field, reason) of each bad record among `values`, and the rows kept.
     fn refused(values: &[&str], map: bool, options: Options) -> (Vec<(i64, String, String)>, usize) {
         let buf = JsonBuffer::new(schema(map), options).unwrap();
-        let offsets: Vec<i64> = (0..values.len() as i64).collect();
-        let keys: Vec<Option<Vec<u8>>> = vec![None; values.len()];
-        let records = Records {
-            topic: "t",
-            partition: 0,
-            offsets: &offsets,
-            timestamps_ms: &offsets,
-            keys: &keys,
-            values,
-            headers: None,
-        };
-        let out = buf.append(&records).unwrap();
+        let out = crate::buffer::tests::append_from_zero(&buf, values);
         (out.errors.into_iter().map(|e| (e.offset, e.field, e.reason)).collect(), out.rows)
     }
 
