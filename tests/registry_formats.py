@@ -6,14 +6,19 @@ frazil runs as a process of its own (the daemon's shutdown stops the Spark sessi
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 import signal
 from collections.abc import Callable
 from pathlib import Path
 
+import fastavro
 from aiokafka import AIOKafkaProducer
 
 import support
 from frazil.config import CatalogConfig, Config
+from frazil_dev import protowire as pw
+from frazil_dev.schema_registry import SchemaRegistry
 from routed import run_frazil
 
 PARTITIONS = 2
@@ -74,3 +79,38 @@ def dead_letter_reasons(bootstrap: str, cfg: Config, sent: Callable[[int], bytes
         assert letter.value == sent(i) and i not in why, i   # as sent, frame and all; once
         why[i] = f'{headers["frazil.error.field"]}: {headers["frazil.error"]}'
     return why
+
+
+# One small schema per format, for pipelines reading topics of several formats at once.
+AVRO = {"type": "record", "name": "Order", "namespace": "shop",
+        "fields": [{"name": "id", "type": "long"}, {"name": "amount", "type": "double"}]}
+PROTO = 'syntax = "proto3"; package web; message Click { int64 id = 1; string page = 2; }'
+JSON_SCHEMA = {"type": "object", "properties": {"id": {"type": "integer"}, "note": {"type": "string"}}}
+KINDS = {"avro-confluent": "AVRO", "protobuf-confluent": "PROTOBUF", "json-schema-confluent": "JSON"}
+SCHEMAS: dict[str, str | dict[str, object]] = {
+    "avro-confluent": AVRO, "protobuf-confluent": PROTO, "json-schema-confluent": JSON_SCHEMA}
+
+
+def register(registry: SchemaRegistry, topic: str, fmt: str) -> int:
+    """The schema of ``fmt`` registered for ``topic``'s values; its id."""
+    return registry.register(f"{topic}-value", SCHEMAS[fmt], kind=KINDS[fmt])
+
+
+def value(fmt: str, i: int, schema_id: int | None) -> bytes:
+    """Record ``i`` in ``fmt`` (the Confluent wire format's frame naming ``schema_id``)."""
+    frame = b"\x00" + schema_id.to_bytes(4, "big") if schema_id is not None else b""
+    if fmt == "avro-confluent":
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, fastavro.parse_schema(AVRO), {"id": i, "amount": i / 8})
+        return frame + out.getvalue()
+    if fmt == "protobuf-confluent":
+        return frame + b"\x00" + pw.uint(1, i) + pw.text(2, f"/p{i}")
+    if fmt == "json-schema-confluent":
+        return frame + json.dumps({"id": i, "note": f"n{i}"}).encode()
+    return json.dumps({"id": i, "tag": f"t{i}"}).encode()
+
+
+def expected(fmt: str, i: int) -> tuple[object, ...]:
+    """The columns (other than Kafka's) record ``i`` in ``fmt`` lands as, in schema order."""
+    return {"avro-confluent": (i, i / 8), "protobuf-confluent": (i, f"/p{i}"), "json-schema-confluent": (i, f"n{i}"),
+            "json": (i, f"t{i}")}[fmt]
