@@ -6,6 +6,8 @@
 //! sent (a number's digits, a string's escapes), so a transform never changes a value it does not
 //! name. Paths are dotted (`meta.user.id`); a field name with a dot cannot be named.
 
+use std::borrow::Cow;
+
 use regex::Regex;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
@@ -51,27 +53,50 @@ pub struct Transforms {
 
 type Fail = (String, String);
 
-/// A value being transformed: the objects a path walked through, parsed; everything else as sent.
-enum Node {
-    Object(Vec<(String, Node)>),
-    Raw(Box<RawValue>),
+/// A value being transformed: the objects a path walked through, parsed; everything else as sent
+/// (borrowed from the value: only a cast's result is new text).
+enum Node<'a> {
+    Object(Vec<(Cow<'a, str>, Node<'a>)>),
+    Raw(Cow<'a, RawValue>),
 }
 
-/// An object's members in order, each value unparsed.
-struct Members(Vec<(String, Box<RawValue>)>);
+/// An object's members in order, each value unparsed and borrowed.
+struct Members<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
 
-impl<'de> Deserialize<'de> for Members {
+/// A member's name: borrowed unless it has escapes.
+struct Name<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Name<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl<'de> Visitor<'de> for Text {
+            type Value = Name<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Owned(v.to_string())))
+            }
+        }
+        deserializer.deserialize_str(Text)
+    }
+}
+
+impl<'de> Deserialize<'de> for Members<'de> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct Each;
         impl<'de> Visitor<'de> for Each {
-            type Value = Members;
+            type Value = Members<'de>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("a JSON object")
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members, A::Error> {
-                let mut out = Vec::with_capacity(map.size_hint().unwrap_or(8));
-                while let Some(entry) = map.next_entry::<String, Box<RawValue>>()? {
-                    out.push(entry);
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
+                let mut out = Vec::with_capacity(map.size_hint().unwrap_or(16));
+                while let Some((Name(name), value)) = map.next_entry::<Name<'de>, &'de RawValue>()? {
+                    out.push((name, value));
                 }
                 Ok(Members(out))
             }
@@ -80,18 +105,26 @@ impl<'de> Deserialize<'de> for Members {
     }
 }
 
+impl<'a> Members<'a> {
+    fn into_node(self) -> Node<'a> {
+        Node::Object(self.0.into_iter().map(|(k, v)| (k, Node::Raw(Cow::Borrowed(v)))).collect())
+    }
+}
+
 fn dotted(path: &[String]) -> String {
     path.join(".")
 }
 
-fn raw(text: String) -> Node {
-    Node::Raw(RawValue::from_string(text).expect("transforms write valid JSON"))
+fn raw(text: String) -> Node<'static> {
+    Node::Raw(Cow::Owned(RawValue::from_string(text).expect("transforms write valid JSON")))
 }
 
-impl Node {
+type Fields<'a> = Vec<(Cow<'a, str>, Node<'a>)>;
+
+impl<'a> Node<'a> {
     /// The members of this node when it is an object (parsed on first use); None for null;
     /// an error naming `at` for any other value.
-    fn members(&mut self, at: &[String]) -> Result<Option<&mut Vec<(String, Node)>>, Fail> {
+    fn members(&mut self, at: &[String]) -> Result<Option<&mut Fields<'a>>, Fail> {
         if let Node::Raw(text) = self {
             let t = text.get().trim_start();
             if t.starts_with("null") {
@@ -103,8 +136,11 @@ impl Node {
                     format!("is {}, not an object: the transforms' paths walk through it", kind(t)),
                 ));
             }
-            let Members(found) = serde_json::from_str(text.get()).map_err(|e| (dotted(at), e.to_string()))?;
-            *self = Node::Object(found.into_iter().map(|(k, v)| (k, Node::Raw(v))).collect());
+            let Cow::Borrowed(borrowed) = text else {
+                unreachable!("only a cast makes new text, and never an object");
+            };
+            let members: Members<'a> = serde_json::from_str(borrowed.get()).map_err(|e| (dotted(at), e.to_string()))?;
+            *self = members.into_node();
         }
         match self {
             Node::Object(members) => Ok(Some(members)),
@@ -113,7 +149,7 @@ impl Node {
     }
 
     /// The members of the object holding `path`'s last field; None when a parent is missing or null.
-    fn parent(&mut self, path: &[String]) -> Result<Option<&mut Vec<(String, Node)>>, Fail> {
+    fn parent(&mut self, path: &[String]) -> Result<Option<&mut Fields<'a>>, Fail> {
         let mut node = self;
         for (depth, name) in path[..path.len() - 1].iter().enumerate() {
             let Some(members) = node.members(&path[..depth])? else { return Ok(None) };
@@ -213,7 +249,7 @@ impl CastTo {
 
 impl Step {
     /// Applies this step to `root`; false when the record is filtered out.
-    fn apply(&self, root: &mut Node) -> Result<bool, Fail> {
+    fn apply(&self, root: &mut Node<'_>) -> Result<bool, Fail> {
         match self {
             Step::Drop { path } => {
                 if let Some(members) = root.parent(path)? {
@@ -237,7 +273,7 @@ impl Step {
                         ),
                     ));
                 }
-                target.push((name.clone(), value));
+                target.push((name.clone().into(), value));
             }
             Step::Flatten { path, separator } => {
                 let Some(members) = root.parent(path)? else { return Ok(true) };
@@ -253,7 +289,7 @@ impl Step {
                     if members.iter().any(|(k, _)| *k == flat) {
                         return Err((dotted(path), format!("flattens to {flat}, which the record already has")));
                     }
-                    members.push((flat, v));
+                    members.push((flat.into(), v));
                 }
             }
             Step::Cast { path, to } => {
@@ -320,9 +356,11 @@ impl Transforms {
             Ok(text) => text,
             Err(e) => return bad((String::new(), format!("the value is not UTF-8 text: {e}"))),
         };
-        let mut root = match RawValue::from_string(text.trim().to_string()) {
-            Ok(root) if text.trim_start().starts_with('{') => Node::Raw(root),
-            Ok(_) => return bad((String::new(), "the value is not a JSON object: transforms read its fields".into())),
+        if !text.trim_start().starts_with('{') {
+            return bad((String::new(), "the value is not a JSON object: transforms read its fields".into()));
+        }
+        let mut root = match serde_json::from_str::<Members<'_>>(text) {
+            Ok(members) => members.into_node(),
             Err(e) => return bad((String::new(), format!("the value is not valid JSON: {e}"))),
         };
         for step in &self.steps {
