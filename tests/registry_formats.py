@@ -105,6 +105,8 @@ def value(fmt: str, i: int, schema_id: int | None) -> bytes:
         return frame + out.getvalue()
     if fmt == "protobuf-confluent":
         return frame + b"\x00" + pw.uint(1, i) + pw.text(2, f"/p{i}")
+    if fmt == "protobuf":   # a bare message of PROTO's type
+        return pw.uint(1, i) + pw.text(2, f"/p{i}")
     if fmt == "json-schema-confluent":
         return frame + json.dumps({"id": i, "note": f"n{i}"}).encode()
     return json.dumps({"id": i, "tag": f"t{i}"}).encode()
@@ -112,5 +114,5 @@ def value(fmt: str, i: int, schema_id: int | None) -> bytes:
 
 def expected(fmt: str, i: int) -> tuple[object, ...]:
     """The columns (other than Kafka's) record ``i`` in ``fmt`` lands as, in schema order."""
-    return {"avro-confluent": (i, i / 8), "protobuf-confluent": (i, f"/p{i}"), "json-schema-confluent": (i, f"n{i}"),
-            "json": (i, f"t{i}")}[fmt]
+    return {"avro-confluent": (i, i / 8), "protobuf-confluent": (i, f"/p{i}"), "protobuf": (i, f"/p{i}"),
+            "json-schema-confluent": (i, f"n{i}"), "json": (i, f"t{i}")}[fmt]

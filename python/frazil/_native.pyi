@@ -265,6 +265,10 @@ class ProtoSchemas:
     def refuse(self, id: int, reason: str) -> None:
         """Every record of schema ``id`` is a bad record, for ``reason``."""
     def known(self, id: int) -> bool: ...
+    def read_plain(self, message: str) -> tuple[str, list[int]]:
+        """Every value is a bare ``message`` (its full name, or "" for the file's first) of the
+        file registered under id 0, read without a frame: its full name and message indexes.
+        NativeError when the file has no such message (naming the ones it has)."""
     def columns(self, id: int, indexes: list[int]) -> list[tuple[str, str]]:
         """The columns of the message of schema ``id`` at ``indexes``: (field, column type in the
         declared-column grammar, e.g. ``struct<city: string>``). NativeError naming a field that

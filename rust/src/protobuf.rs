@@ -10,14 +10,20 @@
 //! of frazil's declared columns (`struct<a: long, b: list<string>>`), so a table can be made from
 //! a schema. A field that cannot be a column (a map with non-string keys, `google.protobuf.Any`,
 //! a recursive message) is named with why. Pure Rust, no pyo3.
+//!
+//! Plain values (`values.format = "protobuf"`): each value is the bare message of one type of one
+//! `.proto` file, registered under [`PLAIN_ID`]; [`ProtoSchemas::read_plain`] names the type, and
+//! every value is read as it, without a frame.
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use prost_reflect::{DynamicMessage, FileDescriptor, Kind, MessageDescriptor, SerializeOptions};
 use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver};
 
+/// The schema id plain values' `.proto` file is registered under.
+pub const PLAIN_ID: u32 = 0;
 /// The name the schema's text is compiled under.
 const SCHEMA_FILE: &str = "schema.proto";
 /// Nested messages followed into columns before a message is taken to be recursive.
@@ -47,6 +53,8 @@ pub type Seen = Vec<(u32, Vec<i64>, Result<Option<MessageDescriptor>, String>)>;
 #[derive(Debug, Default)]
 pub struct ProtoSchemas {
     by_id: RwLock<HashMap<u32, Arc<Entry>>>,
+    /// Plain values: the indexes of the one message type of [`PLAIN_ID`]'s file every value is.
+    plain: OnceLock<Vec<i64>>,
 }
 
 struct Source(String);
@@ -105,10 +113,38 @@ impl ProtoSchemas {
         }
     }
 
-    /// A value in the wire format as the JSON of its message. `seen` keeps the messages looked
-    /// up by this caller (one append's values mostly name one).
+    /// Every value is a bare `message` (its full name; "" for the file's first) of the file
+    /// registered under [`PLAIN_ID`], read without a frame. Returns its full name and indexes;
+    /// an error when the file has no such message, or the values were named another one before.
+    pub fn read_plain(&self, message: &str) -> Result<(String, Vec<i64>), String> {
+        let entry = self.entry(PLAIN_ID);
+        let Some(Entry::Readable(file)) = entry.as_deref() else {
+            return Err("no .proto file is registered for plain values".into());
+        };
+        let found = if message.is_empty() {
+            file.messages().next().map(|m| (m.full_name().to_string(), vec![0]))
+        } else {
+            indexes_of(file.messages(), message, &mut Vec::new())
+        };
+        let (name, indexes) = found.ok_or_else(|| {
+            let names: Vec<String> = all_messages(file.messages()).collect();
+            format!("the .proto file has no message {message:?}; it has {}", names.join(", "))
+        })?;
+        if self.plain.get_or_init(|| indexes.clone()) != &indexes {
+            return Err("plain values were already read as another message".into());
+        }
+        Ok((name, indexes))
+    }
+
+    /// A value as the JSON of its message: in the wire format, or a bare message of the plain
+    /// type ([`Self::read_plain`]). `seen` keeps the messages looked up by this caller (one
+    /// append's values mostly name one).
     pub fn transcode(&self, value: &[u8], seen: &mut Seen) -> Transcoded {
-        let (id, indexes, body) = match split(value) {
+        let split = match self.plain.get() {
+            Some(indexes) => Ok((PLAIN_ID, indexes.clone(), value)),
+            None => split(value),
+        };
+        let (id, indexes, body) = match split {
             Ok(split) => split,
             Err(reason) => return Transcoded::Bad(reason),
         };
@@ -202,6 +238,34 @@ fn zigzag(buf: &[u8], at: &mut usize) -> Option<i64> {
         }
     }
     None
+}
+
+/// The full name and indexes of the message named `name` among `messages` (nested ones too).
+fn indexes_of(
+    messages: impl Iterator<Item = MessageDescriptor>,
+    name: &str,
+    at: &mut Vec<i64>,
+) -> Option<(String, Vec<i64>)> {
+    for (i, message) in messages.enumerate() {
+        at.push(i as i64);
+        if message.full_name() == name || message.name() == name && !name.contains('.') {
+            return Some((message.full_name().to_string(), at.clone()));
+        }
+        if let Some(found) = indexes_of(message.child_messages(), name, at) {
+            return Some(found);
+        }
+        at.pop();
+    }
+    None
+}
+
+/// The full names of `messages` and of the messages nested in them (a map's entry type left out).
+fn all_messages(messages: impl Iterator<Item = MessageDescriptor>) -> Box<dyn Iterator<Item = String>> {
+    let names: Vec<String> = messages
+        .filter(|m| !m.is_map_entry())
+        .flat_map(|m| std::iter::once(m.full_name().to_string()).chain(all_messages(m.child_messages())))
+        .collect();
+    Box::new(names.into_iter())
 }
 
 /// The message at `indexes`: the file's top-level message at the first, nested ones after.
@@ -374,5 +438,27 @@ mod tests {
         let int_keys = "syntax = \"proto3\"; message M { map<int32, string> m = 1; }";
         schemas.register(7, int_keys).unwrap();
         assert!(schemas.columns(7, &[0]).unwrap_err().contains("only string keys"));
+    }
+
+    #[test]
+    fn plain_values_are_bare_messages_of_the_type_named() {
+        let schemas = ProtoSchemas::default();
+        schemas.register(PLAIN_ID, SCHEMA).unwrap();
+        let none = schemas.read_plain("shop.Missing").unwrap_err();
+        assert!(none.contains("no message \"shop.Missing\"; it has shop.Other, shop.Order, shop.Order.Geo"), "{none}");
+        assert_eq!(schemas.read_plain("Order").unwrap(), ("shop.Order".to_string(), vec![1]));
+        let Transcoded::Json(json) = schemas.transcode_one(ORDER) else { panic!() };
+        let got: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        assert_eq!((got["id"].clone(), got["geo"]["city"].clone()), (serde_json::json!(7), serde_json::json!("Oslo")));
+        assert!(schemas.read_plain("shop.Other").unwrap_err().contains("already read as another message"));
+        let Transcoded::Bad(reason) = schemas.transcode_one(&[0xff, 0xff]) else { panic!() };
+        assert!(reason.starts_with("not a valid shop.Order message of schema id 0"), "{reason}");
+        let nested = ProtoSchemas::default();
+        nested.register(PLAIN_ID, SCHEMA).unwrap();
+        // the map field's entry type (CountsEntry) comes first among Order's nested types
+        assert_eq!(nested.read_plain("shop.Order.Geo").unwrap().1, vec![1, 1]);
+        let first = ProtoSchemas::default();
+        first.register(PLAIN_ID, SCHEMA).unwrap();
+        assert_eq!(first.read_plain("").unwrap(), ("shop.Other".to_string(), vec![0]));
     }
 }

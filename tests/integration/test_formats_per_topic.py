@@ -1,6 +1,7 @@
-"""One pipeline reading four topics of four value formats at once (``[values.topics]``): Avro and
-Protobuf and JSON Schema through the real registry, and plain JSON. ``[dynamic]`` names a table per
-topic, each made from its own topic's schema (the registry's, or inferred from the JSON); a
+"""One pipeline reading five topics of five value formats at once (``[values.topics]``): Avro and
+Protobuf and JSON Schema through the real registry, bare Protobuf messages of a ``.proto`` file,
+and plain JSON. ``[dynamic]`` names a table per topic, each made from its own topic's schema (the
+registry's, the file's, or inferred from the JSON); a
 declared table takes the JSON topic too. A second run, started with the tables already there,
 takes a second round of records: each table reads its topic's format again, and every record of
 every topic lands once, as sent."""
@@ -16,11 +17,12 @@ import changes
 import support
 from frazil_dev.kafka_broker import KafkaBroker
 from frazil_dev.schema_registry import SchemaRegistry
-from registry_formats import expected, register, value
+from registry_formats import PROTO, expected, register, value
 
 pytestmark = pytest.mark.integration
 
-FORMATS = {"fmt-avro": "avro-confluent", "fmt-proto": "protobuf-confluent", "fmt-jsonschema": "json-schema-confluent"}
+FORMATS = {"fmt-avro": "avro-confluent", "fmt-proto": "protobuf-confluent", "fmt-jsonschema": "json-schema-confluent",
+           "fmt-protoplain": "protobuf"}
 ROUND = 150
 
 
@@ -31,7 +33,8 @@ def fmt_of(topic: str) -> str:
 def test_avro_protobuf_json_schema_and_json_topics_land_in_one_pipeline(
         kafka: KafkaBroker, schema_registry: SchemaRegistry, tmp_path: Path) -> None:
     topics = [*FORMATS, "fmt-json"]
-    ids = {topic: register(schema_registry, topic, fmt) for topic, fmt in FORMATS.items()}
+    ids = {topic: register(schema_registry, topic, fmt) for topic, fmt in FORMATS.items() if fmt != "protobuf"}
+    (tmp_path / "click.proto").write_text(PROTO)   # the bare messages' type, from a file
     for topic in topics:
         asyncio.run(support.create_topic(kafka.bootstrap, topic, 1))
     config = tmp_path / "frazil.toml"
@@ -48,6 +51,8 @@ metadata_max_age_ms = 1000
 properties = {support.SQLITE_CATALOG}
 [values]
 format = "json"
+schema_file = "click.proto"
+message = "web.Click"
 [values.topics]
 {entries}
 [schema_registry]

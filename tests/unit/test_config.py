@@ -395,7 +395,7 @@ def test_avro_values_take_a_schema_file_or_a_registry(tmp_path: Path, monkeypatc
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    ({"values": {"format": "protobuf"}}, "values.format 'protobuf' must be"),
+    ({"values": {"format": "thrift"}}, "values.format 'thrift' must be"),
     ({"values": {"format": "avro"}}, "needs values.schema_file"),
     ({"values": {"format": "avro", "schema_file": "nope.avsc"}}, "nope.avsc"),
     ({"values": {"format": "avro-confluent"}}, "needs a [schema_registry] section"),

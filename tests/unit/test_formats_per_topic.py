@@ -89,8 +89,8 @@ def test_each_table_is_held_to_the_rules_of_its_own_format() -> None:
 
 
 def test_a_format_in_values_topics_needs_what_that_format_needs() -> None:
-    with pytest.raises(ConfigError, match=r"values.topics.orders 'protobuf' must be \"json\", \"avro\""):
-        parse(values={"topics": {"orders": "protobuf"}})
+    with pytest.raises(ConfigError, match=r"values.topics.orders 'proto' must be \"json\", \"avro\""):
+        parse(values={"topics": {"orders": "proto"}})
     with pytest.raises(ConfigError, match=r"values.format = \"avro\" needs values.schema_file"):
         parse(values={"topics": {"orders": "avro"}})
     with pytest.raises(ConfigError, match=r"values.format = \"avro-confluent\" needs a \[schema_registry\]"):
@@ -101,13 +101,15 @@ def test_a_format_in_values_topics_needs_what_that_format_needs() -> None:
 
 class _Formats:
     avro_key = None
-    protobuf = None
 
     def __init__(self, values: config.ValuesConfig) -> None:
         self._values = values
 
     def of(self, topic: str) -> str:
         return self._values.format_of(topic)
+
+    def protobuf(self, fmt: str) -> None:
+        return None
 
 
 def test_a_table_reads_its_first_topic_s_format_and_refuses_a_topic_of_another(tmp_path: Path) -> None:
@@ -143,3 +145,24 @@ def _without_tables(base: config.Config, data: dict[str, Any]) -> config.Config:
     raw["kafka"] = {"bootstrap_servers": "127.0.0.1:9", "topic_pattern": ".*"}
     raw["dynamic"] = {"table": "db.{topic}", "columns": [{"name": "id", "type": "long"}]}
     return config.parse(raw)
+
+
+def test_bare_protobuf_messages_need_a_proto_file_that_compiles_and_names_the_message(tmp_path: Path) -> None:
+    proto = tmp_path / "o.proto"
+    proto.write_text('syntax = "proto3"; package shop; message Order { int64 id = 1; message Line { int32 n = 1; } }')
+    plain = {"format": "protobuf", "schema_file": str(proto)}
+    minimal = {"pipeline": {"name": "p"}, "kafka": {"bootstrap_servers": "127.0.0.1:9", "topics": ["t"]},
+               "table": {"name": "db.t"}}
+    assert config.parse({**minimal, "values": plain}).values.message == ""   # the file's first
+    config.parse({**minimal, "values": {**plain, "message": "shop.Order.Line"}})
+    with pytest.raises(ConfigError, match=r"has no message \"Orders\"; it has shop.Order, shop.Order.Line"):
+        config.parse({**minimal, "values": {**plain, "message": "Orders"}})
+    proto.write_text('syntax = "proto3"; message Order { int64 id = 1 }')
+    with pytest.raises(ConfigError, match=r"values.schema_file .*o.proto: the schema does not compile"):
+        config.parse({**minimal, "values": plain})
+    with pytest.raises(ConfigError, match=r"values.format = \"protobuf\" needs values.schema_file"):
+        config.parse({**minimal, "values": {"format": "protobuf"}})
+    with pytest.raises(ConfigError, match=r"values.message is for values.format = \"protobuf\""):
+        config.parse({**minimal, "values": {"message": "shop.Order"}})
+    with pytest.raises(ConfigError, match=r"\"avro\" and \"protobuf\" each read values.schema_file"):
+        config.parse({**minimal, "values": {**plain, "topics": {"x": "avro"}}})

@@ -116,9 +116,8 @@ class Formats(Protocol):
     def avro_key(self) -> Callable[[bytes], bytes | None] | None:
         """An Avro key in the Confluent wire format as JSON (keyed tables' tombstones)."""
 
-    @property
-    def protobuf(self) -> SchemaLearner | None:
-        """The Protobuf schemas, shared by every buffer that reads Protobuf."""
+    def protobuf(self, fmt: str) -> SchemaLearner | None:
+        """The Protobuf schemas buffers of ``fmt`` read with, shared by every one of them."""
 
     def of(self, topic: str) -> str: ...
 
@@ -127,7 +126,9 @@ class _Json:
     """Every topic's values JSON."""
 
     avro_key: Callable[[bytes], bytes | None] | None = None
-    protobuf: SchemaLearner | None = None
+
+    def protobuf(self, fmt: str) -> SchemaLearner | None:
+        return None
 
     def of(self, topic: str) -> str:
         return "json"
@@ -258,7 +259,7 @@ class Targets:
                             case_insensitive=cfg.case_insensitive, header_columns=header_columns,
                             headers_column=cfg.headers_column, key_columns=key_columns,
                             confluent=fmt == "json-schema-confluent",
-                            protobuf=self._formats.protobuf if fmt == "protobuf-confluent" else None,
+                            protobuf=self._formats.protobuf(fmt),
                             transforms=cfg.transform_spec)
 
     def evolved(self, target: Target, table: Table) -> None:

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 _WRITER = "from the first record's writer schema"
 _MADE_FROM = {"avro": _WRITER, "avro-confluent": _WRITER,
               "json-schema-confluent": "from the first record's JSON Schema (the registry's)",
-              "protobuf-confluent": "from the first record's Protobuf message (the registry's schema)"}
+              "protobuf-confluent": "from the first record's Protobuf message (the registry's schema)",
+              "protobuf": "from the .proto file's message (values.message)"}
 
 
 def _made(cfg: config_mod.Config, table: config_mod.TableConfig | config_mod.DynamicConfig) -> str:

@@ -53,6 +53,10 @@ def check(cfg: Config, *, single_table: bool) -> None:
         problem = avro_schema_problem(Path(cfg.values.schema_file))
         if problem:
             raise ConfigError(f"values.schema_file {cfg.values.schema_file}: {problem}")
+    if "protobuf" in cfg.values.formats:
+        problem = proto_file_problem(Path(cfg.values.schema_file), cfg.values.message)
+        if problem:
+            raise ConfigError(f"values.schema_file {cfg.values.schema_file}: {problem}")
     _catalog(cfg.catalog, maintenance=cfg.maintenance.enabled)
 
 
@@ -286,6 +290,21 @@ def _avro(name: str, t: TableConfig | DynamicConfig, fmt: str) -> None:
         raise ConfigError(f"{name}: merge = \"spark\" reads JSON values for now; with values.format = {fmt!r} "
                           "use merge = \"native\"")
     _by_topic(name, t, fmt, "JSON values")
+
+
+def proto_file_problem(path: Path, message: str) -> str | None:
+    """What is wrong with a ``.proto`` file for plain Protobuf values of type ``message``, if anything."""
+    from frazil import _native  # the compiler is native; a JSON pipeline's config check never loads it
+
+    schemas = _native.ProtoSchemas()
+    try:
+        schemas.register(0, path.read_text())
+        schemas.read_plain(message)
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"cannot be read ({exc})"
+    except _native.NativeError as exc:
+        return str(exc)
+    return None
 
 
 def avro_schema_problem(path: Path) -> str | None:

@@ -299,13 +299,14 @@ class RegistryConfig:
 
 
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]+")   # a [values.topics] key that names one topic, not a pattern
-ValueFormat = Literal["json", "avro", "avro-confluent", "json-schema-confluent", "protobuf-confluent"]
+ValueFormat = Literal["json", "avro", "avro-confluent", "json-schema-confluent", "protobuf", "protobuf-confluent"]
 AVRO_FORMATS = ("avro", "avro-confluent")
 _FORMATS = Refused(
     "must be \"json\", \"avro\" (plain Avro datums, with values.schema_file), \"avro-confluent\" (Avro in "
     "the Confluent wire format, with [schema_registry]), \"json-schema-confluent\" (JSON in the Confluent "
-    "wire format, written by a JSON Schema serializer, with [schema_registry]) or \"protobuf-confluent\" "
-    "(Protobuf in the Confluent wire format, with [schema_registry])")
+    "wire format, written by a JSON Schema serializer, with [schema_registry]), \"protobuf\" (bare Protobuf "
+    "messages, with values.schema_file) or \"protobuf-confluent\" (Protobuf in the Confluent wire format, with "
+    "[schema_registry])")
 
 
 @dataclass(frozen=True, config=STRICT)
@@ -316,7 +317,10 @@ class ValuesConfig:
     format: Annotated[ValueFormat, _FORMATS] = Field(default="json", description="how record values are encoded")
     topics: Annotated[dict[Regex, ValueFormat], _FORMATS] = Field(
         default_factory=dict, description="[values.topics]: a topic regex to the format of its topics' values")
-    schema_file: Annotated[Text, File()] = Field(default="", description="format = \"avro\": the writer schema (.avsc)")
+    schema_file: Annotated[Text, File()] = Field(
+        default="", description="format = \"avro\": the writer schema (.avsc); \"protobuf\": the .proto file")
+    message: Text = Field(default="", description="format = \"protobuf\": the message type of every value (its full "
+                          "name, e.g. shop.Order); \"\": the file's first message")
     registry: Annotated[RegistryConfig | None, Key("/schema_registry")] = None   # the "-confluent" formats
 
     @property
@@ -330,7 +334,10 @@ class ValuesConfig:
 
     def of(self, fmt: ValueFormat) -> ValuesConfig:
         """These values as if every topic had format ``fmt`` (one of :attr:`formats`)."""
-        return dataclasses.replace(self, format=fmt, topics={})
+        return dataclasses.replace(self, format=fmt, topics={},
+                                   schema_file=self.schema_file if fmt in ("avro", "protobuf") else "",
+                                   message=self.message if fmt == "protobuf" else "",
+                                   registry=self.registry if fmt.endswith("-confluent") else None)
 
     @model_validator(mode="after")
     def _fits_the_format(self) -> Self:
@@ -339,8 +346,16 @@ class ValuesConfig:
         if "avro" in formats and not self.schema_file:
             raise Problem('values.format = "avro" needs values.schema_file, the writer schema (.avsc) of every value '
                           'in that format')
-        if "avro" not in formats and self.schema_file:
-            raise Problem(f"values.schema_file is for values.format = \"avro\" (this is {shown!r})")
+        if "protobuf" in formats and not self.schema_file:
+            raise Problem('values.format = "protobuf" needs values.schema_file, the .proto file of every value in that '
+                          'format (and values.message, its message type, unless it is the file\'s first)')
+        if "avro" in formats and "protobuf" in formats:
+            raise Problem('values.format "avro" and "protobuf" each read values.schema_file, so one pipeline takes one '
+                          'of the two (a registry format needs no file: "avro-confluent", "protobuf-confluent")')
+        if "avro" not in formats and "protobuf" not in formats and self.schema_file:
+            raise Problem(f"values.schema_file is for values.format = \"avro\" or \"protobuf\" (this is {shown!r})")
+        if "protobuf" not in formats and self.message:
+            raise Problem(f"values.message is for values.format = \"protobuf\" (this is {shown!r})")
         framed = [f for f in formats if f.endswith("-confluent")]
         if framed and self.registry is None:
             raise Problem(f'values.format = "{framed[0]}" needs a [schema_registry] section with its url')

@@ -19,12 +19,13 @@ class ValueFormats:
         formats = values.formats
         # made at start, each once: worker threads and the loop share them
         self._writers: dict[str, WriterSchemas] = {f: WriterSchemas(values.of(f)) for f in formats if f in AVRO_FORMATS}
-        self.protobuf = (ProtoValues(WriterSchemas(values.of("protobuf-confluent")))
-                         if "protobuf-confluent" in formats else None)   # one cache for every Protobuf buffer
+        # per Protobuf format one set of compiled schemas, shared by every buffer reading it
+        self._protobuf: dict[str, ProtoValues] = {
+            f: ProtoValues(WriterSchemas(values.of(f)), plain=values.message if f == "protobuf" else None)
+            for f in formats if f in ("protobuf", "protobuf-confluent")}
         self._rows: dict[str, RowSchemas] = {f: JsonSchemas(WriterSchemas(values.of(f)))
                                              for f in formats if f == "json-schema-confluent"}
-        if self.protobuf is not None:
-            self._rows["protobuf-confluent"] = self.protobuf
+        self._rows.update(self._protobuf)
         avro_keys = self._writers.get("avro-confluent")
         # keyed tables' tombstones: an Avro key in the Confluent wire format as JSON
         self.avro_key = avro_keys.key_object if avro_keys is not None else None
@@ -45,6 +46,10 @@ class ValueFormats:
         """Avro values' writer schemas by id (the schema file's, or the registry's); None for a
         format other than Avro."""
         return self._writers.get(fmt)
+
+    def protobuf(self, fmt: str) -> ProtoValues | None:
+        """The compiled Protobuf schemas the buffers of ``fmt`` read with; None for the other formats."""
+        return self._protobuf.get(fmt)
 
     def rows(self, fmt: str) -> RowSchemas | None:
         """The registry's schemas of values decoded as JSON rows (JSON Schema, Protobuf): they make

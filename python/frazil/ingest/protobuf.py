@@ -3,7 +3,9 @@ value names its schema (a ``.proto`` file the producer's serializer registered) 
 message of that file it holds by its message indexes. The native buffer compiles each schema once
 and reads every message into JSON, which the JSON decoder holds to the table's columns; this
 module fetches the schemas a buffer has not seen (:meth:`ProtoValues.learn`, blocking), and says
-the columns a message takes (:meth:`ProtoValues.schema`), to make a table or evolve it.
+the columns a message takes (:meth:`ProtoValues.schema`), to make a table or evolve it. Plain
+values (``values.format = "protobuf"``) are bare messages of one type of one ``.proto`` file
+(``values.schema_file``, ``values.message``), compiled at start.
 
 Types (docs/configuration.md, "Protobuf values"): ``double``, ``float``; ``int32``, ``sint32``,
 ``sfixed32`` as ``int``; ``int64``, ``sint64``, ``sfixed64``, ``uint32``, ``fixed32`` as ``long``;
@@ -24,24 +26,36 @@ from pyiceberg.types import IcebergType, NestedField
 
 from frazil import _native
 from frazil.config.types import ColumnType
+from frazil.errors import ConfigError
 from frazil.iceberg import declared, evolution
 from frazil.iceberg.evolution import Change
-from frazil.ingest.registry import Unusable, WriterSchemas
+from frazil.ingest.registry import PLAIN_ID, Unusable, WriterSchemas
 
 log = logging.getLogger(__name__)
 
 
 class ProtoValues:
     """The pipeline's Protobuf schemas: fetched from the registry by id, compiled natively once,
-    shared by every buffer (a ``RowSchemas``)."""
+    shared by every buffer (a ``RowSchemas``). With ``plain`` (``values.format = "protobuf"``):
+    the one ``.proto`` file of ``values.schema_file``, every value a bare message of type
+    ``plain`` (its full name; "": the file's first)."""
 
     kind = "Protobuf schema"
     made = "made from its first record's Protobuf message"
 
-    def __init__(self, schemas: WriterSchemas) -> None:
+    def __init__(self, schemas: WriterSchemas, *, plain: str | None = None) -> None:
         self._schemas = schemas
         self.native = _native.ProtoSchemas()
         self._lock = threading.Lock()
+        self._plain: tuple[int, list[int]] | None = None
+        if plain is not None:
+            self.learn([PLAIN_ID])
+            try:
+                name, indexes = self.native.read_plain(plain)
+            except _native.NativeError as exc:
+                raise ConfigError(f"values.schema_file {schemas.where}: {exc}") from None
+            self._plain = (PLAIN_ID, indexes)
+            self.made = f"made from the message {name} of {schemas.where}"
 
     def learn(self, ids: Sequence[int]) -> None:
         """Blocking. Each of ``ids`` registered, or refused with why (its records are bad
@@ -65,7 +79,7 @@ class ProtoValues:
     def schema(self, value: bytes, *, extra: Sequence[tuple[str, IcebergType, bool]] = ()) -> tuple[int, Schema]:
         """Blocking. The schema id of ``value`` and a new table's schema for its message: a column
         per field, optional, then ``extra``. ValueError naming why it cannot be had."""
-        schema_id, indexes = _native.protobuf_frame(value)
+        schema_id, indexes = self._plain if self._plain is not None else _native.protobuf_frame(value)
         self.learn([schema_id])
         try:
             columns = self.native.columns(schema_id, indexes)

@@ -76,7 +76,7 @@ class WriterSchemas:
         self._parsed: dict[int, Any] = {}   # keys' writer schemas, parsed by fastavro
         self._lock = threading.Lock()
         self._session: requests.Session | None = None
-        if cfg.format == "avro":
+        if cfg.format in ("avro", "protobuf"):   # one schema, from the file
             self._cache[PLAIN_ID] = Path(cfg.schema_file).read_text()
         elif cfg.registry is not None:
             import requests

@@ -32,6 +32,13 @@ impl ProtoSchemas {
         self.inner.refuse(id, reason);
     }
 
+    /// Every value is a bare ``message`` (its full name, or "" for the first) of the file
+    /// registered under id 0, read without a frame: its full name and message indexes.
+    /// NativeError when the file has no such message.
+    fn read_plain(&self, message: &str) -> PyResult<(String, Vec<i64>)> {
+        self.inner.read_plain(message).map_err(NativeError::new_err)
+    }
+
     fn known(&self, id: u32) -> bool {
         self.inner.known(id)
     }
