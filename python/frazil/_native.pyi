@@ -176,7 +176,8 @@ class JsonBuffer:
     ``key_columns`` (column, field) fill columns from the record key: the whole key for field
     ``""`` (as a header fills its column), else the field (a dotted path) of a key that is a JSON
     object, of the column's kind (text for a string column, a number for a number column, true or
-    false for a boolean one), exactly; NULL without a key or where the key has no such field.
+    false for a boolean one), exactly; NULL without a key or where the key has no such field. A
+    key in the Confluent wire format (magic byte 0, a schema id, then JSON) is read after its frame.
     Those columns are not read from the value.
 
     ``confluent``: every value is JSON in the Confluent wire format (magic byte 0, a 4-byte schema

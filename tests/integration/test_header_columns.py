@@ -1,6 +1,7 @@
 """Kafka record headers and keys as columns (``header_columns``, ``headers_column``, ``key_columns``):
 named headers land typed (the last of a repeated name), a record without them has NULLs, every
-header lands in a map, the whole key and fields of a JSON key land typed, and a header or key that
+header lands in a map, the whole key and fields of a JSON key (plain, or after a JSON Schema serializer's frame) land
+typed, and a header or key that
 does not fit its column is a dead letter naming the column and why. Records are read straight
 from the fetch, and the ones a schema change appends again go record by record: both read headers
 and keys."""
@@ -28,7 +29,13 @@ def key(i: int) -> bytes | None:
         return None
     if i in BAD_KEY:
         return b"user-%d" % i
-    return json.dumps({"user": {"id": 3 * i} if i % 5 else None, "region": f"r{i % 4}"}).encode()
+    text = json.dumps({"user": {"id": 3 * i} if i % 5 else None, "region": f"r{i % 4}"}).encode()
+    return b"\x00\x00\x00\x00\x05" + text if i % 13 == 6 else text   # some as a JSON Schema serializer writes them
+
+
+def key_json(i: int) -> object:
+    sent = key(i)
+    return json.loads(sent[5:] if sent and sent[0] == 0 else sent or b"null")   # after the frame, if any
 
 
 def headers(i: int) -> list[tuple[str, bytes]]:
@@ -96,7 +103,7 @@ async def test_headers_and_keys_land_in_their_columns_and_one_that_does_not_fit_
         assert dict(row["headers"]) == last, row
         assert (row["_kafka_partition"], row["_kafka_offset"]) == (i % 2, i // 2)
         assert row.get("color") == value(i).get("color"), row
-        sent_key = json.loads(key(i) or b"null")
+        sent_key = key_json(i)
         assert row["raw_key"] == (key(i).decode() if key(i) is not None else None), row
         want = ((sent_key["user"] or {}).get("id"), sent_key["region"]) if sent_key else (None, None)
         assert (row["user_id"], row["region"]) == want, row

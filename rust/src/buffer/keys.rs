@@ -4,7 +4,10 @@
 //! in an int, long, double or boolean column. A field of a JSON key lands if it is of the column's
 //! kind (a string for a string column, a number for a number column, true or false for a boolean
 //! one), exactly; NULL when the record has no key, or the key lacks the field or holds null there.
-//! Anything else makes the record bad, naming the key column and why. Pure Rust, no pyo3.
+//! Anything else makes the record bad, naming the key column and why. A key in the Confluent wire
+//! format (a JSON Schema serializer's: magic byte 0, a 4-byte schema id, the JSON) is read after
+//! its frame; JSON text never starts with a zero byte, so the two cannot be confused. Pure Rust,
+//! no pyo3.
 
 use std::borrow::Cow;
 
@@ -118,9 +121,20 @@ fn value_of<'k>(
         return Ok(Some(Cow::Borrowed(key)));
     }
     if parsed.is_none() {
-        *parsed = Some(serde_json::from_slice(key).map_err(|_| {
-            format!("the key is {}, not a JSON object, so it has no field {}", shown(key), path.join("."))
-        })?);
+        let read = match super::framed_json(key) {
+            Some(json) => serde_json::from_slice(json).map_err(|_| {
+                format!(
+                    "the key is in the Confluent wire format (schema id {}) but not JSON after its frame (an Avro or \
+                     Protobuf key): its fields cannot be read yet, so it has no field {}; take the whole key as binary",
+                    u32::from_be_bytes([key[1], key[2], key[3], key[4]]),
+                    path.join(".")
+                )
+            }),
+            None => serde_json::from_slice(key).map_err(|_| {
+                format!("the key is {}, not a JSON object, so it has no field {}", shown(key), path.join("."))
+            }),
+        };
+        *parsed = Some(read?);
     }
     let mut at = parsed.as_ref().expect("parsed above");
     for (depth, name) in path.iter().enumerate() {
@@ -228,5 +242,19 @@ mod tests {
         let binary = Schema::new(vec![Field::new("b", DataType::Binary, true)]);
         assert!(KeyColumns::new(&binary, &[("b".into(), "x".into())]).is_err());
         assert!(KeyColumns::new(&binary, &[("b".into(), String::new())]).is_ok());
+    }
+
+    #[test]
+    fn a_json_schema_key_is_read_after_its_frame_and_an_avro_one_is_named() {
+        let schema = schema();
+        let keys = spec(&schema);
+        let framed = [&[0u8, 0, 0, 0, 9][..], br#"{"user": {"id": 7}, "region": "eu"}"#].concat();
+        assert_eq!(keys.check(&schema, Some(&framed)), Ok(()));
+        let got = keys.columns(&schema, &[Some(framed)], &[0]).unwrap();
+        assert_eq!(got.iter().find(|(i, _)| *i == 2).unwrap().1.as_primitive::<Int64Type>().value(0), 7);
+        let avro = [0u8, 0, 0, 0, 12, 0x0e, 0x04, b'e', b'u'];
+        let (column, why) = keys.check(&schema, Some(&avro)).unwrap_err();
+        assert_eq!(column, "user");
+        assert!(why.contains("Confluent wire format (schema id 12) but not JSON after its frame"), "{why}");
     }
 }
