@@ -1,10 +1,9 @@
 """Kafka record headers and keys as columns (``header_columns``, ``headers_column``, ``key_columns``):
 named headers land typed (the last of a repeated name), a record without them has NULLs, every
-header lands in a map, the whole key and fields of a JSON key (plain, or after a JSON Schema serializer's frame) land
-typed, and a header or key that
-does not fit its column is a dead letter naming the column and why. Records are read straight
-from the fetch, and the ones a schema change appends again go record by record: both read headers
-and keys."""
+header lands in a map, the whole key and fields of a JSON key (plain, or after a JSON Schema
+serializer's frame) land typed, and a header or key that does not fit its column is a dead letter
+naming the column and why. Records are read straight from the fetch, and the ones a schema change
+appends again go record by record: both read headers and keys."""
 
 from __future__ import annotations
 
