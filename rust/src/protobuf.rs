@@ -124,7 +124,20 @@ impl ProtoSchemas {
         let found = if message.is_empty() {
             file.messages().next().map(|m| (m.full_name().to_string(), vec![0]))
         } else {
-            indexes_of(file.messages(), message, &mut Vec::new())
+            let mut named = Vec::new();
+            indexes_of(file.messages(), message, &mut Vec::new(), &mut named);
+            // a full name is one message; a short one must name only one
+            match named.iter().position(|(full, _)| full == message) {
+                Some(exact) => Some(named.swap_remove(exact)),
+                None if named.len() > 1 => {
+                    let names: Vec<&str> = named.iter().map(|(full, _)| full.as_str()).collect();
+                    return Err(format!(
+                        "message {message:?} names several messages ({}): give its full name",
+                        names.join(", ")
+                    ));
+                }
+                None => named.pop(),
+            }
         };
         let (name, indexes) = found.ok_or_else(|| {
             let names: Vec<String> = all_messages(file.messages()).collect();
@@ -240,23 +253,22 @@ fn zigzag(buf: &[u8], at: &mut usize) -> Option<i64> {
     None
 }
 
-/// The full name and indexes of the message named `name` among `messages` (nested ones too).
+/// The full name and indexes of each message `name` names among `messages` (nested ones too): by
+/// its full name, or by its own name when `name` has no dot.
 fn indexes_of(
     messages: impl Iterator<Item = MessageDescriptor>,
     name: &str,
     at: &mut Vec<i64>,
-) -> Option<(String, Vec<i64>)> {
+    found: &mut Vec<(String, Vec<i64>)>,
+) {
     for (i, message) in messages.enumerate() {
         at.push(i as i64);
         if message.full_name() == name || message.name() == name && !name.contains('.') {
-            return Some((message.full_name().to_string(), at.clone()));
+            found.push((message.full_name().to_string(), at.clone()));
         }
-        if let Some(found) = indexes_of(message.child_messages(), name, at) {
-            return Some(found);
-        }
+        indexes_of(message.child_messages(), name, at, found);
         at.pop();
     }
-    None
 }
 
 /// The full names of `messages` and of the messages nested in them (a map's entry type left out).
@@ -457,6 +469,13 @@ mod tests {
         nested.register(PLAIN_ID, SCHEMA).unwrap();
         // the map field's entry type (CountsEntry) comes first among Order's nested types
         assert_eq!(nested.read_plain("shop.Order.Geo").unwrap().1, vec![1, 1]);
+        let twice = ProtoSchemas::default();
+        let text =
+            "syntax = \"proto3\"; package p; message E { message O { int32 a = 1; } } message O { int32 b = 1; }";
+        twice.register(PLAIN_ID, text).unwrap();
+        let why = twice.read_plain("O").unwrap_err();
+        assert!(why.contains("names several messages (p.E.O, p.O): give its full name"), "{why}");
+        assert_eq!(twice.read_plain("p.O").unwrap().1, vec![1]);
         let first = ProtoSchemas::default();
         first.register(PLAIN_ID, SCHEMA).unwrap();
         assert_eq!(first.read_plain("").unwrap(), ("shop.Other".to_string(), vec![0]));

@@ -60,8 +60,9 @@ enum Node<'a> {
     Raw(Cow<'a, RawValue>),
 }
 
-/// An object's members in order, each value unparsed and borrowed.
-struct Members<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+/// An object's members in order, each value unparsed and borrowed; and a name sent twice, if any
+/// (the record is bad: neither value is chosen over the other).
+struct Members<'a>(Vec<(Cow<'a, str>, &'a RawValue)>, Option<String>);
 
 /// A member's name: borrowed unless it has escapes.
 struct Name<'a>(Cow<'a, str>);
@@ -94,11 +95,15 @@ impl<'de> Deserialize<'de> for Members<'de> {
                 f.write_str("a JSON object")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members<'de>, A::Error> {
-                let mut out = Vec::with_capacity(map.size_hint().unwrap_or(16));
+                let mut out: Vec<(Cow<'de, str>, &'de RawValue)> = Vec::with_capacity(map.size_hint().unwrap_or(16));
+                let mut twice = None;
                 while let Some((Name(name), value)) = map.next_entry::<Name<'de>, &'de RawValue>()? {
+                    if twice.is_none() && out.iter().any(|(k, _)| *k == name) {
+                        twice = Some(name.to_string());
+                    }
                     out.push((name, value));
                 }
-                Ok(Members(out))
+                Ok(Members(out, twice))
             }
         }
         deserializer.deserialize_map(Each)
@@ -106,8 +111,13 @@ impl<'de> Deserialize<'de> for Members<'de> {
 }
 
 impl<'a> Members<'a> {
-    fn into_node(self) -> Node<'a> {
-        Node::Object(self.0.into_iter().map(|(k, v)| (k, Node::Raw(Cow::Borrowed(v)))).collect())
+    /// The object, or the record's error for a name it has twice (`at`: the object's path).
+    fn into_node(self, at: &[String]) -> Result<Node<'a>, Fail> {
+        if let Some(name) = self.1 {
+            let field = if at.is_empty() { name } else { format!("{}.{name}", dotted(at)) };
+            return Err((field, "appears twice in one object: neither value is chosen over the other".into()));
+        }
+        Ok(Node::Object(self.0.into_iter().map(|(k, v)| (k, Node::Raw(Cow::Borrowed(v)))).collect()))
     }
 }
 
@@ -115,8 +125,12 @@ fn dotted(path: &[String]) -> String {
     path.join(".")
 }
 
-fn raw(text: String) -> Node<'static> {
-    Node::Raw(Cow::Owned(RawValue::from_string(text).expect("transforms write valid JSON")))
+/// A cast's result as a node; an error for text that is not JSON (none is made, but a record must
+/// never stop the pipeline).
+fn raw(text: String, at: &[String]) -> Result<Node<'static>, Fail> {
+    RawValue::from_string(text)
+        .map(|v| Node::Raw(Cow::Owned(v)))
+        .map_err(|e| (dotted(at), format!("cannot be written as JSON after the cast: {e}")))
 }
 
 type Fields<'a> = Vec<(Cow<'a, str>, Node<'a>)>;
@@ -140,7 +154,7 @@ impl<'a> Node<'a> {
                 unreachable!("only a cast makes new text, and never an object");
             };
             let members: Members<'a> = serde_json::from_str(borrowed.get()).map_err(|e| (dotted(at), e.to_string()))?;
-            *self = members.into_node();
+            *self = members.into_node(at)?;
         }
         match self {
             Node::Object(members) => Ok(Some(members)),
@@ -215,10 +229,10 @@ fn cast(text: &str, to: CastTo) -> Result<Option<String>, String> {
         )),
         (CastTo::Long, "a number") | (CastTo::Long, "a string") => {
             let digits = if is == "a string" { content()? } else { text.to_string() };
-            if integer(&digits) && digits.parse::<i64>().is_ok() {
-                Ok((is == "a string").then_some(digits))
-            } else {
-                Err(format!("{text} is not a whole number a long holds (-2^63 to 2^63-1)"))
+            match digits.parse::<i64>() {
+                // written as JSON writes the number ("007" as 7)
+                Ok(n) if integer(&digits) => Ok((is == "a string").then(|| n.to_string())),
+                _ => Err(format!("{text} is not a whole number a long holds (-2^63 to 2^63-1)")),
             }
         }
         (CastTo::Double, "a string") => {
@@ -299,7 +313,7 @@ impl Step {
                         return Err((dotted(path), format!("is an object, which cannot be cast to {}", to.name())));
                     };
                     if let Some(made) = cast(text.get(), *to).map_err(|reason| (dotted(path), reason))? {
-                        *value = raw(made);
+                        *value = raw(made, path)?;
                     }
                 }
             }
@@ -360,7 +374,10 @@ impl Transforms {
             return bad((String::new(), "the value is not a JSON object: transforms read its fields".into()));
         }
         let mut root = match serde_json::from_str::<Members<'_>>(text) {
-            Ok(members) => members.into_node(),
+            Ok(members) => match members.into_node(&[]) {
+                Ok(root) => root,
+                Err(fail) => return bad(fail),
+            },
             Err(e) => return bad((String::new(), format!("the value is not valid JSON: {e}"))),
         };
         for step in &self.steps {
@@ -460,6 +477,8 @@ mod tests {
         assert_eq!(to("long", r#""-42""#).unwrap(), r#"{"v":-42}"#);
         assert_eq!(to("long", "42").unwrap(), r#"{"v":42}"#);
         assert!(to("long", r#""42.0""#).unwrap_err().contains("is not a whole number"));
+        assert_eq!(to("long", r#""007""#).unwrap(), r#"{"v":7}"#);
+        assert_eq!(to("long", r#""-00""#).unwrap(), r#"{"v":0}"#);
         assert!(to("long", r#""9223372036854775808""#).unwrap_err().contains("is not a whole number"));
         assert!(to("long", "4.2e1").is_err());
         assert_eq!(
@@ -474,6 +493,18 @@ mod tests {
         assert!(to("boolean", r#""yes""#).is_err() && to("boolean", "1").is_err());
         assert_eq!(to("long", "null").unwrap(), r#"{"v":null}"#);
         assert!(to("double", "[1]").unwrap_err().contains("is an array, which cannot be cast to double"));
+    }
+
+    #[test]
+    fn a_name_sent_twice_in_an_object_a_step_walks_is_a_bad_record() {
+        let rename = r#"[{"op": "rename", "field": "m.a", "to": "b"}]"#;
+        assert_eq!(
+            run(rename, r#"{"a": 1, "a": 2}"#).unwrap_err(),
+            "a: appears twice in one object: neither value is chosen over the other"
+        );
+        assert!(run(rename, r#"{"m": {"a": "x", "a": "y"}}"#).unwrap_err().starts_with("m.a: appears twice"));
+        let filter = r#"[{"op": "filter", "field": "kind", "matches": "keep"}]"#;
+        assert!(run(filter, r#"{"kind": "skip", "kind": "keep"}"#).unwrap_err().starts_with("kind: appears twice"));
     }
 
     #[test]

@@ -166,3 +166,38 @@ def test_bare_protobuf_messages_need_a_proto_file_that_compiles_and_names_the_me
         config.parse({**minimal, "values": {"message": "shop.Order"}})
     with pytest.raises(ConfigError, match=r"\"avro\" and \"protobuf\" each read values.schema_file"):
         config.parse({**minimal, "values": {**plain, "topics": {"x": "avro"}}})
+
+
+def test_with_a_topic_pattern_entries_count_in_file_order_and_a_dot_matches_any_character() -> None:
+    pattern = {"bootstrap_servers": "127.0.0.1:9", "topic_pattern": ".*"}
+    ordered = {"topics": {"orders-eu": "avro-confluent", "orders-.*": "protobuf-confluent"}}
+    cfg = parse(kafka=pattern, values=ordered, tables=[{"name": "shop.eu", "topics": "orders-eu"}])
+    assert cfg.formats_of(cfg.table) == ("avro-confluent",)   # one topic: its format
+    with pytest.raises(ConfigError, match=r"several value formats \(avro-confluent, protobuf-confluent"):
+        parse(kafka=pattern, values=ordered, tables=[{"name": "shop.all", "topics": "orders-.*"}])   # eu is first
+    dotted = {"topics": {"orders.v1": "avro-confluent"}}
+    for table, formats in [("orders-v1", ("avro-confluent",)), ("logs", ("json",)), ("ordersXv2", ("json",)),
+                           ("orders.v1", ("avro-confluent",))]:
+        cfg = parse(kafka=pattern, values=dotted, tables=[{"name": "db.t", "topics": table}])
+        assert cfg.formats_of(cfg.table) == formats, table
+    with pytest.raises(ConfigError, match=r"several value formats \(json, avro-confluent"):
+        parse(kafka=pattern, values=dotted, tables=[{"name": "db.t", "topics": "orders.v."}])   # may overlap
+
+
+def test_a_topic_of_a_format_config_check_did_not_find_for_the_table_stops_it(tmp_path: Path) -> None:
+    base = support.load(support.write_config(tmp_path, "127.0.0.1:1", ["orders"], extra=""))
+    cfg = config.parse({**copy.deepcopy(BASE), "catalog": {"properties": dict(base.catalog.properties)},
+                        "tables": [{"name": "shop.orders", "topics": "orders", "columns": [
+                            {"name": "id", "type": "long"}]}]})
+    catalog = iceberg_catalog.load(cfg.catalog)
+    try:
+        table = iceberg_catalog.ensure_table(catalog, cfg.table, {})
+        targets = Targets(cfg, catalog, {"shop.orders": table}, takers=lambda topic: Takers(()),
+                          formats=_Formats(cfg.values))
+        target = targets["shop.orders"]
+        assert target.formats == ("avro-confluent",)
+        with pytest.raises(ConfigError, match=r"table shop.orders takes logs, whose values are json .* which config "
+                                              r"check did not find it may take \(it found avro-confluent\)"):
+            targets.fit_format(target, "logs")   # a topic the listed ones did not foresee
+    finally:
+        support.close_catalog(catalog)

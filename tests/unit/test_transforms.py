@@ -97,3 +97,10 @@ def test_a_new_table_s_columns_are_inferred_from_the_values_as_transformed() -> 
     names = [f.name for f in inference.schema(inference.infer(values, maps=()), ()).fields]
     assert names == ["id", "n", "kind", "user", "meta__at"]
     assert _native.transform_values(spec or "", [b"[1]"]) == [None]
+
+
+def test_what_the_native_transforms_cannot_run_or_would_hide_is_refused_at_config_check() -> None:
+    with pytest.raises(ConfigError, match=r"(?s)table.transforms: transforms\[0\]: matches: .*look-around"):
+        parse([{"filter": "kind", "matches": "(?!debug).*"}])
+    with pytest.raises(ConfigError, match="case_insensitive lets a field spelled otherwise land"):
+        parse(STEPS[:1], case_insensitive=True)

@@ -45,6 +45,7 @@ class Target:
     carried: list[pa.Table] = field(default_factory=list)
     carried_deletes: list[pa.Table] = field(default_factory=list)   # a keyed table's deletes, likewise
     format: str = "json"                           # of the values its buffer reads
+    formats: tuple[str, ...] = ("json",)           # the ones config check found its topics may have
     format_from: str | None = None                 # the topic whose records held it to it, in this process
     inferred: bool = False                         # its buffer refuses fields the table lacks (an inferred schema)
 
@@ -161,7 +162,8 @@ class Targets:
         self._by_name = {
             t.name: Target(t, Committer(catalog, t.name, cfg.pipeline, max_attempts=cfg.max_commit_attempts),
                            self.buffer_for(t, tables[t.name], inferred=not t.columns, fmt=cfg.formats_of(t)[0]),
-                           tables[t.name], format=cfg.formats_of(t)[0], inferred=not t.columns)
+                           tables[t.name], format=cfg.formats_of(t)[0], formats=cfg.formats_of(t),
+                           inferred=not t.columns)
             for t in cfg.tables if t.name in tables}
         for name, table in tables.items():   # named by the records, created by an earlier run
             if name not in self._by_name and cfg.dynamic is not None:
@@ -189,10 +191,16 @@ class Targets:
         does not have (they would be dropped silently). ``topic``: the topic whose records named
         it, whose format it reads (else the first its config may take, until :meth:`fit_format`)."""
         committer = Committer(self._catalog, cfg.name, self.pipeline, max_attempts=self._max_attempts)
-        fmt = self._formats.of(topic) if topic is not None else self._config.formats_of(cfg)[0]
-        return Target(cfg, committer, self.buffer_for(cfg, table, inferred=inferred, fmt=fmt), table,
-                      committer.held(table).offsets if floors else {}, format=fmt,   # ``table`` as just loaded
-                      format_from=topic, inferred=inferred)
+        declared = next((t for t in self._config.tables if t.name == cfg.name), None)
+        source = declared or self._config.dynamic or cfg   # what config check held the table to
+        formats = self._config.formats_of(source)
+        fmt = self._formats.of(topic) if topic is not None else formats[0]
+        target = Target(cfg, committer, self.buffer_for(cfg, table, inferred=inferred, fmt=fmt), table,
+                        committer.held(table).offsets if floors else {}, format=fmt,   # ``table`` as just loaded
+                        formats=formats, inferred=inferred)
+        if topic is not None:
+            self.fit_format(target, topic)
+        return target
 
     def format_of(self, topic: str) -> str:
         """The format of ``topic``'s values."""
@@ -205,6 +213,12 @@ class Targets:
         if target.format_from == topic:
             return
         fmt = self._formats.of(topic)
+        if fmt not in target.formats:   # its format's rules were not checked for the table
+            raise ConfigError(f"table {target.name} takes {topic}, whose values are {fmt} by values.format and "
+                              f"[values.topics], which config check did not find it may take (it found "
+                              f"{', '.join(target.formats)}): give the table a topics regex that takes only topics "
+                              "of one format (with a topic pattern: the regex of its [values.topics] entry, as "
+                              "written there)")
         if target.format_from is None:
             if fmt != target.format:
                 if target.rows:

@@ -247,11 +247,22 @@ def _transforms(table: TableConfig | DynamicConfig, at: str, formats: tuple[str,
     if table.connect_envelope:
         raise ConfigError(f"{where}: a table reading Kafka Connect's envelope (connect_envelope) takes no "
                           "transforms for now (its schema, not the transforms, says what its rows are)")
-    registry = [f for f in formats if f != "json"]
-    if registry and (not table.columns or table.unknown_fields == "evolve"):
-        raise ConfigError(f"{where}: with values.format = {registry[0]!r} the registry's schema makes and evolves "
-                          "a table, and it names the fields as sent, not as transformed: declare the table's columns "
-                          "(as the transforms leave the values) and leave unknown_fields at \"fail\" or \"ignore\"")
+    if table.case_insensitive:
+        raise ConfigError(f"{where}: transforms name fields as they are spelled, and case_insensitive lets a field "
+                          "spelled otherwise land (a filter would leave such a record out unseen): use one or the "
+                          "other")
+    schema_made = [f for f in formats if f != "json"]
+    if schema_made and (not table.columns or table.unknown_fields == "evolve"):
+        raise ConfigError(f"{where}: with values.format = {schema_made[0]!r} the values' schema (the registry's, or "
+                          "the .proto file's) makes and evolves a table, and it names the fields as sent, not as "
+                          "transformed: declare the table's columns (as the transforms leave the values) and leave "
+                          "unknown_fields at \"fail\" or \"ignore\"")
+    from frazil import _native  # the transforms run natively: what it cannot run is refused now, not at start
+
+    try:
+        _native.transform_values(table.transform_spec or "[]", [])
+    except _native.NativeError as exc:
+        raise ConfigError(f"{where}: {exc} (the native regex engine has no look-around or back-references)") from None
 
 
 def _json_schema(name: str, t: TableConfig | DynamicConfig, fmt: str) -> None:

@@ -298,7 +298,8 @@ class RegistryConfig:
         return self
 
 
-_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]+")   # a [values.topics] key that names one topic, not a pattern
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9_-]+")   # a regex that matches one topic only: its text
+_DOTTED_NAME = re.compile(r"[A-Za-z0-9._-]+")   # a topic name whose dots match any character too
 ValueFormat = Literal["json", "avro", "avro-confluent", "json-schema-confluent", "protobuf", "protobuf-confluent"]
 AVRO_FORMATS = ("avro", "avro-confluent")
 _FORMATS = Refused(
@@ -417,10 +418,13 @@ class Config:
         return self.tables[0]
 
     def formats_of(self, table: TableConfig | DynamicConfig) -> tuple[str, ...]:
-        """The value formats the topics ``table`` takes may have (``values.format`` first when it
-        is one of them): those of the listed ``kafka.topics`` it takes; with a topic pattern, the
-        format of the ``[values.topics]`` entry its ``topics`` regex is (as text), else every
-        format of an entry that may match it, and ``values.format``."""
+        """The value formats the topics ``table`` takes may have: those of the listed
+        ``kafka.topics`` it takes; with a topic pattern, going through ``[values.topics]`` in file
+        order, the format of each entry that may match one of its topics, up to the entry whose
+        regex is its ``topics`` regex (as written: every topic it takes matches that one, unless an
+        entry before did), else ``values.format`` too; a table naming one topic has its format. An
+        entry may match unless it names one topic the table's regex does not take (a dot in either
+        taken as any character)."""
         values = self.values
         if not values.topics:
             return (values.format,)
@@ -428,18 +432,25 @@ class Config:
         if self.kafka.topics:
             taken = [t for t in self.kafka.topics if pattern is None or pattern.fullmatch(t)]
             return tuple(dict.fromkeys(map(values.format_of, taken))) or (values.format,)
-        if table.topics in values.topics:
-            return (values.topics[table.topics],)
+        if _TOPIC_NAME.fullmatch(table.topics):   # the table takes one topic
+            return (values.format_of(table.topics),)
         consumed = re.compile(self.kafka.topic_pattern)
 
-        def may_feed(key: str) -> bool:   # a name (no pattern) on either side is checked against the other
-            if _TOPIC_NAME.fullmatch(key):
+        def may_feed(key: str) -> bool:
+            if _TOPIC_NAME.fullmatch(key):   # one topic: exactly whether it is consumed and the table takes it
                 return consumed.fullmatch(key) is not None and (pattern is None or pattern.fullmatch(key) is not None)
-            named = bool(table.topics) and _TOPIC_NAME.fullmatch(table.topics) is not None
-            return not named or re.fullmatch(key, table.topics) is not None
+            if _DOTTED_NAME.fullmatch(key) and _DOTTED_NAME.fullmatch(table.topics):   # two names, "." any character
+                return len(key) == len(table.topics) and all(
+                    a == b or "." in (a, b) for a, b in zip(key, table.topics, strict=True))
+            return True   # two patterns: they may overlap
 
-        maybe = [fmt for key, fmt in values.topics.items() if may_feed(key)]
-        return tuple(dict.fromkeys([values.format, *maybe]))
+        found: list[str] = []
+        for key, fmt in values.topics.items():
+            if key == table.topics:
+                return tuple(dict.fromkeys([*found, fmt]))
+            if may_feed(key):
+                found.append(fmt)
+        return tuple(dict.fromkeys([values.format, *found]))
 
     def table_named(self, name: str) -> TableConfig:
         for table in self.tables:

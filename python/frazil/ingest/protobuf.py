@@ -49,8 +49,9 @@ class ProtoValues:
         self._lock = threading.Lock()
         self._plain: tuple[int, list[int]] | None = None
         if plain is not None:
-            self.learn([PLAIN_ID])
+            text = schemas.get(PLAIN_ID)   # the file's, read at start
             try:
+                self.native.register(PLAIN_ID, text if isinstance(text, str) else "")
                 name, indexes = self.native.read_plain(plain)
             except _native.NativeError as exc:
                 raise ConfigError(f"values.schema_file {schemas.where}: {exc}") from None
