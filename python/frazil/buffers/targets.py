@@ -159,12 +159,8 @@ class Targets:
         self._budget = cfg.memory_budget_bytes
         self._catalog, self._max_attempts = catalog, cfg.max_commit_attempts
         self.pipeline = cfg.pipeline
-        self._by_name = {
-            t.name: Target(t, Committer(catalog, t.name, cfg.pipeline, max_attempts=cfg.max_commit_attempts),
-                           self.buffer_for(t, tables[t.name], inferred=not t.columns, fmt=cfg.formats_of(t)[0]),
-                           tables[t.name], format=cfg.formats_of(t)[0], formats=cfg.formats_of(t),
-                           inferred=not t.columns)
-            for t in cfg.tables if t.name in tables}
+        self._by_name = {t.name: self.build(t, tables[t.name], inferred=not t.columns, floors=False)
+                         for t in cfg.tables if t.name in tables}
         for name, table in tables.items():   # named by the records, created by an earlier run
             if name not in self._by_name and cfg.dynamic is not None:
                 self.add(cfg.dynamic.table_config(name), table, inferred=not cfg.dynamic.columns, floors=False)

@@ -30,11 +30,6 @@ class ValueFormats:
         # keyed tables' tombstones: an Avro key in the Confluent wire format as JSON
         self.avro_key = avro_keys.key_object if avro_keys is not None else None
 
-    @property
-    def default(self) -> str:
-        """The format of a topic ``[values.topics]`` does not name."""
-        return self._values.format
-
     def of(self, topic: str) -> str:
         """The format of ``topic``'s values."""
         fmt = self._of.get(topic)
