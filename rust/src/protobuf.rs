@@ -140,7 +140,7 @@ impl ProtoSchemas {
             }
         };
         let (name, indexes) = found.ok_or_else(|| {
-            let names: Vec<String> = all_messages(file.messages()).collect();
+            let names = all_messages(file.messages());
             format!("the .proto file has no message {message:?}; it has {}", names.join(", "))
         })?;
         if self.plain.get_or_init(|| indexes.clone()) != &indexes {
@@ -272,12 +272,11 @@ fn indexes_of(
 }
 
 /// The full names of `messages` and of the messages nested in them (a map's entry type left out).
-fn all_messages(messages: impl Iterator<Item = MessageDescriptor>) -> Box<dyn Iterator<Item = String>> {
-    let names: Vec<String> = messages
+fn all_messages(messages: impl Iterator<Item = MessageDescriptor>) -> Vec<String> {
+    messages
         .filter(|m| !m.is_map_entry())
         .flat_map(|m| std::iter::once(m.full_name().to_string()).chain(all_messages(m.child_messages())))
-        .collect();
-    Box::new(names.into_iter())
+        .collect()
 }
 
 /// The message at `indexes`: the file's top-level message at the first, nested ones after.

@@ -474,7 +474,7 @@ impl ArrayDecoder for Times {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::buffer::{JsonBuffer, Options, Records};
+    use crate::buffer::{JsonBuffer, Options};
     use arrow::datatypes::{Field, Schema};
 
     /// Per value `{"v": value}` in a column of `data_type`: its stored value as arrow prints it, or
@@ -493,18 +493,7 @@ mod tests {
         let run = |single_pass: bool| {
             let buf = JsonBuffer::new(schema.clone(), Options { single_pass, ..Options::default() }).unwrap();
             let values: Vec<String> = values.iter().map(|v| format!(r#"{{"v": {v}}}"#)).collect();
-            let offsets: Vec<i64> = (0..values.len() as i64).collect();
-            let keys: Vec<Option<Vec<u8>>> = vec![None; values.len()];
-            let records = Records {
-                topic: "t",
-                partition: 0,
-                offsets: &offsets,
-                timestamps_ms: &offsets,
-                keys: &keys,
-                values: &values,
-                headers: None,
-            };
-            let errors = buf.append(&records).unwrap().errors;
+            let errors = crate::buffer::tests::append_from_zero(&buf, &values).errors;
             let batch = buf.drain().unwrap();
             let column = batch.as_ref().map(|b| b.column(0).clone());
             let mut row = 0;

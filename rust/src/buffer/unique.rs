@@ -227,7 +227,7 @@ impl<'de> Visitor<'de> for Unique<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::buffer::{JsonBuffer, Options, Records, UnknownFields};
+    use crate::buffer::{JsonBuffer, Options, UnknownFields};
     use arrow::datatypes::{Field, Schema};
     use std::sync::Arc;
 
@@ -296,18 +296,7 @@ mod tests {
             assert_eq!(refused(&values, false, Options { single_pass, ..Options::default() }), (want.clone(), 2));
         }
         let buf = JsonBuffer::new(schema(false), Options::default()).unwrap();
-        let (offsets, keys) = ([0, 1], [None::<Vec<u8>>, None]);
-        let clean = [values[0], values[5]];
-        let records = Records {
-            topic: "t",
-            partition: 0,
-            offsets: &offsets,
-            timestamps_ms: &offsets,
-            keys: &keys,
-            values: &clean,
-            headers: None,
-        };
-        buf.append(&records).unwrap();
+        crate::buffer::tests::append_from_zero(&buf, &[values[0], values[5]]);
         assert_eq!(buf.single_pass_rows(), 2, "the schema is one the single pass reads, which gives up on a repeat");
         // parsed by serde_json first (reported unknown fields, case folding): the same records, and a
         // list item's index in the path as validate names it
