@@ -16,15 +16,26 @@ from harness.outage import scrape
 pytestmark = pytest.mark.integration
 
 
-def steady(ports: dict[str, int], timeout: float = 60.0) -> dict[str, dict[str, float]]:
-    """The workers' metrics once exactly one of them holds the coordinator role. A worker that joins
-    late moves partitions and restarts the role; in that window no process is the coordinator, so a
-    single scrape taken then would count none."""
+def steady(ports: dict[str, int], group: eos.Workers, timeout: float = 60.0) -> dict[str, dict[str, float]]:
+    """The workers' metrics once every worker serves them and exactly one holds the coordinator role.
+    A worker serves its metrics only once it has opened its table and its control channel, which
+    on a loaded machine can come after the other worker has committed every record; a worker that
+    joins late moves partitions and restarts the role, and in that window no process is the
+    coordinator, so a single scrape taken then would count none. A worker that exits fails the
+    wait with its log."""
     deadline = time.monotonic() + timeout
     while True:
-        scraped = {name: scrape(port) for name, port in ports.items()}
-        if sum(m.get("frazil_coordinator", 0) for m in scraped.values()) == 1 or time.monotonic() > deadline:
-            return scraped
+        dead = group.exited()
+        assert not dead, f"worker(s) exited: {dead}; tail of {next(iter(dead))}:\n{group.tail(next(iter(dead)))}"
+        try:
+            scraped = {name: scrape(port) for name, port in ports.items()}
+        except OSError as exc:   # not serving yet (connection refused): the worker is still starting
+            if time.monotonic() > deadline:
+                raise AssertionError(f"a worker served no metrics within {timeout:.0f}s ({exc}); tails:\n"
+                                     + "\n".join(f"{n}: {group.tail(n)}" for n in ports)) from exc
+        else:
+            if sum(m.get("frazil_coordinator", 0) for m in scraped.values()) == 1 or time.monotonic() > deadline:
+                return scraped
         time.sleep(0.5)
 
 
@@ -45,7 +56,7 @@ def test_a_full_worker_buffer_starts_a_cycle_long_before_the_interval(kafka: Kaf
         ends = asyncio.run(end_offsets(kafka.bootstrap, [topic]))
         # the interval is 10 minutes: only the workers' requests can land this within the wait
         eos.wait_committed(tmp_path, ends, group, timeout=90)
-        scraped = steady(ports)
+        scraped = steady(ports, group)
     finally:
         group.stop_all()
     logs = group.tail("w0", 500_000) + group.tail("w1", 500_000)
