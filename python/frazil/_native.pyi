@@ -6,8 +6,8 @@ import pyarrow as pa
 
 __all__ = ["ALIGNMENT", "AppendResult", "AvroBuffer", "BufferFullError", "CorruptBatchError", "DecodeError",
            "FetchSummary", "Fetched", "JsonBuffer", "NativeError", "UnknownField", "UnknownSchemaError",
-           "__version__", "KeyIndex", "ProtoSchemas", "append_routed", "protobuf_frame", "read_fetch", "route_fetched",
-           "route_groups", "split_changes", "transform_values"]
+           "__version__", "KeyIndex", "KeySchemas", "ProtoSchemas", "append_routed", "protobuf_frame", "read_fetch",
+           "route_fetched", "route_groups", "split_changes", "transform_values"]
 
 __version__: str
 ALIGNMENT: int
@@ -23,10 +23,11 @@ class BufferFullError(NativeError):
     """
 
 class UnknownSchemaError(NativeError):
-    """Avro or Protobuf values name schemas the buffer has not been given; nothing was appended.
-    Register or refuse them, then append again.
+    """Avro or Protobuf values, or keys whose fields fill columns, name schemas the buffer has
+    not been given; nothing was appended. Register or refuse them, then append again.
 
-    ``args`` is ``(message, schema_ids)``.
+    ``args`` is ``(message, schema_ids, of_keys)``: ``of_keys`` when the ids are the keys' (for
+    :class:`KeySchemas`).
     """
 
 class CorruptBatchError(NativeError):
@@ -177,8 +178,11 @@ class JsonBuffer:
     ``""`` (as a header fills its column), else the field (a dotted path) of a key that is a JSON
     object, of the column's kind (text for a string column, a number for a number column, true or
     false for a boolean one), exactly; NULL without a key or where the key has no such field. A
-    key in the Confluent wire format (magic byte 0, a schema id, then JSON) is read after its frame.
-    Those columns are not read from the value.
+    key in the Confluent wire format (magic byte 0, a schema id, then the payload) is read by its
+    schema in ``key_schemas`` (an Avro datum, a Protobuf message or JSON); without
+    ``key_schemas`` it must be JSON after its frame. An append with a framed key whose schema id
+    ``key_schemas`` lacks takes nothing and raises UnknownSchemaError (``of_keys``). Those columns
+    are not read from the value.
 
     ``confluent``: every value is JSON in the Confluent wire format (magic byte 0, a 4-byte schema
     id, the JSON text), as a JSON Schema serializer writes it; the frame is skipped, and a value
@@ -211,6 +215,7 @@ class JsonBuffer:
         header_columns: list[tuple[str, bytes]] = ...,
         headers_column: str | None = None,
         key_columns: list[tuple[str, str]] = ...,
+        key_schemas: KeySchemas | None = None,
         confluent: bool = False,
         protobuf: ProtoSchemas | None = None,
         transforms: str | None = None,
@@ -275,6 +280,19 @@ class ProtoSchemas:
         declared-column grammar, e.g. ``struct<city: string>``). NativeError naming a field that
         cannot be a column."""
 
+@final
+class KeySchemas:
+    """The key schemas of a pipeline by registry id, shared by the buffers whose key columns take
+    fields of keys in the Confluent wire format."""
+
+    def __new__(cls) -> KeySchemas: ...
+    def register(self, id: int, kind: str, text: str) -> None:
+        """Keys of schema ``id`` are read as ``kind`` ("AVRO", "PROTOBUF" or "JSON", the
+        registry's schemaType) with ``text``; NativeError when it cannot be read."""
+    def refuse(self, id: int, reason: str) -> None:
+        """Every key of schema ``id`` is unreadable, for ``reason`` (its records are bad records)."""
+    def known(self, id: int) -> bool: ...
+
 def protobuf_frame(value: bytes) -> tuple[int, list[int]]:
     """The schema id and message indexes of a Protobuf value in the Confluent wire format;
     ValueError when it is not in that format."""
@@ -306,6 +324,7 @@ class AvroBuffer:
         header_columns: list[tuple[str, bytes]] = ...,
         headers_column: str | None = None,
         key_columns: list[tuple[str, str]] = ...,
+        key_schemas: KeySchemas | None = None,
     ) -> AvroBuffer: ...
     def register(self, id: int, writer: str, reader: str, ignored: int = 0) -> None:
         """Records of schema ``id`` are read with ``writer`` into ``reader`` (``ignored``: writer

@@ -179,9 +179,11 @@ class BufferFull(FrazilError):
 
 
 class UnknownWriterSchemas(FrazilError):
-    """Avro records name writer schemas the buffer has not decided yet (``ids``): nothing was taken;
-    each is fetched and registered (or refused) first."""
+    """Records name writer schemas the buffer has not decided yet (``ids``; ``of_keys``: the
+    schemas of their keys): nothing was taken; each is fetched and registered (or refused) first."""
 
-    def __init__(self, ids: list[int]) -> None:
-        super().__init__(f"writer schema id(s) {', '.join(map(str, ids))} not registered yet")
+    def __init__(self, ids: list[int], *, of_keys: bool = False) -> None:
+        super().__init__(f"{'key' if of_keys else 'writer'} schema id(s) {', '.join(map(str, ids))} not registered "
+                         "yet")
         self.ids = ids
+        self.of_keys = of_keys

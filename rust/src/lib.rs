@@ -20,6 +20,7 @@ fn _native(m: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
     m.add_class::<bindings::AvroBuffer>()?;
     m.add_class::<bindings::KeyIndex>()?;
     m.add_class::<bindings::ProtoSchemas>()?;
+    m.add_class::<bindings::KeySchemas>()?;
     m.add_function(pyo3::wrap_pyfunction!(bindings::protobuf_frame, m)?)?;
     m.add_function(pyo3::wrap_pyfunction!(bindings::route_groups, m)?)?;
     m.add_function(pyo3::wrap_pyfunction!(bindings::route_fetched, m)?)?;

@@ -23,6 +23,7 @@ from pyiceberg.types import IntegerType, LongType, StructType
 from test_dead_letters import run
 
 import support
+from frazil_dev import protowire as pw
 from frazil_dev.kafka_broker import KafkaBroker
 from frazil_dev.schema_registry import SchemaRegistry
 
@@ -45,6 +46,12 @@ V2 = {**V1, "fields": [*V1["fields"][:4],
                        {"name": "geo", "type": ["null", {"type": "record", "name": "Geo", "fields": [
                            {"name": "city", "type": "string"}, {"name": "zone", "type": "int"}]}], "default": None}]}
 
+
+# record keys: an Avro record and a Protobuf message, each with the shop's id at shop.id
+KEY_AVRO = {"type": "record", "name": "Key", "namespace": "shop", "fields": [
+    {"name": "shop", "type": {"type": "record", "name": "Shop", "fields": [{"name": "id", "type": "long"}]}},
+    {"name": "region", "type": "string"}]}
+KEY_PROTO = 'syntax = "proto3";\npackage shop;\nmessage Key { Shop shop = 1; }\nmessage Shop { int64 id = 1; }\n'
 
 def kind(i: int) -> str:
     if i % 11 == 4:
@@ -209,19 +216,35 @@ def test_plain_avro_values_with_a_schema_file_land_as_sent(kafka: KafkaBroker, t
 async def test_avro_values_fill_a_table_made_from_their_writer_schema_with_header_and_key_columns(
         kafka: KafkaBroker, schema_registry: SchemaRegistry, tmp_path: Path) -> None:
     """A table without declared columns, made from the writer schema, gains the header and key
-    columns after the writer's fields; every record lands with its header and key field, and one
-    whose key is not JSON is a dead letter naming the key column."""
+    columns after the writer's fields; every record lands with its header and key field, whether
+    its key is an Avro datum or a Protobuf message through the registry (each key schema fetched
+    by its id) or JSON; a key that is not JSON, and one naming a schema id the registry lacks,
+    are dead letters naming the key column."""
     topic = "avro-headed"
     n, bad = 200, {13, 170}
+    unknown = {101}
     schema_id = schema_registry.register(f"{topic}-value", V1)
+    avro_key = schema_registry.register(f"{topic}-key", KEY_AVRO)
+    proto_key = schema_registry.register(f"{topic}-pkey", KEY_PROTO, kind="PROTOBUF")
+
+    def key(i: int) -> bytes:
+        if i in bad:
+            return b"no-json"
+        if i in unknown:
+            return b"\x00" + (10_000_000).to_bytes(4, "big") + b"\x02"
+        if i % 4 == 1:   # Protobuf: message indexes [0] (one byte 0), then shop (field 1) holding id (field 1)
+            return b"\x00" + proto_key.to_bytes(4, "big") + b"\x00" + pw.length(1, pw.uint(1, 100 + i))
+        if i % 4 == 2:
+            return json.dumps({"shop": {"id": 100 + i}}).encode()
+        return b"\x00" + avro_key.to_bytes(4, "big") + datum(KEY_AVRO, {"shop": {"id": 100 + i}, "region": "eu"})
+
     await support.create_topic(kafka.bootstrap, topic, PARTITIONS)
     producer = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap)
     await producer.start()
     try:
         for i in range(n):
-            key = b"no-json" if i in bad else json.dumps({"shop": {"id": 100 + i}}).encode()
             value = b"\x00" + schema_id.to_bytes(4, "big") + datum(V1, row(i))
-            await producer.send(topic, value, key=key, partition=i % PARTITIONS,
+            await producer.send(topic, value, key=key(i), partition=i % PARTITIONS,
                                 headers=[("trace-id", f"t{i}".encode())] if i % 3 else [])
         await producer.flush()
     finally:
@@ -242,14 +265,19 @@ async def test_avro_values_fill_a_table_made_from_their_writer_schema_with_heade
     names = [f.name for f in table.schema().fields]
     assert names[:len(V1["fields"]) + 2] == [*(f["name"] for f in V1["fields"]), "trace", "shop_id"], names
     rows = {r["id"]: r for r in table.scan().to_arrow().to_pylist()}
-    assert set(rows) == set(range(n)) - bad
+    assert set(rows) == set(range(n)) - bad - unknown
     for i, r in rows.items():
         assert (r["trace"], r["shop_id"], r["amount"]) == (f"t{i}" if i % 3 else None, 100 + i, row(i)["amount"]), r
     letters = await support.dead_letters(kafka.bootstrap, cfg.dead_letter_topic)
     why = {support.source_of(letter)[0]: support.source_of(letter)[1] for letter in letters}
-    assert set(why) == {(topic, i % PARTITIONS, i // PARTITIONS) for i in bad} and len(letters) == len(bad)
-    assert all(h["frazil.error.field"] == "shop_id" and "not a JSON object" in h["frazil.error"]
-               for h in why.values()), why
+    assert set(why) == {(topic, i % PARTITIONS, i // PARTITIONS) for i in bad | unknown}
+    assert len(letters) == len(bad | unknown)
+    assert all(h["frazil.error.field"] == "shop_id" for h in why.values()), why
+    reasons = {i: why[(topic, i % PARTITIONS, i // PARTITIONS)]["frazil.error"] for i in bad | unknown}
+    assert all("not a JSON object" in reasons[i] for i in bad), reasons
+    assert all("schema id 10000000 cannot be read" in reasons[i] and "no such schema" in reasons[i]
+               for i in unknown), reasons
+
 
 # Debezium's envelope as its Avro converter registers it: `before` defines the row record and
 # `after` refers to it by name; `source` and `transaction` are records of their own

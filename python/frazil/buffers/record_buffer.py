@@ -27,6 +27,14 @@ class SchemaLearner(Protocol):
     def learn(self, ids: Sequence[int]) -> None: ...
 
 
+class KeyLearner(Protocol):
+    """The registry's key schemas a buffer reads framed keys with (``ingest/key_schemas.py``)."""
+
+    @property
+    def native(self) -> _native.KeySchemas: ...
+    def learn(self, ids: Sequence[int]) -> None: ...
+
+
 class KafkaRecord(Protocol):
     @property
     def offset(self) -> int: ...
@@ -79,7 +87,7 @@ class RecordBuffer:
                  strict_fields: str | None = None, unknown_fields: str = "fail",
                  case_insensitive: bool = False, header_columns: Sequence[tuple[str, bytes]] = (),
                  headers_column: str | None = None, key_columns: Sequence[tuple[str, str]] = (),
-                 confluent: bool = False, protobuf: SchemaLearner | None = None,
+                 keys: KeyLearner | None = None, confluent: bool = False, protobuf: SchemaLearner | None = None,
                  transforms: str | None = None) -> None:
         """A field the schema does not have: with ``unknown_fields="fail"`` a bad record (named
         with its path, and a column it differs from only in case), for the reason
@@ -89,8 +97,9 @@ class RecordBuffer:
         ``case_insensitive``: then it lands in that column. A bad record is never appended: the
         rest of its batch is. ``header_columns`` (column, header name) and ``headers_column`` (a
         ``map<string, binary>`` of every header) are filled from the records' headers.
-        ``key_columns`` (column, field: ``""`` for the whole key) are filled from the record keys.
-        ``confluent``: each value is JSON in the Confluent wire format (a JSON Schema serializer's);
+        ``key_columns`` (column, field: ``""`` for the whole key) are filled from the record keys;
+        a key in the Confluent wire format is read by its schema in ``keys`` (fetched first when
+        new, blocking). ``confluent``: each value is JSON in the Confluent wire format (a JSON Schema serializer's);
         one without the frame is a bad record. ``protobuf``: each value is Protobuf in the Confluent
         wire format, read with these schemas (the ones an append names that they lack are fetched
         first, blocking). ``transforms``: the table's (``TableShape.transform_spec``), applied to
@@ -103,14 +112,16 @@ class RecordBuffer:
                 schema=schema, metadata_columns=metadata_columns, max_bytes=max_bytes,
                 unknown_fields="report" if self._ignore else "reject", fold_case=case_insensitive,
                 header_columns=list(header_columns), headers_column=headers_column, key_columns=list(key_columns),
-                confluent=confluent, protobuf=protobuf.native if protobuf is not None else None,
+                key_schemas=keys.native if keys is not None else None, confluent=confluent,
+                protobuf=protobuf.native if protobuf is not None else None,
                 transforms=transforms)
         except _native.NativeError as exc:
             raise FrazilError(f"the record buffer cannot use this table schema: {exc}") from exc
         self.schema = schema
         self.takes_headers = bool(header_columns) or headers_column is not None
         self._protobuf = protobuf
-        self.learns_schemas = protobuf is not None
+        self._key_schemas = keys
+        self.learns_schemas = protobuf is not None or keys is not None
         self.fields_ignored = 0   # fields dropped (``unknown_fields="ignore"``); the pipeline takes the count
         self._counting = threading.Lock()   # appends to one buffer run on several decode threads
 
@@ -151,16 +162,18 @@ class RecordBuffer:
                                                                  start=start, at=at))
 
     def _learning(self, append: Callable[[], _native.AppendResult]) -> list[RecordProblem]:
-        """``append``, after learning the Protobuf schemas it names that the buffer lacks (an
-        append that names one takes nothing, so it is made again)."""
+        """``append``, after learning the Protobuf schemas and key schemas it names that the buffer
+        lacks (an append that names one takes nothing, so it is made again). Avro writer schemas
+        are the caller's to decide (raised)."""
         for _ in range(3):
             try:
                 with translated_errors():
                     return self._problems(append())
             except UnknownWriterSchemas as exc:
-                if self._protobuf is None:
+                learner = self._key_schemas if exc.of_keys else self._protobuf
+                if learner is None:
                     raise
-                self._protobuf.learn(exc.ids)
+                learner.learn(exc.ids)
         raise FrazilError("an append still names schema ids the buffer lacks after they were fetched; stopping")
 
     def take_fields_ignored(self) -> int:
@@ -223,27 +236,30 @@ class AvroRecordBuffer(WriterSchemas, RecordBuffer):
 
     def __init__(self, schema: pa.Schema, *, confluent: bool, metadata_columns: bool,
                  max_bytes: int | None = None, header_columns: Sequence[tuple[str, bytes]] = (),
-                 headers_column: str | None = None, key_columns: Sequence[tuple[str, str]] = ()) -> None:
+                 headers_column: str | None = None, key_columns: Sequence[tuple[str, str]] = (),
+                 keys: KeyLearner | None = None) -> None:
         try:
             self._avro = _native.AvroBuffer(schema=schema, confluent=confluent, metadata_columns=metadata_columns,
                                             max_bytes=max_bytes, header_columns=list(header_columns),
-                                            headers_column=headers_column, key_columns=list(key_columns))
+                                            headers_column=headers_column, key_columns=list(key_columns),
+                                            key_schemas=keys.native if keys is not None else None)
             self._native = self._avro   # type: ignore[assignment]
         except _native.NativeError as exc:
             raise FrazilError(f"the record buffer cannot use this table schema: {exc}") from exc
         self._strict = None
         self._ignore = False
+        self._protobuf = None
+        self._key_schemas = keys
         self.schema = schema
         self.takes_headers = bool(header_columns) or headers_column is not None
         self.fields_ignored = 0
         self._counting = threading.Lock()
 
     def append(self, topic: str, partition: int, records: Sequence[KafkaRecord]) -> list[RecordProblem]:
-        with translated_errors():
-            return self._problems(self._avro.append(
-                topic=topic, partition=partition, offsets=[r.offset for r in records],
-                timestamps_ms=[r.timestamp for r in records], keys=[r.key for r in records],
-                values=values_of(records), headers=headers_of(records) if self.takes_headers else None))
+        return self._learning(lambda: self._avro.append(
+            topic=topic, partition=partition, offsets=[r.offset for r in records],
+            timestamps_ms=[r.timestamp for r in records], keys=[r.key for r in records],
+            values=values_of(records), headers=headers_of(records) if self.takes_headers else None))
 
     def append_fetched(self, topic: str, partition: int, fetched: _native.Fetched,
                        start: int = 0, at: list[int] | None = None) -> list[RecordProblem]:
@@ -251,9 +267,8 @@ class AvroRecordBuffer(WriterSchemas, RecordBuffer):
         have a value, straight from the fetched bytes (a routed share, ``at``, is JSON's only)."""
         if at is not None:
             raise TypeError("Avro values are taken from a fetch whole, from an index on")
-        with translated_errors():
-            return self._problems(self._avro.append_fetched(topic=topic, partition=partition, fetched=fetched,
-                                                            start=start))
+        return self._learning(lambda: self._avro.append_fetched(topic=topic, partition=partition, fetched=fetched,
+                                                               start=start))
 
     def drain(self) -> pa.Table | None:
         batches = self._avro.drain_batches(min_rows=COALESCE_ROWS)
@@ -271,7 +286,7 @@ def translated_errors() -> Iterator[None]:
     except _native.BufferFullError as exc:
         raise BufferFull(str(exc)) from None
     except _native.UnknownSchemaError as exc:
-        raise UnknownWriterSchemas(list(exc.args[1])) from None
+        raise UnknownWriterSchemas(list(exc.args[1]), of_keys=bool(exc.args[2])) from None
 
 
 def values_of(records: Sequence[KafkaRecord]) -> list[bytes]:

@@ -20,7 +20,7 @@ from frazil.buffers.changes import ChangeBuffer, key_schema, staging_buffer_sche
 from frazil.buffers.conform import conform
 from frazil.buffers.envelope import EnvelopeBuffer
 from frazil.buffers.positions import Takers, resume_at
-from frazil.buffers.record_buffer import AvroRecordBuffer, RecordBuffer, SchemaLearner
+from frazil.buffers.record_buffer import AvroRecordBuffer, KeyLearner, RecordBuffer, SchemaLearner
 from frazil.config import AVRO_FORMATS, Config, TableConfig
 from frazil.errors import ConfigError
 from frazil.events.payloads import DeadLetter
@@ -120,6 +120,9 @@ class Formats(Protocol):
     def protobuf(self, fmt: str) -> SchemaLearner | None:
         """The Protobuf schemas buffers of ``fmt`` read with, shared by every one of them."""
 
+    def keys(self) -> KeyLearner | None:
+        """The registry's key schemas (framed keys whose fields fill columns); None without a registry."""
+
     def of(self, topic: str) -> str: ...
 
 
@@ -129,6 +132,9 @@ class _Json:
     avro_key: Callable[[bytes], bytes | None] | None = None
 
     def protobuf(self, fmt: str) -> SchemaLearner | None:
+        return None
+
+    def keys(self) -> KeyLearner | None:
         return None
 
     def of(self, topic: str) -> str:
@@ -242,12 +248,14 @@ class Targets:
                                     case_insensitive=cfg.case_insensitive, avro_key=self._formats.avro_key)
         header_columns = [(h.name, h.header.encode()) for h in cfg.header_columns]
         key_columns = [(k.name, k.field) for k in cfg.key_columns]
+        # framed keys whose fields fill columns are read by the registry's schema of each
+        keys = self._formats.keys() if any(k.field for k in cfg.key_columns) else None
         if avro:
             return AvroRecordBuffer(iceberg_catalog.arrow_schema(table),
                                     confluent=fmt == "avro-confluent",
                                     metadata_columns=cfg.metadata_columns,
                                     max_bytes=self._budget if self.single else None, header_columns=header_columns,
-                                    headers_column=cfg.headers_column, key_columns=key_columns)
+                                    headers_column=cfg.headers_column, key_columns=key_columns, keys=keys)
         if cfg.changes is not None:
             schema = iceberg_catalog.arrow_schema(table, value_options(cfg, table.properties))
             if cfg.changes.target:   # a staging table: decoded against the declared columns
@@ -267,7 +275,7 @@ class Targets:
         return RecordBuffer(schema, metadata_columns=cfg.metadata_columns, max_bytes=max_bytes,
                             strict_fields=strict, unknown_fields=cfg.unknown_fields,
                             case_insensitive=cfg.case_insensitive, header_columns=header_columns,
-                            headers_column=cfg.headers_column, key_columns=key_columns,
+                            headers_column=cfg.headers_column, key_columns=key_columns, keys=keys,
                             confluent=fmt == "json-schema-confluent",
                             protobuf=self._formats.protobuf(fmt),
                             transforms=cfg.transform_spec)

@@ -6,8 +6,11 @@ Schema and Protobuf values. A table reads one format: the one of the topics it t
 
 from __future__ import annotations
 
+import threading
+
 from frazil.config import AVRO_FORMATS, ValuesConfig
 from frazil.ingest.json_schema import JsonSchemas
+from frazil.ingest.key_schemas import KeySchemas
 from frazil.ingest.protobuf import ProtoValues
 from frazil.ingest.registry import RowSchemas, WriterSchemas
 
@@ -29,6 +32,8 @@ class ValueFormats:
         avro_keys = self._writers.get("avro-confluent")
         # keyed tables' tombstones: an Avro key in the Confluent wire format as JSON
         self.avro_key = avro_keys.key_object if avro_keys is not None else None
+        self._keys: KeySchemas | None = None
+        self._keys_lock = threading.Lock()
 
     def of(self, topic: str) -> str:
         """The format of ``topic``'s values."""
@@ -36,6 +41,17 @@ class ValueFormats:
         if fmt is None:
             fmt = self._of[topic] = self._values.format_of(topic)
         return fmt
+
+    def keys(self) -> KeySchemas | None:
+        """The registry's key schemas, which key columns taking a field of a framed key read with
+        (made on first use, shared by every buffer); None without a schema registry."""
+        framed = [f for f in self._values.formats if f.endswith("-confluent")]
+        if not framed:
+            return None
+        with self._keys_lock:
+            if self._keys is None:
+                self._keys = KeySchemas(WriterSchemas(self._values.of(framed[0]), any_kind=True))
+            return self._keys
 
     def writers(self, fmt: str) -> WriterSchemas | None:
         """Avro values' writer schemas by id (the schema file's, or the registry's); None for a

@@ -17,7 +17,6 @@ enums (by name) as ``string``; ``bytes`` as ``binary``; messages as ``struct``; 
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Sequence
 
@@ -29,9 +28,8 @@ from frazil.config.types import ColumnType
 from frazil.errors import ConfigError
 from frazil.iceberg import declared, evolution
 from frazil.iceberg.evolution import Change
-from frazil.ingest.registry import PLAIN_ID, Unusable, WriterSchemas
-
-log = logging.getLogger(__name__)
+from frazil.ingest import registry
+from frazil.ingest.registry import PLAIN_ID, WriterSchemas
 
 
 class ProtoValues:
@@ -61,21 +59,7 @@ class ProtoValues:
     def learn(self, ids: Sequence[int]) -> None:
         """Blocking. Each of ``ids`` registered, or refused with why (its records are bad
         records). Raises SchemaRegistryError when the registry cannot be asked."""
-        for schema_id in ids:
-            with self._lock:
-                if self.native.known(schema_id):
-                    continue
-                found = self._schemas.get(schema_id)
-                if isinstance(found, Unusable):
-                    self.native.refuse(schema_id, found.reason)
-                    continue
-                try:
-                    self.native.register(schema_id, found)
-                except _native.NativeError as exc:
-                    log.warning("schema id %d cannot be read; its records are bad records: %s", schema_id, exc)
-                    self.native.refuse(schema_id, str(exc))
-                else:
-                    log.info("schema id %d (Protobuf) registered", schema_id)
+        registry.learn(ids, self._schemas, self.native, self.native.register, self._lock, "schema (Protobuf)")
 
     def schema(self, value: bytes, *, extra: Sequence[tuple[str, IcebergType, bool]] = ()) -> tuple[int, Schema]:
         """Blocking. The schema id of ``value`` and a new table's schema for its message: a column

@@ -22,7 +22,7 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -52,6 +52,38 @@ class Unusable:
     reason: str
 
 
+class NativeSchemas(Protocol):
+    """Schemas compiled natively by id (``_native.ProtoSchemas``, ``_native.KeySchemas``)."""
+
+    def known(self, id: int) -> bool: ...
+    def refuse(self, id: int, reason: str) -> None: ...
+
+
+def learn(ids: Sequence[int], schemas: WriterSchemas, native: NativeSchemas, register: Callable[[int, str], None],
+          lock: threading.Lock, what: str) -> None:
+    """Blocking. Each of ``ids`` that ``native`` lacks, fetched from ``schemas`` and registered by
+    ``register`` (id, text); refused with why when the registry cannot give it or it cannot be
+    read (a NativeError: logged). ``what`` names such a schema in the log. Raises
+    SchemaRegistryError when the registry cannot be asked."""
+    from frazil import _native
+
+    for schema_id in ids:
+        with lock:
+            if native.known(schema_id):
+                continue
+            found = schemas.get(schema_id)
+            if isinstance(found, Unusable):
+                native.refuse(schema_id, found.reason)
+                continue
+            try:
+                register(schema_id, found)
+            except _native.NativeError as exc:
+                log.warning("%s id %d cannot be read; its records are bad records: %s", what, schema_id, exc)
+                native.refuse(schema_id, str(exc))
+            else:
+                log.info("%s id %d registered", what, schema_id)
+
+
 class RowSchemas(Protocol):
     """The registry's schemas of values decoded as JSON rows (JSON Schema, Protobuf), by the id
     each value names: a new table from the schema of a value, and the changes a later one asks
@@ -67,11 +99,14 @@ class RowSchemas(Protocol):
 
 
 class WriterSchemas:
-    def __init__(self, cfg: ValuesConfig) -> None:
-        """The schemas of values in ``cfg.format`` (``ValuesConfig.of``: one format)."""
+    def __init__(self, cfg: ValuesConfig, *, any_kind: bool = False) -> None:
+        """The schemas of values in ``cfg.format`` (``ValuesConfig.of``: one format); with
+        ``any_kind``, the registry's schemas of every kind (keys: :meth:`kind_of` says which)."""
         self._cfg = cfg
-        # the registry's schemaType of the format
-        self._kind = {"json-schema-confluent": "JSON", "protobuf-confluent": "PROTOBUF"}.get(cfg.format, "AVRO")
+        # the registry's schemaType of the format; None: any
+        self._kind: str | None = None if any_kind else {
+            "json-schema-confluent": "JSON", "protobuf-confluent": "PROTOBUF"}.get(cfg.format, "AVRO")
+        self._kinds: dict[int, str] = {}
         self._cache: dict[int, str | Unusable] = {}
         self._parsed: dict[int, Any] = {}   # keys' writer schemas, parsed by fastavro
         self._lock = threading.Lock()
@@ -106,6 +141,11 @@ class WriterSchemas:
         with self._lock:
             self._cache[schema_id] = found
         return found
+
+    def kind_of(self, schema_id: int) -> str:
+        """The registry's schemaType of ``schema_id`` ("AVRO", "PROTOBUF", "JSON"), once
+        :meth:`get` has it."""
+        return self._kinds[schema_id]
 
     def key_object(self, key: bytes) -> bytes | None:
         """Blocking. A Kafka key in the Confluent wire format (Avro) as JSON: an object for a record
@@ -164,7 +204,7 @@ class WriterSchemas:
                                               f"{answer.status_code}) asking for schema id {schema_id}: check "
                                               "schema_registry.username and password")
                 if answer.status_code < 500 and answer.ok:
-                    return _schema_of(answer, registry.url, schema_id, self._kind, self._cfg.format)
+                    return self._kept(schema_id, _schema_of(answer, registry.url, schema_id))
                 if answer.status_code < 500:   # a 404 without the registry's "schema not found": a wrong url
                     raise SchemaRegistryError(f"the schema registry at {registry.url} answered HTTP "
                                               f"{answer.status_code} for schema id {schema_id}: {answer.text[:300]}")
@@ -177,22 +217,32 @@ class WriterSchemas:
                                   "in Kafka: restart once it answers")
 
 
-def _schema_of(answer: requests.Response, url: str, schema_id: int, want: str, fmt: str) -> str | Unusable:
+    def _kept(self, schema_id: int, found: tuple[str, str] | Unusable) -> str | Unusable:
+        """The schema text of a registry answer, if it is of the format's kind."""
+        if isinstance(found, Unusable):
+            return found
+        kind, text = found
+        if self._kind is not None and kind != self._kind:
+            return Unusable(f"schema id {schema_id} is a {kind} schema, and values.format = \"{self._cfg.format}\" "
+                            f"reads {self._kind} schemas: was the record written by another serializer?")
+        with self._lock:
+            self._kinds[schema_id] = kind
+        return text
+
+
+def _schema_of(answer: requests.Response, url: str, schema_id: int) -> tuple[str, str] | Unusable:
+    """(schemaType, schema) of a registry's answer for ``schema_id``."""
     try:
         body = answer.json()
         schema = body["schema"]
     except (ValueError, KeyError, TypeError):
         raise SchemaRegistryError(f"the schema registry at {url} answered schema id {schema_id} with "
                                   f"{answer.text[:200]!r}, not {{\"schema\": ...}}") from None
-    kind = body.get("schemaType", "AVRO")   # the registry API leaves it out for Avro
-    if kind != want:
-        return Unusable(f"schema id {schema_id} is a {kind} schema, and values.format = \"{fmt}\" reads {want} "
-                        "schemas: was the record written by another serializer?")
     if body.get("references"):
         names = ", ".join(str(r.get("name")) for r in body["references"])
         return Unusable(f"schema id {schema_id} uses schema references ({names}), which frazil does not resolve yet; "
                         "register the schema with its types inlined")
-    return str(schema)
+    return str(body.get("schemaType", "AVRO")), str(schema)   # the registry API leaves the type out for Avro
 
 
 def _error_code(answer: requests.Response) -> int | None:

@@ -80,7 +80,8 @@ impl JsonBuffer {
     #[pyo3(signature = (
         *, schema, metadata_columns = false, max_bytes = None, shards = 16, unknown_fields = "reject",
         dedupe_by_key = false, fold_case = false, single_pass = true, header_columns = Vec::new(),
-        headers_column = None, key_columns = Vec::new(), confluent = false, protobuf = None, transforms = None
+        headers_column = None, key_columns = Vec::new(), key_schemas = None, confluent = false, protobuf = None,
+        transforms = None
     ))]
     #[allow(clippy::too_many_arguments)] // one argument per keyword of the Python signature
     fn new(
@@ -95,6 +96,7 @@ impl JsonBuffer {
         header_columns: Vec<(String, Vec<u8>)>,
         headers_column: Option<String>,
         key_columns: Vec<(String, String)>,
+        key_schemas: Option<PyRef<'_, super::KeySchemas>>,
         confluent: bool,
         protobuf: Option<PyRef<'_, super::ProtoSchemas>>,
         transforms: Option<&str>,
@@ -112,6 +114,7 @@ impl JsonBuffer {
             header_columns,
             headers_column,
             key_columns,
+            key_schemas: key_schemas.map(|k| k.inner.clone()),
             confluent,
             protobuf: protobuf.map(|p| p.inner.clone()),
             transforms: transforms.map(Arc::new),
@@ -329,7 +332,7 @@ impl AvroBuffer {
     #[new]
     #[pyo3(signature = (
         *, schema, confluent, metadata_columns = false, max_bytes = None, shards = 16, header_columns = Vec::new(),
-        headers_column = None, key_columns = Vec::new()
+        headers_column = None, key_columns = Vec::new(), key_schemas = None
     ))]
     #[allow(clippy::too_many_arguments)] // one argument per keyword of the Python signature
     fn new(
@@ -341,6 +344,7 @@ impl AvroBuffer {
         header_columns: Vec<(String, Vec<u8>)>,
         headers_column: Option<String>,
         key_columns: Vec<(String, String)>,
+        key_schemas: Option<PyRef<'_, super::KeySchemas>>,
     ) -> PyResult<Self> {
         let options = Options {
             metadata_columns,
@@ -349,6 +353,7 @@ impl AvroBuffer {
             header_columns,
             headers_column,
             key_columns,
+            key_schemas: key_schemas.map(|k| k.inner.clone()),
             ..Options::default()
         };
         let framing = if confluent { Framing::Confluent } else { Framing::Plain };

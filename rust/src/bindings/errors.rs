@@ -40,11 +40,12 @@ pub(crate) fn arrow_err(e: ArrowError) -> PyErr {
 }
 
 /// A refused append: BufferFullError with `(message, needed, used, cap)`, UnknownSchemaError
-/// with `(message, schema_ids)`, or a NativeError.
+/// with `(message, schema_ids, of_keys)`, or a NativeError.
 pub(crate) fn buffer_err(e: BufferError) -> PyErr {
     match e {
         BufferError::Full { needed, used, cap } => BufferFullError::new_err((e.to_string(), needed, used, cap)),
-        BufferError::UnknownSchemas(ref ids) => UnknownSchemaError::new_err((e.to_string(), ids.clone())),
+        BufferError::UnknownSchemas(ref ids) => UnknownSchemaError::new_err((e.to_string(), ids.clone(), false)),
+        BufferError::UnknownKeySchemas(ref ids) => UnknownSchemaError::new_err((e.to_string(), ids.clone(), true)),
         BufferError::Arrow(e) => arrow_err(e),
     }
 }

@@ -13,5 +13,5 @@ pub use changes::split_changes;
 pub use errors::{BufferFullError, CorruptBatchError, NativeError, UnknownSchemaError};
 pub use kafka::{read_fetch, FetchSummary, Fetched};
 pub use keyindex::KeyIndex;
-pub use protobuf::{protobuf_frame, ProtoSchemas};
+pub use protobuf::{protobuf_frame, KeySchemas, ProtoSchemas};
 pub use route::{route_fetched, route_groups};

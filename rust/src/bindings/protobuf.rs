@@ -50,6 +50,45 @@ impl ProtoSchemas {
     }
 }
 
+/// The key schemas of a pipeline by registry id (Avro, Protobuf, JSON Schema), read by every
+/// buffer made with them whose key columns take fields of keys in the Confluent wire format.
+#[pyclass(module = "frazil._native", frozen)]
+pub struct KeySchemas {
+    pub(crate) inner: Arc<crate::buffer::KeySchemas>,
+}
+
+#[pymethods]
+impl KeySchemas {
+    #[new]
+    fn new() -> Self {
+        Self { inner: Arc::new(crate::buffer::KeySchemas::default()) }
+    }
+
+    /// Keys of schema ``id`` are read as ``kind`` ("AVRO", "PROTOBUF" or "JSON", the registry's
+    /// schemaType) with ``text``; NativeError when it cannot be read.
+    fn register(&self, id: u32, kind: &str, text: &str) -> PyResult<()> {
+        match kind {
+            "AVRO" => self.inner.register_avro(id, text),
+            "PROTOBUF" => self.inner.register_protobuf(id, text),
+            "JSON" => {
+                self.inner.register_json(id);
+                Ok(())
+            }
+            other => Err(format!("schema type {other:?} is not one of AVRO, PROTOBUF, JSON")),
+        }
+        .map_err(NativeError::new_err)
+    }
+
+    /// Every key of schema ``id`` is unreadable, for ``reason`` (its records are bad records).
+    fn refuse(&self, id: u32, reason: String) {
+        self.inner.refuse(id, reason);
+    }
+
+    fn known(&self, id: u32) -> bool {
+        self.inner.known(id)
+    }
+}
+
 /// The schema id and message indexes of a Protobuf value in the Confluent wire format;
 /// ValueError when it is not in that format.
 #[pyfunction]

@@ -333,7 +333,7 @@ fn exact_cast(from: &DataType, to: &DataType) -> bool {
     }
 }
 
-fn build(id: u32, writer: &AvroSchema, reader: &AvroSchema, capacity: usize) -> Result<Decoder, ArrowError> {
+pub(crate) fn build(id: u32, writer: &AvroSchema, reader: &AvroSchema, capacity: usize) -> Result<Decoder, ArrowError> {
     let mut store = SchemaStore::new_with_type(FingerprintAlgorithm::Id);
     store.set(Fingerprint::Id(id), writer.clone())?;
     ReaderBuilder::new()

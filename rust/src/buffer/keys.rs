@@ -6,10 +6,12 @@
 //! one), exactly; NULL when the record has no key, or the key lacks the field or holds null there.
 //! Anything else makes the record bad, naming the key column and why. A key in the Confluent wire
 //! format (a JSON Schema serializer's: magic byte 0, a 4-byte schema id, the JSON) is read after
-//! its frame; JSON text never starts with a zero byte, so the two cannot be confused. Pure Rust,
-//! no pyo3.
+//! its frame; JSON text never starts with a zero byte, so the two cannot be confused. With the
+//! pipeline's key schemas (`key_formats.rs`, from the schema registry), a framed key is read by
+//! the kind its schema id has: Avro and Protobuf keys too, as JSON. Pure Rust, no pyo3.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use arrow::array::ArrayRef;
 use arrow::compute::cast;
@@ -18,20 +20,27 @@ use arrow::error::ArrowError;
 use serde_json::Value;
 
 use super::headers::{column, parse, shown, Kind};
+use super::key_formats::{KeyJson, KeySchemas};
 
 /// The key columns of a buffer's schema: which column takes the key, or which field of it.
 #[derive(Debug, Clone, Default)]
 pub struct KeyColumns {
     /// (index in the schema, the field's path in the key: empty for the whole key, what the column holds)
     named: Vec<(usize, Vec<String>, Kind)>,
+    /// How framed keys read, by schema id; None: a framed key must be JSON after its frame.
+    schemas: Option<Arc<KeySchemas>>,
 }
 
 impl KeyColumns {
     /// `named`: (column, the key's field as a dotted path; "" for the whole key). Each column must
     /// be in `schema`, of type string, binary, int, long, double or boolean (binary for the whole
     /// key only: a JSON field holds no bytes).
-    pub fn new(schema: &Schema, named: &[(String, String)]) -> Result<Self, ArrowError> {
-        let mut out = KeyColumns::default();
+    pub fn new(
+        schema: &Schema,
+        named: &[(String, String)],
+        schemas: Option<Arc<KeySchemas>>,
+    ) -> Result<Self, ArrowError> {
+        let mut out = KeyColumns { named: Vec::new(), schemas };
         for (column, field) in named {
             let i = schema.index_of(column).map_err(|_| {
                 ArrowError::SchemaError(format!("key column {column:?} is not in the schema; add it to the table"))
@@ -61,13 +70,29 @@ impl KeyColumns {
         self.named.iter().any(|(j, _, _)| *j == i)
     }
 
+    /// The schema ids of framed `keys` not registered yet, when a column takes a field of a key.
+    pub fn unknown<'k>(&self, keys: impl Iterator<Item = Option<&'k [u8]>>) -> Vec<u32> {
+        let mut missing = Vec::new();
+        let Some(schemas) = self.schemas.as_deref() else { return missing };
+        if self.named.iter().all(|(_, path, _)| path.is_empty()) {
+            return missing;
+        }
+        for id in keys.flatten().filter_map(KeySchemas::id_of) {
+            if !missing.contains(&id) && !schemas.known(id) {
+                missing.push(id);
+            }
+        }
+        missing
+    }
+
     /// Why `key` cannot fill its columns: (the column, the reason).
     pub fn check(&self, schema: &Schema, key: Option<&[u8]>) -> Result<(), (String, String)> {
         let Some(key) = key else { return Ok(()) };
         let mut parsed = None;
         for (i, path, kind) in &self.named {
             let at = || schema.field(*i).name().clone();
-            if let Some(value) = value_of(key, path, *kind, &mut parsed).map_err(|why| (at(), why))? {
+            let schemas = self.schemas.as_deref();
+            if let Some(value) = value_of(key, path, *kind, schemas, &mut parsed).map_err(|why| (at(), why))? {
                 parse(*kind, &value)
                     .map_err(|why| (at(), format!("the key{} is {}: {why}", shown_path(path), shown(&value))))?;
             }
@@ -88,7 +113,7 @@ impl KeyColumns {
                 .iter()
                 .map(|&r| match keys[r].as_ref() {
                     None => Ok(None),
-                    Some(key) => value_of(key.as_ref(), path, *kind, &mut None),
+                    Some(key) => value_of(key.as_ref(), path, *kind, self.schemas.as_deref(), &mut None),
                 })
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|why| ArrowError::InvalidArgumentError(format!("a key unchecked for its column: {why}")))?;
@@ -97,6 +122,25 @@ impl KeyColumns {
             out.push((*i, if built.data_type() == wanted { built } else { cast(&built, wanted)? }));
         }
         Ok(out)
+    }
+}
+
+/// A key's JSON without the pipeline's key schemas (no schema registry): a framed key must be JSON
+/// after its frame (a JSON Schema serializer's).
+fn unregistered(key: &[u8], path: &[String]) -> Result<Value, String> {
+    match super::framed_json(key) {
+        Some(json) => serde_json::from_slice(json).map_err(|_| {
+            format!(
+                "the key is in the Confluent wire format (schema id {}) but not JSON after its frame (an Avro or \
+                 Protobuf key), so it has no field {}: configure schema_registry to read such keys, or take the \
+                 whole key as binary",
+                u32::from_be_bytes([key[1], key[2], key[3], key[4]]),
+                path.join(".")
+            )
+        }),
+        None => serde_json::from_slice(key).map_err(|_| {
+            format!("the key is {}, not a JSON object, so it has no field {}", shown(key), path.join("."))
+        }),
     }
 }
 
@@ -115,24 +159,23 @@ fn value_of<'k>(
     key: &'k [u8],
     path: &[String],
     kind: Kind,
+    schemas: Option<&KeySchemas>,
     parsed: &mut Option<Value>,
 ) -> Result<Option<Cow<'k, [u8]>>, String> {
     if path.is_empty() {
         return Ok(Some(Cow::Borrowed(key)));
     }
     if parsed.is_none() {
-        let read = match super::framed_json(key) {
-            Some(json) => serde_json::from_slice(json).map_err(|_| {
-                format!(
-                    "the key is in the Confluent wire format (schema id {}) but not JSON after its frame (an Avro or \
-                     Protobuf key): its fields cannot be read yet, so it has no field {}; take the whole key as binary",
-                    u32::from_be_bytes([key[1], key[2], key[3], key[4]]),
-                    path.join(".")
-                )
+        let read = match schemas.map(|s| s.json(key)) {
+            Some(KeyJson::Json(json)) => serde_json::from_slice(&json).map_err(|_| {
+                format!("the key's JSON after its frame does not parse, so it has no field {}", path.join("."))
             }),
-            None => serde_json::from_slice(key).map_err(|_| {
+            Some(KeyJson::Bad(why)) => Err(format!("{why}; so it has no field {}", path.join("."))),
+            Some(KeyJson::Unknown(id)) => Err(format!("the key's schema id {id} is not registered yet")),
+            Some(KeyJson::Unframed) => serde_json::from_slice(key).map_err(|_| {
                 format!("the key is {}, not a JSON object, so it has no field {}", shown(key), path.join("."))
             }),
+            None => unregistered(key, path),
         };
         *parsed = Some(read?);
     }
@@ -192,7 +235,7 @@ mod tests {
             ("user".to_string(), "user.id".to_string()),
             ("region".to_string(), "region".to_string()),
         ];
-        KeyColumns::new(schema, &named).unwrap()
+        KeyColumns::new(schema, &named, None).unwrap()
     }
 
     #[test]
@@ -240,8 +283,8 @@ mod tests {
             assert_eq!(spec.check(&schema, Some(key)), Err((column.to_string(), why.to_string())), "{key:?}");
         }
         let binary = Schema::new(vec![Field::new("b", DataType::Binary, true)]);
-        assert!(KeyColumns::new(&binary, &[("b".into(), "x".into())]).is_err());
-        assert!(KeyColumns::new(&binary, &[("b".into(), String::new())]).is_ok());
+        assert!(KeyColumns::new(&binary, &[("b".into(), "x".into())], None).is_err());
+        assert!(KeyColumns::new(&binary, &[("b".into(), String::new())], None).is_ok());
     }
 
     #[test]
@@ -256,5 +299,31 @@ mod tests {
         let (column, why) = keys.check(&schema, Some(&avro)).unwrap_err();
         assert_eq!(column, "user");
         assert!(why.contains("Confluent wire format (schema id 12) but not JSON after its frame"), "{why}");
+    }
+
+    #[test]
+    fn with_key_schemas_an_avro_key_fills_its_field_columns_and_an_unknown_id_is_asked_for() {
+        let schema = schema();
+        let schemas = Arc::new(KeySchemas::default());
+        let named = [("user".to_string(), "user.id".to_string()), ("region".to_string(), "region".to_string())];
+        let keys = KeyColumns::new(&schema, &named, Some(schemas.clone())).unwrap();
+        let avro = r#"{"type": "record", "name": "K", "fields": [
+            {"name": "user", "type": {"type": "record", "name": "U", "fields": [{"name": "id", "type": "long"}]}},
+            {"name": "region", "type": "string"}]}"#;
+        // user.id = 7 (zig-zag 14), region = "eu"
+        let key = [0u8, 0, 0, 0, 12, 14, 4, b'e', b'u'];
+        let json = br#"{"user": {"id": 3}}"#.to_vec();
+        let all = [Some(key.to_vec()), Some(json), None];
+        assert_eq!(keys.unknown(all.iter().map(|k| k.as_deref())), vec![12]);
+        schemas.register_avro(12, avro).unwrap();
+        assert!(keys.unknown(all.iter().map(|k| k.as_deref())).is_empty());
+        assert_eq!(keys.check(&schema, Some(&key)), Ok(()));
+        let got = keys.columns(&schema, &all, &[0, 1, 2]).unwrap();
+        let user = got.iter().find(|(i, _)| *i == 2).unwrap().1.as_primitive::<Int64Type>();
+        assert_eq!((user.value(0), user.value(1), user.is_null(2)), (7, 3, true));
+        assert_eq!(got.iter().find(|(i, _)| *i == 3).unwrap().1.as_string::<i32>().value(0), "eu");
+        let (column, why) = keys.check(&schema, Some(&key[..7])).unwrap_err();
+        assert_eq!(column, "user");
+        assert!(why.contains("not a readable Avro datum of its schema id 12"), "{why}");
     }
 }

@@ -16,6 +16,7 @@ mod decoders;
 mod dedupe;
 mod fast;
 mod headers;
+mod key_formats;
 mod keys;
 pub mod shard;
 mod structs;
@@ -25,6 +26,7 @@ mod validate;
 
 pub use align::ALIGNMENT;
 pub use headers::{HeaderColumns, Headers};
+pub use key_formats::KeySchemas;
 pub use keys::KeyColumns;
 pub(crate) use unique::twice;
 pub(crate) use validate::explain_syntax;
@@ -120,6 +122,9 @@ pub enum BufferError {
     /// Avro or Protobuf values name schemas the buffer has not been given; nothing was appended.
     /// Register them (or refuse them), then append again.
     UnknownSchemas(Vec<u32>),
+    /// Keys whose fields fill columns name schemas the key schemas ([`Options::key_schemas`])
+    /// have not been given; nothing was appended. Register them (or refuse them), then append again.
+    UnknownKeySchemas(Vec<u32>),
     Arrow(ArrowError),
 }
 
@@ -132,6 +137,9 @@ impl std::fmt::Display for BufferError {
             ),
             BufferError::UnknownSchemas(ids) => {
                 write!(f, "unknown writer schema id(s) {ids:?}; register them, then append again")
+            }
+            BufferError::UnknownKeySchemas(ids) => {
+                write!(f, "unknown key schema id(s) {ids:?}; register them, then append again")
             }
             BufferError::Arrow(e) => write!(f, "{e}"),
         }
@@ -209,6 +217,10 @@ pub struct Options {
     /// Columns filled from the record key each: (column, the key's field as a dotted path; "" for
     /// the whole key).
     pub key_columns: Vec<(String, String)>,
+    /// How keys in the Confluent wire format read (Avro, Protobuf, JSON Schema), by schema id,
+    /// for the key columns that take a field; a key whose id is not registered refuses the append
+    /// ([`BufferError::UnknownKeySchemas`]). None: such a key must be JSON after its frame.
+    pub key_schemas: Option<Arc<KeySchemas>>,
     /// Every value is JSON in the Confluent wire format (magic byte 0, a big-endian u32 schema
     /// id, the JSON text: a JSON Schema serializer's framing); a value without it is a bad record.
     pub confluent: bool,
@@ -234,6 +246,7 @@ impl Default for Options {
             header_columns: Vec::new(),
             headers_column: None,
             key_columns: Vec::new(),
+            key_schemas: None,
             confluent: false,
             protobuf: None,
             transforms: None,
@@ -288,7 +301,7 @@ impl JsonBuffer {
             return Err(ArrowError::InvalidArgumentError("shards must be at least 1".into()));
         }
         let headers = HeaderColumns::new(&schema, &options.header_columns, options.headers_column.as_deref())?;
-        let keys = KeyColumns::new(&schema, &options.key_columns)?;
+        let keys = KeyColumns::new(&schema, &options.key_columns, options.key_schemas.clone())?;
         let value_fields: Vec<Arc<Field>> = schema
             .fields()
             .iter()
@@ -542,6 +555,10 @@ impl JsonBuffer {
             });
         }
         if !self.keys.is_empty() {
+            let unknown = self.keys.unknown(good.iter().map(|&i| records.keys[i].as_ref().map(|k| k.as_ref())));
+            if !unknown.is_empty() {
+                return Err(BufferError::UnknownKeySchemas(unknown));
+            }
             good.retain(|&i| match self.keys.check(&self.schema, records.keys[i].as_ref().map(|k| k.as_ref())) {
                 Ok(()) => true,
                 Err((field, reason)) => {
