@@ -94,3 +94,21 @@ def encoder(schema: pa.Schema) -> Callable[[dict[str, Any]], bytes]:
             return timestamp(number, datetime.fromisoformat(v))
         raise TypeError(f"no Protobuf encoding here for {t}")
     return lambda row: b"".join(field(i, f.type, row.get(f.name)) for i, f in enumerate(schema, 1))
+
+
+# descriptor.proto's FieldDescriptorProto.Type numbers of the scalars descriptor_set writes
+_TYPES = {"double": 1, "int64": 3, "bool": 8, "string": 9}
+
+
+def descriptor_set(filename: str, package: str, messages: dict[str, list[tuple[str, int, str]]]) -> bytes:
+    """A ``FileDescriptorSet`` (what ``protoc --descriptor_set_out`` writes) of one proto3 file
+    declaring ``messages``: name to fields (name, number, scalar type), each field optional."""
+    def field(name: str, number: int, kind: str) -> bytes:
+        # FieldDescriptorProto: name 1, number 3, label 4 (LABEL_OPTIONAL = 1), type 5, json_name 10
+        return text(1, name) + uint(3, number) + uint(4, 1) + uint(5, _TYPES[kind]) + text(10, name)
+
+    # DescriptorProto: name 1, field 2
+    types = b"".join(length(4, text(1, name) + b"".join(length(2, field(*f)) for f in fields))
+                     for name, fields in messages.items())
+    # FileDescriptorProto: name 1, package 2, message_type 4, syntax 12; the set's file 1
+    return length(1, text(1, filename) + text(2, package) + types + text(12, "proto3"))

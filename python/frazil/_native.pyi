@@ -270,6 +270,11 @@ class ProtoSchemas:
         """Records of schema ``id`` are read with ``text``; NativeError when it does not compile."""
     def refuse(self, id: int, reason: str) -> None:
         """Every record of schema ``id`` is a bad record, for ``reason``."""
+    def register_descriptor_set(self, data: bytes, message: str) -> None:
+        """Plain values' schema from a descriptor set (``protoc --include_imports
+        --descriptor_set_out``, ``buf build -o``): the file defining ``message`` (or with "" the
+        set's last file), registered under id 0. NativeError when it is not a descriptor set or
+        has no such message."""
     def known(self, id: int) -> bool: ...
     def read_plain(self, message: str) -> tuple[str, list[int]]:
         """Every value is a bare ``message`` (its full name, or "" for the file's first) of the

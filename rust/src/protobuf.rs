@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, OnceLock, RwLock};
 
-use prost_reflect::{DynamicMessage, FileDescriptor, Kind, MessageDescriptor, SerializeOptions};
+use prost_reflect::{DescriptorPool, DynamicMessage, FileDescriptor, Kind, MessageDescriptor, SerializeOptions};
 use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver};
 
 /// The schema id plain values' `.proto` file is registered under.
@@ -88,6 +88,44 @@ impl ProtoSchemas {
     pub fn register(&self, id: u32, text: &str) -> Result<(), String> {
         let file = compile(text)?;
         self.by_id.write().expect("schemas lock poisoned").insert(id, Arc::new(Entry::Readable(file)));
+        Ok(())
+    }
+
+    /// Plain values' schema from a descriptor set (a `FileDescriptorSet`, as `protoc
+    /// --include_imports --descriptor_set_out` or `buf build -o` write it) rather than `.proto`
+    /// text: the file that defines `message` (a full or short name), or with "" the set's last
+    /// file (the one compiled, after its imports), registered under [`PLAIN_ID`].
+    pub fn register_descriptor_set(&self, data: &[u8], message: &str) -> Result<(), String> {
+        let pool = DescriptorPool::decode(data).map_err(|e| {
+            format!(
+                "not a Protobuf descriptor set ({e}); write one with protoc --include_imports --descriptor_set_out \
+                 or buf build -o, or give the .proto source (a file ending in .proto)"
+            )
+        })?;
+        let file = if message.is_empty() {
+            pool.files().filter(|f| f.messages().next().is_some()).last()
+        } else {
+            let mut files: Vec<FileDescriptor> = Vec::new();
+            for m in pool.all_messages().filter(|m| m.full_name() == message || m.name() == message) {
+                if !files.iter().any(|f| f.name() == m.parent_file().name()) {
+                    files.push(m.parent_file());
+                }
+            }
+            if files.len() > 1 {
+                let names: Vec<&str> = files.iter().map(|f| f.name()).collect();
+                return Err(format!(
+                    "message {message:?} is defined in several files of the descriptor set ({}): give its full name",
+                    names.join(", ")
+                ));
+            }
+            files.pop()
+        };
+        let file = file.ok_or_else(|| {
+            let names: Vec<String> =
+                pool.all_messages().filter(|m| !m.is_map_entry()).map(|m| m.full_name().to_string()).collect();
+            format!("the descriptor set has no message {message:?}; it has {}", names.join(", "))
+        })?;
+        self.by_id.write().expect("schemas lock poisoned").insert(PLAIN_ID, Arc::new(Entry::Readable(file)));
         Ok(())
     }
 
@@ -478,5 +516,36 @@ mod tests {
         let first = ProtoSchemas::default();
         first.register(PLAIN_ID, SCHEMA).unwrap();
         assert_eq!(first.read_plain("").unwrap(), ("shop.Other".to_string(), vec![0]));
+    }
+
+    /// `text` compiled with its imports into a descriptor set, as protoc writes one.
+    fn descriptor_set(text: &str) -> Vec<u8> {
+        let file = compile(text).unwrap();
+        let pool = file.parent_pool();
+        assert!(pool.files().count() > 1, "the imports are in the set too");
+        pool.encode_to_vec()
+    }
+
+    #[test]
+    fn plain_values_read_with_a_descriptor_set_as_with_the_proto_source() {
+        let set = descriptor_set(SCHEMA);
+        let schemas = ProtoSchemas::default();
+        schemas.register_descriptor_set(&set, "Order").unwrap();
+        assert_eq!(schemas.read_plain("Order").unwrap(), ("shop.Order".to_string(), vec![1]));
+        let Transcoded::Json(json) = schemas.transcode_one(ORDER) else { panic!() };
+        let got: serde_json::Value = serde_json::from_slice(&json).unwrap();
+        assert_eq!(got["geo"]["city"], serde_json::json!("Oslo"));
+        // "" is the last file's first message: the schema's own file comes after its imports
+        let last = ProtoSchemas::default();
+        last.register_descriptor_set(&set, "").unwrap();
+        assert_eq!(last.read_plain("").unwrap().0, "shop.Other");
+        // a message of an imported file is found in its file
+        let imported = ProtoSchemas::default();
+        imported.register_descriptor_set(&set, "google.protobuf.Timestamp").unwrap();
+        assert_eq!(imported.read_plain("google.protobuf.Timestamp").unwrap().1, vec![0]);
+        let none = ProtoSchemas::default().register_descriptor_set(&set, "shop.Missing").unwrap_err();
+        assert!(none.contains("no message \"shop.Missing\"; it has") && none.contains("shop.Order"), "{none}");
+        let text = ProtoSchemas::default().register_descriptor_set(SCHEMA.as_bytes(), "").unwrap_err();
+        assert!(text.contains("not a Protobuf descriptor set") && text.contains("ending in .proto"), "{text}");
     }
 }

@@ -1,6 +1,7 @@
 """One pipeline reading five topics of five value formats at once (``[values.topics]``): Avro and
-Protobuf and JSON Schema through the real registry, bare Protobuf messages of a ``.proto`` file,
-and plain JSON. ``[dynamic]`` names a table per topic, each made from its own topic's schema (the
+Protobuf and JSON Schema through the real registry, bare Protobuf messages of a descriptor set
+(as ``protoc --descriptor_set_out`` writes it; the ``.proto`` source is compiled the same way at
+config check), and plain JSON. ``[dynamic]`` names a table per topic, each made from its own topic's schema (the
 registry's, the file's, or inferred from the JSON); a
 declared table takes the JSON topic too. A second run, started with the tables already there,
 takes a second round of records: each table reads its topic's format again, and every record of
@@ -15,9 +16,10 @@ import pytest
 
 import changes
 import support
+from frazil_dev import protowire as pw
 from frazil_dev.kafka_broker import KafkaBroker
 from frazil_dev.schema_registry import SchemaRegistry
-from registry_formats import PROTO, expected, register, value
+from registry_formats import expected, register, value
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +36,9 @@ def test_avro_protobuf_json_schema_and_json_topics_land_in_one_pipeline(
         kafka: KafkaBroker, schema_registry: SchemaRegistry, tmp_path: Path) -> None:
     topics = [*FORMATS, "fmt-json"]
     ids = {topic: register(schema_registry, topic, fmt) for topic, fmt in FORMATS.items() if fmt != "protobuf"}
-    (tmp_path / "click.proto").write_text(PROTO)   # the bare messages' type, from a file
+    # the bare messages' type (registry_formats.PROTO's), from a descriptor set
+    (tmp_path / "click.desc").write_bytes(pw.descriptor_set("click.proto", "web", {
+        "Click": [("id", 1, "int64"), ("page", 2, "string")]}))
     for topic in topics:
         asyncio.run(support.create_topic(kafka.bootstrap, topic, 1))
     config = tmp_path / "frazil.toml"
@@ -51,7 +55,7 @@ metadata_max_age_ms = 1000
 properties = {support.SQLITE_CATALOG}
 [values]
 format = "json"
-schema_file = "click.proto"
+schema_file = "click.desc"
 message = "web.Click"
 [values.topics]
 {entries}

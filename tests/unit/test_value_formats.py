@@ -18,6 +18,9 @@ from frazil.buffers.record_buffer import AvroRecordBuffer, RecordBuffer
 from frazil.buffers.targets import Targets
 from frazil.errors import ConfigError
 from frazil.iceberg import catalog as iceberg_catalog
+from frazil.ingest.protobuf import ProtoValues
+from frazil.ingest.registry import WriterSchemas
+from frazil_dev import protowire as pw
 
 BASE: dict[str, Any] = {
     "pipeline": {"name": "p"},
@@ -166,6 +169,25 @@ def test_bare_protobuf_messages_need_a_proto_file_that_compiles_and_names_the_me
         config.parse({**minimal, "values": {"message": "shop.Order"}})
     with pytest.raises(ConfigError, match=r"\"avro\" and \"protobuf\" each read values.schema_file"):
         config.parse({**minimal, "values": {**plain, "topics": {"x": "avro"}}})
+
+
+def test_bare_protobuf_messages_read_a_descriptor_set_by_any_other_file_name(tmp_path: Path) -> None:
+    desc = tmp_path / "o.desc"
+    desc.write_bytes(pw.descriptor_set("o.proto", "shop", {"Order": [("id", 1, "int64")],
+                                                           "Line": [("n", 1, "int64"), ("sku", 2, "string")]}))
+    minimal = {"pipeline": {"name": "p"}, "kafka": {"bootstrap_servers": "127.0.0.1:9", "topics": ["t"]},
+               "table": {"name": "db.t"}}
+    plain = {"format": "protobuf", "schema_file": str(desc)}
+    config.parse({**minimal, "values": {**plain, "message": "Line"}})
+    values = ProtoValues(WriterSchemas(config.parse({**minimal, "values": {**plain, "message": "Line"}}).values),
+                         plain="Line")
+    assert values.made == f"made from the message shop.Line of {desc}"
+    assert values.native.columns(0, [1]) == [("n", "long"), ("sku", "string")]
+    with pytest.raises(ConfigError, match=r"no message \"Orders\"; it has shop.Order, shop.Line"):
+        config.parse({**minimal, "values": {**plain, "message": "Orders"}})
+    desc.write_text('syntax = "proto3"; message Order { int64 id = 1; }')   # source, under another name
+    with pytest.raises(ConfigError, match=r"o.desc: not a Protobuf descriptor set .* \(a file ending in .proto\)"):
+        config.parse({**minimal, "values": plain})
 
 
 def test_with_a_topic_pattern_entries_count_in_file_order_and_a_dot_matches_any_character() -> None:

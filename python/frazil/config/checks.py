@@ -7,11 +7,15 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from frazil.config.models import AVRO_FORMATS, CatalogConfig, Config
 from frazil.config.tables import DEBEZIUM, DynamicConfig, TableConfig
 from frazil.config.types import META_COLUMN_TYPES, ColumnType, PartitionField
 from frazil.errors import ConfigError
+
+if TYPE_CHECKING:
+    from frazil import _native
 
 # pyiceberg 0.12's catalog types (pyiceberg.catalog.CatalogType; a unit test keeps the two the
 # same), with the modules each needs beyond pyiceberg itself and what installs them: frazil's own
@@ -303,14 +307,30 @@ def _avro(name: str, t: TableConfig | DynamicConfig, fmt: str) -> None:
     _by_topic(name, t, fmt, "JSON values")
 
 
-def proto_file_problem(path: Path, message: str) -> str | None:
-    """What is wrong with a ``.proto`` file for plain Protobuf values of type ``message``, if anything."""
+def compile_plain(path: Path, message: str) -> tuple[_native.ProtoSchemas, str, list[int]]:
+    """The schema of plain Protobuf values of type ``message`` ("": the first), from ``path``: a
+    ``.proto`` source file, or any other name a descriptor set (``protoc --include_imports
+    --descriptor_set_out``, ``buf build -o``). The compiled schemas, the message's full name and
+    indexes. OSError or UnicodeDecodeError when the file cannot be read, NativeError when it does
+    not compile or has no such message."""
     from frazil import _native  # the compiler is native; a JSON pipeline's config check never loads it
 
     schemas = _native.ProtoSchemas()
-    try:
+    if path.suffix == ".proto":
         schemas.register(0, path.read_text())
-        schemas.read_plain(message)
+    else:
+        schemas.register_descriptor_set(path.read_bytes(), message)
+    name, indexes = schemas.read_plain(message)
+    return schemas, name, indexes
+
+
+def proto_file_problem(path: Path, message: str) -> str | None:
+    """What is wrong with a ``.proto`` file or descriptor set for plain Protobuf values of type
+    ``message``, if anything."""
+    from frazil import _native
+
+    try:
+        compile_plain(path, message)
     except (OSError, UnicodeDecodeError) as exc:
         return f"cannot be read ({exc})"
     except _native.NativeError as exc:

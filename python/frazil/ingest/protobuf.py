@@ -4,8 +4,8 @@ message of that file it holds by its message indexes. The native buffer compiles
 and reads every message into JSON, which the JSON decoder holds to the table's columns; this
 module fetches the schemas a buffer has not seen (:meth:`ProtoValues.learn`, blocking), and says
 the columns a message takes (:meth:`ProtoValues.schema`), to make a table or evolve it. Plain
-values (``values.format = "protobuf"``) are bare messages of one type of one ``.proto`` file
-(``values.schema_file``, ``values.message``), compiled at start.
+values (``values.format = "protobuf"``) are bare messages of one type of one ``.proto`` file or
+descriptor set (``values.schema_file``, ``values.message``), compiled at start.
 
 Types (docs/configuration.md, "Protobuf values"): ``double``, ``float``; ``int32``, ``sint32``,
 ``sfixed32`` as ``int``; ``int64``, ``sint64``, ``sfixed64``, ``uint32``, ``fixed32`` as ``long``;
@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 from pyiceberg.schema import Schema
 from pyiceberg.types import IcebergType, NestedField
 
 from frazil import _native
+from frazil.config.checks import compile_plain
 from frazil.config.types import ColumnType
 from frazil.errors import ConfigError
 from frazil.iceberg import declared, evolution
@@ -46,12 +48,10 @@ class ProtoValues:
         self.native = _native.ProtoSchemas()
         self._lock = threading.Lock()
         self._plain: tuple[int, list[int]] | None = None
-        if plain is not None:
-            text = schemas.get(PLAIN_ID)   # the file's, read at start
+        if plain is not None:   # the .proto file or descriptor set, read at start
             try:
-                self.native.register(PLAIN_ID, text if isinstance(text, str) else "")
-                name, indexes = self.native.read_plain(plain)
-            except _native.NativeError as exc:
+                self.native, name, indexes = compile_plain(Path(schemas.where), plain)
+            except (OSError, UnicodeDecodeError, _native.NativeError) as exc:
                 raise ConfigError(f"values.schema_file {schemas.where}: {exc}") from None
             self._plain = (PLAIN_ID, indexes)
             self.made = f"made from the message {name} of {schemas.where}"

@@ -111,7 +111,7 @@ class WriterSchemas:
         self._parsed: dict[int, Any] = {}   # keys' writer schemas, parsed by fastavro
         self._lock = threading.Lock()
         self._session: requests.Session | None = None
-        if cfg.format in ("avro", "protobuf"):   # one schema, from the file
+        if cfg.format == "avro":   # one schema, from the file (a .proto file or descriptor set: protobuf.py's)
             self._cache[PLAIN_ID] = Path(cfg.schema_file).read_text()
         elif cfg.registry is not None:
             import requests

@@ -32,6 +32,14 @@ impl ProtoSchemas {
         self.inner.refuse(id, reason);
     }
 
+    /// Plain values' schema from a descriptor set (``protoc --include_imports
+    /// --descriptor_set_out``, ``buf build -o``): the file defining ``message`` (or with "" the
+    /// set's last file), registered under id 0. NativeError when it is not a descriptor set or
+    /// has no such message.
+    fn register_descriptor_set(&self, data: &[u8], message: &str) -> PyResult<()> {
+        self.inner.register_descriptor_set(data, message).map_err(NativeError::new_err)
+    }
+
     /// Every value is a bare ``message`` (its full name, or "" for the first) of the file
     /// registered under id 0, read without a frame: its full name and message indexes.
     /// NativeError when the file has no such message.
