@@ -101,7 +101,8 @@ class Metrics:
                                [*names, "kind"], registry=r)
         self._table_commits = Counter("frazil_coordinator_table_commits", "The coordinator's table commits by result "
                                       "(committed, failed: carried to the next cycle, refused: read again, "
-                                      "already_landed: another coordinator landed it first, sealed: a taken-over "
+                                      "already_landed: its records were in the table already, landed by another "
+                                      "coordinator or an earlier commit, sealed: a taken-over "
                                       "cycle closed in a table its old coordinator may still commit to)",
                                       [*names, "result"], registry=r)
         self.dropped_replies = Counter("frazil_coordinator_dropped_replies", "Worker replies that did not count "

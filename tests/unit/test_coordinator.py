@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -237,9 +238,13 @@ async def test_the_metrics_count_cycles_by_kind_table_commits_by_result_and_drop
 
 
 @pytest.mark.asyncio
-async def test_a_commit_found_already_landed_is_counted_as_such_not_as_committed() -> None:
+@pytest.mark.parametrize("landed", [{"found": True}, {"already_committed": True, "snapshot_id": None}],
+                         ids=["commit-id-found", "every-range-already-in"])
+async def test_a_commit_found_already_landed_is_counted_as_such_not_as_committed(landed: dict[str, Any]) -> None:
     """A coordinator woken after a takeover finds its cycle landed by the new one (the committer
-    says ``found``): one table commit per snapshot across processes, never two."""
+    says ``found``), or finds every range of the cycle already in the table, landed by an earlier
+    commit (``already_committed``: no snapshot made): one table commit per snapshot across
+    processes, never two."""
     import dataclasses
 
     from frazil.metrics import Metrics
@@ -248,11 +253,11 @@ async def test_a_commit_found_already_landed_is_counted_as_such_not_as_committed
     channel, tables = FakeChannel({"w1": [0], "w2": [1]}), Tables()
 
     def found(table: TableCommit, commit_id: str, vtts: int | None) -> CommitResult:
-        return dataclasses.replace(tables(table, commit_id, vtts), found=True)
+        return dataclasses.replace(tables(table, commit_id, vtts), **landed)
 
     coordinator = Coordinator(channel, "p", P, found, timeout_s=5, metrics=metrics)
     results = await coordinator.cycle()
-    assert len(results) == 1 and results[0].found
+    assert len(results) == 1 and (results[0].found or results[0].already_committed)
     assert metrics.value("frazil_coordinator_table_commits_total", result="already_landed") == 1
     assert metrics.value("frazil_coordinator_table_commits_total", result="committed") == 0
     assert len(channel.payloads(CommitComplete)) == 1   # the cycle still ends for its workers

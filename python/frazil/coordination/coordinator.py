@@ -285,7 +285,9 @@ class Coordinator:
             if lasted is not None:
                 log.warning("commit %s to %s landed; the outage is over after %.0fs (from the start of the first "
                             "cycle that failed)", state.commit_id, table.table, lasted)
-            self._count("already_landed" if result.found else "committed")
+            # no snapshot of this call's: the commit id was there (a takeover, a restart), or every
+            # range was (landed by an earlier commit): counted apart, so committed is one per snapshot
+            self._count("already_landed" if result.found or result.already_committed else "committed")
             if result.replaced and self._metrics is not None:
                 self._metrics.rows_replaced(table.table, result.replaced)
             if result.index_bytes and self._metrics is not None:
