@@ -93,20 +93,24 @@ impl ProtoSchemas {
 
     /// Plain values' schema from a descriptor set (a `FileDescriptorSet`, as `protoc
     /// --include_imports --descriptor_set_out` or `buf build -o` write it) rather than `.proto`
-    /// text: the file that defines `message` (a full or short name), or with "" the set's last
-    /// file (the one compiled, after its imports), registered under [`PLAIN_ID`].
+    /// text: the file that defines `message` (its full name, or a short name only one file
+    /// defines), or with "" the set's last file (protoc writes a file after its imports),
+    /// registered under [`PLAIN_ID`].
     pub fn register_descriptor_set(&self, data: &[u8], message: &str) -> Result<(), String> {
         let pool = DescriptorPool::decode(data).map_err(|e| {
             format!(
-                "not a Protobuf descriptor set ({e}); write one with protoc --include_imports --descriptor_set_out \
-                 or buf build -o, or give the .proto source (a file ending in .proto)"
+                "cannot be read as a Protobuf descriptor set ({e}); write one with protoc --include_imports \
+                 --descriptor_set_out or buf build -o (with every import in it), or give the .proto source (a file \
+                 ending in .proto)"
             )
         })?;
         let file = if message.is_empty() {
-            pool.files().filter(|f| f.messages().next().is_some()).last()
+            pool.files().last()
+        } else if let Some(exact) = pool.get_message_by_name(message) {
+            Some(exact.parent_file())
         } else {
             let mut files: Vec<FileDescriptor> = Vec::new();
-            for m in pool.all_messages().filter(|m| m.full_name() == message || m.name() == message) {
+            for m in pool.all_messages().filter(|m| m.name() == message) {
                 if !files.iter().any(|f| f.name() == m.parent_file().name()) {
                     files.push(m.parent_file());
                 }
@@ -546,6 +550,9 @@ mod tests {
         let none = ProtoSchemas::default().register_descriptor_set(&set, "shop.Missing").unwrap_err();
         assert!(none.contains("no message \"shop.Missing\"; it has") && none.contains("shop.Order"), "{none}");
         let text = ProtoSchemas::default().register_descriptor_set(SCHEMA.as_bytes(), "").unwrap_err();
-        assert!(text.contains("not a Protobuf descriptor set") && text.contains("ending in .proto"), "{text}");
+        assert!(
+            text.contains("cannot be read as a Protobuf descriptor set") && text.contains("ending in .proto"),
+            "{text}"
+        );
     }
 }

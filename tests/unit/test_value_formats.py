@@ -186,7 +186,7 @@ def test_bare_protobuf_messages_read_a_descriptor_set_by_any_other_file_name(tmp
     with pytest.raises(ConfigError, match=r"no message \"Orders\"; it has shop.Order, shop.Line"):
         config.parse({**minimal, "values": {**plain, "message": "Orders"}})
     desc.write_text('syntax = "proto3"; message Order { int64 id = 1; }')   # source, under another name
-    with pytest.raises(ConfigError, match=r"o.desc: not a Protobuf descriptor set .* \(a file ending in .proto\)"):
+    with pytest.raises(ConfigError, match=r"o.desc: cannot be read as a Protobuf descriptor set .* ending in .proto"):
         config.parse({**minimal, "values": plain})
 
 

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from frazil import _native
 from frazil.buffers.changes import Carried, split_fixes
-from frazil.buffers.record_buffer import KafkaRecord, RecordBuffer, RecordProblem, values_of
+from frazil.buffers.record_buffer import KafkaRecord, KeyLearner, RecordBuffer, RecordProblem, values_of
 
 NOT_ENVELOPE = ("the value is not in Kafka Connect's JSON envelope (an object of exactly \"schema\" and \"payload\", "
                 "as the JsonConverter writes with schemas.enable=true); set the connector's schemas.enable=true, "
@@ -39,10 +39,12 @@ class EnvelopeBuffer(RecordBuffer):
     def __init__(self, schema: pa.Schema, *, metadata_columns: bool, max_bytes: int | None = None,
                  strict_fields: str | None = None, unknown_fields: str = "fail",
                  case_insensitive: bool = False, header_columns: Sequence[tuple[str, builtins.bytes]] = (),
-                 headers_column: str | None = None, key_columns: Sequence[tuple[str, str]] = ()) -> None:
+                 headers_column: str | None = None, key_columns: Sequence[tuple[str, str]] = (),
+                 keys: KeyLearner | None = None) -> None:
         super().__init__(schema, metadata_columns=metadata_columns, max_bytes=max_bytes, strict_fields=strict_fields,
                          unknown_fields=unknown_fields, case_insensitive=case_insensitive,
-                         header_columns=header_columns, headers_column=headers_column, key_columns=key_columns)
+                         header_columns=header_columns, headers_column=headers_column, key_columns=key_columns,
+                         keys=keys)
         self._units, self._decimals = split_fixes(schema)
         self._case_insensitive = case_insensitive
 

@@ -250,6 +250,7 @@ class AvroRecordBuffer(WriterSchemas, RecordBuffer):
         self._ignore = False
         self._protobuf = None
         self._key_schemas = keys
+        self.learns_schemas = keys is not None   # may ask the registry: appended off the event loop
         self.schema = schema
         self.takes_headers = bool(header_columns) or headers_column is not None
         self.fields_ignored = 0

@@ -271,7 +271,7 @@ class Targets:
             return EnvelopeBuffer(schema, metadata_columns=cfg.metadata_columns, max_bytes=max_bytes,
                                   strict_fields=strict, unknown_fields=cfg.unknown_fields,
                                   case_insensitive=cfg.case_insensitive, header_columns=header_columns,
-                                  headers_column=cfg.headers_column, key_columns=key_columns)
+                                  headers_column=cfg.headers_column, key_columns=key_columns, keys=keys)
         return RecordBuffer(schema, metadata_columns=cfg.metadata_columns, max_bytes=max_bytes,
                             strict_fields=strict, unknown_fields=cfg.unknown_fields,
                             case_insensitive=cfg.case_insensitive, header_columns=header_columns,

@@ -180,8 +180,9 @@ class Evolver:
         decided: set[int] = set()   # ids decided for the table's current buffer
         while True:
             if unknown is None:
-                try:
-                    return append(self._targets[name].buffer)
+                buffer = self._targets[name].buffer
+                try:   # a buffer that may fetch its keys' schemas from the registry does so off the loop
+                    return (await asyncio.to_thread(append, buffer)) if buffer.learns_schemas else append(buffer)
                 except UnknownWriterSchemas as exc:
                     unknown = exc.ids
             if decided.intersection(unknown):

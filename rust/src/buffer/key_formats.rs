@@ -1,24 +1,35 @@
 //! Kafka record keys in the Confluent wire format (magic byte 0, a big-endian u32 schema id, the
 //! payload), read as JSON so that `keys.rs` can take fields of them: an Avro datum (arrow-avro,
-//! its writer schema as the reader), a Protobuf message (`protobuf.rs`, the message indexes after
-//! the id), or JSON Schema's JSON text. Which kind each schema id is comes from the registry,
+//! its writer schema as the reader, then [`avro_row`]), a Protobuf message (`protobuf.rs`, the
+//! message indexes after the id), or JSON Schema's JSON text.
+//!
+//! An Avro datum's fields become JSON as sent: text (an enum by its name, a uuid in its canonical
+//! form), numbers, booleans, records as objects, null. A field of any other type (bytes, fixed,
+//! decimal, a date or time, an array, a map, a union of several types) becomes a marker that
+//! [`unreadable`] names, so only a key column that reads that field refuses the record. Which kind each schema id is comes from the registry,
 //! asked outside (Python, once per id); an id not registered yet refuses the append
 //! ([`super::BufferError::UnknownKeySchemas`]) until it is. Pure Rust, no pyo3.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
-use arrow::array::RecordBatch;
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{DataType, Field, Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type, UInt32Type, UInt8Type};
 use arrow::error::ArrowError;
 use arrow_avro::reader::Decoder;
 use arrow_avro::schema::AvroSchema;
+use serde_json::{Map, Number, Value};
 
 use super::avro::{CONFLUENT_HEADER, CONFLUENT_MAGIC};
 use crate::protobuf::{ProtoSchemas, Transcoded};
 
+/// The object key of [`unreadable`]'s marker: no JSON text holds a NUL in a name by accident.
+const UNREADABLE: &str = "\u{0}unreadable";
+
 #[derive(Debug)]
 enum Kind {
-    Avro(AvroSchema),
+    /// The writer schema, and a decoder of it kept for the next key (taken while in use).
+    Avro(AvroSchema, Mutex<Option<Box<Decoder>>>),
     /// Compiled into `protobuf` under the same id.
     Protobuf,
     Json,
@@ -50,8 +61,8 @@ impl KeySchemas {
     /// read it (nothing is registered: [`Self::refuse`] it).
     pub fn register_avro(&self, id: u32, writer: &str) -> Result<(), String> {
         let schema = AvroSchema::new(writer.to_string());
-        decoder(id, &schema).map_err(|e| e.to_string())?;
-        self.insert(id, Kind::Avro(schema));
+        let decoder = decoder(id, &schema).map_err(|e| e.to_string())?;
+        self.insert(id, Kind::Avro(schema, Mutex::new(Some(Box::new(decoder)))));
         Ok(())
     }
 
@@ -86,7 +97,7 @@ impl KeySchemas {
             .then(|| u32::from_be_bytes([key[1], key[2], key[3], key[4]]))
     }
 
-    /// `key` as JSON, when it is in the wire format.
+    /// `key` as JSON, when it is in the wire format (an Avro key's unreadable fields as markers).
     pub fn json(&self, key: &[u8]) -> KeyJson {
         let Some(id) = Self::id_of(key) else { return KeyJson::Unframed };
         let kind = self.by_id.read().expect("key schemas lock poisoned").get(&id).cloned();
@@ -100,7 +111,7 @@ impl KeySchemas {
                 Transcoded::Bad(reason) => KeyJson::Bad(format!("the key is not readable Protobuf: {reason}")),
                 Transcoded::Unknown(id) => KeyJson::Unknown(id),
             },
-            Kind::Avro(writer) => match avro_json(id, writer, body) {
+            Kind::Avro(writer, kept) => match avro_json(id, writer, kept, body) {
                 Ok(json) => KeyJson::Json(json),
                 Err(reason) => {
                     KeyJson::Bad(format!("the key is not a readable Avro datum of its schema id {id}: {reason}"))
@@ -115,10 +126,19 @@ fn decoder(id: u32, writer: &AvroSchema) -> Result<Decoder, ArrowError> {
     super::avro::build(id, writer, writer, 1)
 }
 
-/// One Avro datum as a JSON object (its fields; a null field left out); the datum must be the
-/// whole body. A panic inside arrow-avro is an error.
-fn avro_json(id: u32, writer: &AvroSchema, datum: &[u8]) -> Result<Vec<u8>, String> {
-    let mut decoder = decoder(id, writer).map_err(|e| e.to_string())?;
+/// One Avro datum as the JSON of its fields ([`avro_row`]); the datum must be the whole body. A
+/// panic inside arrow-avro is an error. The kept decoder is reused while no datum fails.
+fn avro_json(
+    id: u32,
+    writer: &AvroSchema,
+    kept: &Mutex<Option<Box<Decoder>>>,
+    datum: &[u8],
+) -> Result<Vec<u8>, String> {
+    let taken = kept.lock().expect("key decoder lock poisoned").take();
+    let mut decoder = match taken {
+        Some(decoder) => decoder,
+        None => Box::new(decoder(id, writer).map_err(|e| e.to_string())?),
+    };
     let batch = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<Option<RecordBatch>, String> {
         let used = decoder.decode(datum).map_err(|e| e.to_string())?;
         if used != datum.len() {
@@ -127,13 +147,70 @@ fn avro_json(id: u32, writer: &AvroSchema, datum: &[u8]) -> Result<Vec<u8>, Stri
         decoder.flush().map_err(|e| e.to_string())
     }))
     .map_err(|_| "the Avro decoder failed on it".to_string())??;
+    // a failed datum may leave the decoder part-way: only one that read a whole datum is kept
+    *kept.lock().expect("key decoder lock poisoned") = Some(decoder);
     let batch = batch.filter(|b| b.num_rows() == 1).ok_or("the datum decoded to no row")?;
-    let mut writer = arrow::json::ArrayWriter::new(Vec::new());
-    writer.write(&batch).map_err(|e| e.to_string())?;
-    writer.finish().map_err(|e| e.to_string())?;
-    let text = writer.into_inner();
-    // `[{...}]`: the one object
-    Ok(text[1..text.len() - 1].to_vec())
+    let schema = batch.schema();
+    let fields = schema.fields().iter().zip(batch.columns()).map(|(f, c)| (f.name().clone(), avro_row(f, c.as_ref())));
+    serde_json::to_vec(&Value::Object(fields.collect())).map_err(|e| e.to_string())
+}
+
+/// Row 0 of a decoded Avro column as JSON, exactly as sent; a type a key column cannot take as
+/// [`unreadable`]'s marker naming it.
+fn avro_row(field: &Field, column: &dyn Array) -> Value {
+    if column.is_null(0) {
+        return Value::Null;
+    }
+    let int = |n: i64| Value::Number(n.into());
+    match column.data_type() {
+        DataType::Boolean => Value::Bool(column.as_boolean().value(0)),
+        DataType::Int8 => int(column.as_primitive::<Int8Type>().value(0).into()),
+        DataType::Int16 => int(column.as_primitive::<Int16Type>().value(0).into()),
+        DataType::Int32 => int(column.as_primitive::<Int32Type>().value(0).into()),
+        DataType::Int64 => int(column.as_primitive::<Int64Type>().value(0)),
+        DataType::UInt8 => int(column.as_primitive::<UInt8Type>().value(0).into()),
+        DataType::UInt16 => int(column.as_primitive::<UInt16Type>().value(0).into()),
+        DataType::UInt32 => int(column.as_primitive::<UInt32Type>().value(0).into()),
+        DataType::Float32 | DataType::Float64 => {
+            let x = match column.data_type() {
+                DataType::Float32 => f64::from(column.as_primitive::<arrow::datatypes::Float32Type>().value(0)),
+                _ => column.as_primitive::<arrow::datatypes::Float64Type>().value(0),
+            };
+            Number::from_f64(x).map_or_else(|| marker(&format!("the float {x}")), Value::Number)
+        }
+        DataType::Utf8 => Value::String(column.as_string::<i32>().value(0).to_string()),
+        DataType::LargeUtf8 => Value::String(column.as_string::<i64>().value(0).to_string()),
+        DataType::Utf8View => Value::String(column.as_string_view().value(0).to_string()),
+        // an enum: its symbol
+        DataType::Dictionary(_, value) if value.as_ref() == &DataType::Utf8 => {
+            let text = arrow::compute::cast(&column.slice(0, 1), &DataType::Utf8);
+            text.map_or_else(|_| marker("an enum"), |t| Value::String(t.as_string::<i32>().value(0).to_string()))
+        }
+        DataType::FixedSizeBinary(16) if field.metadata().get("logicalType").is_some_and(|t| t == "uuid") => {
+            let b = column.as_fixed_size_binary().value(0);
+            let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+            Value::String(format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..]))
+        }
+        DataType::Struct(fields) => {
+            let record = column.as_struct();
+            let out: Map<String, Value> =
+                fields.iter().zip(record.columns()).map(|(f, c)| (f.name().clone(), avro_row(f, c.as_ref()))).collect();
+            Value::Object(out)
+        }
+        other => marker(&format!("an Avro value of type {other}")),
+    }
+}
+
+fn marker(what: &str) -> Value {
+    Value::Object(Map::from_iter([(UNREADABLE.to_string(), Value::String(what.to_string()))]))
+}
+
+/// What an Avro key's field holds that a key column cannot take, when `value` is such a field.
+pub fn unreadable(value: &Value) -> Option<&str> {
+    match value {
+        Value::Object(fields) if fields.len() == 1 => fields.get(UNREADABLE).and_then(Value::as_str),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -189,5 +266,24 @@ mod tests {
         assert!(matches!(schemas.json(&framed(7, &[42, 2, 40, b'e'])), KeyJson::Bad(r) if r.contains("Avro")));
         assert!(schemas.register_avro(10, "{\"type\": \"nope\"}").is_err());
         assert!(!schemas.known(10));
+    }
+
+    #[test]
+    fn an_avro_keys_uuid_and_enum_read_as_text_and_other_types_as_markers() {
+        let schemas = KeySchemas::default();
+        let writer = r#"{"type": "record", "name": "K", "fields": [
+            {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
+            {"name": "tier", "type": {"type": "enum", "name": "Tier", "symbols": ["FREE", "PAID"]}},
+            {"name": "raw", "type": "bytes"}]}"#;
+        schemas.register_avro(5, writer).unwrap();
+        let uuid = b"550e8400-e29b-41d4-a716-446655440000";
+        let mut body = vec![72];
+        body.extend(uuid);
+        body.extend([2, 2, 0xff]); // tier = PAID (index 1), raw = one byte
+        let got = json(&schemas, &framed(5, &body));
+        assert_eq!(got["id"], serde_json::json!("550e8400-e29b-41d4-a716-446655440000"));
+        assert_eq!(got["tier"], serde_json::json!("PAID"));
+        assert_eq!(unreadable(&got["raw"]), Some("an Avro value of type Binary"), "{got}");
+        assert_eq!(unreadable(&got["id"]), None);
     }
 }

@@ -20,7 +20,7 @@ use arrow::error::ArrowError;
 use serde_json::Value;
 
 use super::headers::{column, parse, shown, Kind};
-use super::key_formats::{KeyJson, KeySchemas};
+use super::key_formats::{unreadable, KeyJson, KeySchemas};
 
 /// The key columns of a buffer's schema: which column takes the key, or which field of it.
 #[derive(Debug, Clone, Default)]
@@ -108,15 +108,20 @@ impl KeyColumns {
         rows: &[usize],
     ) -> Result<Vec<(usize, ArrayRef)>, ArrowError> {
         let mut out = Vec::with_capacity(self.named.len());
+        // each key read once, whatever number of columns take fields of it
+        let mut parsed: Vec<Option<Value>> = vec![None; rows.len()];
         for (i, path, kind) in &self.named {
-            let values = rows
-                .iter()
-                .map(|&r| match keys[r].as_ref() {
-                    None => Ok(None),
-                    Some(key) => value_of(key.as_ref(), path, *kind, self.schemas.as_deref(), &mut None),
-                })
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|why| ArrowError::InvalidArgumentError(format!("a key unchecked for its column: {why}")))?;
+            let mut values = Vec::with_capacity(rows.len());
+            for (&r, cache) in rows.iter().zip(parsed.iter_mut()) {
+                values.push(match keys[r].as_ref() {
+                    None => None,
+                    Some(key) => {
+                        value_of(key.as_ref(), path, *kind, self.schemas.as_deref(), cache).map_err(|why| {
+                            ArrowError::InvalidArgumentError(format!("a key unchecked for its column: {why}"))
+                        })?
+                    }
+                });
+            }
             let built = column(*kind, values.iter().map(|v| v.as_deref()))?;
             let wanted = schema.field(*i).data_type();
             out.push((*i, if built.data_type() == wanted { built } else { cast(&built, wanted)? }));
@@ -141,6 +146,14 @@ fn unregistered(key: &[u8], path: &[String]) -> Result<Value, String> {
         None => serde_json::from_slice(key).map_err(|_| {
             format!("the key is {}, not a JSON object, so it has no field {}", shown(key), path.join("."))
         }),
+    }
+}
+
+fn shown_field(path: &[String]) -> String {
+    if path.is_empty() {
+        "value".to_string()
+    } else {
+        format!("field {}", path.join("."))
     }
 }
 
@@ -181,6 +194,9 @@ fn value_of<'k>(
     }
     let mut at = parsed.as_ref().expect("parsed above");
     for (depth, name) in path.iter().enumerate() {
+        if let Some(what) = unreadable(at) {
+            return Err(format!("the key's {} is {what}, so it has no field {name}", shown_field(&path[..depth])));
+        }
         match at {
             Value::Object(fields) => match fields.get(name) {
                 Some(v) => at = v,
@@ -190,10 +206,13 @@ fn value_of<'k>(
             _ => {
                 return Err(format!(
                     "the key's {} is not a JSON object, so it has no field {name}",
-                    if depth == 0 { "value".to_string() } else { format!("field {}", path[..depth].join(".")) }
+                    shown_field(&path[..depth])
                 ))
             }
         }
+    }
+    if let Some(what) = unreadable(at) {
+        return Err(format!("the key's field {} is {what}, which a key column cannot take", path.join(".")));
     }
     let text = match (at, kind) {
         (Value::Null, _) => return Ok(None),
