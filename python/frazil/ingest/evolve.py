@@ -94,11 +94,25 @@ class Evolver:
         shape = inference.infer_lenient([v for v in values if v is not None], maps=target.cfg.maps)
         problems = [(e.field, e.reason) for e in errors]
         if not evolution.plan(target.table.schema(), shape, problems):
-            return None   # nothing the schema as last loaded lacks (a change made elsewhere would show here)
+            # nothing the table as last loaded lacks; but the worker loads the table for every
+            # write, so it may hold a change another process made that this buffer predates
+            return self._caught_up(target, tp, failed)
         before = target.buffer.schema
         where = f"{tp[0]}[{tp[1]}]@{errors[0].offset}"
         changed = await self._change(target, lambda schema: evolution.plan(schema, shape, problems), where)
         return self._again(target, tp, failed, before, changed)
+
+    def _caught_up(self, target: Target, tp: TopicPartition, failed: list[Record]) -> list[RecordProblem] | None:
+        """``failed`` appended again under a buffer made for the table as last loaded, when the
+        buffer is older than that table (another process changed it, and a write loaded it since);
+        None when the buffer already has its schema (they are bad records)."""
+        before = target.buffer.schema
+        if iceberg_catalog.arrow_schema(target.table, value_options(target.cfg, target.table.properties)) == before:
+            return None
+        log.info("table %s: schema id %d, changed by another writer, taken for %s[%d]@%d", target.name,
+                 target.table.schema().schema_id, tp[0], tp[1], failed[0].offset)
+        self._targets.evolved(target, target.table)
+        return self._again(target, tp, failed, before, target.table)
 
     @staticmethod
     def _again(target: Target, tp: TopicPartition, failed: list[Record], before: pa.Schema,
