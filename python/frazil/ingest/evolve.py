@@ -106,21 +106,19 @@ class Evolver:
         """``failed`` appended again under a buffer made for the table as last loaded, when the
         buffer is older than that table (another process changed it, and a write loaded it since);
         None when the buffer already has its schema (they are bad records)."""
-        before = target.buffer.schema
-        if iceberg_catalog.arrow_schema(target.table, value_options(target.cfg, target.table.properties)) == before:
+        if _buffer_schema(target, target.table) == target.buffer.schema:
             return None
         log.info("table %s: schema id %d, changed by another writer, taken for %s[%d]@%d", target.name,
                  target.table.schema().schema_id, tp[0], tp[1], failed[0].offset)
         self._targets.evolved(target, target.table)
-        return self._again(target, tp, failed, before, target.table)
+        return target.buffer.append(tp[0], tp[1], failed)
 
     @staticmethod
     def _again(target: Target, tp: TopicPartition, failed: list[Record], before: pa.Schema,
                changed: Table | None) -> list[RecordProblem] | None:
         """``failed`` appended again to ``target`` once its table ``changed`` (its buffer's schema
         was ``before``); None when nothing changed that they could use (they are bad records)."""
-        if changed is None or iceberg_catalog.arrow_schema(changed, value_options(target.cfg, changed.properties)) \
-                == before:
+        if changed is None or _buffer_schema(target, changed) == before:
             return None
         return target.buffer.append(tp[0], tp[1], failed)
 
@@ -323,6 +321,11 @@ class Evolver:
                      table.schema().schema_id, why)
         self._targets.evolved(target, table)
         return table
+
+
+def _buffer_schema(target: Target, table: Table) -> pa.Schema:
+    """The schema a JSON buffer made for ``table`` has (what ``target``'s buffer is compared with)."""
+    return iceberg_catalog.arrow_schema(table, value_options(target.cfg, table.properties))
 
 
 def _first_field_problem(failed: Sequence[Record], errors: Sequence[RecordProblem]) -> Record | None:

@@ -45,16 +45,17 @@ class ProtoValues:
 
     def __init__(self, schemas: WriterSchemas, *, plain: str | None = None) -> None:
         self._schemas = schemas
-        self.native = _native.ProtoSchemas()
         self._lock = threading.Lock()
         self._plain: tuple[int, list[int]] | None = None
-        if plain is not None:   # the .proto file or descriptor set, read at start
-            try:
-                self.native, name, indexes = compile_plain(Path(schemas.where), plain)
-            except (OSError, UnicodeDecodeError, _native.NativeError) as exc:
-                raise ConfigError(f"values.schema_file {schemas.where}: {exc}") from None
-            self._plain = (PLAIN_ID, indexes)
-            self.made = f"made from the message {name} of {schemas.where}"
+        if plain is None:
+            self.native = _native.ProtoSchemas()
+            return
+        try:   # the .proto file or descriptor set, read at start
+            self.native, name, indexes = compile_plain(Path(schemas.where), plain)
+        except (OSError, UnicodeDecodeError, _native.NativeError) as exc:
+            raise ConfigError(f"values.schema_file {schemas.where}: {exc}") from None
+        self._plain = (PLAIN_ID, indexes)
+        self.made = f"made from the message {name} of {schemas.where}"
 
     def learn(self, ids: Sequence[int]) -> None:
         """Blocking. Each of ``ids`` registered, or refused with why (its records are bad

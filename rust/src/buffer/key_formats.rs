@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
 use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes::{DataType, Field, Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type, UInt32Type, UInt8Type};
+use arrow::datatypes::{DataType, Field, Float32Type, Float64Type, Int32Type, Int64Type};
 use arrow::error::ArrowError;
 use arrow_avro::reader::Decoder;
 use arrow_avro::schema::AvroSchema;
@@ -161,23 +161,14 @@ fn avro_row(field: &Field, column: &dyn Array) -> Value {
     if column.is_null(0) {
         return Value::Null;
     }
-    let int = |n: i64| Value::Number(n.into());
+    // arrow-avro's numbers: int, long, float, double
+    let float = |x: f64| Number::from_f64(x).map_or_else(|| marker(&format!("the float {x}")), Value::Number);
     match column.data_type() {
         DataType::Boolean => Value::Bool(column.as_boolean().value(0)),
-        DataType::Int8 => int(column.as_primitive::<Int8Type>().value(0).into()),
-        DataType::Int16 => int(column.as_primitive::<Int16Type>().value(0).into()),
-        DataType::Int32 => int(column.as_primitive::<Int32Type>().value(0).into()),
-        DataType::Int64 => int(column.as_primitive::<Int64Type>().value(0)),
-        DataType::UInt8 => int(column.as_primitive::<UInt8Type>().value(0).into()),
-        DataType::UInt16 => int(column.as_primitive::<UInt16Type>().value(0).into()),
-        DataType::UInt32 => int(column.as_primitive::<UInt32Type>().value(0).into()),
-        DataType::Float32 | DataType::Float64 => {
-            let x = match column.data_type() {
-                DataType::Float32 => f64::from(column.as_primitive::<arrow::datatypes::Float32Type>().value(0)),
-                _ => column.as_primitive::<arrow::datatypes::Float64Type>().value(0),
-            };
-            Number::from_f64(x).map_or_else(|| marker(&format!("the float {x}")), Value::Number)
-        }
+        DataType::Int32 => Value::Number(column.as_primitive::<Int32Type>().value(0).into()),
+        DataType::Int64 => Value::Number(column.as_primitive::<Int64Type>().value(0).into()),
+        DataType::Float32 => float(column.as_primitive::<Float32Type>().value(0).into()),
+        DataType::Float64 => float(column.as_primitive::<Float64Type>().value(0)),
         DataType::Utf8 => Value::String(column.as_string::<i32>().value(0).to_string()),
         DataType::LargeUtf8 => Value::String(column.as_string::<i64>().value(0).to_string()),
         DataType::Utf8View => Value::String(column.as_string_view().value(0).to_string()),

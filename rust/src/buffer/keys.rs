@@ -130,8 +130,9 @@ impl KeyColumns {
     }
 }
 
-/// A key's JSON without the pipeline's key schemas (no schema registry): a framed key must be JSON
-/// after its frame (a JSON Schema serializer's).
+/// A key's JSON when no key schema reads it: a key not in the wire format, or without the
+/// pipeline's key schemas (no schema registry) one that must be JSON after its frame (a JSON
+/// Schema serializer's).
 fn unregistered(key: &[u8], path: &[String]) -> Result<Value, String> {
     match super::framed_json(key) {
         Some(json) => serde_json::from_slice(json).map_err(|_| {
@@ -185,10 +186,7 @@ fn value_of<'k>(
             }),
             Some(KeyJson::Bad(why)) => Err(format!("{why}; so it has no field {}", path.join("."))),
             Some(KeyJson::Unknown(id)) => Err(format!("the key's schema id {id} is not registered yet")),
-            Some(KeyJson::Unframed) => serde_json::from_slice(key).map_err(|_| {
-                format!("the key is {}, not a JSON object, so it has no field {}", shown(key), path.join("."))
-            }),
-            None => unregistered(key, path),
+            Some(KeyJson::Unframed) | None => unregistered(key, path),
         };
         *parsed = Some(read?);
     }
