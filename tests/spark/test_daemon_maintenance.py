@@ -24,27 +24,37 @@ from frazil_dev.s3 import S3Server
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
 PER_CHUNK = 1_000
-MIN_CHUNKS = 80      # one every 0.25 s: at least 20 s of steady ingestion, more than 2 * MAX_SNAPSHOTS commits
+MIN_CHUNKS = 80      # one every 0.25 s: at least 20 s of steady ingestion
 AFTER_COMPACTION = 12   # chunks sent after the first compaction is logged: commits land after it too
 MAX_PRODUCE_S = 300
 PARTITIONS = 4
 MAX_SNAPSHOTS = 20
+MIN_COMMITS = 2 * MAX_SNAPSHOTS + 5   # expiry must have had work to do
 COMPACTED = re.compile(r"maintenance rewrite_data_files on \S+ took .*rewritten_data_files_count=([1-9]\d*)")
+LANDED = re.compile(r"coordinator: commit \S+ landed in \S+ as snapshot \d+ with \d+ rows")
+# The commit interval: back-to-back commits on the in-memory S3 server (0.3-0.7 s each on a loaded
+# machine) leave Spark's compaction commit no gap to win its compare-and-swap in, and it retried
+# until the stream ended; a real deployment commits every few seconds or more.
+INTERVAL_S = {"s3": 1.0, "glue": 1.0}
 
 
 def _produce(bootstrap: str, topic: str, log: Path, errors: list[BaseException]) -> None:
-    """Steady chunks until a compaction has been logged and a few more chunks have gone after it:
-    the first maintenance turn starts Spark, which on a loaded machine takes anywhere from 15 s to a
-    minute, and the test needs commits before, during and after a compaction."""
+    """Steady chunks until a compaction has been logged, a few more chunks have gone after it and
+    ``MIN_COMMITS`` commits have landed: the first maintenance turn starts Spark, which on a loaded
+    machine takes anywhere from 15 s to a minute, and the test needs commits before, during and after
+    a compaction."""
     try:
         deadline = time.monotonic() + MAX_PRODUCE_S
-        c, after = 0, None
-        while (c < MIN_CHUNKS or after is None or c < after + AFTER_COMPACTION) and time.monotonic() < deadline:
+        c, after, commits = 0, None, 0
+        while (c < MIN_CHUNKS or after is None or c < after + AFTER_COMPACTION or commits < MIN_COMMITS) \
+                and time.monotonic() < deadline:
             asyncio.run(support.produce(bootstrap, topic, (support.record(i) for i in range(c * PER_CHUNK,
                                                                                              (c + 1) * PER_CHUNK)),
                                         PARTITIONS))
             c += 1
-            if after is None and COMPACTED.search(log.read_text(errors="replace")):
+            text = log.read_text(errors="replace")
+            commits = len(LANDED.findall(text))
+            if after is None and COMPACTED.search(text):
                 after = c
             time.sleep(0.25)
     except BaseException as exc:  # noqa: BLE001 - reported by the test
@@ -95,7 +105,8 @@ def test_compaction_and_expiry_run_while_frazil_ingests_and_lose_nothing(
     topic, name = f"maintained-{kind}", kind.replace("-", "_")
     asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
     config = support.write_config(
-        tmp_path, kafka.bootstrap, [topic], interval=0.3, maintenance=True, table=f"db.maintained_{name}",
+        tmp_path, kafka.bootstrap, [topic], interval=INTERVAL_S.get(kind, 0.3), maintenance=True,
+        table=f"db.maintained_{name}",
         catalog=catalog_properties(kind, request),
         extra=f"interval_s = 5\nmax_snapshots = {MAX_SNAPSHOTS}\nmin_input_files = 2\n"
               "[spark]\nmaster = \"local[2]\"\nconf = { \"spark.driver.memory\" = \"1g\" }\n")
@@ -158,8 +169,11 @@ def test_compaction_and_expiry_run_while_frazil_ingests_and_lose_nothing(
         start = max(s for s in starts if s < i)
         return any(c < start for c in commits) and any(start < c < i for c in commits) and any(c > i for c in commits)
 
-    assert any(rewritten > added >= 1 and around(i) for i, rewritten, added in compactions), \
-        f"no compaction ran while commits landed: {compactions}"
+    retried = [line[:300] for line in lines if re.search(r"Retrying task after failure|attempt \d+/\d+ failed", line)]
+    assert any(rewritten > added >= 1 and around(i) for i, rewritten, added in compactions), (
+        f"no compaction ran while commits landed: compactions (line, rewritten, added) {compactions}, "
+        f"turns started at lines {starts}, {len(commits)} commits at lines {commits[:3]}...{commits[-3:]}, "
+        f"retries: {retried[-10:]}")
 
     table = catalog.load_table(cfg.table.name)
     live_files = table.inspect.files().num_rows
