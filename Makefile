@@ -6,7 +6,7 @@ RUST_SOURCES := $(shell find rust/src -name '*.rs') rust/Cargo.toml Cargo.toml C
 export FRAZIL_CACHE ?= $(HOME)/.cache/frazil
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: help venv build bench-deps demo test test-fast lint test-rust test-loom test-python stubtest typecheck chaos chaos-tests bench bench-maintenance bench-profile bench-native bench-txlog bench-keyindex bench-ingest-txlog eos outage kafka-fetch spark-fetch clean
+.PHONY: help venv build bench-deps demo test test-fast lint test-rust test-loom test-python test-matrix stubtest typecheck chaos chaos-tests bench bench-maintenance bench-profile bench-native bench-txlog bench-keyindex bench-ingest-txlog eos outage kafka-fetch spark-fetch clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -73,7 +73,14 @@ test-python: build ## Python tests: unit, native, integration (real Kafka + cata
 	PYTHONPATH=dev $(PY) -m frazil_dev.kafka_connect >/dev/null
 	PYTHONPATH=dev $(PY) -m frazil_dev.oauth_server >/dev/null
 	PYTHONPATH=dev $(PY) -m frazil_dev.hive_metastore >/dev/null
-	$(PY) -m pytest $${PYTEST_ARGS:-}
+	$(PY) -m pytest -m "not matrix" $${PYTEST_ARGS:-}
+
+# what make test runs on one catalog or at a smaller size, on the others and at full size
+test-matrix: build ## the catalog matrix make test samples (maintenance on SQLite, PostgreSQL, Glue) and the 3M-record bulk catch-up
+	$(PY) -m frazil.spark.jars fetch --aws >/dev/null
+	$(PY) -m pytest -m matrix $${PYTEST_ARGS:-}
+	FRAZIL_BULK_RECORDS=$${FRAZIL_BULK_RECORDS:-3000000} $(PY) -m pytest $${PYTEST_ARGS:-} \
+		tests/spark/test_backfill.py -k bulk_catch_up
 
 test: lint test-rust test-loom test-python ## everything CI runs: lint, Rust tests, loom model checks, every Python test against real servers
 

@@ -21,8 +21,8 @@ from harness import eos
 
 pytestmark = [pytest.mark.chaos]
 
-RECORDS = int(os.environ.get("FRAZIL_EOS_RECORDS", "300000"))   # make eos: 1M
-KILLS = int(os.environ.get("FRAZIL_EOS_KILLS", "20"))
+RECORDS = int(os.environ.get("FRAZIL_EOS_RECORDS", "200000"))   # make eos: 1M
+KILLS = int(os.environ.get("FRAZIL_EOS_KILLS", "12"))
 
 
 def _assert_exact(result: dict[str, object]) -> None:

@@ -70,7 +70,7 @@ def landed_by_kind(catalog, namespace: str) -> dict[str, list[tuple[str, int, in
     return out
 
 
-@pytest.mark.parametrize("mode", ["single", "distributed"])
+@pytest.mark.parametrize("mode", [pytest.param("single", marks=pytest.mark.matrix), "distributed"])
 def test_fifty_tables_created_while_streaming_each_with_its_records_once(kafka: KafkaBroker, tmp_path: Path,
                                                                         mode: str) -> None:
     topic = f"dyn-events-{mode}"
@@ -191,7 +191,7 @@ def _threads(pid: int) -> int:
     return int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads:")))
 
 
-@pytest.mark.parametrize("mode", ["single", "distributed"])
+@pytest.mark.parametrize("mode", [pytest.param("single", marks=pytest.mark.matrix), "distributed"])
 def test_a_hundred_tables_commit_in_one_cycle_without_a_thread_per_table(kafka: KafkaBroker, tmp_path: Path,
                                                                           mode: str) -> None:
     """A first run creates 100 tables (one per kind). Then 2,000 records for all of them wait in

@@ -147,7 +147,7 @@ def oauth_kafka(kafka: KafkaBroker, idp: OAuthServer) -> str:
             f'sasl_oauthbearer_client_id = "{CLIENT_ID}"\nsasl_oauthbearer_client_secret_env = "FRAZIL_TEST_OAUTH"\n')
 
 
-@pytest.mark.parametrize("mode", ["single", "distributed"])
+@pytest.mark.parametrize("mode", [pytest.param("single", marks=pytest.mark.matrix), "distributed"])
 def test_a_pipeline_lands_everything_through_oauthbearer_while_its_tokens_expire_and_are_renewed(
         kafka: KafkaBroker, oauth_server: OAuthServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         mode: str) -> None:

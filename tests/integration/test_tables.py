@@ -124,7 +124,7 @@ def test_a_topic_created_mid_run_that_matches_the_pattern_is_picked_up_without_a
     assert other not in log.read_text(), "a topic the pattern does not match is never consumed"
 
 
-@pytest.mark.parametrize("mode", ["single", "distributed"])
+@pytest.mark.parametrize("mode", [pytest.param("single", marks=pytest.mark.matrix), "distributed"])
 def test_a_table_whose_commits_keep_failing_holds_back_no_other_table(kafka: KafkaBroker, tmp_path: Path,
                                                                       mode: str) -> None:
     """The first 40 catalog commits of db.refunds fail (``commit.before_catalog[db.refunds]=raise*40``,

@@ -26,7 +26,7 @@ from harness.spark_cluster import SparkCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
-BULK_RECORDS = int(os.environ.get("FRAZIL_BULK_RECORDS", "3000000"))
+BULK_RECORDS = int(os.environ.get("FRAZIL_BULK_RECORDS", "1000000"))   # make test-matrix: 3M
 
 
 def _run(config: Path, log: Path, *args: str, timeout: float = 900) -> str:
@@ -43,7 +43,7 @@ def _bulk_files(catalog, table: str) -> tuple[int, int]:  # type: ignore[no-unty
     return len(paths), sum(1 for p in paths if "/data/frazil-bulk-" in p)
 
 
-def test_bulk_catch_up_of_millions_of_records_lands_each_once(kafka: KafkaBroker, tmp_path: Path) -> None:
+def test_bulk_catch_up_of_a_million_records_or_more_lands_each_once(kafka: KafkaBroker, tmp_path: Path) -> None:
     topic, partitions = "backlog", 12
     asyncio.run(support.create_topic(kafka.bootstrap, topic, partitions))
     started = time.monotonic()
@@ -137,7 +137,7 @@ def test_a_backfill_into_a_hive_metastore_catalog_lands_each_record_once(kafka: 
     assert support.stored(catalog, cfg) == ends
 
 
-@pytest.mark.parametrize("kind", ["s3", "glue"])
+@pytest.mark.parametrize("kind", ["s3", pytest.param("glue", marks=pytest.mark.matrix)])
 def test_a_backfill_onto_object_storage_writes_through_iceberg_and_drops_its_scratch_tables(
         kafka: KafkaBroker, tmp_path: Path, s3: S3Server, spark: Any, kind: str, monkeypatch: pytest.MonkeyPatch,
         request: pytest.FixtureRequest) -> None:
@@ -202,6 +202,7 @@ def test_a_backfill_onto_object_storage_writes_through_iceberg_and_drops_its_scr
     assert by_partition == {tp: (end, end) for tp, end in ends.items()}, by_partition
 
 
+@pytest.mark.matrix   # a deployment variant of the local-mode backfill and maintenance tests
 def test_backfill_and_compaction_on_a_standalone_cluster(kafka: KafkaBroker, tmp_path: Path) -> None:
     topic, partitions, records = "on-cluster", 4, 120_000
     asyncio.run(support.create_topic(kafka.bootstrap, topic, partitions))
