@@ -43,6 +43,8 @@ class FakeSource:
         self.joined = False
         self.fetched: list[tuple[TP, int, int]] = []   # (partition, first offset, count) of every fetch served
         self.low_watermarks: list[dict[TP, int]] = []
+        # the broker's topic ids (kafka/topic_ids.py); None: a broker that gives none
+        self.topic_ids: dict[str, str] | None = None
         self._on_assigned: Callable[[set[TP]], Awaitable[Mapping[TP, int]]] | None = None
         self._on_positioned: Callable[[set[TP], Mapping[TP, int]], None] | None = None
         self._on_revoked: Callable[[set[TP]], Awaitable[None]] | None = None
@@ -100,6 +102,9 @@ class FakeSource:
 
     async def commit_low_watermark(self, offsets: Mapping[TP, int]) -> None:
         self.low_watermarks.append(dict(offsets))
+
+    async def read_topic_ids(self, topics: set[str]) -> dict[str, str] | None:
+        return None if self.topic_ids is None else {t: i for t, i in self.topic_ids.items() if t in topics}
 
     def read_to_end(self) -> bool:
         return all(self.position.get(tp, -1) > (log[-1][0] if log else -1) for tp, log in self.logs.items())

@@ -11,7 +11,7 @@ from pyiceberg.catalog import Catalog
 
 import support
 from frazil import config, faults
-from frazil.errors import CommitFailed, OffsetGapError, OffsetOverlapError
+from frazil.errors import CommitFailed, OffsetGapError, OffsetOverlapError, TopicMismatchError
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
 from frazil.iceberg.committer import Committer
@@ -161,10 +161,39 @@ def test_the_pipeline_watermark_is_kept_with_the_offsets_and_never_moves_back(se
                            progress={TP: 0, other: 40})
     committer.commit_files(committer.write_files(rows(cfg, catalog, 10, 20)), {TP: Range(10, 20)}, "c2",
                            progress={TP: 10, other: 30})   # a late worker's lower mark: the higher one stays
-    stored, progress = committer.stored()
+    held = committer.stored()
+    stored, progress = held.offsets, held.progress
     assert stored == {TP: 20} and progress == {TP: 10, other: 40}
     summary = catalog.load_table(cfg.table.name).current_snapshot().summary.additional_properties
     assert offsets.decode(summary[offsets.progress_key(cfg.pipeline)]) == {TP: 10, other: 40}
+
+
+def test_a_topic_id_is_kept_with_the_offsets_and_records_of_a_recreated_topic_are_refused(setup) -> None:
+    catalog, cfg = setup
+    committer = Committer(catalog, cfg.table.name, cfg.pipeline, sleep=lambda s: None)
+    # a table written before ids were kept (or by a worker that sends none): nothing to judge
+    committer.commit_files(committer.write_files(rows(cfg, catalog, 0, 10)), {TP: Range(0, 10)}, "c1")
+    assert committer.stored().topic_ids == {}
+    # the first commit that names the topic's id keeps it, in the property and the snapshot summary
+    committer.commit_files(committer.write_files(rows(cfg, catalog, 10, 20)), {TP: Range(10, 20)}, "c2",
+                           topic_ids={TP[0]: "A"})
+    table = catalog.load_table(cfg.table.name)
+    assert committer.stored().topic_ids == {TP[0]: "A"}
+    summary = table.current_snapshot().summary.additional_properties
+    assert offsets.stored_topic_ids(summary, cfg.pipeline) == {TP[0]: "A"}
+    # records read from a topic of the same name with another id: refused, nothing committed
+    before = table.current_snapshot().snapshot_id
+    with pytest.raises(TopicMismatchError, match=r"topic events: the table's offsets were read from topic id A, "
+                                                 r"these records from B.*frazil.topic-ids"):
+        committer.commit_files(committer.write_files(rows(cfg, catalog, 20, 30)), {TP: Range(20, 30)}, "c3",
+                               topic_ids={TP[0]: "B"})
+    assert catalog.load_table(cfg.table.name).current_snapshot().snapshot_id == before
+    assert committer.stored().offsets == {TP: 20}
+    # the same id, or none (a worker of the previous version), lands
+    committer.commit_files(committer.write_files(rows(cfg, catalog, 20, 30)), {TP: Range(20, 30)}, "c4")
+    committer.commit_files(committer.write_files(rows(cfg, catalog, 30, 40)), {TP: Range(30, 40)}, "c5",
+                           topic_ids={TP[0]: "A"})
+    assert committer.stored().offsets == {TP: 40} and committer.stored().topic_ids == {TP[0]: "A"}
 
 
 def test_an_existing_table_whose_column_types_disagree_with_the_config_is_a_startup_error(setup) -> None:

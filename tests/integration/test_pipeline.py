@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import itertools
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -197,18 +198,10 @@ async def test_stop_commits_what_is_buffered(kafka: KafkaBroker, tmp_path: Path)
     assert support.stored(catalog, cfg) == {(topic, 0): 300}
 
 
-async def test_a_recreated_topic_is_reported_not_skipped(kafka: KafkaBroker, tmp_path: Path) -> None:
-    """The table remembers offsets up to 200; the topic is deleted and recreated with 20 records.
-    Reading on would silently skip them (they sit below the stored offset): frazil must stop with
-    an error that says what happened and what to do."""
+async def recreate(kafka: KafkaBroker, topic: str, records: int) -> None:
+    """Delete ``topic`` and create it again (one partition) with ``records`` records."""
     from aiokafka.admin import AIOKafkaAdminClient
 
-    from frazil.errors import TopicMismatchError
-
-    (topic,) = await new_topics(kafka, 1, 1)
-    await support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(200)), 1)
-    cfg = support.load(support.write_config(tmp_path, kafka.bootstrap, [topic]))
-    await support.run_until_committed(cfg, {(topic, 0): 200})
     admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
     await admin.start()
     try:
@@ -220,10 +213,53 @@ async def test_a_recreated_topic_is_reported_not_skipped(kafka: KafkaBroker, tmp
     finally:
         await admin.close()
     await support.create_topic(kafka.bootstrap, topic, 1)
-    await support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(20)), 1)
+    await support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(records)), 1)
+
+
+async def test_a_recreated_topic_is_told_by_its_id_and_nothing_of_it_is_read(kafka: KafkaBroker,
+                                                                              tmp_path: Path) -> None:
+    """The table keeps offsets up to 200 and the topic's id; the topic is deleted and created again
+    with 300 records, so its log's bounds alone cannot tell (200 is inside them). Reading on would
+    skip its first 200 records and land the rest under the old topic's offsets: frazil must stop,
+    naming both ids, and leave the table as it was."""
+    from frazil.errors import TopicMismatchError
+    from frazil.iceberg import offsets
+
+    (topic,) = await new_topics(kafka, 1, 1)
+    await support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(200)), 1)
+    cfg = support.load(support.write_config(tmp_path, kafka.bootstrap, [topic]))
+    await support.run_until_committed(cfg, {(topic, 0): 200})
+    catalog = support.catalog_of(cfg)
+    old = offsets.stored_topic_ids(catalog.load_table(cfg.table.name).properties, cfg.pipeline)
+    assert set(old) == {topic} and len(old[topic]) == 22, old   # Kafka's text form of a topic id
+    await recreate(kafka, topic, 300)
+    with pytest.raises(TopicMismatchError, match=rf"read from topic {topic} when its id was {re.escape(old[topic])}, "
+                                                 rf"and {topic} has id (?!{re.escape(old[topic])})\S+ now"):
+        await asyncio.wait_for(daemon.serve(cfg, asyncio.Event()), 60)
+    table = catalog.load_table(cfg.table.name)
+    assert support.stored(catalog, cfg) == {(topic, 0): 200}
+    assert offsets.stored_topic_ids(table.properties, cfg.pipeline) == old
+    support.assert_exactly_once(support.count_offsets(catalog, cfg.table.name), {(topic, 0): 200})
+
+
+async def test_a_recreated_topic_is_reported_not_skipped(kafka: KafkaBroker, tmp_path: Path) -> None:
+    """The table remembers offsets up to 200 but no topic id (written before ids were kept); the
+    topic is deleted and recreated with 20 records. Reading on would silently skip them (they sit
+    below the stored offset): frazil must stop with an error that says what happened and what to do."""
+    from frazil.errors import TopicMismatchError
+    from frazil.iceberg import offsets
+
+    (topic,) = await new_topics(kafka, 1, 1)
+    await support.produce(kafka.bootstrap, topic, (support.record(i) for i in range(200)), 1)
+    cfg = support.load(support.write_config(tmp_path, kafka.bootstrap, [topic]))
+    await support.run_until_committed(cfg, {(topic, 0): 200})
+    catalog = support.catalog_of(cfg)
+    with catalog.load_table(cfg.table.name).transaction() as tx:
+        tx.remove_properties(offsets.topic_ids_key(cfg.pipeline))
+    await recreate(kafka, topic, 20)
     with pytest.raises(TopicMismatchError, match=rf"{topic}\[0\] table=200 log end=20"):
         await asyncio.wait_for(daemon.serve(cfg, asyncio.Event()), 60)
-    assert support.stored(support.catalog_of(cfg), cfg) == {(topic, 0): 200}
+    assert support.stored(catalog, cfg) == {(topic, 0): 200}
 
 
 async def delete_below(kafka: KafkaBroker, topic: str, offset: int) -> None:

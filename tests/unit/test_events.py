@@ -41,7 +41,7 @@ files = st.builds(DataFileRef, path=text, file_format=st.just("PARQUET"), record
                   spec_id=ints, partition=st.lists(opt_bytes, max_size=3).map(tuple),
                   columns=st.lists(columns, max_size=3).map(tuple),
                   split_offsets=st.lists(longs, max_size=3).map(tuple), sort_order_id=st.none() | ints)
-ranges = st.builds(OffsetRange, topic=text, partition=ints, start=longs, end=longs, generation=ints)
+ranges = st.builds(OffsetRange, topic=text, partition=ints, start=longs, end=longs, generation=ints, topic_id=text)
 payloads = st.one_of(
     st.builds(StartCommit, commit_id=text),
     st.builds(DataWritten, commit_id=text, table=text, files=st.lists(files, max_size=3).map(tuple),
@@ -103,6 +103,17 @@ def test_a_version_1_reply_still_reads_with_no_table_uuid() -> None:
     fastavro.schemaless_writer(out, codec.writer_schemas()[1], {
         "group": "p", "sender": "w", "sent_ms": 1, "payload": ("io.frazil.events.v1.DataWritten", written)})
     assert decode(out.getvalue()).payload == DataWritten("c1", "db.t", (), (OffsetRange("t", 0, 0, 5, 3),), "")
+
+
+def test_a_version_7_range_reads_with_no_topic_id() -> None:
+    """Its commit neither checks nor keeps the topic's id (a worker from before ids were sent)."""
+    out = io.BytesIO()
+    out.write(bytes((codec.MAGIC, 7)))
+    written = {"commit_id": "c1", "table": "db.t", "files": [], "table_uuid": "u", "dead_letters": [],
+               "letter_runs": [], "ranges": [{"topic": "t", "partition": 0, "start": 0, "end": 5, "generation": 3}]}
+    fastavro.schemaless_writer(out, codec.writer_schemas()[7], {
+        "group": "p", "sender": "w", "sent_ms": 1, "payload": ("io.frazil.events.v1.DataWritten", written)})
+    assert decode(out.getvalue()).payload.ranges == (OffsetRange("t", 0, 0, 5, 3, ""),)
 
 
 def test_an_unknown_version_says_to_upgrade_the_readers_first() -> None:

@@ -69,3 +69,22 @@ def test_a_rolled_back_table_is_believed_from_its_data_not_its_property() -> Non
     # no summary of the pipeline left (expired): the property is all there is
     assert offsets.held(props, [rewrite, other], "p") == agree
     assert offsets.held({}, [], "p") == offsets.Held({}, {})
+
+
+def test_topic_ids_are_kept_per_pipeline_and_a_rollback_takes_the_ids_of_the_data() -> None:
+    key, ids = offsets.property_key("p"), offsets.topic_ids_key("p")
+    props = {key: offsets.encode({("t", 0): 300}), ids: offsets.encode_topic_ids({"t": "B", "u": "U"})}
+    assert offsets.stored_topic_ids(props, "p") == {"t": "B", "u": "U"} and offsets.stored_topic_ids(props, "q") == {}
+    assert offsets.held(props, [dict(props)], "p").topic_ids == {"t": "B", "u": "U"}
+    # rolled back to a snapshot from before the topic was recreated: its offsets and its ids
+    older = {key: offsets.encode({("t", 0): 100}), ids: offsets.encode_topic_ids({"t": "A"})}
+    assert offsets.held(props, [older], "p").topic_ids == {"t": "A"}
+    # a snapshot from before ids were kept: none, so nothing is judged by them
+    assert offsets.held(props, [{key: offsets.encode({("t", 0): 100})}], "p").topic_ids == {}
+
+
+def test_only_a_topic_with_two_known_and_different_ids_counts_as_recreated() -> None:
+    stored = {"same": "A", "new": "B", "gone": "C", "unknown": ""}
+    current = {"same": "A", "new": "B2", "unknown": "D", "fresh": "E"}
+    assert offsets.recreated(stored, current) == {"new": ("B", "B2")}
+    assert offsets.recreated({}, current) == {} and offsets.recreated(stored, {}) == {}

@@ -183,3 +183,25 @@ async def test_an_outage_is_counted_from_the_start_of_the_first_cycle_that_faile
     await setup.worker.reply("c1", int(time.time() * 1000) - 4000)   # the cycle began 4 s before this answer
     await setup.worker.handle(CommitComplete("c1", None, (TABLE,)))
     assert setup.worker.outage.seconds(setup.clock()) == pytest.approx(4.0, abs=0.5)
+
+
+async def test_ranges_carry_the_topic_id_and_a_recreated_topic_stops_the_worker_before_it_reads(setup: Setup) -> None:
+    from frazil.errors import TopicMismatchError
+
+    setup.source.topic_ids = {"t": "A"}
+    assert await setup.worker.position({TP}) == {}   # nothing stored: the id is learnt, not judged
+    setup.take(0, 10)
+    await setup.worker.reply("c1")
+    [written] = [p for p in setup.channel.sent[-1] if isinstance(p, DataWritten)]
+    assert [(r.topic, r.topic_id) for r in written.ranges] == [("t", "A")]
+    setup.commit("c1")
+    setup.worker.drop()
+    assert await setup.worker.position({TP}) == {TP: 10}   # the same topic: read on from the table
+    # the topic deleted and created again: a new id, whatever its log's bounds
+    setup.source.topic_ids = {"t": "B"}
+    with pytest.raises(TopicMismatchError, match=r"table db.events keeps offsets read from topic t when its id was A, "
+                                                 r"and t has id B now.*frazil.progress"):
+        await setup.worker.position({TP})
+    # brokers without ids: only the bounds check is left (ingest/source.py)
+    setup.source.topic_ids = None
+    assert await setup.worker.position({TP}) == {TP: 10}

@@ -39,6 +39,7 @@ class Target:
     buffer: RecordBuffer
     table: Table                                   # as last loaded
     floors: dict[TopicPartition, int] = field(default_factory=dict)
+    topic_ids: dict[str, str] = field(default_factory=dict)   # kept with its offsets, as last read
     # bad records of what the buffer holds (on_bad_record = "dead_letter"): they go with its rows
     dead: list[DeadLetter] = field(default_factory=list)
     # rows buffered under an older schema of the table (it evolved since): they go with the buffer's
@@ -323,10 +324,11 @@ class Targets:
         stored: dict[str, dict[TopicPartition, int]] = {}
         marks = []
         for target in self:
-            offsets, progress = target.committer.stored()
-            stored[target.name] = offsets
-            marks.append(progress)
-            target.floors = {tp: o for tp, o in offsets.items() if tp in tps}
+            held = target.committer.stored()
+            stored[target.name] = held.offsets
+            marks.append(held.progress)
+            target.floors = {tp: o for tp, o in held.offsets.items() if tp in tps}
+            target.topic_ids = held.topic_ids
         return resume_at(tps, stored, merge_progress(*marks), self._takers)
 
 

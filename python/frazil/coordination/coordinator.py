@@ -50,6 +50,7 @@ from frazil.errors import (
     OffsetGapError,
     OffsetOverlapError,
     OutageTimeout,
+    TopicMismatchError,
 )
 from frazil.events.payloads import (
     CommitComplete,
@@ -63,6 +64,7 @@ from frazil.events.payloads import (
 )
 from frazil.flow import retry
 from frazil.flow.outage import Outage
+from frazil.iceberg import offsets
 from frazil.iceberg.committer import CommitResult, Committer
 from frazil.iceberg.datafiles import from_ref
 from frazil.iceberg.index_store import IndexStore
@@ -457,19 +459,25 @@ def table_committer(catalog: Catalog, pipeline: str, *, max_attempts: int, journ
                               f"{pipeline!r} on this Kafka cluster (give each its own); nothing was committed")
         specs, schema = loaded.specs(), loaded.schema()
         ranges: dict[TopicPartition, Range] = {}
+        topic_ids: dict[str, str] = {}
         for r in table.ranges:
             tp = (r.topic, r.partition)
             if tp in ranges:
                 raise FrazilError(f"commit {commit_id} to {table.table}: two ranges for {r.topic}[{r.partition}] "
                                   "in one cycle (two owners of one partition in one generation); this is a bug")
             ranges[tp] = Range(r.start, r.end)
+            if r.topic_id and topic_ids.setdefault(r.topic, r.topic_id) != r.topic_id:
+                raise TopicMismatchError(
+                    f"commit {commit_id} to {table.table}: records of topic {r.topic} were read from two topics of "
+                    f"that name (ids {topic_ids[r.topic]} and {r.topic_id}): it was deleted and created again while "
+                    "the pipeline ran; nothing was committed. " + offsets.RECREATED_FIX.format(pipeline=pipeline))
         files = [from_ref(f, specs[f.spec_id], schema) for f in table.files]
         progress = {(t, p): o for t, p, o in table.progress}
         if journal is None:
             return committer.commit_files(files, ranges, commit_id, valid_through_ms=valid_through_ms, loaded=loaded,
-                                          progress=progress)
+                                          progress=progress, topic_ids=topic_ids)
         return logged_commit(journal, committer, table.table, files, ranges, commit_id, valid_through_ms, loaded,
-                             progress, table.dead_letters if log_dead_letters else ())
+                             progress, table.dead_letters if log_dead_letters else (), topic_ids)
 
     return commit
 
@@ -477,7 +485,7 @@ def table_committer(catalog: Catalog, pipeline: str, *, max_attempts: int, journ
 def logged_commit(journal: Journal, committer: Committer, table: str, files: list[DataFile],
                   ranges: dict[TopicPartition, Range], commit_id: str, valid_through_ms: int | None = None,
                   loaded: Table | None = None, progress: dict[TopicPartition, int] | None = None,
-                  dead_letters: Sequence[DeadLetter] = ()) -> CommitResult:
+                  dead_letters: Sequence[DeadLetter] = (), topic_ids: dict[str, str] | None = None) -> CommitResult:
     """One table commit between its intent and its outcome in the transaction log (blocking).
     Refused for its content (an overlap, a gap): ``abandoned``. Known not to have landed:
     ``failed`` (the files go back to pending). Outcome unknown: no outcome yet; the intent is
@@ -487,11 +495,11 @@ def logged_commit(journal: Journal, committer: Committer, table: str, files: lis
     journal.append([txrecords.intent(commit_id, table, paths, ranges, dead_letters)])
     try:
         result = committer.commit_files(files, ranges, commit_id, valid_through_ms=valid_through_ms, loaded=loaded,
-                                        progress=progress)
+                                        progress=progress, topic_ids=topic_ids)
     except CommitFailed:
         journal.append([txrecords.outcome(commit_id, table, "failed")])
         raise
-    except (OffsetOverlapError, OffsetGapError):
+    except (OffsetOverlapError, OffsetGapError, TopicMismatchError):
         journal.append([txrecords.outcome(commit_id, table, "abandoned")])
         raise
     journal.append([txrecords.outcome(commit_id, table, "abandoned" if result.already_committed else "committed",

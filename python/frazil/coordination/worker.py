@@ -41,7 +41,7 @@ from frazil.config import Config
 from frazil.coordination.batch import Batch, Part
 from frazil.coordination.channel import Received
 from frazil.coordination.writing import PartWriter
-from frazil.errors import CatalogUnavailable, CommitFailed, FrazilError, OutageTimeout
+from frazil.errors import CatalogUnavailable, CommitFailed, FrazilError, OutageTimeout, TopicMismatchError
 from frazil.events.payloads import (
     Assignment,
     CommitComplete,
@@ -54,6 +54,7 @@ from frazil.events.payloads import (
 )
 from frazil.flow import retry
 from frazil.flow.outage import Outage
+from frazil.iceberg import offsets
 from frazil.iceberg.datafiles import to_ref
 from frazil.iceberg.offsets import Range, TopicPartition
 from frazil.metrics import Metrics, Stats
@@ -85,6 +86,7 @@ class SourceControl(Protocol):
     def generation(self) -> int: ...
     async def seek(self, tps: set[TopicPartition], offsets: Mapping[TopicPartition, int]) -> None: ...
     async def commit_low_watermark(self, offsets: Mapping[TopicPartition, int]) -> None: ...
+    async def read_topic_ids(self, topics: set[str]) -> dict[str, str] | None: ...
 
 
 class Worker:
@@ -110,6 +112,9 @@ class Worker:
         # watermark the coordinator keeps, so a draining stop waits for it
         self._answered: str | None = None
         self.writing_bytes = 0   # an estimate of what the Parquet writers hold while a batch is written
+        # the id of each topic this process reads, as the broker gave it when its partitions were
+        # positioned: sent with every range, so a commit never mixes two topics of one name
+        self._topic_ids: dict[str, str] = {}
 
     @property
     def batch_bytes(self) -> int:
@@ -207,7 +212,7 @@ class Worker:
                     continue
                 table = tables[name]
                 refs = tuple(to_ref(f, table.spec(), table.schema()) for f in part.files)
-                ranges = tuple(OffsetRange(t, p, r.start, r.end, generation)
+                ranges = tuple(OffsetRange(t, p, r.start, r.end, generation, self._topic_ids.get(t, ""))
                                for (t, p), r in sorted(part.ranges.items()))
                 payloads.append(DataWritten(commit_id, name, refs, ranges, str(table.metadata.table_uuid), part.dead))
             self.reported = frozenset(batch.parts) - frozenset(failures)
@@ -419,12 +424,36 @@ class Worker:
                 f"(outage_timeout_s={timeout_s:g}): {type(exc).__name__}: {exc}. Nothing is lost: a restart reads "
                 "them again")
 
-        return await retry.wait_out(
+        resume: dict[TopicPartition, int] = await retry.wait_out(
             lambda: asyncio.to_thread(self._targets.read_positions, tps),
             what=f"cannot read the tables' offsets for {len(tps)} assigned partition(s); nothing is consumed meanwhile",
             timeout_s=timeout_s, backoff=POSITION_BACKOFF, clock=self._clock, expired=expired,
             # frazil's own verdicts (a gap, a mismatch) are not an outage
             retriable=lambda exc: not isinstance(exc, FrazilError))
+        await self._check_topics({t for t, _ in tps})
+        return resume
+
+    async def _check_topics(self, topics: set[str]) -> None:
+        """Each topic's id now against the one every table keeps with its offsets (read by
+        ``position`` just before): a topic deleted and created again under its name must not be read
+        from offsets of the one before, whatever its log's bounds are now. Brokers without topic ids
+        leave only the bounds check (``ingest/source.py``)."""
+        if not topics:
+            return
+        current = await self._source.read_topic_ids(topics)
+        if current is None:
+            return
+        self._topic_ids.update(current)
+        for target in self._targets:
+            changed = offsets.recreated({t: i for t, i in target.topic_ids.items() if t in topics}, current)
+            if changed:
+                pipeline = self._cfg.pipeline
+                detail = "; ".join(f"table {target.name} keeps offsets read from topic {t} when its id was {was}, and "
+                                   f"{t} has id {now} now" for t, (was, now) in changed.items())
+                raise TopicMismatchError(
+                    f"{detail} (table property {offsets.topic_ids_key(pipeline)}): the topic was deleted and created "
+                    "again. Nothing of the new topic was read or committed. "
+                    + offsets.RECREATED_FIX.format(pipeline=pipeline))
 
     async def rewind(self) -> None:
         """Drop what is buffered and held and read every positioned partition again from the tables."""

@@ -35,7 +35,7 @@ from frazil.events.payloads import (
 )
 
 MAGIC = 0xF7
-VERSION = 7
+VERSION = 8
 NAMESPACE = "io.frazil.events.v1"
 
 
@@ -142,9 +142,17 @@ _V7_RECORDS["DataWritten"]["fields"].append({"name": "letter_runs", "type": {"ty
         {"name": "reason", "type": "string"}, _opt("meant_for", "string"),
         {"name": "offsets", "type": {"type": "array", "items": "long"}}]}}, "default": []})
 
+# Version 8: each range names the id of the topic it was read from (``kafka/topic_ids.py``; "" when
+# the broker gives none): the committer keeps it with the offsets and refuses a recreated topic's.
+SCHEMA_V8: dict[str, Any] = copy.deepcopy(SCHEMA_V7)
+_V8_RECORDS = {p["name"]: p for p in SCHEMA_V8["fields"][3]["type"]}
+next(f for f in _V8_RECORDS["DataWritten"]["fields"] if f["name"] == "ranges")["type"]["items"]["fields"].append(
+    {"name": "topic_id", "type": "string", "default": ""})
+
 # Every schema version this build can read, by the version byte. Add a version by adding its
 # writer schema here and making it the reader schema; never change a published one.
-_SCHEMAS = {1: SCHEMA_V1, 2: SCHEMA_V2, 3: SCHEMA_V3, 4: SCHEMA_V4, 5: SCHEMA_V5, 6: SCHEMA_V6, 7: SCHEMA_V7}
+_SCHEMAS = {1: SCHEMA_V1, 2: SCHEMA_V2, 3: SCHEMA_V3, 4: SCHEMA_V4, 5: SCHEMA_V5, 6: SCHEMA_V6, 7: SCHEMA_V7,
+            8: SCHEMA_V8}
 
 
 @functools.cache

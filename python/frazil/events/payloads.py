@@ -50,13 +50,15 @@ class DataFileRef:
 
 @dataclass(frozen=True)
 class OffsetRange:
-    """Records ``[start, end)`` of one source partition, read under assignment ``generation``."""
+    """Records ``[start, end)`` of one source partition, read under assignment ``generation`` from
+    the topic whose id is ``topic_id`` ("" when the broker gave none)."""
 
     topic: str
     partition: int
     start: int
     end: int
     generation: int
+    topic_id: str = ""
 
 
 @dataclass(frozen=True)

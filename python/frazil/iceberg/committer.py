@@ -30,7 +30,14 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import ancestors_of
 
 from frazil import faults
-from frazil.errors import CommitFailed, CommitOutcomeUnknown, FrazilError, OffsetGapError, OffsetOverlapError
+from frazil.errors import (
+    CommitFailed,
+    CommitOutcomeUnknown,
+    FrazilError,
+    OffsetGapError,
+    OffsetOverlapError,
+    TopicMismatchError,
+)
 from frazil.flow import retry
 from frazil.iceberg import index_store, mutations, offsets, writes
 from frazil.iceberg.commits import (
@@ -93,10 +100,9 @@ class Committer:
     def stored_offsets(self) -> dict[TopicPartition, int]:
         return self.held(self.load()).offsets
 
-    def stored(self) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
-        """The table's offsets and the pipeline watermark it keeps, from one load."""
-        found = self.held(self.load())
-        return found.offsets, found.progress
+    def stored(self) -> offsets.Held:
+        """The table's offsets, the pipeline watermark and the topic ids it keeps, from one load."""
+        return self.held(self.load())
 
     def held(self, table: Table) -> offsets.Held:
         """What ``table`` holds for this pipeline: the data's truth when the table was rolled
@@ -109,6 +115,16 @@ class Committer:
             log.warning("table %s: %s", self._table_name, found.rolled_back)
         self._said = found.rolled_back
         return found
+
+    def _refuse_recreated(self, found: offsets.Held, read_from: Mapping[str, str], commit_id: str) -> None:
+        changed = offsets.recreated(found.topic_ids, read_from)
+        if changed:
+            detail = "; ".join(f"topic {t}: the table's offsets were read from topic id {was}, these records from {now}"
+                               for t, (was, now) in changed.items())
+            raise TopicMismatchError(
+                f"commit {commit_id} to {self._table_name}: {detail} (table property "
+                f"{offsets.topic_ids_key(self._pipeline)}). The topic was deleted and created again; nothing was "
+                "committed. " + offsets.RECREATED_FIX.format(pipeline=self._pipeline))
 
     def write_files(self, data: pa.Table, table: Table | None = None) -> list[DataFile]:
         """Write ``data`` as Parquet data files of ``table`` (default: loaded now), not committed.
@@ -140,15 +156,20 @@ class Committer:
 
     def commit_files(self, files: Sequence[DataFile], ranges: Mapping[TopicPartition, Range],
                      commit_id: str, *, valid_through_ms: int | None = None, loaded: Table | None = None,
-                     progress: Mapping[TopicPartition, int] | None = None) -> CommitResult:
+                     progress: Mapping[TopicPartition, int] | None = None,
+                     topic_ids: Mapping[str, str] | None = None) -> CommitResult:
         """Commit ``files`` (holding the rows of exactly ``ranges``) with the advanced offsets;
         ``valid_through_ms`` (VTTS) goes into the snapshot summary when given. ``loaded``: the
         table as just loaded, used by the first attempt (a stale one only loses the compare-and-swap).
         ``progress``: the pipeline's watermark as the cycle's workers reported it, kept with the
         offsets (the higher of it and the one stored, per partition). A keyed table's commit also
         deletes the rows its changes replace (position deletes, planned anew on every attempt
-        against the table as loaded); key files in ``files`` carry its deletes."""
+        against the table as loaded); key files in ``files`` carry its deletes. ``topic_ids``: the id
+        of each topic the ranges were read from, as the workers saw it; one other than the table
+        keeps for that topic (it was deleted and created again) refuses the commit, a new one is kept
+        with the offsets."""
         keys = [f for f in files if mutations.is_key_file(f.file_path)]
+        read_from = {t: i for t, i in (topic_ids or {}).items() if i}
         files = [f for f in files if not mutations.is_key_file(f.file_path)]
         rows = sum(f.record_count for f in files)
         changes: mutations.NewKeys | None = None   # a keyed table's new keys, read once
@@ -171,6 +192,7 @@ class Committer:
                     self._refuse_sealed(table, landed, commit_id)
                     return self._result(commit_id, landed, rows, table, attempt, started, found=not sent)
                 found = self.held(table)
+                self._refuse_recreated(found, read_from, commit_id)
                 stored = found.offsets
                 decision = offsets.plan(stored, ranges)
                 if found.rolled_back is not None and decision.where(Verdict.GAP):
@@ -189,6 +211,11 @@ class Committer:
                 summary = {offsets.COMMIT_ID_KEY: commit_id, offsets.PIPELINE_KEY: self._pipeline,
                            offsets.property_key(self._pipeline): encoded}
                 properties = {offsets.property_key(self._pipeline): encoded}
+                ids = {**found.topic_ids, **read_from}
+                if ids:   # in the summary too: a rollback's truth keeps them
+                    summary[offsets.topic_ids_key(self._pipeline)] = offsets.encode_topic_ids(ids)
+                    if ids != found.topic_ids:
+                        properties[offsets.topic_ids_key(self._pipeline)] = offsets.encode_topic_ids(ids)
                 if progress:
                     mark = offsets.encode(offsets.merge_progress(found.progress,
                                                                  progress))

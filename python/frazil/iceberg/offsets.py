@@ -26,6 +26,9 @@ SEALED_KEY = "frazil.sealed"
 
 PROGRESS_PREFIX = "frazil.progress."
 SKIP_PREFIX = "frazil.skip."   # records an operator told the pipeline to skip (``frazil offsets --skip``)
+# the id of each topic the pipeline's offsets were read from, as the broker named it when they were
+# (``kafka/topic_ids.py``): ``{"topic": "id"}``; a topic deleted and created again has a new one
+TOPIC_IDS_PREFIX = "frazil.topic-ids."
 
 
 def property_key(pipeline: str) -> str:
@@ -52,6 +55,33 @@ def decode(text: str) -> dict[TopicPartition, int]:
 def stored_offsets(properties: Mapping[str, str], pipeline: str) -> dict[TopicPartition, int]:
     text = properties.get(property_key(pipeline))
     return decode(text) if text else {}
+
+
+# what an operator does about a recreated topic (``{pipeline}`` filled in)
+RECREATED_FIX = ("To read the new topic into the table: stop every process of the pipeline, check the table, then "
+                 "use a new pipeline.name, or remove the topic from the table properties frazil.offsets.{pipeline}, "
+                 "frazil.progress.{pipeline} and frazil.topic-ids.{pipeline}.")
+
+
+def topic_ids_key(pipeline: str) -> str:
+    return TOPIC_IDS_PREFIX + pipeline
+
+
+def stored_topic_ids(properties: Mapping[str, str], pipeline: str) -> dict[str, str]:
+    text = properties.get(topic_ids_key(pipeline))
+    return {str(t): str(i) for t, i in json.loads(text).items()} if text else {}
+
+
+def encode_topic_ids(ids: Mapping[str, str]) -> str:
+    return json.dumps(dict(sorted(ids.items())), separators=(",", ":"))
+
+
+def recreated(stored: Mapping[str, str], current: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """The topics whose id is not the one ``stored`` with a table's offsets: ``{topic: (stored,
+    current)}``. A topic with no stored id (a table written before ids were kept, a topic new to
+    the pipeline) or no current one (the broker has no ids, the topic is gone) is not judged here."""
+    return {t: (stored[t], current[t]) for t in sorted(stored.keys() & current.keys())
+            if stored[t] and current[t] and stored[t] != current[t]}
 
 
 def skip_key(pipeline: str) -> str:
@@ -88,6 +118,7 @@ class Held:
     offsets: dict[TopicPartition, int]
     progress: dict[TopicPartition, int]
     rolled_back: str | None = None
+    topic_ids: dict[str, str] = field(default_factory=dict)
 
 
 def held(properties: Mapping[str, str], ancestry: Iterable[Mapping[str, str]], pipeline: str) -> Held:
@@ -107,11 +138,13 @@ def held(properties: Mapping[str, str], ancestry: Iterable[Mapping[str, str]], p
             break
         text = summary.get(progress_key(pipeline))
         changed = sorted(tp for tp in set(truth) | set(stored) if truth.get(tp) != stored.get(tp))
+        ids = summary.get(topic_ids_key(pipeline))
         return Held(truth, decode(text) if text else {}, (
             f"the table property {key} says {encode({tp: stored[tp] for tp in changed if tp in stored})} but the "
             f"current snapshot's data holds {encode({tp: truth[tp] for tp in changed if tp in truth})}: the table "
-            "was rolled back (or the property edited); resuming from what the data holds"))
-    return Held(stored, stored_progress(properties, pipeline))
+            "was rolled back (or the property edited); resuming from what the data holds"),
+            stored_topic_ids({topic_ids_key(pipeline): ids} if ids else {}, pipeline))
+    return Held(stored, stored_progress(properties, pipeline), topic_ids=stored_topic_ids(properties, pipeline))
 
 
 def merge_progress(*marks: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
+from typing import TypeVar
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
@@ -14,12 +15,14 @@ from aiokafka.structs import OffsetAndMetadata
 from frazil.config import KafkaConfig
 from frazil.errors import RetentionGapError, TopicMismatchError
 from frazil.flow import retry
+from frazil.iceberg import offsets
 from frazil.iceberg.offsets import TopicPartition as TP
-from frazil.kafka import fetch
+from frazil.kafka import fetch, topic_ids
 from frazil.kafka.clients import connect, options, stop_client
 from frazil.kafka.fetch import Chunk
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 END_OFFSETS_BACKOFF = retry.Backoff(1.0, 5.0)   # a broker outage across a rebalance
 
@@ -259,9 +262,8 @@ class KafkaSource:
                                for (t, p), end in sorted(beyond.items()))
             raise TopicMismatchError(
                 f"the table's stored offsets are past the end of the topic: {detail}. The topic was probably "
-                "deleted and recreated. Nothing past the table's offsets there was committed. To start the new topic "
-                "from its beginning, use a new pipeline.name (or remove the table property "
-                "frazil.offsets.<pipeline>) after checking the table."
+                "deleted and recreated. Nothing past the table's offsets there was committed. "
+                + offsets.RECREATED_FIX.format(pipeline="<pipeline>")
             )
         starts = await self._retried(lambda: self._consumer.beginning_offsets(known),
                                      f"could not read the log starts of {len(known)} assigned partition(s)")
@@ -301,12 +303,18 @@ class KafkaSource:
         return await self._retried(lambda: self._consumer.end_offsets(known),
                                    f"could not read the log ends of {len(known)} assigned partition(s)")
 
-    async def _retried(self, ask: Callable[[], Awaitable[dict[TopicPartition, int]]],
-                       what: str) -> dict[TopicPartition, int]:
+    async def read_topic_ids(self, topics: set[str]) -> dict[str, str] | None:
+        """The id each of ``topics`` has now (``kafka/topic_ids.py``; a topic that does not exist is
+        left out); None when the brokers give none. A broker outage is waited out, as for the log's
+        bounds."""
+        return await self._retried(lambda: topic_ids.fetch(self._consumer._client, topics),
+                                   f"could not read the ids of {len(topics)} topic(s)")
+
+    async def _retried(self, ask: Callable[[], Awaitable[_T]], what: str) -> _T:
         def retriable(exc: BaseException) -> bool:
             return isinstance(exc, KafkaError) and bool(exc.retriable or isinstance(exc, KafkaTimeoutError))
 
-        found: dict[TopicPartition, int] = await retry.wait_out(
+        found: _T = await retry.wait_out(
             ask, what=what, timeout_s=self._outage_timeout_s, backoff=END_OFFSETS_BACKOFF, retriable=retriable,
             expired=lambda exc, failing: exc)
         return found

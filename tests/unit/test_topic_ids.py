@@ -1,0 +1,45 @@
+"""Metadata v12 as frazil encodes and decodes it to read topic ids (the broker's side is the
+integration test's)."""
+
+from __future__ import annotations
+
+import uuid
+from io import BytesIO
+
+import pytest
+from aiokafka.errors import TopicAuthorizationFailedError
+
+from frazil.kafka import topic_ids
+from frazil.kafka.topic_ids import MetadataRequest_v12, MetadataResponse_v12, TopicIdsRequest, Uuid
+
+
+def test_the_request_names_each_topic_once_with_a_zero_id_and_creates_nothing() -> None:
+    request = TopicIdsRequest(["t", "t"]).build(MetadataRequest_v12)
+    # topics: 1 (+1), zero uuid, name "t" (length + 1), no tags; no auto-creation; no acl operations; no tags
+    assert request.encode() == b"\x02" + bytes(16) + b"\x02t" + b"\x00" + b"\x00" + b"\x00" + b"\x00"
+    assert MetadataRequest_v12.FLEXIBLE_VERSION
+
+
+def _response(*topics: tuple[int, str, uuid.UUID]) -> MetadataResponse_v12:
+    encoded = MetadataResponse_v12(
+        0, [(1, "127.0.0.1", 9092, None, {})], "cluster", 1,
+        [(code, name, tid, False, [(0, 0, 1, 0, [1], [1], [], {})], 0, {}) for code, name, tid in topics], {},
+    ).encode()
+    return MetadataResponse_v12.decode(BytesIO(encoded))
+
+
+def test_ids_are_read_as_kafka_prints_them_and_a_missing_topic_is_left_out() -> None:
+    tid = uuid.UUID("6c1c2f8e-1f0e-4b7a-9a43-2f8f0b1d2c3e")
+    found = topic_ids.parse(_response((0, "orders", tid), (topic_ids.UNKNOWN_TOPIC, "gone", uuid.UUID(int=0))))
+    assert found == {"orders": topic_ids.text(tid)}
+    assert len(found["orders"]) == 22 and "=" not in found["orders"]
+
+
+def test_any_other_topic_error_is_raised_naming_the_topic() -> None:
+    with pytest.raises(TopicAuthorizationFailedError, match="secret"):
+        topic_ids.parse(_response((29, "secret", uuid.UUID(int=0))))
+
+
+def test_a_short_uuid_is_a_decoding_error() -> None:
+    with pytest.raises(ValueError, match="underrun"):
+        Uuid.decode(BytesIO(bytes(15)))
