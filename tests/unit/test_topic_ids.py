@@ -43,3 +43,37 @@ def test_any_other_topic_error_is_raised_naming_the_topic() -> None:
 def test_a_short_uuid_is_a_decoding_error() -> None:
     with pytest.raises(ValueError, match="underrun"):
         Uuid.decode(BytesIO(bytes(15)))
+
+
+class _Client:
+    """What ``fetch`` uses of an AIOKafkaClient: a node to ask, and the send."""
+
+    def __init__(self, nodes: list[int | None], answer: object) -> None:
+        self.nodes, self.answer, self.updates = nodes, answer, 0
+
+    def get_random_node(self) -> int | None:
+        return self.nodes.pop(0)
+
+    async def force_metadata_update(self) -> None:
+        self.updates += 1
+
+    async def send(self, node: int, request: TopicIdsRequest) -> object:
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer
+
+
+@pytest.mark.asyncio
+async def test_fetch_asks_one_broker_says_none_for_brokers_without_ids_and_waits_for_a_known_broker() -> None:
+    from aiokafka.errors import NodeNotReadyError
+
+    tid = uuid.UUID(int=7)
+    assert await topic_ids.fetch(_Client([1], _response((0, "t", tid))), ["t"]) == {"t": topic_ids.text(tid)}
+    assert await topic_ids.fetch(_Client([], None), []) == {}   # nothing asked
+    # Kafka before 3.1: no Metadata v12 (aiokafka finds no version both sides speak)
+    assert await topic_ids.fetch(_Client([1], NotImplementedError("v12")), ["t"]) is None
+    # no broker known yet, even after a metadata update: retriable, never "no ids"
+    client = _Client([None, None], None)
+    with pytest.raises(NodeNotReadyError):
+        await topic_ids.fetch(client, ["t"])
+    assert client.updates == 1

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from io import BytesIO
 from typing import Any, ClassVar
 
-from aiokafka.errors import IncompatibleBrokerVersion, for_code
+from aiokafka.errors import IncompatibleBrokerVersion, NodeNotReadyError, for_code
 from aiokafka.protocol.abstract import AbstractType
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import Boolean, CompactArray, CompactString, Int16, Int32, Schema, TaggedFields
@@ -121,6 +121,8 @@ async def fetch(client: Any, topics: Iterable[str]) -> dict[str, str] | None:
     if node is None:
         await client.force_metadata_update()
         node = client.get_random_node()
+        if node is None:   # retriable: the caller waits the brokers out
+            raise NodeNotReadyError("no broker known to ask for topic ids")
     try:
         response = await client.send(node, TopicIdsRequest(wanted))
     except (NotImplementedError, IncompatibleBrokerVersion):
