@@ -35,6 +35,12 @@ def test_ids_are_read_as_kafka_prints_them_and_a_missing_topic_is_left_out() -> 
     assert len(found["orders"]) == 22 and "=" not in found["orders"]
 
 
+def test_an_all_zero_id_is_no_id() -> None:
+    """A cluster mid-upgrade from a protocol before ids answers v12 with zeros: kept, it would read as
+    a recreation once the real id is given."""
+    assert topic_ids.parse(_response((0, "t", uuid.UUID(int=0)))) == {}
+
+
 def test_any_other_topic_error_is_raised_naming_the_topic() -> None:
     with pytest.raises(TopicAuthorizationFailedError, match="secret"):
         topic_ids.parse(_response((29, "secret", uuid.UUID(int=0))))

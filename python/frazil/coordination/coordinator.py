@@ -492,7 +492,7 @@ def logged_commit(journal: Journal, committer: Committer, table: str, files: lis
     settled by commit id when the process starts again. The intent carries the commit's bad
     records, so a landed commit's are sent even if the process dies before sending them."""
     paths = [f.file_path for f in files]
-    journal.append([txrecords.intent(commit_id, table, paths, ranges, dead_letters)])
+    journal.append([txrecords.intent(commit_id, table, paths, ranges, dead_letters, topic_ids)])
     try:
         result = committer.commit_files(files, ranges, commit_id, valid_through_ms=valid_through_ms, loaded=loaded,
                                         progress=progress, topic_ids=topic_ids)

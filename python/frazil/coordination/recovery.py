@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from frazil.errors import OffsetGapError, OffsetOverlapError
+from frazil.errors import OffsetGapError, OffsetOverlapError, TopicMismatchError
 from frazil.iceberg.committer import Committer
 from frazil.txlog import Journal, JournalPolicy, open_journal
 from frazil.txlog import records as txrecords
@@ -49,8 +49,9 @@ def _settle_intent(journal: Journal, committer: Committer, commit_id: str, inten
     outcome = txrecords.outcome(commit_id, intent["table"], "abandoned")
     try:
         files = committer.files_at(intent["files"])
-        result = committer.commit_files(files, txrecords.decode_ranges(intent["ranges"]), commit_id)
-    except (OffsetOverlapError, OffsetGapError, FileNotFoundError) as exc:
+        result = committer.commit_files(files, txrecords.decode_ranges(intent["ranges"]), commit_id,
+                                        topic_ids=intent.get("topic_ids"))
+    except (OffsetOverlapError, OffsetGapError, TopicMismatchError, FileNotFoundError) as exc:
         log.warning("txlog: commit %s from the log cannot land (%s); its records are read again from the table's "
                     "offsets", commit_id, exc)
         journal.append([outcome])

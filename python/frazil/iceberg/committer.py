@@ -214,7 +214,7 @@ class Committer:
                 ids = {**found.topic_ids, **read_from}
                 if ids:   # in the summary too: a rollback's truth keeps them
                     summary[offsets.topic_ids_key(self._pipeline)] = offsets.encode_topic_ids(ids)
-                    if ids != found.topic_ids:
+                    if ids != offsets.stored_topic_ids(table.properties, self._pipeline):
                         properties[offsets.topic_ids_key(self._pipeline)] = offsets.encode_topic_ids(ids)
                 if progress:
                     mark = offsets.encode(offsets.merge_progress(found.progress,
@@ -387,6 +387,8 @@ class Committer:
         summary = {offsets.COMMIT_ID_KEY: commit_id, offsets.PIPELINE_KEY: self._pipeline,
                    offsets.property_key(self._pipeline): encoded,
                    "frazil.reset": json.dumps(record, sort_keys=True)}
+        if found.topic_ids:   # a rollback onto this snapshot still knows which topics its offsets are of
+            summary[offsets.topic_ids_key(self._pipeline)] = offsets.encode_topic_ids(found.topic_ids)
         started = time.monotonic()
         tx = transaction(table)
         with tx.update_snapshot(snapshot_properties=summary).fast_append():

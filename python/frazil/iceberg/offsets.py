@@ -58,9 +58,10 @@ def stored_offsets(properties: Mapping[str, str], pipeline: str) -> dict[TopicPa
 
 
 # what an operator does about a recreated topic (``{pipeline}`` filled in)
+# (editing the table properties does not do it: the newest snapshot summary wins over them, as after a rollback)
 RECREATED_FIX = ("To read the new topic into the table: stop every process of the pipeline, check the table, then "
-                 "use a new pipeline.name, or remove the topic from the table properties frazil.offsets.{pipeline}, "
-                 "frazil.progress.{pipeline} and frazil.topic-ids.{pipeline}.")
+                 "give the pipeline a new pipeline.name (pipeline {pipeline}'s offsets stay with the table; the new "
+                 "name reads every topic of the pipeline from kafka.auto_offset_reset).")
 
 
 def topic_ids_key(pipeline: str) -> str:

@@ -97,15 +97,16 @@ class TopicIdsRequest(Request[MetadataRequest_v12]):  # type: ignore[misc]
 
 
 def parse(response: Any) -> dict[str, str]:
-    """``{topic: id}`` from a v12 response; a topic that does not exist is left out, any other
-    per-topic error raised as aiokafka's exception for its code."""
+    """``{topic: id}`` from a v12 response; a topic that does not exist, or has no id yet (all
+    zeros), is left out; any other per-topic error raised as aiokafka's exception for its code."""
     out: dict[str, str] = {}
     for error_code, name, topic_id, *_ in response.topics:
         if error_code == UNKNOWN_TOPIC:
             continue
         if error_code:
             raise for_code(error_code)(f"reading the id of topic {name}")
-        out[name] = text(topic_id)
+        if topic_id != _ZERO:   # a cluster still on a protocol before ids (mid-upgrade) sends zeros: no id
+            out[name] = text(topic_id)
     return out
 
 

@@ -36,9 +36,11 @@ def settled(table: str, paths: Sequence[str], status: str) -> Record:
 
 
 def intent(commit_id: str, table: str, paths: Sequence[str], ranges: Mapping[TopicPartition, Range],
-           dead_letters: Sequence[DeadLetter] = ()) -> Record:
+           dead_letters: Sequence[DeadLetter] = (), topic_ids: Mapping[str, str] | None = None) -> Record:
     out: Record = {"type": "intent", "commit_id": commit_id, "table": table, "ranges": encode_ranges(ranges),
                    "files": list(paths)}
+    if topic_ids:   # the topic ids the ranges were read from: checked again if the commit is replayed
+        out["topic_ids"] = dict(sorted(topic_ids.items()))
     if dead_letters:
         # as runs (payloads.letter_runs): a flood of bad records with one cause is a few bytes each
         out["dead_letters"] = [[r.topic, r.partition, list(r.offsets), r.field, r.reason]
