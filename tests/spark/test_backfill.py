@@ -59,7 +59,8 @@ def test_bulk_catch_up_of_a_million_records_or_more_lands_each_once(kafka: Kafka
     cfg = support.load(config)
     log = tmp_path / "frazil.log"
     started = time.monotonic()
-    text = _run(config, log, "backfill", "--batch-rows", "1250000", "--memory-mb", "1536")
+    # flushes of 5/12 of the backlog: several, each of many rows (1.25M at the full size)
+    text = _run(config, log, "backfill", "--batch-rows", str(BULK_RECORDS * 5 // 12), "--memory-mb", "1536")
     print(f"backfill took {time.monotonic() - started:.0f}s")
     ends = asyncio.run(support.end_offsets(kafka.bootstrap, [topic]))
     assert sum(ends.values()) == BULK_RECORDS
