@@ -58,7 +58,7 @@ def test_files_reported_for_another_table_of_the_same_name_are_refused(tmp_path:
     import pytest
 
     from frazil.coordination.commit_state import TableCommit
-    from frazil.coordination.coordinator import table_committer
+    from frazil.coordination.table_commit import table_committer
     from frazil.errors import FrazilError
     from frazil.events.payloads import OffsetRange
 

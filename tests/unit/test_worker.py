@@ -19,7 +19,7 @@ from frazil.buffers.targets import Targets
 from frazil.config import Config
 from frazil.coordination.channel import Received
 from frazil.coordination.commit_state import CommitState
-from frazil.coordination.coordinator import table_committer
+from frazil.coordination.table_commit import table_committer
 from frazil.coordination.worker import Worker
 from frazil.events.payloads import CommitComplete, DataComplete, DataWritten, Payload
 from frazil.iceberg import catalog as iceberg_catalog

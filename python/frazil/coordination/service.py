@@ -35,9 +35,10 @@ from pyiceberg.catalog import Catalog
 
 from frazil.config import Config
 from frazil.coordination.commit_state import TopicPartition
-from frazil.coordination.coordinator import Coordinator, table_committer
+from frazil.coordination.coordinator import Coordinator
 from frazil.coordination.dead_letters import DeadLetterSink
 from frazil.coordination.mode import Mode, election_partition, for_config
+from frazil.coordination.table_commit import table_committer
 from frazil.errors import KafkaUnavailable, NotFound
 from frazil.flow import retry
 from frazil.iceberg.committer import CommitResult, Committer

@@ -116,16 +116,6 @@ class Committer:
         self._said = found.rolled_back
         return found
 
-    def _refuse_recreated(self, found: offsets.Held, read_from: Mapping[str, str], commit_id: str) -> None:
-        changed = offsets.recreated(found.topic_ids, read_from)
-        if changed:
-            detail = "; ".join(f"topic {t}: the table's offsets were read from topic id {was}, these records from {now}"
-                               for t, (was, now) in changed.items())
-            raise TopicMismatchError(
-                f"commit {commit_id} to {self._table_name}: {detail} (table property "
-                f"{offsets.topic_ids_key(self._pipeline)}). The topic was deleted and created again; nothing was "
-                "committed. " + offsets.RECREATED_FIX.format(pipeline=self._pipeline))
-
     def write_files(self, data: pa.Table, table: Table | None = None) -> list[DataFile]:
         """Write ``data`` as Parquet data files of ``table`` (default: loaded now), not committed.
         A failure here (catalog or storage down) is retriable: nothing was committed."""
@@ -192,7 +182,10 @@ class Committer:
                     self._refuse_sealed(table, landed, commit_id)
                     return self._result(commit_id, landed, rows, table, attempt, started, found=not sent)
                 found = self.held(table)
-                self._refuse_recreated(found, read_from, commit_id)
+                refused = offsets.recreated_refusal(found.topic_ids, read_from, commit_id=commit_id,
+                                                    table=self._table_name, pipeline=self._pipeline)
+                if refused:
+                    raise TopicMismatchError(refused)
                 stored = found.offsets
                 decision = offsets.plan(stored, ranges)
                 if found.rolled_back is not None and decision.where(Verdict.GAP):

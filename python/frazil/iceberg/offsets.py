@@ -85,6 +85,19 @@ def recreated(stored: Mapping[str, str], current: Mapping[str, str]) -> dict[str
             if stored[t] and current[t] and stored[t] != current[t]}
 
 
+def recreated_refusal(stored: Mapping[str, str], read_from: Mapping[str, str], *, commit_id: str, table: str,
+                      pipeline: str) -> str | None:
+    """Why commit ``commit_id`` to ``table`` is refused: records ``read_from`` a topic of another id
+    than the one ``stored`` with the table's offsets; None when none is."""
+    changed = recreated(stored, read_from)
+    if not changed:
+        return None
+    detail = "; ".join(f"topic {t}: the table's offsets were read from topic id {was}, these records from {now}"
+                       for t, (was, now) in changed.items())
+    return (f"commit {commit_id} to {table}: {detail} (table property {topic_ids_key(pipeline)}). The topic was "
+            "deleted and created again; nothing was committed. " + RECREATED_FIX.format(pipeline=pipeline))
+
+
 def skip_key(pipeline: str) -> str:
     return SKIP_PREFIX + pipeline
 
