@@ -255,6 +255,35 @@ async def dead_letters(bootstrap: str, topic: str) -> list:  # type: ignore[type
             await consumer.stop()
 
 
+async def expire_groups(bootstrap: str, containing: str, *, timeout: float = 30) -> list[str]:
+    """Delete every consumer group whose name contains ``containing`` (as the broker's
+    ``offsets.retention.minutes`` expiry would drop their offsets, without waiting days for it);
+    the groups deleted. A group with a member left (a killed process's session still open) is asked
+    again until its session ends."""
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.protocol.admin import DeleteGroupsRequest
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        names = sorted(g[0] for g in await admin.list_consumer_groups() if containing in g[0])
+        deadline = time.monotonic() + timeout
+        for name in names:
+            while True:
+                node = await admin.find_coordinator(name)
+                response = await admin._send_request_to_node(node, DeleteGroupsRequest([name]))
+                ((_, error),) = response.results
+                if error in (0, 69):   # deleted, or gone already (GROUP_ID_NOT_FOUND)
+                    break
+                assert error == 68 and time.monotonic() < deadline, f"cannot delete group {name}: error {error}"
+                await asyncio.sleep(0.5)   # NON_EMPTY_GROUP: a member's session is still open
+        for name in names:
+            assert not await admin.list_consumer_group_offsets(name), f"{name} still has offsets"
+        return names
+    finally:
+        await admin.close()
+
+
 def source_of(letter) -> tuple[tuple[str, int, int], dict[str, str]]:  # type: ignore[no-untyped-def]
     """A dead letter's source (topic, partition, offset), and frazil's headers as text."""
     h = {k: v.decode() for k, v in letter.headers if k.startswith("frazil.")}

@@ -86,11 +86,21 @@ def table_offsets(cfg: Config) -> Counter[tuple[str, int, int]]:
     return support.count_offsets(support.catalog_of(cfg), cfg.table.name)
 
 
+EXPIRED = "dead_letter.after_commit+expired"   # and the consumer groups' offsets expire while it is down
+
+
 @pytest.mark.parametrize("mode", list(MODES))
-@pytest.mark.parametrize("point", ["commit.after_catalog", "dead_letter.before_commit", "dead_letter.after_commit"])
+@pytest.mark.parametrize("point", ["commit.after_catalog", "dead_letter.before_commit", "dead_letter.after_commit",
+                                   EXPIRED])
 def test_every_bad_record_reaches_the_dead_letter_topic_once_across_a_kill(kafka: KafkaBroker, tmp_path: Path,
                                                                              point: str, mode: str) -> None:
-    topic = f"dlq-{point.replace('.', '-').replace('_', '-')}-{mode}"
+    """Killed where a landed commit's bad records are on their way, restarted: each arrives once.
+    ``EXPIRED``: killed after they went out but before that was noted, and down longer than the
+    broker keeps consumer group offsets (deleted here, as expiry does): the restart finds them in
+    the dead-letter topic past where the commit says the topic stood, and sends none again."""
+    expire = point == EXPIRED
+    point = point.split("+")[0]
+    topic = f"dlq-{point.replace('.', '-').replace('_', '-')}-{mode}{'-expired' if expire else ''}"
     asyncio.run(support.create_topic(kafka.bootstrap, topic, PARTITIONS))
     # compressed sources: the dead-letter sink reads the bad records back as the pipeline read them
     asyncio.run(produce(kafka.bootstrap, topic, {"commit.after_catalog": "zstd", "dead_letter.before_commit": "lz4",
@@ -108,6 +118,9 @@ def test_every_bad_record_reaches_the_dead_letter_topic_once_across_a_kill(kafka
     sent_before = len(asyncio.run(support.dead_letters(kafka.bootstrap, cfg.dead_letter_topic)))
     assert (sent_before > 0) == (point == "dead_letter.after_commit"), sent_before   # an open transaction is not read
     assert landed_before > 0, "the kill came after a commit landed"
+    if expire:
+        expired = asyncio.run(support.expire_groups(kafka.bootstrap, topic))
+        assert f"frazil-{topic}-dead-letters-db.events" in expired, expired
 
     bad = {(topic, i % PARTITIONS, i // PARTITIONS): i for i in range(RECORDS) if is_bad(i)}
     def answering() -> None:   # the restarted coordinator has settled what the kill left and runs cycles
@@ -132,6 +145,8 @@ def test_every_bad_record_reaches_the_dead_letter_topic_once_across_a_kill(kafka
     assert_sent_once(asyncio.run(support.dead_letters(kafka.bootstrap, cfg.dead_letter_topic)), bad, cfg)
     text = log.read_text()
     assert "bad record(s) of db.events to" in text
+    if expire:   # the dead-letter position was gone: found past the commit's anchor instead
+        assert "already (past where the topic stood before the commit)" in text[restarted:], text[-3000:]
 
 
 def test_bad_records_go_to_the_dead_letter_topic_from_the_workers_copies_without_reading_the_source_again(

@@ -335,9 +335,17 @@ async def test_a_stop_during_a_table_commit_waits_for_its_outcome_and_starts_no_
 class Letters:
     def __init__(self) -> None:
         self.sent: list[tuple[str, str, tuple[DeadLetter, ...]]] = []
+        self.how: list[tuple[bool, str]] = []   # (again, since) of each send
+        self.anchors = 0
 
-    async def send(self, commit_id: str, table: str, letters: Sequence[DeadLetter]) -> int:
+    async def anchor(self) -> str:
+        self.anchors += 1
+        return f"anchor-{self.anchors}"
+
+    async def send(self, commit_id: str, table: str, letters: Sequence[DeadLetter], *, again: bool = False,
+                   since: str = "") -> int:
         self.sent.append((commit_id, table, tuple(letters)))
+        self.how.append((again, since))
         return len(letters)
 
 
@@ -359,6 +367,8 @@ async def test_bad_records_go_to_the_dead_letter_topic_only_after_their_commit_l
     coordinator = Coordinator(WithBadRecords({"w1": [0, 1]}), "p", P, tables, timeout_s=5, dead_letters=letters)
     (result,) = await coordinator.cycle()
     assert [(c, t, [d.offset for d in ds]) for c, t, ds in letters.sent] == [(result.commit_id, "db.t", [2])]
+    # the commit kept where the dead-letter topic stood before it; landed now, so nothing is looked up
+    assert [t.letters_from for t, _ in tables.calls] == ["anchor-1"] and letters.how == [(False, "")]
 
     failing, letters = Tables(fail=True), Letters()
     coordinator = Coordinator(WithBadRecords({"w1": [0, 1]}), "p", P, failing, timeout_s=5, dead_letters=letters)
@@ -405,12 +415,14 @@ async def test_a_commit_found_landed_sends_the_bad_records_of_dropped_replies_be
     table = TableCommit("db.t", (), (), dead_letters=(DeadLetter("t", 0, 4, "id", "bad"),),
                         stale_letters=(DeadLetter("t", 0, 4, "id", "bad"), DeadLetter("t", 1, 2, "id", "bad"),
                                        DeadLetter("t", 1, 9, "id", "bad")))
-    found = CommitResult("c1", 42, 0, {("t", 0): 10, ("t", 1): 5}, 1, 0.01, found=True)
+    found = CommitResult("c1", 42, 0, {("t", 0): 10, ("t", 1): 5}, 1, 0.01, found=True, letters_from="kept")
     await coordinator._send_landed("c1", table, found)
     assert [(d.partition, d.offset) for _, _, ds in letters.sent for d in ds] == [(0, 4), (1, 2)]   # once each
+    assert letters.how == [(True, "kept")]   # found: the sink looks past the commit's anchor for what is out
     letters.sent.clear()
     await coordinator._send_landed("c1", table, dataclasses.replace(found, found=False))   # landed by this one
     assert [(d.partition, d.offset) for _, _, ds in letters.sent for d in ds] == [(0, 4)]
+    assert letters.how[-1] == (False, "kept")
 
 
 @pytest.mark.asyncio

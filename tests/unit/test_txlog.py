@@ -223,7 +223,7 @@ def test_a_landed_commits_bad_records_wait_in_the_log_until_they_are_sent() -> N
     letters = [DeadLetter("t", 0, 3, "id", "is required"), DeadLetter("t", 0, 4, "", "names no table", ""),
                DeadLetter("t", 0, 5, "", "cannot be opened", "db.gone")]
     s, lsn = TxState(), 0
-    for record in (records.intent("c1", "db.t", ["f.parquet"], {}, letters),
+    for record in (records.intent("c1", "db.t", ["f.parquet"], {}, letters, letters_from="anchor"),
                    records.outcome("c1", "db.t", "committed", 7),
                    records.intent("c2", "db.t", [], {}, letters), records.outcome("c2", "db.t", "failed"),
                    records.intent("c3", "db.t", [], {}, letters), records.outcome("c3", "db.t", "abandoned")):
@@ -231,6 +231,8 @@ def test_a_landed_commits_bad_records_wait_in_the_log_until_they_are_sent() -> N
         s.apply({**record, "lsn": lsn})
     assert list(s.dead_letters) == ["c1 db.t"]
     assert records.decode_dead_letters(s.dead_letters["c1 db.t"]["dead_letters"]) == letters
+    # where the dead-letter topic stood before the commit: a restart looks for what went out past it
+    assert s.dead_letters["c1 db.t"]["letters_from"] == "anchor"
     again = TxState.from_json(s.to_json())
     assert again == s
     again.apply({**records.dead_lettered("c1", "db.t"), "lsn": lsn + 1})
@@ -251,3 +253,19 @@ def test_an_intents_bad_records_are_kept_as_runs_and_a_log_of_single_letters_sti
     one_by_one = [["t", 1, 7, "n", "not a number"], ["t", 1, 9, "", "names no table", ""]]
     assert records.decode_dead_letters(one_by_one) == [DeadLetter("t", 1, 7, "n", "not a number"),
                                                        DeadLetter("t", 1, 9, "", "names no table", "")]
+
+
+def test_an_unsettled_intent_keeps_what_its_replay_needs() -> None:
+    """An intent without an outcome is replayed at start (``recovery.open_and_settle``) with the
+    topic ids its ranges were read from and where the dead-letter topic stood: both must survive
+    the state (and a checkpoint of it), or the replay skips the recreated-topic check and loses
+    the anchor."""
+    from frazil.events.payloads import DeadLetter
+    from frazil.txlog import records
+
+    s = TxState()
+    s.apply({**records.intent("c1", "db.t", ["f.parquet"], {}, [DeadLetter("t", 0, 3, "id", "bad")],
+                              {"t": "AAAAAAAAAAAAAAAAAAAAAA"}, "anchor"), "lsn": 1})
+    for state in (s, TxState.from_json(s.to_json())):
+        (intent,) = state.unresolved().values()
+        assert intent["topic_ids"] == {"t": "AAAAAAAAAAAAAAAAAAAAAA"} and intent["letters_from"] == "anchor"

@@ -49,6 +49,8 @@ class TableCommit:
     # this commit id is found already landed (a coordinator that stopped or died after its catalog
     # commit may have taken those replies), and only below the offsets the table then holds
     stale_letters: tuple[DeadLetter, ...] = ()
+    # where the dead-letter topic stood before this commit (``dead_letters.anchor``), kept with it
+    letters_from: str = ""
     # not a commit: the commit id is sealed in the table (``Committer.seal``), and this says why
     seal: str = ""
 

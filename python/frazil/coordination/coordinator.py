@@ -86,7 +86,10 @@ KeepProgress = Callable[[dict[TopicPartition, int]], str | None]
 class DeadLetters(Protocol):
     """Where a landed commit's bad records go (``dead_letters.DeadLetterSink``)."""
 
-    async def send(self, commit_id: str, table: str, letters: Sequence[DeadLetter]) -> int: ...
+    async def anchor(self) -> str: ...
+
+    async def send(self, commit_id: str, table: str, letters: Sequence[DeadLetter], *, again: bool = False,
+                   since: str = "") -> int: ...
 
 
 class Coordinator:
@@ -128,7 +131,8 @@ class Coordinator:
             # in the order they landed (each table's dead-letter position only moves forward)
             for pending in list(self._journal.state.dead_letters.values()):
                 await self._send_dead_letters(pending["commit_id"], pending["table"],
-                                              txrecords.decode_dead_letters(pending["dead_letters"]))
+                                              txrecords.decode_dead_letters(pending["dead_letters"]), again=True,
+                                              since=pending.get("letters_from", ""))
         backlog: list[Received] = []
         while not await self._channel.caught_up():
             backlog += await self._channel.poll(500)
@@ -221,6 +225,11 @@ class Coordinator:
         failed: list[str] = []
         tables = state.tables()
         began = time.monotonic()
+        if self._dead_letters is not None and any(t.dead_letters for t in tables):
+            # where the dead-letter topic stands before any of the cycle's commits: kept with each that
+            # carries bad records, they are sent past it (whoever finishes the commit looks there)
+            since = await self._dead_letters.anchor()
+            tables = [dataclasses.replace(t, letters_from=since) if t.dead_letters else t for t in tables]
         # Every table before the one at hand holds every range the cycle's replies gave it. A commit
         # found already in a table (a taken-over cycle) may lack ranges of late replies: it does not count.
         held = True
@@ -365,14 +374,20 @@ class Coordinator:
                                                                    *(table.stale_letters if result.found else ()))}
         landed = [d for key, d in sorted(letters.items()) if d.offset < result.offsets.get((d.topic, d.partition), -1)]
         if landed:
-            await self._send_dead_letters(commit_id, table.table, landed)
+            # landed now by this call: nobody sent its letters yet; found (or all its ranges were in the
+            # table): someone may have, and the sink looks for them past where the commit says
+            again = result.found or result.already_committed
+            await self._send_dead_letters(commit_id, table.table, landed, again=again, since=result.letters_from)
 
-    async def _send_dead_letters(self, commit_id: str, table: str, letters: Sequence[DeadLetter]) -> None:
+    async def _send_dead_letters(self, commit_id: str, table: str, letters: Sequence[DeadLetter], *,
+                                 again: bool = False, since: str = "") -> None:
         """A landed commit's bad records to the dead-letter topic (exactly once: the sink skips
         what is there), then noted in the log. A failure stops the coordinator: CommitComplete is
-        not sent, and whoever coordinates next finishes the cycle, sending them."""
+        not sent, and whoever coordinates next finishes the cycle, sending them. ``again``: the
+        commit may have been finished before (a restart, a takeover), so some may be out already;
+        ``since``: where the dead-letter topic stood before the commit (kept with it)."""
         assert self._dead_letters is not None
-        await self._dead_letters.send(commit_id, table, letters)
+        await self._dead_letters.send(commit_id, table, letters, again=again, since=since)
         faults.hit("dead_letter.after_commit", table)
         if self._journal is not None:
             await asyncio.to_thread(self._journal.append, [txrecords.dead_lettered(commit_id, table)])

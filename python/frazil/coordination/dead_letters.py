@@ -15,11 +15,22 @@ start) sends only the records at or past it. Records below the table's offsets a
 again, so nothing is sent for them twice; records of a commit that did not land are reported
 again by the cycle that lands them. The producer's transactional id is the pipeline's, so a
 coordinator that lost the role is fenced and cannot send.
+
+A group's offsets expire (the broker's ``offsets.retention.minutes``, 7 days by default), so they
+are not the only record: before a cycle commits tables with bad records, the coordinator reads
+where the dead-letter topic ends (:meth:`DeadLetterSink.anchor`), and that goes into the same
+catalog commit as the data and the offsets (``frazil.dead-letters-from.<pipeline>``). The
+commit's letters can only be past it, since they are sent after it lands. Whoever finishes a
+commit again reads the dead-letter topic from there and skips every letter it finds there (by
+pipeline, table and source position), whatever the group still says. That read is bounded by
+what was sent since the commit; a dead-letter topic whose retention deleted records past the
+anchor cannot be checked, and the coordinator stops with the range rather than guess.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import time
@@ -80,6 +91,33 @@ def headers_of(letter: DeadLetter, *, pipeline: str, table: str, commit_id: str,
 def still_to_send(letters: Sequence[DeadLetter], sent: dict[tuple[str, int], int]) -> list[DeadLetter]:
     """The letters at or past each source partition's dead-letter position (pure)."""
     return [d for d in letters if d.offset >= sent.get((d.topic, d.partition), -1)]
+
+
+def encode_anchor(topic: str, ends: dict[int, int]) -> str:
+    """Where the dead-letter topic ends, as kept with a commit: ``{"topic": t, "from": {"0": 12}}``."""
+    return json.dumps({"topic": topic, "from": {str(p): o for p, o in sorted(ends.items())}}, separators=(",", ":"))
+
+
+def decode_anchor(text: str) -> tuple[str, dict[int, int]] | None:
+    """The dead-letter topic and each partition's offset an anchor names; None: no anchor (a commit
+    made before anchors were kept)."""
+    if not text:
+        return None
+    data = json.loads(text)
+    return data["topic"], {int(p): int(o) for p, o in data["from"].items()}
+
+
+def identity_of(headers: Sequence[tuple[str, bytes | None]], pipeline: str) -> tuple[str, tuple[str, int, int]] | None:
+    """The table whose commit counted a dead-letter record and the source position it came from,
+    from its ``frazil.*`` headers; None: not one of ``pipeline``'s (pure)."""
+    ours = {k[len(HEADER):]: (v or b"").decode() for k, v in headers if k.startswith(HEADER)}
+    if ours.get("pipeline") != pipeline:
+        return None
+    try:
+        where = (ours["source.topic"], int(ours["source.partition"]), int(ours["source.offset"]))
+    except (KeyError, ValueError):
+        return None
+    return ours.get("carried_by") or ours.get("table", ""), where
 
 
 class _Batches:
@@ -148,12 +186,41 @@ class DeadLetterSink:
             except Exception as exc:  # noqa: BLE001 - a fenced producer may refuse to close cleanly
                 log.debug("dead-letter sink: %s: %s", close.__qualname__, exc)
 
-    async def send(self, commit_id: str, table: str, letters: Sequence[DeadLetter]) -> int:
+    async def anchor(self) -> str:
+        """Where the dead-letter topic ends now (read_committed), to keep with a commit whose bad
+        records are sent after it lands (:func:`encode_anchor`)."""
+        async for attempt in retry.attempts_async(POSITION_ATTEMPTS, POSITION_BACKOFF):
+            try:
+                tps = [TopicPartition(self._topic, p) for p in sorted(await self._producer.partitions_for(self._topic))]
+                ends = await self._reader.end_offsets(tps)
+                return encode_anchor(self._topic, {tp.partition: o for tp, o in ends.items()})
+            except KafkaError as exc:
+                if attempt == POSITION_ATTEMPTS or not exc.retriable:
+                    raise KafkaUnavailable(f"cannot read where the dead-letter topic {self._topic} ends "
+                                           f"({type(exc).__name__}: {exc}) after {attempt} tries; nothing was "
+                                           "committed") from exc
+                log.warning("dead-letter topic %s: cannot read its end (%s: %s); try %d/%d", self._topic,
+                            type(exc).__name__, exc, attempt, POSITION_ATTEMPTS)
+        raise AssertionError("unreachable")
+
+    async def send(self, commit_id: str, table: str, letters: Sequence[DeadLetter], *, again: bool = False,
+                   since: str = "") -> int:
         """After ``commit_id`` landed in ``table``: send its bad records that are not sent yet, in
-        one transaction with the new dead-letter positions. Returns how many were sent."""
+        one transaction with the new dead-letter positions. Returns how many were sent. ``again``:
+        the commit may have been finished before (a restart, a takeover); its letters found in the
+        dead-letter topic past ``since`` (the anchor kept with the commit) are not sent again."""
         group = group_of(self._pipeline, table)
         sent = await self._positions(group, {TopicPartition(d.topic, d.partition) for d in letters})
         todo = still_to_send(letters, sent)
+        if again and todo:
+            there = await self._sent_since(commit_id, table, since)
+            if there is not None:
+                found = [d for d in todo if (d.topic, d.partition, d.offset) in there]
+                if found:
+                    log.warning("commit %s: %d of its %d bad record(s) for %s are in %s already (past where the topic "
+                                "stood before the commit) although the dead-letter position did not say so (expired "
+                                "group offsets?); not sent again", commit_id, len(found), len(todo), table, self._topic)
+                    todo = [d for d in todo if (d.topic, d.partition, d.offset) not in there]
         if not todo:
             if letters:
                 log.info("commit %s: the %d bad record(s) of %s are in %s already", commit_id, len(letters), table,
@@ -191,6 +258,56 @@ class DeadLetterSink:
                     1000 * (time.monotonic() - started), len(todo) - kept, todo[0].topic,
                     todo[0].partition, todo[0].offset, todo[0].field, todo[0].reason)
         return len(todo)
+
+    async def _sent_since(self, commit_id: str, table: str, since: str) -> set[tuple[str, int, int]] | None:
+        """The source positions of ``table``'s letters in the dead-letter topic past the anchor
+        ``since`` (read_committed); None: no anchor to look from (a commit from before anchors, or
+        one kept for another dead-letter topic): the group's position is all there is."""
+        anchor = decode_anchor(since)
+        if anchor is None or anchor[0] != self._topic:
+            log.warning("commit %s: no record of where %s stood before it%s; its bad records are checked against "
+                        "the dead-letter position only", commit_id, self._topic,
+                        f" (it kept one of {anchor[0]})" if anchor else "")
+            return None
+        start = anchor[1]
+        tps = [TopicPartition(self._topic, p) for p in sorted(await self._producer.partitions_for(self._topic))]
+        firsts = await self._reader.beginning_offsets(tps)
+        ends = await self._reader.end_offsets(tps)
+        for tp in tps:
+            if firsts[tp] > start.get(tp.partition, 0):
+                raise FrazilError(
+                    f"commit {commit_id} to {table}: its bad records went to {self._topic}[{tp.partition}] at or past "
+                    f"offset {start.get(tp.partition, 0)}, but that topic's retention deleted records up to "
+                    f"{firsts[tp]}, so whether they were sent cannot be told (the pipeline stopped between sending "
+                    "them and noting it, and stayed down longer than the dead-letter topic's retention.ms). Nothing "
+                    f"was sent, and frazil does not guess: look in {self._topic} for header frazil.commit_id = "
+                    f"{commit_id}. Give the dead-letter topic a retention.ms longer than any stop")
+        todo = {tp: start.get(tp.partition, 0) for tp in tps if ends[tp] > start.get(tp.partition, 0)}
+        there: set[tuple[str, int, int]] = set()
+        if not todo:
+            return there
+        started = time.monotonic()
+        self._reader.assign(list(todo))
+        for tp, offset in todo.items():
+            self._reader.seek(tp, offset)
+        deadline = time.monotonic() + FETCH_TIMEOUT_S
+        while [tp for tp in todo if await self._reader.position(tp) < ends[tp]]:
+            chunks = await self._reader.getmany(*todo, timeout_ms=500)
+            if not chunks:
+                if time.monotonic() > deadline:
+                    raise KafkaUnavailable(f"commit {commit_id}: cannot read {self._topic} to find its bad records "
+                                           f"within {FETCH_TIMEOUT_S:g}s; nothing was sent")
+                continue
+            deadline = time.monotonic() + FETCH_TIMEOUT_S
+            for got in chunks.values():
+                for chunk in got:
+                    for record in chunk.records():
+                        mine = identity_of(record.headers, self._pipeline)
+                        if mine is not None and mine[0] == table:
+                            there.add(mine[1])
+        log.info("commit %s: read %s from where it stood before the commit in %.0f ms: %d bad record(s) of %s there",
+                 commit_id, self._topic, 1000 * (time.monotonic() - started), len(there), table)
+        return there
 
     async def _positions(self, group: str, tps: set[TopicPartition]) -> dict[tuple[str, int], int]:
         """The group's dead-letter position of each of ``tps`` (absent: none sent yet). Asked for by

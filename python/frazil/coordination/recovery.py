@@ -50,7 +50,7 @@ def _settle_intent(journal: Journal, committer: Committer, commit_id: str, inten
     try:
         files = committer.files_at(intent["files"])
         result = committer.commit_files(files, txrecords.decode_ranges(intent["ranges"]), commit_id,
-                                        topic_ids=intent.get("topic_ids"))
+                                        topic_ids=intent.get("topic_ids"), letters_from=intent.get("letters_from", ""))
     except (OffsetOverlapError, OffsetGapError, TopicMismatchError, FileNotFoundError) as exc:
         log.warning("txlog: commit %s from the log cannot land (%s); its records are read again from the table's "
                     "offsets", commit_id, exc)

@@ -77,9 +77,9 @@ def table_committer(catalog: Catalog, pipeline: str, *, max_attempts: int, journ
         progress = {(t, p): o for t, p, o in table.progress}
         if journal is None:
             return committer.commit_files(files, ranges, commit_id, valid_through_ms=valid_through_ms, loaded=loaded,
-                                          progress=progress, topic_ids=topic_ids)
+                                          progress=progress, topic_ids=topic_ids, letters_from=table.letters_from)
         return logged_commit(journal, committer, table.table, files, ranges, commit_id, valid_through_ms, loaded,
-                             progress, table.dead_letters if log_dead_letters else (), topic_ids)
+                             progress, table.dead_letters if log_dead_letters else (), topic_ids, table.letters_from)
 
     return commit
 
@@ -87,17 +87,18 @@ def table_committer(catalog: Catalog, pipeline: str, *, max_attempts: int, journ
 def logged_commit(journal: Journal, committer: Committer, table: str, files: list[DataFile],
                   ranges: dict[TopicPartition, Range], commit_id: str, valid_through_ms: int | None = None,
                   loaded: Table | None = None, progress: dict[TopicPartition, int] | None = None,
-                  dead_letters: Sequence[DeadLetter] = (), topic_ids: dict[str, str] | None = None) -> CommitResult:
+                  dead_letters: Sequence[DeadLetter] = (), topic_ids: dict[str, str] | None = None,
+                  letters_from: str = "") -> CommitResult:
     """One table commit between its intent and its outcome in the transaction log (blocking).
     Refused for its content (an overlap, a gap): ``abandoned``. Known not to have landed:
     ``failed`` (the files go back to pending). Outcome unknown: no outcome yet; the intent is
     settled by commit id when the process starts again. The intent carries the commit's bad
     records, so a landed commit's are sent even if the process dies before sending them."""
     paths = [f.file_path for f in files]
-    journal.append([txrecords.intent(commit_id, table, paths, ranges, dead_letters, topic_ids)])
+    journal.append([txrecords.intent(commit_id, table, paths, ranges, dead_letters, topic_ids, letters_from)])
     try:
         result = committer.commit_files(files, ranges, commit_id, valid_through_ms=valid_through_ms, loaded=loaded,
-                                        progress=progress, topic_ids=topic_ids)
+                                        progress=progress, topic_ids=topic_ids, letters_from=letters_from)
     except CommitFailed:
         journal.append([txrecords.outcome(commit_id, table, "failed")])
         raise

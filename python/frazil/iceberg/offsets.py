@@ -29,6 +29,10 @@ SKIP_PREFIX = "frazil.skip."   # records an operator told the pipeline to skip (
 # the id of each topic the pipeline's offsets were read from, as the broker named it when they were
 # (``kafka/topic_ids.py``): ``{"topic": "id"}``; a topic deleted and created again has a new one
 TOPIC_IDS_PREFIX = "frazil.topic-ids."
+# where the dead-letter topic stood just before a commit that carries bad records was made: its bad
+# records went there after the commit landed, so at or past this (``coordination/dead_letters.py``
+# writes and reads the value; kept here as text)
+LETTERS_PREFIX = "frazil.dead-letters-from."
 
 
 def property_key(pipeline: str) -> str:
@@ -62,6 +66,10 @@ def stored_offsets(properties: Mapping[str, str], pipeline: str) -> dict[TopicPa
 RECREATED_FIX = ("To read the new topic into the table: stop every process of the pipeline, check the table, then "
                  "give the pipeline a new pipeline.name (pipeline {pipeline}'s offsets stay with the table; the new "
                  "name reads every topic of the pipeline from kafka.auto_offset_reset).")
+
+
+def letters_key(pipeline: str) -> str:
+    return LETTERS_PREFIX + pipeline
 
 
 def topic_ids_key(pipeline: str) -> str:

@@ -36,7 +36,8 @@ def settled(table: str, paths: Sequence[str], status: str) -> Record:
 
 
 def intent(commit_id: str, table: str, paths: Sequence[str], ranges: Mapping[TopicPartition, Range],
-           dead_letters: Sequence[DeadLetter] = (), topic_ids: Mapping[str, str] | None = None) -> Record:
+           dead_letters: Sequence[DeadLetter] = (), topic_ids: Mapping[str, str] | None = None,
+           letters_from: str = "") -> Record:
     out: Record = {"type": "intent", "commit_id": commit_id, "table": table, "ranges": encode_ranges(ranges),
                    "files": list(paths)}
     if topic_ids:   # the topic ids the ranges were read from: checked again if the commit is replayed
@@ -45,6 +46,8 @@ def intent(commit_id: str, table: str, paths: Sequence[str], ranges: Mapping[Top
         # as runs (payloads.letter_runs): a flood of bad records with one cause is a few bytes each
         out["dead_letters"] = [[r.topic, r.partition, list(r.offsets), r.field, r.reason]
                                + ([] if r.meant_for is None else [r.meant_for]) for r in letter_runs(dead_letters)]
+        if letters_from:   # where the dead-letter topic stood before the commit: its letters are past it
+            out["letters_from"] = letters_from
     return out
 
 

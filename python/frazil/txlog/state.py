@@ -47,7 +47,7 @@ class TxState:
     outcomes: list[dict[str, Any]] = field(default_factory=list)
     # intent_key(commit id, table) -> {"commit_id", "table", "files"}: worker replies not yet settled
     replies: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # intent_key(commit id, table) -> {"commit_id", "table", "dead_letters"}: landed, not yet sent
+    # intent_key(commit id, table) -> {"commit_id", "table", "dead_letters", "letters_from"?}: landed, not yet sent
     dead_letters: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     KEEP_OUTCOMES = 100
@@ -73,7 +73,7 @@ class TxState:
             table = record["table"]
             self.intents[intent_key(record["commit_id"], table)] = {
                 "commit_id": record["commit_id"], "table": table, "ranges": record["ranges"], "files": record["files"],
-                **({"dead_letters": record["dead_letters"]} if record.get("dead_letters") else {})}
+                **{k: record[k] for k in ("dead_letters", "letters_from", "topic_ids") if record.get(k)}}
             carried = set(record["files"])
             self.pending[table] = [p for p in self.pending.get(table, []) if not carried.issuperset(p["files"])]
             if not self.pending[table]:
@@ -89,7 +89,8 @@ class TxState:
                                                  {"files": intent["files"], "ranges": intent["ranges"]}]
             if record["status"] == "committed" and intent.get("dead_letters"):
                 self.dead_letters[intent_key(intent["commit_id"], intent["table"])] = {
-                    "commit_id": intent["commit_id"], "table": intent["table"], "dead_letters": intent["dead_letters"]}
+                    "commit_id": intent["commit_id"], "table": intent["table"], "dead_letters": intent["dead_letters"],
+                    **({"letters_from": intent["letters_from"]} if intent.get("letters_from") else {})}
             self.outcomes = (self.outcomes + [{"commit_id": record["commit_id"], "table": intent["table"],
                                                "status": record["status"],
                                                "snapshot_id": record.get("snapshot_id")}])[-self.KEEP_OUTCOMES:]
