@@ -12,6 +12,7 @@ def test_an_anchor_reads_back_as_written_and_an_empty_one_is_none() -> None:
     assert text == '{"topic":"dlq","from":{"0":12,"1":7}}'
     assert decode_anchor(text) == ("dlq", {0: 12, 1: 7})
     assert decode_anchor("") is None
+    assert decode_anchor('{"from": 3}') is None   # hand-edited: no anchor, said in the log
 
 
 def test_a_letter_is_told_by_the_table_that_counted_it_and_its_source_position() -> None:
@@ -25,3 +26,8 @@ def test_a_letter_is_told_by_the_table_that_counted_it_and_its_source_position()
                        "p") == ("db.carrier", ("src", 0, 5))
     assert identity_of(headers, "other") is None   # another pipeline's letter on a shared topic
     assert identity_of([("origin", b"x")], "p") is None   # not a frazil letter
+    # a source record that was itself a dead letter (another pipeline's, with a carrier): its
+    # frazil.* headers come before frazil's own block and count for nothing
+    relayed = headers_of(own, pipeline="p", table="db.t", commit_id="c2", timestamp_ms=None,
+                         original=[("frazil.error", b"e"), ("frazil.pipeline", b"p"), ("frazil.carried_by", b"db.x")])
+    assert identity_of(relayed, "p") == ("db.t", ("src", 2, 41))

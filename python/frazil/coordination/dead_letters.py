@@ -100,17 +100,24 @@ def encode_anchor(topic: str, ends: dict[int, int]) -> str:
 
 def decode_anchor(text: str) -> tuple[str, dict[int, int]] | None:
     """The dead-letter topic and each partition's offset an anchor names; None: no anchor (a commit
-    made before anchors were kept)."""
+    made before anchors were kept, or one that does not read)."""
     if not text:
         return None
-    data = json.loads(text)
-    return data["topic"], {int(p): int(o) for p, o in data["from"].items()}
+    try:
+        data = json.loads(text)
+        return str(data["topic"]), {int(p): int(o) for p, o in data["from"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        log.warning("a dead-letter anchor that does not read: %r", text[:200])
+        return None
 
 
 def identity_of(headers: Sequence[tuple[str, bytes | None]], pipeline: str) -> tuple[str, tuple[str, int, int]] | None:
     """The table whose commit counted a dead-letter record and the source position it came from,
     from its ``frazil.*`` headers; None: not one of ``pipeline``'s (pure)."""
-    ours = {k[len(HEADER):]: (v or b"").decode() for k, v in headers if k.startswith(HEADER)}
+    # frazil's block starts at its last "frazil.error": headers before it are the record's own,
+    # which may carry another pipeline's frazil.* headers (a dead-letter topic read as a source)
+    first = max((i for i, (k, _) in enumerate(headers) if k == HEADER + "error"), default=len(headers))
+    ours = {k[len(HEADER):]: (v or b"").decode(errors="replace") for k, v in headers[first:] if k.startswith(HEADER)}
     if ours.get("pipeline") != pipeline:
         return None
     try:
@@ -166,6 +173,8 @@ class DeadLetterSink:
         self._reader = AIOKafkaConsumer(**options(kafka), enable_auto_commit=False, key_deserializer=fetch.RAW,
                                         isolation_level="read_committed", auto_offset_reset="earliest")
         self._admin = AIOKafkaAdminClient(**options(kafka))
+        # the dead-letter topic's high watermark (read_uncommitted), for reading it to its very end
+        self._watermarks = AIOKafkaConsumer(**options(kafka), enable_auto_commit=False)
 
     async def start(self) -> None:
         """Create the topic if it is missing; the producer's start fences an older coordinator's
@@ -175,12 +184,13 @@ class DeadLetterSink:
             await connect(self._admin, self._kafka)
             await connect(self._producer, self._kafka)
             await connect(self._reader, self._kafka)
+            await connect(self._watermarks, self._kafka)
         except BaseException:
-            await close_quietly(self._producer, self._reader, self._admin)
+            await close_quietly(self._producer, self._reader, self._watermarks, self._admin)
             raise
 
     async def stop(self) -> None:
-        for close in (self._producer.stop, self._reader.stop, self._admin.close):
+        for close in (self._producer.stop, self._reader.stop, self._watermarks.stop, self._admin.close):
             try:
                 await close()
             except Exception as exc:  # noqa: BLE001 - a fenced producer may refuse to close cleanly
@@ -270,9 +280,16 @@ class DeadLetterSink:
                         f" (it kept one of {anchor[0]})" if anchor else "")
             return None
         start = anchor[1]
-        tps = [TopicPartition(self._topic, p) for p in sorted(await self._producer.partitions_for(self._topic))]
-        firsts = await self._reader.beginning_offsets(tps)
-        ends = await self._reader.end_offsets(tps)
+        try:
+            await self._producer.client.force_metadata_update()   # partitions added since this process started
+            tps = [TopicPartition(self._topic, p) for p in sorted(await self._producer.partitions_for(self._topic))]
+            firsts = await self._reader.beginning_offsets(tps)
+            # to the high watermark, not the read_committed end: a letter of ours committed behind a
+            # transaction still open on a shared topic is readable only once that one ends
+            ends = await self._watermarks.end_offsets(tps)
+        except KafkaError as exc:
+            raise KafkaUnavailable(f"commit {commit_id}: cannot read {self._topic}'s offsets to find its bad records "
+                                   f"({type(exc).__name__}: {exc}); nothing was sent") from exc
         for tp in tps:
             if firsts[tp] > start.get(tp.partition, 0):
                 raise FrazilError(
@@ -288,23 +305,28 @@ class DeadLetterSink:
             return there
         started = time.monotonic()
         self._reader.assign(list(todo))
-        for tp, offset in todo.items():
-            self._reader.seek(tp, offset)
-        deadline = time.monotonic() + FETCH_TIMEOUT_S
-        while [tp for tp in todo if await self._reader.position(tp) < ends[tp]]:
-            chunks = await self._reader.getmany(*todo, timeout_ms=500)
-            if not chunks:
-                if time.monotonic() > deadline:
-                    raise KafkaUnavailable(f"commit {commit_id}: cannot read {self._topic} to find its bad records "
-                                           f"within {FETCH_TIMEOUT_S:g}s; nothing was sent")
-                continue
-            deadline = time.monotonic() + FETCH_TIMEOUT_S
-            for got in chunks.values():
-                for chunk in got:
-                    for record in chunk.records():
-                        mine = identity_of(record.headers, self._pipeline)
-                        if mine is not None and mine[0] == table:
-                            there.add(mine[1])
+        try:
+            for tp, offset in todo.items():
+                self._reader.seek(tp, offset)
+            deadline, moved = time.monotonic() + FETCH_TIMEOUT_S, -1
+            while True:
+                positions = {tp: await self._reader.position(tp) for tp in todo}
+                if all(positions[tp] >= ends[tp] for tp in todo):
+                    break
+                if sum(positions.values()) > moved:   # control batches and aborted records move it too
+                    deadline, moved = time.monotonic() + FETCH_TIMEOUT_S, sum(positions.values())
+                elif time.monotonic() > deadline:
+                    raise KafkaUnavailable(f"commit {commit_id}: cannot read {self._topic} to its end (at {positions}, "
+                                           f"end {ends}) to find its bad records within {FETCH_TIMEOUT_S:g}s (a "
+                                           "transaction of another producer open on it?); nothing was sent")
+                for got in (await self._reader.getmany(*todo, timeout_ms=500)).values():
+                    for chunk in got:
+                        for record in chunk.records():
+                            mine = identity_of(record.headers, self._pipeline)
+                            if mine is not None and mine[0] == table:
+                                there.add(mine[1])
+        finally:
+            self._reader.unsubscribe()   # no fetching in the background for partitions nobody reads
         log.info("commit %s: read %s from where it stood before the commit in %.0f ms: %d bad record(s) of %s there",
                  commit_id, self._topic, 1000 * (time.monotonic() - started), len(there), table)
         return there

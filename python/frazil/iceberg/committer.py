@@ -75,8 +75,8 @@ class CommitResult:
     delete_files: int = 0     # the table's live delete files after this commit (for maintenance)
     index_keys: int = 0       # keyed tables: keys in the key index after this commit, and its heap
     index_bytes: int = 0
-    # where the dead-letter topic stood when this commit (or, already committed, the table's last
-    # commit with bad records) was made: its bad records are at or past it ("": not said)
+    # where the dead-letter topic stood when this commit was made (its snapshot summary): its bad
+    # records are at or past it ("": not said, or every range was in the table already)
     letters_from: str = ""
 
 
@@ -161,9 +161,8 @@ class Committer:
         of each topic the ranges were read from, as the workers saw it; one other than the table
         keeps for that topic (it was deleted and created again) refuses the commit, a new one is kept
         with the offsets. ``letters_from``: where the dead-letter topic stood before this commit,
-        whose bad records go there once it lands; kept with it (the summary and the table property),
-        so whoever finishes the commit again looks for them there, whatever became of consumer
-        group offsets meanwhile."""
+        whose bad records go there once it lands; kept in its snapshot summary, so whoever finds
+        the commit id landed looks for them there, whatever became of consumer group offsets."""
         keys = [f for f in files if mutations.is_key_file(f.file_path)]
         read_from = {t: i for t, i in (topic_ids or {}).items() if i}
         files = [f for f in files if not mutations.is_key_file(f.file_path)]
@@ -204,8 +203,7 @@ class Committer:
                     log.info("commit %s table=%s: every range is already in the table, dropping %d rows",
                              commit_id, self._table_name, rows)
                     return CommitResult(commit_id, None, 0, dict(stored), attempt, time.monotonic() - started, True,
-                                        table=self._table_name,
-                                        letters_from=table.properties.get(offsets.letters_key(self._pipeline), ""))
+                                        table=self._table_name)
                 new_offsets = offsets.advance(stored, ranges)
                 encoded = offsets.encode(new_offsets)
                 summary = {offsets.COMMIT_ID_KEY: commit_id, offsets.PIPELINE_KEY: self._pipeline,
@@ -223,9 +221,8 @@ class Committer:
                         summary[offsets.progress_key(self._pipeline)] = mark
                 if valid_through_ms is not None:
                     summary[offsets.VTTS_KEY] = str(valid_through_ms)
-                if letters_from:
-                    properties[offsets.letters_key(self._pipeline)] = \
-                        summary[offsets.letters_key(self._pipeline)] = letters_from
+                if letters_from:   # found again with the commit id (the summary), or in the transaction log
+                    summary[offsets.letters_key(self._pipeline)] = letters_from
                 delta: mutations.Plan | None = None
                 try:
                     identifiers = mutations.keyed(table)
@@ -496,8 +493,9 @@ class Committer:
         stored = self.held(table).offsets
         key = offsets.letters_key(self._pipeline)
         snapshot = table.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
-        letters_from = (snapshot.summary.additional_properties.get(key) if snapshot is not None
-                        and snapshot.summary is not None else None) or table.properties.get(key, "")
+        # that commit's own (a later commit with bad records keeps a later one)
+        letters_from = (snapshot.summary.additional_properties.get(key, "") if snapshot is not None
+                        and snapshot.summary is not None else "")
         result = CommitResult(commit_id, snapshot_id, rows, stored, attempt, time.monotonic() - started,
                               snapshots=len(table.metadata.snapshots), table=self._table_name, found=found,
                               replaced=replaced, delete_files=delete_files(table), letters_from=letters_from)

@@ -29,9 +29,9 @@ SKIP_PREFIX = "frazil.skip."   # records an operator told the pipeline to skip (
 # the id of each topic the pipeline's offsets were read from, as the broker named it when they were
 # (``kafka/topic_ids.py``): ``{"topic": "id"}``; a topic deleted and created again has a new one
 TOPIC_IDS_PREFIX = "frazil.topic-ids."
-# where the dead-letter topic stood just before a commit that carries bad records was made: its bad
-# records went there after the commit landed, so at or past this (``coordination/dead_letters.py``
-# writes and reads the value; kept here as text)
+# (snapshot summary) where the dead-letter topic stood just before a commit that carries bad records
+# was made: its bad records went there after the commit landed, so at or past this
+# (``coordination/dead_letters.py`` writes and reads the value; kept here as text)
 LETTERS_PREFIX = "frazil.dead-letters-from."
 
 
