@@ -95,6 +95,7 @@ chaos: build ## the seeded chaos run: 500 faults of every kind, several at once;
 chaos-tests: build ## the crash, zombie and outage tests alone, verbose, the kill runs at full size
 	FRAZIL_CHAOS_RECORDS=$${FRAZIL_CHAOS_RECORDS:-300000} FRAZIL_CHAOS_KILLS=$${FRAZIL_CHAOS_KILLS:-24} \
 	FRAZIL_EOS_RECORDS=$${FRAZIL_EOS_RECORDS:-500000} FRAZIL_EOS_KILLS=$${FRAZIL_EOS_KILLS:-30} \
+	FRAZIL_CHAOS_CHANGES=$${FRAZIL_CHAOS_CHANGES:-12000} FRAZIL_CHAOS_ROUNDS=$${FRAZIL_CHAOS_ROUNDS:-2} \
 	$(PY) -m pytest tests/chaos -v -s
 	FRAZIL_KILL_RUNS=all $(PY) -m pytest tests/spark/test_mutations_spark.py -v -k killed_mid_merge
 

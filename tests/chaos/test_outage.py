@@ -15,7 +15,9 @@ from harness.outage import MODES, run
 pytestmark = [pytest.mark.chaos]
 
 
-@pytest.mark.parametrize("mode", MODES)
+# single mode is `make test-matrix`'s (and `make chaos-tests`'): the same backpressure and commit
+# path with the coordinator in-process, where distributed mode adds the control topic's
+@pytest.mark.parametrize("mode", [pytest.param(m, marks=pytest.mark.matrix) if m == "single" else m for m in MODES])
 def test_a_catalog_outage_slows_ingestion_to_a_stop_and_loses_nothing(kafka: KafkaBroker, tmp_path: Path,
                                                                      mode: str) -> None:
     budget_mb = 32
