@@ -41,6 +41,9 @@ from frazil.status import Restart, end_offsets, load_tables, restart, source_top
 
 log = logging.getLogger(__name__)
 S = TypeVar("S")
+# serve runs, at most: a pass that read everything yet left records unlanded (a rebalance dropped its
+# buffers after the end check) is followed by another from where the tables stand
+PASSES = 3
 
 
 def backfill(cfg: Config, *, batch_rows: int, memory_mb: int) -> Stats:
@@ -75,13 +78,31 @@ def backfill(cfg: Config, *, batch_rows: int, memory_mb: int) -> Stats:
         todo = sum(max(0, end - before.resume.get(tp, 0)) for tp, end in ends.items())
         log.info("backfill %s: %d records to read from %d partition(s), in flushes of up to %d rows written by Spark",
                  cfg.pipeline, todo, len(ends), batch_rows)
-        stop = asyncio.Event()
+        asked = asyncio.Event()   # SIGTERM or SIGINT: stop, and say how far it got
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        stats = await serve(cfg, stop, until=ends, from_offsets=before.resume)
-        after = await asyncio.to_thread(_restart, catalog, cfg, router, ends)
-        short = not_landed(ends, after.resume, router)
+            loop.add_signal_handler(sig, asked.set)
+        stats = Stats()
+        resume = before.resume
+        for run in range(1, PASSES + 1):
+            stop = asyncio.Event()
+            relay = asyncio.create_task(_relay(asked, stop))
+            try:
+                ran = await serve(cfg, stop, until=ends, from_offsets=resume)
+            finally:
+                relay.cancel()
+            stats = _summed(stats, ran)
+            after = await asyncio.to_thread(_restart, catalog, cfg, router, ends)
+            short = not_landed(ends, after.resume, router)
+            if not short or asked.is_set() or ran.failed_commits or run == PASSES:
+                break   # done; stopped on request; or commits failed (another pass would fail the same way)
+            # read to the end, no commit failed, and yet short: a rebalance after that (the group's session
+            # lost during a long flush, another member joining) dropped what was buffered. Read it again
+            left = sum(end - (0 if at is None else at) for at, end in short.values())
+            log.warning("backfill %s: read every partition to its end, but %d record(s) of %d partition(s) did not "
+                        "land (a rebalance dropped what was buffered: nothing is lost or doubled); reading them again "
+                        "from where the tables stand (pass %d of %d)", cfg.pipeline, left, len(short), run + 1, PASSES)
+            resume = after.resume
         if short:
             by_value = sorted({t for t, _ in short if router.for_topic(t).by_value})
             raise BackfillIncomplete(
@@ -94,6 +115,17 @@ def backfill(cfg: Config, *, batch_rows: int, memory_mb: int) -> Stats:
         return stats
 
     return uvloop.run(main())
+
+
+async def _relay(asked: asyncio.Event, stop: asyncio.Event) -> None:
+    await asked.wait()
+    stop.set()
+
+
+def _summed(a: Stats, b: Stats) -> Stats:
+    """Two passes' counts added up (the first pass's start kept)."""
+    return dataclasses.replace(b, started=a.started, **{f.name: getattr(a, f.name) + getattr(b, f.name)
+                                                        for f in dataclasses.fields(Stats) if f.name != "started"})
 
 
 def not_landed(ends: Mapping[TopicPartition, int], resume: Mapping[TopicPartition, int],

@@ -41,3 +41,63 @@ def test_a_topic_no_table_takes_has_nothing_to_land() -> None:
     held = {"db.shop": Held({("shop", 0): 100}, {})}
     assert not_landed(ENDS, restart(sorted(ENDS), held, router).resume, router) == {}
     assert not_landed({("shop", 0): 0}, {}, router) == {}, "an empty partition is done"
+
+
+def test_a_pass_cut_short_by_a_rebalance_is_followed_by_another_and_failing_commits_are_not(
+        tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A pass that read everything, had no commit fail and yet left records unlanded (a rebalance
+    after the end check dropped its buffers) is followed by another from where the tables stand,
+    up to ``PASSES``; a pass whose commits failed ends the backfill at once (the same failure
+    again), short, with where a restart resumes."""
+    import pytest
+
+    import support
+    from frazil import backfill as bf
+    from frazil.errors import BackfillIncomplete
+    from frazil.metrics import Stats
+    from frazil.status import Restart
+
+    cfg = support.load(support.write_config(tmp_path, "127.0.0.1:1", ["t"]))
+    ends = {("t", 0): 100}
+    held: list[int] = [0]   # what the table holds after each pass, in order
+    passes: list[dict] = []  # type: ignore[type-arg]
+
+    async def topics(_: object) -> list[str]:
+        return ["t"]
+
+    async def end_offsets(_: object, __: object) -> dict:  # type: ignore[type-arg]
+        return ends
+
+    def after() -> Restart:
+        return Restart({}, {("t", 0): held[0]})
+
+    def serve_with(outcomes: list[tuple[int, int]]):  # type: ignore[no-untyped-def]
+        async def serve(_cfg, stop, *, until, from_offsets):  # type: ignore[no-untyped-def]
+            passes.append(dict(from_offsets))
+            landed, failed = outcomes[len(passes) - 1]
+            held[0] = landed
+            return Stats(rows_committed=landed, commits=1, failed_commits=failed)
+        return serve
+
+    monkeypatch.setattr(bf, "source_topics", topics)
+    monkeypatch.setattr(bf, "end_offsets", end_offsets)
+    monkeypatch.setattr(bf.iceberg_catalog, "load", lambda _: None)
+    monkeypatch.setattr(bf, "_restart", lambda *_: after())
+
+    monkeypatch.setattr(bf, "serve", serve_with([(60, 0), (100, 0)]))   # dropped 40 rows, then the rest
+    stats = bf.backfill(cfg, batch_rows=1000, memory_mb=64)
+    assert passes == [{("t", 0): 0}, {("t", 0): 60}] and stats.commits == 2 and stats.rows_committed == 160
+
+    passes.clear()
+    held[0] = 0
+    monkeypatch.setattr(bf, "serve", serve_with([(60, 0)] * bf.PASSES))   # short every time: bounded
+    with pytest.raises(BackfillIncomplete, match=r"t/0.*\(60, 100\)"):
+        bf.backfill(cfg, batch_rows=1000, memory_mb=64)
+    assert len(passes) == bf.PASSES
+
+    passes.clear()
+    held[0] = 0
+    monkeypatch.setattr(bf, "serve", serve_with([(0, 3)]))   # commits failed: no second pass
+    with pytest.raises(BackfillIncomplete):
+        bf.backfill(cfg, batch_rows=1000, memory_mb=64)
+    assert len(passes) == 1
