@@ -94,3 +94,60 @@ def test_records_deleted_by_retention_before_they_were_read_stop_or_are_skipped_
     assert at == {TP: 75, other: 80} and lost == [35]
     assert any(r.levelname == "ERROR" and "events[0] offsets 40 to 74" in r.getMessage() for r in caplog.records)
     assert asyncio.run(source(FlakyConsumer([], start=40), 900.0)._within_log({TP}, {TP: 40})) == {TP: 40}
+
+
+class Recording(FlakyConsumer):
+    """Notes each awaited call and each seek, in order."""
+
+    def __init__(self, start: int = 0, end: int = 100) -> None:
+        super().__init__([], end=end, start=start)
+        self.steps: list[str] = []
+
+    async def end_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        self.steps.append("await end_offsets")
+        await asyncio.sleep(0)   # the event loop runs here: a fetch may come back
+        return await super().end_offsets(tps)
+
+    async def beginning_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        self.steps.append("await beginning_offsets")
+        await asyncio.sleep(0)
+        return await super().beginning_offsets(tps)
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.steps.append(f"seek {tp.topic}[{tp.partition}]@{offset}")
+
+    # aiokafka's lazy resets, as the positioning once used them
+    async def seek_to_beginning(self, *tps: TopicPartition) -> None:
+        self.steps.append("await seek_to_beginning")
+        await asyncio.sleep(0)
+
+    async def seek_to_end(self, *tps: TopicPartition) -> None:
+        self.steps.append("await seek_to_end")
+        await asyncio.sleep(0)
+
+    async def position(self, tp: TopicPartition) -> int:
+        self.steps.append("await position")
+        await asyncio.sleep(0)
+        return self.start
+
+
+@pytest.mark.parametrize("reset", ["earliest", "latest"])
+def test_every_partition_is_sought_after_the_last_await_so_none_is_fetched_before_it_is_positioned(
+        reset: str) -> None:
+    """Found by the chaos run on a three-broker cluster: a partition sought before an await was
+    fetched from its new position meanwhile; the loop dropped that fetch (the partition was not
+    positioned yet) while the consumer moved past it, and a partition new to the tables, whose
+    start is the first offset taken, silently skipped its first 425 records. Every seek now comes
+    after the last await, so the caller marks the partitions positioned before any fetch returns."""
+    consumer = Recording(start=3, end=90)
+    made = source(consumer, 900.0)
+    made._cfg = SimpleNamespace(on_retention_gap="stop", auto_offset_reset=reset)
+    made._sought = {}
+    fresh = ("events", 1)
+    asyncio.run(made.seek({TP, fresh}, {TP: 40}))
+    awaits = [i for i, s in enumerate(consumer.steps) if s.startswith("await")]
+    seeks = [i for i, s in enumerate(consumer.steps) if s.startswith("seek")]
+    assert len(seeks) == 2 and max(awaits) < min(seeks), consumer.steps
+    new_at = 3 if reset == "earliest" else 90
+    assert consumer.steps[-2:] == ["seek events[0]@40", f"seek events[1]@{new_at}"]
+    assert made._sought == {TP: 40, fresh: new_at}

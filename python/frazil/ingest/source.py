@@ -226,22 +226,26 @@ class KafkaSource:
 
     async def seek(self, tps: set[TP], stored: Mapping[TP, int]) -> None:
         """Position ``tps`` at the table's offsets; partitions it has never seen at the reset policy.
-        Callers take no record of ``tps`` until this returns."""
+        Callers take no record of ``tps`` until this returns, and mark them positioned right after
+        it, with no await between: every seek is made after the last await here. A partition
+        sought before an await could be fetched from its new position meanwhile, and the loop,
+        which drops fetches of partitions not positioned yet, would drop those records while the
+        consumer's position moved past them: for a partition new to the tables, whose start is the
+        first offset taken, they would be skipped without a word (found by the chaos run on a
+        three-broker cluster, where the new partitions' log starts took longer to read)."""
         stored = await self._within_log(tps, stored)
-        fresh = []
-        for tp in sorted(tps):
-            if tp in stored:
-                self._consumer.seek(TopicPartition(*tp), stored[tp])
-            else:
-                fresh.append(TopicPartition(*tp))
-        self._sought.update({tp: stored[tp] for tp in tps if tp in stored})
+        fresh = [TopicPartition(*tp) for tp in sorted(tps) if tp not in stored]
+        starts: dict[TP, int] = {}
         if fresh:
-            if self._cfg.auto_offset_reset == "earliest":
-                await self._consumer.seek_to_beginning(*fresh)
-            else:
-                await self._consumer.seek_to_end(*fresh)
-            for tp in fresh:
-                self._sought[(tp.topic, tp.partition)] = await self._consumer.position(tp)
+            earliest = self._cfg.auto_offset_reset == "earliest"
+            ask = self._consumer.beginning_offsets if earliest else self._consumer.end_offsets
+            found = await self._retried(lambda: ask(fresh), f"could not read where {len(fresh)} new partition(s) "
+                                        f"{'start' if earliest else 'end'}")
+            starts = {(tp.topic, tp.partition): offset for tp, offset in found.items()}
+        for tp in sorted(tps):   # no await from here on (above)
+            offset = stored[tp] if tp in stored else starts[tp]
+            self._consumer.seek(TopicPartition(*tp), offset)
+            self._sought[tp] = offset
         log.info("positioned %d partition(s): %s from the table, %d new from %s", len(tps),
                  ", ".join(f"{t}[{p}]@{stored[(t, p)]}" for t, p in sorted(tps) if (t, p) in stored) or "none",
                  len(fresh), self._cfg.auto_offset_reset)
