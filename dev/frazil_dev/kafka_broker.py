@@ -1,4 +1,5 @@
-"""A real single-node Apache Kafka broker (KRaft) for tests, the demo and benchmarks.
+"""A real Apache Kafka broker (KRaft) for tests, the demo and benchmarks; a cluster of three for
+the tests of a broker's loss.
 
 The broker is assembled from Maven Central jars by Maven (``copy-dependencies`` of
 ``org.apache.kafka:kafka_2.13`` plus a log4j2 backend) into a cache outside git,
@@ -210,7 +211,11 @@ def _oauth_settings(oauth: OAuthValidation) -> dict[str, str]:
 
 
 def _server_properties(data: Path, port: int, controller_port: int, secure: SecurePorts | None = None,
-                       oauth: OAuthValidation | None = None) -> str:
+                       oauth: OAuthValidation | None = None, *, node_id: int = 1, voters: str = "",
+                       replicas: int = 1) -> str:
+    """One node's settings. ``voters`` (a cluster's ``controller.quorum.voters``; empty: this node
+    alone) and ``replicas``: how many copies of each internal topic, and of topics created without
+    a count; with more than one, writes need all but one of them (``min.insync.replicas``)."""
     listeners = f"PLAINTEXT://127.0.0.1:{port}"
     protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
     if secure is not None:
@@ -222,8 +227,8 @@ def _server_properties(data: Path, port: int, controller_port: int, secure: Secu
             protocols += ",OAUTH:SASL_PLAINTEXT"
     settings = {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "node.id": str(node_id),
+        "controller.quorum.voters": voters or f"{node_id}@127.0.0.1:{controller_port}",
         "listeners": f"{listeners},CONTROLLER://127.0.0.1:{controller_port}",
         "advertised.listeners": listeners,
         "controller.listener.names": "CONTROLLER",
@@ -232,14 +237,17 @@ def _server_properties(data: Path, port: int, controller_port: int, secure: Secu
         "log.dirs": str(data / "logs"),
         "num.partitions": "1",
         "auto.create.topics.enable": "false",
-        # single node: every internal topic with one replica, so groups and transactions work
-        "offsets.topic.replication.factor": "1",
+        # every internal topic with as many replicas as nodes (one alone), so groups and transactions
+        # work on one node and survive a node's loss on three
+        "offsets.topic.replication.factor": str(replicas),
         "offsets.topic.num.partitions": "1",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.replication.factor": str(replicas),
+        "transaction.state.log.min.isr": str(max(1, replicas - 1)),
         "transaction.state.log.num.partitions": "1",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": str(replicas),
+        "share.coordinator.state.topic.min.isr": str(max(1, replicas - 1)),
+        "default.replication.factor": str(replicas),
+        "min.insync.replicas": str(max(1, replicas - 1)),
         "group.initial.rebalance.delay.ms": "0",
         # lets tests use short session timeouts, so a SIGKILLed member leaves the group quickly
         "group.min.session.timeout.ms": "500",
@@ -317,14 +325,19 @@ class KafkaBroker:
         broker._launch()
         return broker
 
-    def _launch(self) -> None:
-        """Start the broker process on the formatted data directory and wait until it serves."""
+    def _spawn(self) -> None:
+        """Start the broker process on the formatted data directory."""
         java = ["java", f"-Xmx{self.heap}", "-XX:+UseSerialGC", *self.system,
                 f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.xml'}", "-cp", f"{self.lib or ensure_jars()}/*"]
         with open(self.workdir / "stdout.log", "ab") as out:  # the child keeps its own handle
             self._proc = subprocess.Popen([*java, "kafka.Kafka", str(self.workdir / "server.properties")],
                                           stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         self.pid = self._proc.pid
+
+    def _launch(self, *, spawned: bool = False) -> None:
+        """Start the broker process (``spawned``: it is started already) and wait until it serves."""
+        if not spawned:
+            self._spawn()
         try:
             self._wait_ready()
         except BaseException:
@@ -390,6 +403,70 @@ class KafkaBroker:
             self._proc.wait()
 
     def __enter__(self) -> KafkaBroker:
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+
+@dataclass
+class KafkaCluster:
+    """Three (or ``size``) KRaft nodes, each a broker and a controller, on 127.0.0.1: every topic
+    created without a count has a replica on each node and takes writes with one node down
+    (``min.insync.replicas`` = size - 1). ``restart`` takes one node down and up again, the next
+    one each time: the partitions it led move to another node meanwhile. Plain listeners only."""
+
+    nodes: list[KafkaBroker]
+    _next: int = 0
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(node.bootstrap for node in self.nodes)
+
+    @classmethod
+    def start(cls, workdir: Path, *, size: int = 3, version: str = KAFKA_VERSION, heap: str = "384m") -> KafkaCluster:
+        lib = ensure_jars(version)
+        workdir = Path(workdir).resolve()
+        shutil.rmtree(workdir, ignore_errors=True)
+        ports = [(free_port(), free_port()) for _ in range(size)]
+        voters = ",".join(f"{i + 1}@127.0.0.1:{controller}" for i, (_, controller) in enumerate(ports))
+        cluster_id = new_cluster_id()
+        nodes = []
+        for i, (port, controller) in enumerate(ports):
+            home = workdir / f"node{i + 1}"
+            home.mkdir(parents=True)
+            props = home / "server.properties"
+            props.write_text(_server_properties(home, port, controller, node_id=i + 1, voters=voters, replicas=size))
+            (home / "log4j2.xml").write_text(_LOG4J2.format(path=home / "server.log"))
+            fmt = subprocess.run(["java", f"-Dlog4j2.configurationFile={home / 'log4j2.xml'}", "-cp", f"{lib}/*",
+                                  "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
+                                 capture_output=True, text=True)
+            if fmt.returncode != 0:
+                raise BrokerError(f"formatting Kafka storage of node {i + 1} failed:\n{fmt.stdout}{fmt.stderr}")
+            nodes.append(KafkaBroker(home, port, controller, 0, None, None, heap, lib))
+        cluster = cls(nodes)
+        try:
+            for node in nodes:   # all at once: none serves before a quorum of controllers is up
+                node._spawn()
+            for node in nodes:
+                node._launch(spawned=True)
+        except BaseException:
+            cluster.stop()
+            raise
+        return cluster
+
+    def restart(self, down_s: float = 0.0, *, kill: bool = False) -> None:
+        """Stop one node (SIGTERM; ``kill``: SIGKILL), ``down_s`` seconds, then start it again."""
+        node = self.nodes[self._next % len(self.nodes)]
+        self._next += 1
+        log.info("restarting Kafka node %s (%s)", node.bootstrap, "SIGKILL" if kill else "SIGTERM")
+        node.restart(down_s, kill=kill)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        for node in self.nodes:
+            node.stop(timeout)
+
+    def __enter__(self) -> KafkaCluster:
         return self
 
     def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:

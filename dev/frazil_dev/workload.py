@@ -96,12 +96,12 @@ async def produce(bootstrap: str, topic: str, values: Iterable[bytes], *, partit
     return len(values)
 
 
-async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+async def create_topic(bootstrap: str, topic: str, partitions: int, replicas: int = 1) -> None:
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(topic, partitions, 1)])
+        await admin.create_topics([NewTopic(topic, partitions, replicas)])
     finally:
         await admin.close()

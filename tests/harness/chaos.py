@@ -43,7 +43,7 @@ from frazil.config import CatalogConfig
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
 from frazil.status import end_offsets
-from frazil_dev.kafka_broker import KafkaBroker
+from frazil_dev.kafka_broker import KafkaBroker, KafkaCluster
 from frazil_dev.workload import create_topic
 
 log = logging.getLogger("chaos")
@@ -459,8 +459,8 @@ class Fault:
 class Chaos:
     """The fault injector: each fault runs in its own thread, several at once."""
 
-    def __init__(self, workdir: Path, broker: KafkaBroker, procs: Procs, producer: Producer, rng: random.Random,
-                 catalog_db: Path, spark: Callable[[], Any]) -> None:
+    def __init__(self, workdir: Path, broker: KafkaBroker | KafkaCluster, procs: Procs, producer: Producer,
+                 rng: random.Random, catalog_db: Path, spark: Callable[[], Any]) -> None:
         self.workdir, self.broker, self.procs, self.producer, self.rng = workdir, broker, procs, producer, rng
         self.catalog_db, self.spark = catalog_db, spark
         self.busy: set[str] = set()
@@ -566,7 +566,7 @@ class Chaos:
     def broker_restart(self, rng: random.Random, fault: Fault) -> str:
         down = rng.uniform(1.0, 10.0)
         crash = rng.random() < 0.3
-        self.broker.restart(down, kill=crash)
+        self.broker.restart(down, kill=crash)   # a cluster's: one node, its partitions' leaders move
         return f"{'SIGKILL' if crash else 'SIGTERM'}, down {down:.1f}s"
 
     def catalog_locked(self, rng: random.Random, fault: Fault) -> str:
@@ -853,7 +853,11 @@ def caught_up(stored: dict[str, dict[tuple[str, int], int]], target: dict[tuple[
                if tp[0] == topic)
 
 
-def run(workdir: Path, broker: KafkaBroker, *, faults: int, seed: int, max_concurrent: int = 3,
+def brokers_of(broker: KafkaBroker | KafkaCluster) -> int:
+    return len(broker.nodes) if isinstance(broker, KafkaCluster) else 1
+
+
+def run(workdir: Path, broker: KafkaBroker | KafkaCluster, *, faults: int, seed: int, max_concurrent: int = 3,
         events_per_tick: int = 300, changes_per_tick: int = 100, maintenance: bool = True,
         gap_s: tuple[float, float] = (0.5, 3.0), recovery_timeout_s: float = 300, spark_session: Any = None,
         progress: Callable[[str], None] = print) -> dict[str, Any]:
@@ -865,7 +869,7 @@ def run(workdir: Path, broker: KafkaBroker, *, faults: int, seed: int, max_concu
     workdir.mkdir(parents=True, exist_ok=True)
     bootstrap = broker.bootstrap
     for topic in (EVENTS, CHANGES):
-        asyncio.run(create_topic(bootstrap, topic, PARTITIONS))
+        asyncio.run(create_topic(bootstrap, topic, PARTITIONS, brokers_of(broker)))
     catalog_cfg = CatalogConfig("frazil", {"type": "sql", "uri": f"sqlite:///{workdir}/warehouse/catalog.db",
                                            "warehouse": f"file://{workdir}/warehouse"})
     (workdir / "warehouse").mkdir(exist_ok=True)
@@ -1031,6 +1035,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--faults", type=int, default=500)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--concurrent", type=int, default=3, help="faults in flight at once, at most")
+    parser.add_argument("--brokers", type=int, choices=(1, 3), default=1,
+                        help="one broker, or a cluster of three (replication factor 3, min.insync.replicas 2)")
     parser.add_argument("--dir", type=Path, default=Path(".run/chaos"))
     parser.add_argument("--out", type=Path, default=Path("benches/results/chaos.json"))
     args = parser.parse_args(argv)
@@ -1040,13 +1046,15 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(args.dir, ignore_errors=True)
     print(f"chaos: {args.faults} faults, at most {args.concurrent} at once, seed {seed} "
           f"(replay: make chaos CHAOS_ARGS='--seed {seed} --faults {args.faults}')", flush=True)
-    with KafkaBroker.start(args.dir / "kafka") as broker:
+    kafka = KafkaCluster.start(args.dir / "kafka") if args.brokers == 3 else KafkaBroker.start(args.dir / "kafka")
+    with kafka as broker:
         result = run(args.dir, broker, faults=args.faults, seed=seed, max_concurrent=args.concurrent,
                      progress=lambda s: print(s, flush=True))
     keys = ("faults_total", "faults", "produced", "landed", "dead_lettered", "lost", "duplicates", "recovery_s")
     summary = {k: result[k] for k in keys}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({**summary, "seed": seed, "fault_phase_s": result["fault_phase_s"]}, indent=2)
+    args.out.write_text(json.dumps({**summary, "seed": seed, "brokers": args.brokers,
+                                    "fault_phase_s": result["fault_phase_s"]}, indent=2)
                         + "\n")
     (args.dir / "report.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "log"}, indent=2, default=str))

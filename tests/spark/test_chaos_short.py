@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from frazil_dev.kafka_broker import KafkaBroker
+from frazil_dev.kafka_broker import KafkaCluster
 from harness import chaos
 
 pytestmark = [pytest.mark.chaos, pytest.mark.spark, pytest.mark.integration]
@@ -25,8 +25,9 @@ pytestmark = [pytest.mark.chaos, pytest.mark.spark, pytest.mark.integration]
 def test_every_fault_kind_combined_loses_and_duplicates_nothing(tmp_path: Path, spark: Any) -> None:
     seed = int(os.environ.get("FRAZIL_CHAOS_SEED", str(random.randrange(1 << 30))))
     print(f"chaos seed {seed}")
-    # its own broker: this run restarts it
-    with KafkaBroker.start(tmp_path / "kafka") as broker:
+    # its own brokers, a cluster of three: this run restarts them, one at a time (the partitions it
+    # led move to another), and every topic has three replicas, writes needing two
+    with KafkaCluster.start(tmp_path / "kafka") as broker:
         result = chaos.run(tmp_path, broker, faults=len(chaos.KINDS) + 1, seed=seed, maintenance=False,
                            events_per_tick=100, changes_per_tick=40, spark_session=spark, progress=print)
     print({k: v for k, v in result.items() if k not in ("verify", "log")})
