@@ -85,12 +85,14 @@ def catalog_properties(kind: str, request: pytest.FixtureRequest) -> str:
 
 
 # "rest-oauth" is the REST variant: the same fixture server, behind OAuth 2.0 (a plain one would add
-# nothing but a minute of the suite). make test runs the REST and object-storage kinds ("s3" is the
-# SQLite catalog, its warehouse on S3); SQLite and PostgreSQL on local files, Glue (an S3 warehouse
+# nothing but a minute of the suite). make test runs the object-storage kind ("s3" is the SQLite
+# catalog, its warehouse on S3); SQLite and PostgreSQL on local files, REST behind OAuth (frazil's
+# commits through it: tests/integration/test_catalog_oauth.py in make test), Glue (an S3 warehouse
 # again; Spark on Glue is tested by the backfill too) and the Hive Metastore (Spark and frazil on it:
 # the Hive backfill in make test) are `make test-matrix`'s.
 @pytest.mark.parametrize("kind", [pytest.param("sqlite", marks=pytest.mark.matrix),
-                                  pytest.param("postgresql", marks=pytest.mark.matrix), "rest-oauth", "s3",
+                                  pytest.param("postgresql", marks=pytest.mark.matrix),
+                                  pytest.param("rest-oauth", marks=pytest.mark.matrix), "s3",
                                   pytest.param("glue", marks=pytest.mark.matrix),
                                   pytest.param("hive", marks=pytest.mark.matrix)])
 def test_compaction_and_expiry_run_while_frazil_ingests_and_lose_nothing(

@@ -163,6 +163,7 @@ def test_a_change_stream_killed_mid_merge_and_mid_commit_ends_equal_to_the_refer
         assert staged["merge"]["into"] == target and staged["merge"]["waiting"] == 0, staged
 
 
+@pytest.mark.matrix   # a store variant of the merge flush's kill run above (make test-matrix)
 def test_the_spark_merge_flush_on_an_s3_warehouse_ends_equal_to_the_reference(
         kafka: KafkaBroker, tmp_path: Path, spark: Any, s3: S3Server) -> None:
     """merge = "spark" with the warehouse in an S3-compatible store: the staging table, the MERGE's
