@@ -47,6 +47,7 @@ def source(consumer: FlakyConsumer, outage_timeout_s: float, on_retention_gap: s
     made._outage_timeout_s = outage_timeout_s
     made._cfg = SimpleNamespace(on_retention_gap=on_retention_gap)
     made._on_lost = None if lost is None else lost.append
+    made._epoch = 0
     return made
 
 
@@ -151,3 +152,31 @@ def test_every_partition_is_sought_after_the_last_await_so_none_is_fetched_befor
     new_at = 3 if reset == "earliest" else 90
     assert consumer.steps[-2:] == ["seek events[0]@40", f"seek events[1]@{new_at}"]
     assert made._sought == {TP: 40, fresh: new_at}
+
+
+def test_a_refused_fetch_does_not_seek_back_a_partition_positioned_again_while_its_bounds_were_read() -> None:
+    """A fetch refused as out of range sends the source to read the log's bounds (waited out
+    through a broker outage); a rewind positioned the partition at the table's offset meanwhile.
+    Seeking back to the refused offset then would skip what lies between: it is dropped instead.
+    Without a repositioning, the refused partition is sought where the bounds say."""
+    consumer = Recording(start=0, end=500)
+    made = source(consumer, 900.0)
+    made._sought = {TP: 300}
+
+    async def refused_while_repositioned() -> None:
+        async def rewound(tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+            made._epoch += 1          # what seek() does for the rewind
+            made._sought[TP] = 120
+            return {tp: 500 for tp in tps}
+        consumer.end_offsets = rewound   # type: ignore[method-assign]
+        await made._out_of_log({TP: 300})
+
+    asyncio.run(refused_while_repositioned())
+    assert not [s for s in consumer.steps if s.startswith("seek")], consumer.steps
+    assert made._sought == {TP: 120}
+
+    consumer = Recording(start=0, end=500)
+    made = source(consumer, 900.0)
+    made._sought = {TP: 300}
+    asyncio.run(made._out_of_log({TP: 300}))
+    assert consumer.steps[-1] == "seek events[0]@300"

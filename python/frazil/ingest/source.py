@@ -13,7 +13,7 @@ from aiokafka.errors import KafkaError, KafkaTimeoutError, NoOffsetForPartitionE
 from aiokafka.structs import OffsetAndMetadata
 
 from frazil.config import KafkaConfig
-from frazil.errors import RetentionGapError, TopicMismatchError
+from frazil.errors import KafkaUnavailable, RetentionGapError, TopicMismatchError
 from frazil.flow import retry
 from frazil.iceberg import offsets
 from frazil.iceberg.offsets import TopicPartition as TP
@@ -89,6 +89,7 @@ class KafkaSource:
         # one and raise it from poll() so the pipeline stops instead of running unpositioned.
         self._failure: BaseException | None = None
         self.paused = False
+        self._epoch = 0   # moves with every positioning and revocation (``_out_of_log``)
 
     def listen(self, *, on_assigned: OnAssigned, on_positioned: OnPositioned, on_revoked: OnRevoked) -> None:
         """Who is told of rebalances: ``on_assigned`` says where each assigned partition resumes
@@ -137,7 +138,15 @@ class KafkaSource:
     async def _out_of_log(self, refused: dict[TP, int]) -> None:
         """The broker refused to fetch from positions outside the log: below its start (records
         deleted by retention before they were read) or past its end (the topic was recreated)."""
+        epoch = self._epoch
         stored = await self._within_log(set(refused), refused)
+        if epoch != self._epoch:
+            # positioned again meanwhile (a rewind, a rebalance; the bounds may have been waited for
+            # through a broker outage): seeking back to the refused offsets now would skip what lies
+            # between the new position and them
+            log.info("out-of-range fetches of %s dropped: the partitions were positioned again meanwhile",
+                     ", ".join(f"{t}[{p}]@{o}" for (t, p), o in sorted(refused.items())))
+            return
         for tp, offset in stored.items():
             if tp not in self._sought:   # revoked while the log's bounds were asked
                 continue
@@ -189,6 +198,7 @@ class KafkaSource:
         return set(self._before if self.rebalancing else self.assignment)
 
     async def _revoked(self, tps: set[TP]) -> None:
+        self._epoch += 1
         if not self.rebalancing:
             self._before, self.rebalancing = set(self.assignment), True
         self.assignment -= tps
@@ -242,6 +252,13 @@ class KafkaSource:
             found = await self._retried(lambda: ask(fresh), f"could not read where {len(fresh)} new partition(s) "
                                         f"{'start' if earliest else 'end'}")
             starts = {(tp.topic, tp.partition): offset for tp, offset in found.items()}
+        fresh_tps = [(tp.topic, tp.partition) for tp in fresh]
+        missing = [f"{t}[{p}]" for t, p in fresh_tps if (t, p) not in starts]
+        if missing:
+            raise KafkaUnavailable(f"the broker did not say where {', '.join(missing)} "
+                                   f"{'start' if self._cfg.auto_offset_reset == 'earliest' else 'end'}; "
+                                   "nothing of them was read")
+        self._epoch += 1
         for tp in sorted(tps):   # no await from here on (above)
             offset = stored[tp] if tp in stored else starts[tp]
             self._consumer.seek(TopicPartition(*tp), offset)
