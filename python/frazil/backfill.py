@@ -91,13 +91,20 @@ def backfill(cfg: Config, *, batch_rows: int, memory_mb: int) -> Stats:
                 ran = await serve(cfg, stop, until=ends, from_offsets=resume)
             finally:
                 relay.cancel()
+                await asyncio.gather(relay, return_exceptions=True)
             stats = _summed(stats, ran)
             after = await asyncio.to_thread(_restart, catalog, cfg, router, ends)
             short = not_landed(ends, after.resume, router)
-            if not short or asked.is_set() or ran.failed_commits or run == PASSES:
-                break   # done; stopped on request; or commits failed (another pass would fail the same way)
-            # read to the end, no commit failed, and yet short: a rebalance after that (the group's session
-            # lost during a long flush, another member joining) dropped what was buffered. Read it again
+            moved = any(after.resume.get(tp, -1) > resume.get(tp, -1) for tp in short)
+            if (not short or asked.is_set() or ran.failed_commits or ran.assignments < 2 or not moved
+                    or run == PASSES):
+                # done; stopped on request; commits failed (another pass would fail the same way); no
+                # rebalance to blame, or a pass that moved nothing (records no table takes, left below
+                # the watermark): another pass would end the same
+                break
+            # read to the end, no commit failed, reassigned meanwhile, and yet short: a rebalance after the
+            # end check (the group's session lost during a long flush, another member joining) dropped
+            # what was buffered. Read it again
             left = sum(end - (0 if at is None else at) for at, end in short.values())
             log.warning("backfill %s: read every partition to its end, but %d record(s) of %d partition(s) did not "
                         "land (a rebalance dropped what was buffered: nothing is lost or doubled); reading them again "

@@ -45,10 +45,11 @@ def test_a_topic_no_table_takes_has_nothing_to_land() -> None:
 
 def test_a_pass_cut_short_by_a_rebalance_is_followed_by_another_and_failing_commits_are_not(
         tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """A pass that read everything, had no commit fail and yet left records unlanded (a rebalance
-    after the end check dropped its buffers) is followed by another from where the tables stand,
-    up to ``PASSES``; a pass whose commits failed ends the backfill at once (the same failure
-    again), short, with where a restart resumes."""
+    """A pass that read everything, had no commit fail, was reassigned, moved the tables and yet left
+    records unlanded (a rebalance after the end check dropped its buffers) is followed by another
+    from where the tables stand, up to ``PASSES``. A pass whose commits failed, or that saw no
+    rebalance, or that moved nothing (records no table takes) ends the backfill at once, short, with
+    where a restart resumes: another pass would end the same."""
     import pytest
 
     import support
@@ -71,12 +72,12 @@ def test_a_pass_cut_short_by_a_rebalance_is_followed_by_another_and_failing_comm
     def after() -> Restart:
         return Restart({}, {("t", 0): held[0]})
 
-    def serve_with(outcomes: list[tuple[int, int]]):  # type: ignore[no-untyped-def]
+    def serve_with(outcomes: list[tuple[int, int]], assignments: int = 2):  # type: ignore[no-untyped-def]
         async def serve(_cfg, stop, *, until, from_offsets):  # type: ignore[no-untyped-def]
             passes.append(dict(from_offsets))
             landed, failed = outcomes[len(passes) - 1]
             held[0] = landed
-            return Stats(rows_committed=landed, commits=1, failed_commits=failed)
+            return Stats(rows_committed=landed, commits=1, failed_commits=failed, assignments=assignments)
         return serve
 
     monkeypatch.setattr(bf, "source_topics", topics)
@@ -90,10 +91,19 @@ def test_a_pass_cut_short_by_a_rebalance_is_followed_by_another_and_failing_comm
 
     passes.clear()
     held[0] = 0
-    monkeypatch.setattr(bf, "serve", serve_with([(60, 0)] * bf.PASSES))   # short every time: bounded
+    monkeypatch.setattr(bf, "serve", serve_with([(20, 0), (40, 0), (60, 0)]))   # short every time: bounded
     with pytest.raises(BackfillIncomplete, match=r"t/0.*\(60, 100\)"):
         bf.backfill(cfg, batch_rows=1000, memory_mb=64)
     assert len(passes) == bf.PASSES
+
+    for outcomes, assignments in (([(60, 0), (60, 0)], 2),    # the second pass moved nothing: no third
+                                  ([(60, 0)], 1)):            # never reassigned: no rebalance to blame
+        passes.clear()
+        held[0] = 0
+        monkeypatch.setattr(bf, "serve", serve_with(outcomes, assignments))
+        with pytest.raises(BackfillIncomplete):
+            bf.backfill(cfg, batch_rows=1000, memory_mb=64)
+        assert len(passes) == len(outcomes)
 
     passes.clear()
     held[0] = 0
