@@ -48,6 +48,7 @@ def source(consumer: FlakyConsumer, outage_timeout_s: float, on_retention_gap: s
     made._cfg = SimpleNamespace(on_retention_gap=on_retention_gap)
     made._on_lost = None if lost is None else lost.append
     made._epoch = 0
+    made._first_ends = {}
     return made
 
 
@@ -180,3 +181,17 @@ def test_a_refused_fetch_does_not_seek_back_a_partition_positioned_again_while_i
     made._sought = {TP: 300}
     asyncio.run(made._out_of_log({TP: 300}))
     assert consumer.steps[-1] == "seek events[0]@300"
+
+
+def test_with_latest_a_new_partition_positioned_again_starts_where_it_first_started() -> None:
+    """auto_offset_reset = "latest": a partition no table holds yet, read from the end, then
+    positioned again (a rewind after a reply that did not land) before anything landed, starts
+    where it first did, not at the end it has now: that would skip what was read meanwhile."""
+    consumer = Recording(start=0, end=90)
+    made = source(consumer, 900.0)
+    made._cfg = SimpleNamespace(on_retention_gap="stop", auto_offset_reset="latest")
+    made._sought = {}
+    asyncio.run(made.seek({TP}, {}))
+    consumer.end = 150   # records arrived, were read, did not land
+    asyncio.run(made.seek({TP}, {}))
+    assert [s for s in consumer.steps if s.startswith("seek")] == ["seek events[0]@90", "seek events[0]@90"]

@@ -90,6 +90,7 @@ class KafkaSource:
         self._failure: BaseException | None = None
         self.paused = False
         self._epoch = 0   # moves with every positioning and revocation (``_out_of_log``)
+        self._first_ends: dict[TP, int] = {}   # auto_offset_reset = "latest": where new partitions first started
 
     def listen(self, *, on_assigned: OnAssigned, on_positioned: OnPositioned, on_revoked: OnRevoked) -> None:
         """Who is told of rebalances: ``on_assigned`` says where each assigned partition resumes
@@ -245,13 +246,20 @@ class KafkaSource:
         three-broker cluster, where the new partitions' log starts took longer to read)."""
         stored = await self._within_log(tps, stored)
         fresh = [TopicPartition(*tp) for tp in sorted(tps) if tp not in stored]
-        starts: dict[TP, int] = {}
-        if fresh:
-            earliest = self._cfg.auto_offset_reset == "earliest"
+        earliest = self._cfg.auto_offset_reset == "earliest"
+        # "latest": a new partition read again (a rewind, a rebalance back) before any table holds it
+        # starts where it first started in this process, not at the end it has now, which would skip
+        # what was read meanwhile and not landed
+        starts: dict[TP, int] = {} if earliest else {tp: self._first_ends[tp] for tp in
+                                                     ((t.topic, t.partition) for t in fresh) if tp in self._first_ends}
+        unknown = [tp for tp in fresh if (tp.topic, tp.partition) not in starts]
+        if unknown:
             ask = self._consumer.beginning_offsets if earliest else self._consumer.end_offsets
-            found = await self._retried(lambda: ask(fresh), f"could not read where {len(fresh)} new partition(s) "
-                                        f"{'start' if earliest else 'end'}")
-            starts = {(tp.topic, tp.partition): offset for tp, offset in found.items()}
+            found = await self._retried(lambda: ask(unknown), f"could not read where {len(unknown)} new "
+                                        f"partition(s) {'start' if earliest else 'end'}")
+            starts.update({(tp.topic, tp.partition): offset for tp, offset in found.items()})
+            if not earliest:
+                self._first_ends.update(starts)
         fresh_tps = [(tp.topic, tp.partition) for tp in fresh]
         missing = [f"{t}[{p}]" for t, p in fresh_tps if (t, p) not in starts]
         if missing:
