@@ -241,10 +241,11 @@ def test_a_zombie_reply_after_its_partitions_moved_lands_nothing_twice_and_would
     if fencing == "on":
         _assert_exact(result)
         assert result["rows"] == produce.produced
-        # the fence fired, on the zombie's partitions
-        assert f"part of it is already in the table: {topic}[0]" in coordinator_log, \
-            [line for line in coordinator_log.splitlines() if "dropped a reply" in line or "ended (" in line]
-        assert f"{topic}[1] stored=" in coordinator_log, coordinator_log[-3000:]
+        # the fence fired, on the zombie's partitions (w0's own, 0 and 2, are named too when w0 had
+        # landed records of them before: not so when its reply in the zombie's cycle came before any)
+        refused = [line for line in coordinator_log.splitlines() if "part of it is already in the table:" in line]
+        assert any(f"{topic}[1] stored=" in line or f"{topic}[3] stored=" in line for line in refused), \
+            refused or [line for line in coordinator_log.splitlines() if "dropped a reply" in line or "ended (" in line]
     else:
         assert "FENCING IS OFF" in coordinator_log
         assert result["duplicates"] > 0, result
