@@ -120,6 +120,7 @@ def move_offsets(cfg: config_mod.Config, args: argparse.Namespace) -> int:
     when dead letters are off); ``offsets --reset TOPIC:PARTITION=OFFSET``: move one table's offset
     forward, skipping every record before it. Both after a confirmation, kept in the table with who
     and why, and logged. ``--from-group GROUP``: every partition at once, to a group's offsets."""
+    from frazil.iceberg import operator_moves
     from frazil.iceberg.commits import refuse_backward_reset, refuse_passed_skip
     from frazil.iceberg.committer import Committer
     from frazil.status import end_offsets
@@ -174,11 +175,11 @@ def move_offsets(cfg: config_mod.Config, args: argparse.Namespace) -> int:
         return 1
     by = _operator()
     if args.skip:
-        catalog_call(cfg, partial(committer.skip, tp, offset, reason=args.reason, by=by,
+        catalog_call(cfg, partial(operator_moves.skip, committer, tp, offset, reason=args.reason, by=by,
                                   at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
         print(f"skip noted in {table_name} (property frazil.skip.{cfg.pipeline})")
         return 0
-    result = catalog_call(cfg, partial(committer.skip_to, {tp: offset}, reason=args.reason, by=by))
+    result = catalog_call(cfg, partial(operator_moves.skip_to, committer, {tp: offset}, reason=args.reason, by=by))
     print(f"reset: commit {result.commit_id}, snapshot {result.snapshot_id}; {table_name} now holds "
           f"{tp[0]}[{tp[1]}] up to {offset}")
     return 0
@@ -213,6 +214,7 @@ def _from_group(cfg: config_mod.Config, args: argparse.Namespace, table_name: st
     group committed (a Kafka Connect sink's ``connect-<name>`` when moving to frazil), so frazil
     does not land again what the group's consumer already landed. Partitions where the table is
     already at or past the group stay; the group must have no members."""
+    from frazil.iceberg import operator_moves
     from frazil.iceberg.committer import Committer
     from frazil.status import group_offsets, source_topics
 
@@ -241,7 +243,7 @@ def _from_group(cfg: config_mod.Config, args: argparse.Namespace, table_name: st
           "committed everything it read (for a Kafka Connect sink: its last commit landed).")
     if not _confirmed(args, table_name):
         return 1
-    result = catalog_call(cfg, partial(committer.skip_to, moves, reason=args.reason, by=_operator()))
+    result = catalog_call(cfg, partial(operator_moves.skip_to, committer, moves, reason=args.reason, by=_operator()))
     print(f"reset: commit {result.commit_id}, snapshot {result.snapshot_id}; {len(moves)} partition(s) of {table_name} "
           f"moved to the offsets of {args.from_group}")
     return 0

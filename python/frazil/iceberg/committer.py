@@ -14,10 +14,8 @@ Blocking (pyiceberg holds the GIL while it copies metadata): call it with ``asyn
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -43,8 +41,6 @@ from frazil.iceberg import index_store, mutations, offsets, writes
 from frazil.iceberg.commits import (
     delete_files,
     find_commit,
-    refuse_backward_reset,
-    refuse_passed_skip,
     seal_of,
     table_lock,
     transaction,
@@ -96,6 +92,14 @@ class Committer:
         self._fence = fence
         self._indexes = indexes if indexes is not None else {}
         self._store = store
+
+    @property
+    def table_name(self) -> str:
+        return self._table_name
+
+    @property
+    def pipeline(self) -> str:
+        return self._pipeline
 
     def load(self) -> Table:
         return self._catalog.load_table(self._table_name)
@@ -185,7 +189,7 @@ class Committer:
                 landed = find_commit(table, commit_id)
                 if landed is not None:  # an earlier attempt landed after all, or someone else landed it
                     self._refuse_sealed(table, landed, commit_id)
-                    return self._result(commit_id, landed, rows, table, attempt, started, found=not sent)
+                    return self.result_of(commit_id, landed, rows, table, attempt, started, found=not sent)
                 found = self.held(table)
                 refused = offsets.recreated_refusal(found.topic_ids, read_from, commit_id=commit_id,
                                                     table=self._table_name, pipeline=self._pipeline)
@@ -268,13 +272,13 @@ class Committer:
                         self._refuse_sealed(table, landed, commit_id)
                         log.warning("commit %s table=%s: %s, but the commit landed as snapshot %d",
                                     commit_id, self._table_name, exc, landed)
-                        return self._result(commit_id, landed, rows, table, attempt, started)
+                        return self.result_of(commit_id, landed, rows, table, attempt, started)
                     log.warning("commit %s table=%s: attempt %d/%d failed and did not land (%s: %s)",
                                 commit_id, self._table_name, attempt, self._max_attempts, type(exc).__name__, exc)
                 else:
                     if delta is not None:
                         self._landed(delta, committed)
-                    result = self._result(commit_id, None, rows, committed, attempt, started,
+                    result = self.result_of(commit_id, None, rows, committed, attempt, started,
                                           replaced=delta.replaced if delta else 0)
                     index = self._indexes.get(self._table_name) if delta is not None else None
                     if index is not None:
@@ -327,7 +331,7 @@ class Committer:
                 table = self.load()
                 landed = find_commit(table, commit_id)
                 if landed is not None:
-                    return self._result(commit_id, landed, 0, table, attempt, started,
+                    return self.result_of(commit_id, landed, 0, table, attempt, started,
                                         found=seal_of(table, landed) is None)
                 summary = {offsets.COMMIT_ID_KEY: commit_id, offsets.PIPELINE_KEY: self._pipeline,
                            offsets.SEALED_KEY: reason}
@@ -363,67 +367,6 @@ class Committer:
             raise OffsetOverlapError(f"commit {commit_id} to {self._table_name} was sealed as snapshot {snapshot_id} "
                                      f"by the coordinator that took the cycle over ({reason}); nothing was committed, "
                                      "the partitions are read again from the stored offsets")
-
-    def skip_to(self, targets: Mapping[TopicPartition, int], *, reason: str, by: str) -> CommitResult:
-        """An operator's reset: the table's offsets of ``targets`` move forward to the offsets given
-        with no data (the records in between are skipped on purpose: a bad record when dead letters
-        are off, a backlog, or what a Kafka Connect sink already landed). One commit: an empty
-        snapshot whose summary carries the new offsets and why (``frazil.reset``), and the offsets
-        property, so the two agree. Never backwards (that would land records twice); a table that
-        changed meanwhile loses the compare-and-swap and nothing moves."""
-        if not targets:
-            raise ValueError("skip_to needs at least one partition")
-        table = self.load()
-        found = self.held(table)
-        stored = dict(found.offsets)
-        refuse_backward_reset(self._table_name, stored, targets)
-        moves = [{"topic": t, "partition": p, "from": stored.get((t, p)), "to": o}
-                 for (t, p), o in sorted(targets.items())]
-        stored.update(targets)
-        commit_id = f"reset-{uuid.uuid4().hex}"
-        encoded = offsets.encode(stored)
-        record: dict[str, object] = (dict(moves[0]) if len(moves) == 1 else {"moves": moves})
-        record.update(reason=reason, by=by)
-        summary = {offsets.COMMIT_ID_KEY: commit_id, offsets.PIPELINE_KEY: self._pipeline,
-                   offsets.property_key(self._pipeline): encoded,
-                   "frazil.reset": json.dumps(record, sort_keys=True)}
-        if found.topic_ids:   # a rollback onto this snapshot still knows which topics its offsets are of
-            summary[offsets.topic_ids_key(self._pipeline)] = offsets.encode_topic_ids(found.topic_ids)
-        started = time.monotonic()
-        tx = transaction(table)
-        with tx.update_snapshot(snapshot_properties=summary).fast_append():
-            pass   # no data: the snapshot carries the offsets the property gets
-        tx.set_properties({offsets.property_key(self._pipeline): encoded})
-        try:
-            committed = tx.commit_transaction()
-        except CommitFailedException as exc:
-            raise CommitFailed(f"{self._table_name} changed while resetting its offsets ({exc}); nothing moved. "
-                                       "Stop `frazil run` for the pipeline and try again") from exc
-        for move in moves:
-            log.warning("commit %s table=%s: offsets of %s[%d] reset by %s from %s to %d (%s); records in between are "
-                        "skipped", commit_id, self._table_name, move["topic"], move["partition"], by, move["from"],
-                        move["to"], reason)
-        return self._result(commit_id, None, 0, committed, 1, started)
-
-    def skip(self, tp: TopicPartition, offset: int, *, reason: str, by: str, at: str) -> None:
-        """An operator's decision that the record at ``offset`` of ``tp`` never lands in this table
-        (a bad record, when dead letters are off). Kept in the table property ``frazil.skip.<pipeline>``
-        with who and why; the pipeline leaves that record out when it reads it (and counts it), while
-        the table's offsets still move with the data around it. Only records the table has not passed."""
-        table = self.load()
-        stored = self.held(table).offsets
-        refuse_passed_skip(self._table_name, stored, tp, offset)
-        skips = offsets.stored_skips(table.properties, self._pipeline)
-        skips.setdefault(tp, {})[offset] = {"reason": reason, "by": by, "at": at}
-        tx = transaction(table)
-        tx.set_properties({offsets.skip_key(self._pipeline): offsets.encode_skips(skips)})
-        try:
-            tx.commit_transaction()
-        except CommitFailedException as exc:
-            raise CommitFailed(f"{self._table_name} changed while noting the skip ({exc}); nothing changed. "
-                                       "Stop `frazil run` for the pipeline and try again") from exc
-        log.warning("table %s: %s[%d]@%d will be skipped by pipeline %s, as %s said (%s)", self._table_name, tp[0],
-                    tp[1], offset, self._pipeline, by, reason)
 
     def _plan(self, table: Table, identifiers: tuple[str, ...], changes: mutations.NewKeys
               ) -> tuple[mutations.Plan, list[DataFile]]:
@@ -486,7 +429,7 @@ class Committer:
                 "Nothing was committed; the partitions are read again from the stored offsets"
             )
 
-    def _result(self, commit_id: str, snapshot_id: int | None, rows: int, table: Table, attempt: int,
+    def result_of(self, commit_id: str, snapshot_id: int | None, rows: int, table: Table, attempt: int,
                 started: float, *, found: bool = False, replaced: int = 0) -> CommitResult:
         if snapshot_id is None:
             snapshot_id = find_commit(table, commit_id)
