@@ -245,27 +245,25 @@ class KafkaSource:
         first offset taken, they would be skipped without a word (found by the chaos run on a
         three-broker cluster, where the new partitions' log starts took longer to read)."""
         stored = await self._within_log(tps, stored)
-        fresh = [TopicPartition(*tp) for tp in sorted(tps) if tp not in stored]
+        fresh = [tp for tp in sorted(tps) if tp not in stored]
         earliest = self._cfg.auto_offset_reset == "earliest"
+        edge = "start" if earliest else "end"
         # "latest": a new partition read again (a rewind, a rebalance back) before any table holds it
         # starts where it first started in this process, not at the end it has now, which would skip
         # what was read meanwhile and not landed
-        starts: dict[TP, int] = {} if earliest else {tp: self._first_ends[tp] for tp in
-                                                     ((t.topic, t.partition) for t in fresh) if tp in self._first_ends}
-        unknown = [tp for tp in fresh if (tp.topic, tp.partition) not in starts]
+        starts = {} if earliest else {tp: self._first_ends[tp] for tp in fresh if tp in self._first_ends}
+        unknown = [TopicPartition(*tp) for tp in fresh if tp not in starts]
         if unknown:
             ask = self._consumer.beginning_offsets if earliest else self._consumer.end_offsets
             found = await self._retried(lambda: ask(unknown), f"could not read where {len(unknown)} new "
-                                        f"partition(s) {'start' if earliest else 'end'}")
+                                        f"partition(s) {edge}")
             starts.update({(tp.topic, tp.partition): offset for tp, offset in found.items()})
             if not earliest:
                 self._first_ends.update(starts)
-        fresh_tps = [(tp.topic, tp.partition) for tp in fresh]
-        missing = [f"{t}[{p}]" for t, p in fresh_tps if (t, p) not in starts]
+        missing = [f"{t}[{p}]" for t, p in fresh if (t, p) not in starts]
         if missing:
-            raise KafkaUnavailable(f"the broker did not say where {', '.join(missing)} "
-                                   f"{'start' if self._cfg.auto_offset_reset == 'earliest' else 'end'}; "
-                                   "nothing of them was read")
+            raise KafkaUnavailable(f"the broker did not say where {', '.join(missing)} {edge}; nothing of them "
+                                   "was read")
         self._epoch += 1
         for tp in sorted(tps):   # no await from here on (above)
             offset = stored[tp] if tp in stored else starts[tp]
