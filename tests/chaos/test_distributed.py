@@ -21,8 +21,8 @@ from harness import eos
 
 pytestmark = [pytest.mark.chaos]
 
-RECORDS = int(os.environ.get("FRAZIL_EOS_RECORDS", "200000"))   # make eos: 1M
-KILLS = int(os.environ.get("FRAZIL_EOS_KILLS", "12"))
+RECORDS = int(os.environ.get("FRAZIL_EOS_RECORDS", "150000"))   # make chaos-tests: 500k, make eos: 1M
+KILLS = int(os.environ.get("FRAZIL_EOS_KILLS", "8"))            # make chaos-tests: 30
 
 
 def _assert_exact(result: dict[str, object]) -> None:

@@ -27,8 +27,8 @@ from frazil_dev.kafka_broker import KafkaBroker
 
 pytestmark = [pytest.mark.chaos]
 
-RECORDS = int(os.environ.get("FRAZIL_CHAOS_RECORDS", "200000"))
-KILLS = int(os.environ.get("FRAZIL_CHAOS_KILLS", "16"))
+RECORDS = int(os.environ.get("FRAZIL_CHAOS_RECORDS", "150000"))   # make chaos-tests: 300k
+KILLS = int(os.environ.get("FRAZIL_CHAOS_KILLS", "10"))            # make chaos-tests: 24
 PARTITIONS = 4
 CHUNKS = 4 * KILLS  # one chunk a second: production spans the whole kill phase (a kill every 1-6 s)
 
