@@ -52,6 +52,23 @@ def binaries() -> Path:
     return found[-1].parent
 
 
+def _spawn(datadir: Path, port: int, user: dict[str, int]) -> subprocess.Popen[bytes]:
+    """The server on ``datadir/data`` (made by initdb), its log appended to ``datadir/server.log``."""
+    log = open(datadir / "server.log", "ab")   # the child keeps its own handle
+    if user:
+        os.chown(datadir / "server.log", user["user"], user["group"])
+    # max_connections: a chaos run's processes, the rebalance storm's, Spark's and the runner's pools at once
+    argv = [str(binaries() / "postgres"), "-D", str(datadir / "data"), "-p", str(port), "-k", str(datadir),
+            "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=200",
+            "-c", "shared_buffers=32MB",
+            # Debezium's connector reads the write-ahead log through a slot
+            "-c", "wal_level=logical", "-c", "max_replication_slots=8", "-c", "max_wal_senders=8"]
+    proc: subprocess.Popen[bytes] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=datadir,
+                                                     start_new_session=True, **user)  # type: ignore[call-overload]
+    log.close()
+    return proc
+
+
 @dataclass
 class PostgresServer:
     """A running server; ``stop`` is idempotent. ``wal_level = logical``, for change data capture."""
@@ -59,6 +76,7 @@ class PostgresServer:
     datadir: Path
     port: int
     _proc: subprocess.Popen[bytes]
+    _user: dict[str, int]   # the user and group the server runs as, when started by root
 
     def uri(self, driver: str = "postgresql+psycopg") -> str:
         """The SQLAlchemy URI of the test database (pyiceberg's SQL catalog ``uri``)."""
@@ -91,44 +109,63 @@ class PostgresServer:
             shutil.rmtree(datadir, ignore_errors=True)
             raise PostgresError(f"initdb failed: {init.stdout}{init.stderr}")
         port = free_port()
-        log = open(datadir / "server.log", "wb")   # the child keeps its own handle
-        if owner is not None:
-            os.chown(datadir / "server.log", owner.pw_uid, owner.pw_gid)
-        proc = subprocess.Popen([str(bin_dir / "postgres"), "-D", str(data), "-p", str(port), "-k", str(datadir),
-                                 "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=50",
-                                 "-c", "shared_buffers=32MB",
-                                 # Debezium's connector reads the write-ahead log through a slot
-                                 "-c", "wal_level=logical", "-c", "max_replication_slots=8",
-                                 "-c", "max_wal_senders=8"],
-                                stdout=log, stderr=subprocess.STDOUT, cwd=datadir, start_new_session=True,
-                                **user)  # type: ignore[call-overload]
-        log.close()
-        server = cls(datadir, port, proc)
+        server = cls(datadir, port, _spawn(datadir, port, user), user)
         try:
-            server._wait_ready(bin_dir, user)
+            server._wait_ready()
+            server._create(DATABASE)
         except BaseException:
             server.stop()
             raise
         return server
 
-    def _wait_ready(self, bin_dir: Path, user: dict[str, int]) -> None:
+    def restart(self, down_s: float, *, kill: bool = False) -> None:
+        """Stop the server (SIGKILL: a crash, recovered from the write-ahead log at the next start;
+        else a fast shutdown that cuts its clients off), stay down ``down_s`` seconds, start it again
+        on the same port and data. Clients see refused connections meanwhile."""
+        if kill:   # the postmaster and its backends at once (its own process group), as in a crash
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        else:
+            self._proc.send_signal(signal.SIGINT)
+        try:
+            self._proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        time.sleep(down_s)
+        self._proc = _spawn(self.datadir, self.port, self._user)
+        self._wait_ready()
+
+    def create_database(self, name: str) -> str:
+        """A new empty database on this server (e.g. one per run, for a catalog of its own); its
+        SQLAlchemy URI."""
+        self._create(name)
+        return self.uri().rsplit("/", 1)[0] + f"/{name}"
+
+    def _wait_ready(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 raise PostgresError(f"PostgreSQL exited during start-up:\n{self.log_tail()}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    break
+                    pass
+                ready = subprocess.run([str(binaries() / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port)],
+                                       check=False)
+                if ready.returncode == 0:   # accepting connections, crash recovery done
+                    return
             except OSError:
-                time.sleep(0.2)
-        else:
-            raise PostgresError(f"PostgreSQL did not listen within {START_TIMEOUT_S:.0f}s:\n{self.log_tail()}")
+                pass
+            time.sleep(0.2)
+        raise PostgresError(f"PostgreSQL did not accept connections within {START_TIMEOUT_S:.0f}s:\n{self.log_tail()}")
+
+    def _create(self, name: str) -> None:
         env = {**os.environ, "PGPASSWORD": PASSWORD}
-        created = subprocess.run([str(bin_dir / "psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", USER,
-                                  "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-c", f"CREATE DATABASE {DATABASE}"],
-                                 capture_output=True, text=True, env=env, cwd=self.datadir, **user)  # type: ignore[call-overload]
+        created = subprocess.run([str(binaries() / "psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", USER,
+                                  "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-c", f"CREATE DATABASE {name}"],
+                                 capture_output=True, text=True, env=env, cwd=self.datadir,
+                                 **self._user)  # type: ignore[call-overload]
         if created.returncode != 0:
-            raise PostgresError(f"creating database {DATABASE} failed: {created.stdout}{created.stderr}")
+            raise PostgresError(f"creating database {name} failed: {created.stdout}{created.stderr}")
 
     def log_tail(self, chars: int = 3000) -> str:
         path = self.datadir / "server.log"

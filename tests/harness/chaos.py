@@ -1,24 +1,28 @@
 """The chaos run: every fault kind a deployment meets, injected at random times and at the named
-fault points, several at once, into a distributed pipeline of three tables (two append tables fed
-by one topic with fan-out, schema evolution and dead letters; one upsert table with tombstones)
-on the real broker and catalog with Spark maintenance on; then an independent verifier.
+fault points, several at once, into a pipeline of three tables (two append tables fed by one
+topic with fan-out, schema evolution and dead letters; one upsert table with tombstones) on real
+brokers and a real catalog with Spark maintenance on; then an independent verifier. The
+deployment: the catalog (SQLite, or PostgreSQL on a server the run restarts), the mode (three
+processes in distributed mode, or one in single mode) and the brokers (one, or a cluster of three).
 
-    PYTHONPATH=tests:dev python -m harness.chaos [--faults 500] [--seed N]   # make chaos
+    PYTHONPATH=tests:dev python -m harness.chaos [--faults 500] [--seed N] [--catalog postgresql]
+        [--mode single] [--brokers 3]   # make chaos CHAOS_ARGS="..."
 
 Seeded: the seed picks every fault, its time, its victim and the data, so a failing run replays
 (timing on a busy machine still varies; the seed is printed first and kept in the report). The
 verifier trusts neither frazil's counters nor its offsets: it reads both topics back from the
 broker, classifies every record itself, and compares with every table read by pyiceberg and by
 Spark SQL, and with the dead-letter topic read with read_committed. Writes
-``benches/results/chaos.json``. The pipeline's processes run a copy of the ``frazil`` package
-taken when the run begins (``<dir>/src``): the report is of one version, whatever is edited
-meanwhile.
+``benches/results/chaos-<catalog>-<mode>-<brokers>b.json`` with the commit it ran. The pipeline's
+processes run a copy of the ``frazil`` package taken when the run begins (``<dir>/src``): the
+report is of one version, whatever is edited meanwhile.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -44,7 +48,9 @@ from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
 from frazil.status import end_offsets
 from frazil_dev.kafka_broker import KafkaBroker, KafkaCluster
+from frazil_dev.postgres import PostgresServer
 from frazil_dev.workload import create_topic
+from support import close_catalog
 
 log = logging.getLogger("chaos")
 
@@ -54,7 +60,8 @@ PARTITIONS = 4
 KEYS = 3000
 DEAD_LETTERS = f"frazil-dead-letters-{PIPELINE}"
 TABLES = {"chaos.events": EVENTS, "chaos.big": EVENTS, "chaos.state": CHANGES}
-WORKERS = ("w0", "w1", "w2")
+WORKERS = ("w0", "w1", "w2")   # distributed mode's; single mode runs one process, "s0"
+MODES = ("distributed", "single")
 SESSION_TIMEOUT_S = 3.0
 
 KINDS = {   # kind: weight
@@ -62,7 +69,21 @@ KINDS = {   # kind: weight
     "broker_restart": 1, "catalog_locked": 2, "catalog_unreachable": 2, "compaction": 2, "expiry": 1,
     "bad_records": 2, "schema_change": 1, "rebalance_storm": 1,
 }
-EXCLUSIVE = {"broker_restart", "catalog_locked", "compaction", "expiry", "rebalance_storm"}  # one at a time
+SERVER_KINDS = {"catalog_restart": 1}   # where the catalog is a server of its own: it is stopped and started
+EXCLUSIVE = {"broker_restart", "catalog_locked", "catalog_restart", "compaction", "expiry",
+             "rebalance_storm"}  # one at a time
+CATALOGS = ("sqlite", "postgresql")
+NOT_SINGLE = {"kill_worker", "zombie_worker"}   # single mode has no process that is only a worker
+
+
+def kinds_of(catalog: str, mode: str = "distributed") -> dict[str, int]:
+    """The fault kinds (and their weights) of a run on ``catalog`` in ``mode``."""
+    kinds = {**KINDS, **(SERVER_KINDS if catalog != "sqlite" else {})}
+    return {k: w for k, w in kinds.items() if not (mode == "single" and k in NOT_SINGLE)}
+
+
+def workers_of(mode: str) -> tuple[str, ...]:
+    return WORKERS if mode == "distributed" else ("s0",)
 KILL_POINTS = tuple(p for p in fault_points.POINTS if not p.startswith("merge."))
 STOP_POINTS = {"coordinator": ("coordinator.after_start_commit", "commit.after_catalog",
                                "coordinator.after_catalog_commits", "coordinator.after_commit_complete",
@@ -86,10 +107,10 @@ session_timeout_ms = {session_ms}
 heartbeat_interval_ms = 500
 
 [catalog]
-properties = {{ uri = "sqlite:///{workdir}/warehouse/catalog.db", warehouse = "file://{workdir}/warehouse" }}
+properties = {catalog_properties}
 
 [coordination]
-mode = "distributed"
+mode = "{mode}"
 commit_timeout_s = 2.5
 
 [maintenance]
@@ -220,11 +241,67 @@ def start_failed(proc: Proc) -> bool:
                                                            or "frazil: CatalogUnavailable" in tail)
 
 
+@dataclass
+class Site:
+    """Where the tables live: the catalog (SQLite in the run's folder, or a database of its own on
+    a PostgreSQL server) and the faults only the catalog can have."""
+
+    kind: str
+    properties: dict[str, str]
+    postgres: PostgresServer | None = None
+    # a lock on the catalog and its server's restart, one at a time: a lock needs the server up
+    server_faults: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def make(cls, kind: str, workdir: Path, seed: int, postgres: PostgresServer | None) -> Site:
+        warehouse = f"file://{workdir}/warehouse"
+        if kind == "sqlite":
+            return cls(kind, {"uri": f"sqlite:///{workdir}/warehouse/catalog.db", "warehouse": warehouse})
+        if kind == "postgresql":
+            if postgres is None:
+                raise ChaosError("a run on the PostgreSQL catalog needs a PostgreSQL server")
+            uri = postgres.create_database(f"chaos_{seed}_{time.monotonic_ns() % 1_000_000}")
+            return cls(kind, {"uri": uri, "warehouse": warehouse}, postgres)
+        raise ChaosError(f"unknown catalog {kind!r}: one of {', '.join(CATALOGS)}")
+
+    def config(self) -> CatalogConfig:
+        return CatalogConfig("frazil", {"type": "sql", **self.properties})
+
+    def toml(self) -> str:
+        return "{ " + ", ".join(f'{k} = "{v}"' for k, v in self.properties.items()) + " }"
+
+    def restart(self, down: float, *, kill: bool) -> None:
+        """Stop the catalog's server and start it again ``down`` seconds later."""
+        assert self.postgres is not None
+        with self.server_faults:
+            self.postgres.restart(down, kill=kill)   # commits in flight lose their connection: outcome unknown
+
+    def lock(self, hold: float) -> None:
+        """Hold the catalog's table of tables locked for ``hold`` seconds: every commit waits."""
+        if self.postgres is None:
+            db = sqlite3.connect(self.properties["uri"].removeprefix("sqlite:///"), timeout=60)
+            try:
+                db.execute("BEGIN EXCLUSIVE")
+                time.sleep(hold)
+                db.rollback()
+            finally:
+                db.close()
+            return
+        import psycopg
+
+        dsn = self.properties["uri"].replace("postgresql+psycopg://", "postgresql://")
+        with self.server_faults, psycopg.connect(dsn) as conn:
+            conn.execute("LOCK TABLE iceberg_tables IN ACCESS EXCLUSIVE MODE")   # in the connection's transaction
+            time.sleep(hold)
+            conn.rollback()
+
+
 class Procs:
     """The pipeline's processes: each name restartable, each incarnation with its own log."""
 
-    def __init__(self, workdir: Path, bootstrap: str, *, maintenance: bool) -> None:
-        self.workdir, self.bootstrap, self.maintenance = workdir, bootstrap, maintenance
+    def __init__(self, workdir: Path, bootstrap: str, site: Site, *, maintenance: bool, mode: str) -> None:
+        self.workdir, self.bootstrap, self.site, self.maintenance = workdir, bootstrap, site, maintenance
+        self.mode, self.workers = mode, workers_of(mode)
         self.current: dict[str, Proc] = {}
         self.incarnations: Counter[str] = Counter()
         self.lock = threading.RLock()
@@ -243,6 +320,7 @@ class Procs:
             path.write_text(CONFIG.format(pipeline=PIPELINE, workdir=self.workdir, worker=name,
                                           bootstrap=self.bootstrap, events=EVENTS, changes=CHANGES,
                                           session_ms=int(SESSION_TIMEOUT_S * 1000),
+                                          catalog_properties=self.site.toml(), mode=self.mode,
                                           maintenance=str(self.maintenance).lower(), event_columns=EVENT_COLUMNS))
         return path
 
@@ -262,9 +340,10 @@ class Procs:
             self.current[name] = proc
             return proc
 
-    def live(self, names: tuple[str, ...] = WORKERS) -> list[Proc]:
+    def live(self) -> list[Proc]:
+        """The pipeline's own processes that run (not a rebalance storm's)."""
         with self.lock:
-            return [p for n, p in self.current.items() if n in names and p.alive()]
+            return [p for n, p in self.current.items() if n in self.workers and p.alive()]
 
     def scan(self) -> None:
         with self.lock:
@@ -274,7 +353,7 @@ class Procs:
     def coordinator(self) -> Proc | None:
         """The live process that runs the coordinator now (from its log), if any says so."""
         self.scan()
-        leading = [p for p in self.live() if p.leading]
+        leading = [p for p in self.live() if p.leading or self.mode == "single"]   # single: each its own
         return leading[-1] if leading else None
 
     def arm(self, proc: Proc, spec: str) -> bool:
@@ -297,7 +376,7 @@ class Procs:
         catalog lock under another fault) and had not worked yet. A process that worked and then
         exits by itself is a failure of the run."""
         with self.lock:
-            for name in WORKERS:
+            for name in self.workers:
                 proc = self.current.get(name)
                 if proc is None or proc.alive():
                     continue
@@ -460,12 +539,13 @@ class Chaos:
     """The fault injector: each fault runs in its own thread, several at once."""
 
     def __init__(self, workdir: Path, broker: KafkaBroker | KafkaCluster, procs: Procs, producer: Producer,
-                 rng: random.Random, catalog_db: Path, spark: Callable[[], Any]) -> None:
+                 rng: random.Random, site: Site, spark: Callable[[], Any]) -> None:
         self.workdir, self.broker, self.procs, self.producer, self.rng = workdir, broker, procs, producer, rng
-        self.catalog_db, self.spark = catalog_db, spark
+        self.site, self.spark = site, spark
+        self.kinds = kinds_of(site.kind, procs.mode)
         self.busy: set[str] = set()
         self.lock = threading.Lock()
-        self.first = rng.sample(sorted(KINDS), len(KINDS))
+        self.first = rng.sample(sorted(self.kinds), len(self.kinds))
         self.extra = 0
 
     def pick(self) -> str:
@@ -475,8 +555,8 @@ class Chaos:
                 self.first.remove(first[0])
                 self.busy.add(first[0])
                 return first[0]
-            kinds = [k for k in KINDS if not (k in EXCLUSIVE and k in self.busy)]
-            kind = self.rng.choices(kinds, weights=[KINDS[k] for k in kinds])[0]
+            kinds = [k for k in self.kinds if not (k in EXCLUSIVE and k in self.busy)]
+            kind = self.rng.choices(kinds, weights=[self.kinds[k] for k in kinds])[0]
             self.busy.add(kind)
             return kind
 
@@ -571,14 +651,14 @@ class Chaos:
 
     def catalog_locked(self, rng: random.Random, fault: Fault) -> str:
         hold = rng.uniform(1.0, 8.0)
-        db = sqlite3.connect(self.catalog_db, timeout=60)
-        try:
-            db.execute("BEGIN EXCLUSIVE")
-            time.sleep(hold)
-            db.rollback()
-        finally:
-            db.close()
+        self.site.lock(hold)
         return f"exclusive lock for {hold:.1f}s"
+
+    def catalog_restart(self, rng: random.Random, fault: Fault) -> str:
+        down = rng.uniform(1.0, 10.0)
+        crash = rng.random() < 0.5
+        self.site.restart(down, kill=crash)
+        return f"PostgreSQL {'SIGKILL' if crash else 'fast shutdown'}, down {down:.1f}s"
 
     def catalog_unreachable(self, rng: random.Random, fault: Fault) -> str:
         point = rng.choice(("commit.before_catalog", "commit.after_catalog"))
@@ -598,7 +678,14 @@ class Chaos:
             rows = self.spark().sql(sql).collect()
             return ", ".join(f"{k}={v}" for k, v in rows[0].asDict().items()) if rows else "done"
         except Exception as exc:  # noqa: BLE001 - a maintenance job losing to a commit is allowed
-            return f"failed: {str(exc).strip().splitlines()[0][:200]}"
+            java = getattr(exc, "java_exception", None)   # py4j's: its message alone says only "calling o61.sql"
+            if java is None:
+                return f"failed: {str(exc).strip().splitlines()[0][:300]}"
+            causes = [str(java.toString())]
+            while java.getCause() is not None and len(causes) < 4:   # the root cause says why
+                java = java.getCause()
+                causes.append(str(java.toString()))
+            return "failed: " + " <- ".join(c.strip().splitlines()[0][:200] for c in causes)
 
     def compaction(self, rng: random.Random, fault: Fault) -> str:
         table = rng.choice(tuple(TABLES))
@@ -812,6 +899,7 @@ def verify(bootstrap: str, catalog_cfg: CatalogConfig, spark: Any) -> dict[str, 
                             if stored.get((t, p)) != end}
     report["stored_offsets_off"] = {t: v for t, v in stored_ok.items() if v}
     report["verify_s"] = round(time.monotonic() - started, 1)
+    close_catalog(catalog)
     return report
 
 
@@ -860,20 +948,24 @@ def brokers_of(broker: KafkaBroker | KafkaCluster) -> int:
 def run(workdir: Path, broker: KafkaBroker | KafkaCluster, *, faults: int, seed: int, max_concurrent: int = 3,
         events_per_tick: int = 300, changes_per_tick: int = 100, maintenance: bool = True,
         gap_s: tuple[float, float] = (0.5, 3.0), recovery_timeout_s: float = 300, spark_session: Any = None,
+        catalog: str = "sqlite", postgres: PostgresServer | None = None, mode: str = "distributed",
         progress: Callable[[str], None] = print) -> dict[str, Any]:
     """Inject at least ``faults`` faults (the first ones one of each kind, in a seeded order), then
     verify. ``spark_session``: a running session to use (the test session's); the catalog is added
-    to it. ``maintenance``: the pipeline's own Spark maintenance on."""
+    to it. ``maintenance``: the pipeline's own Spark maintenance on. ``catalog``: ``sqlite`` (in the
+    run's folder) or ``postgresql`` (a new database on ``postgres``, which the run also restarts).
+    ``mode``: three processes in distributed mode, or one in single mode (a rebalance storm's extra
+    processes then coordinate their own partitions, as single mode does)."""
     rng = random.Random(seed)
     workdir = workdir.resolve()   # the configs name the catalog by absolute path
     workdir.mkdir(parents=True, exist_ok=True)
     bootstrap = broker.bootstrap
     for topic in (EVENTS, CHANGES):
         asyncio.run(create_topic(bootstrap, topic, PARTITIONS, brokers_of(broker)))
-    catalog_cfg = CatalogConfig("frazil", {"type": "sql", "uri": f"sqlite:///{workdir}/warehouse/catalog.db",
-                                           "warehouse": f"file://{workdir}/warehouse"})
+    site = Site.make(catalog, workdir, seed, postgres)
+    catalog_cfg = site.config()
     (workdir / "warehouse").mkdir(exist_ok=True)
-    procs = Procs(workdir, bootstrap, maintenance=maintenance)
+    procs = Procs(workdir, bootstrap, site, maintenance=maintenance, mode=mode)
     producer = Producer(bootstrap, rng.randrange(1 << 30), events=events_per_tick, changes=changes_per_tick,
                         tick_s=0.5)
     spark_holder: dict[str, Any] = {}
@@ -894,12 +986,12 @@ def run(workdir: Path, broker: KafkaBroker | KafkaCluster, *, faults: int, seed:
                 spark_holder["s"] = session.get(settings)
             return spark_holder["s"]
 
-    chaos = Chaos(workdir, broker, procs, producer, rng, workdir / "warehouse" / "catalog.db", spark)
+    chaos = Chaos(workdir, broker, procs, producer, rng, site, spark)
     restarts: Counter[str] = Counter()
-    for name in WORKERS:
+    for name in procs.workers:
         procs.start(name)
     producer.start()
-    catalog = iceberg_catalog.load(catalog_cfg)
+    tables = iceberg_catalog.load(catalog_cfg)
     started = time.monotonic()
     done: list[Fault] = []
     pending: list[Fault] = []
@@ -910,7 +1002,7 @@ def run(workdir: Path, broker: KafkaBroker | KafkaCluster, *, faults: int, seed:
     deadline = time.monotonic() + 180
     while True:
         procs.supervise(lambda n: restarts.update([n]))
-        s = stored_all(catalog)
+        s = stored_all(tables)
         if s is not None and all(s.values()):
             break
         if time.monotonic() > deadline:
@@ -956,7 +1048,7 @@ def run(workdir: Path, broker: KafkaBroker | KafkaCluster, *, faults: int, seed:
                 injected += 1
                 next_at = time.monotonic() + rng.uniform(*gap_s)
             if pending:
-                s = stored_all(catalog)
+                s = stored_all(tables)
                 now = time.monotonic()
                 if s is not None:
                     for fault in [f for f in pending if caught_up(s, f.target)]:
@@ -983,7 +1075,7 @@ def run(workdir: Path, broker: KafkaBroker | KafkaCluster, *, faults: int, seed:
         deadline = time.monotonic() + recovery_timeout_s
         while True:
             procs.supervise(lambda n: restarts.update([n]))
-            s = stored_all(catalog)
+            s = stored_all(tables)
             if s is not None and caught_up(s, ends):
                 break
             if time.monotonic() > deadline:
@@ -992,6 +1084,7 @@ def run(workdir: Path, broker: KafkaBroker | KafkaCluster, *, faults: int, seed:
     finally:
         producer.stopping.set()
         codes = procs.stop_all()
+        close_catalog(tables)
     bad_exits = {n: c for n, c in codes.items() if c not in (0, -signal.SIGKILL)}
     progress(f"  faults done in {fault_phase_s:.0f}s; verifying (topics read back, pyiceberg, Spark SQL, dead letters)")
     report = verify(bootstrap, catalog_cfg, spark())
@@ -1014,7 +1107,8 @@ def run(workdir: Path, broker: KafkaBroker | KafkaCluster, *, faults: int, seed:
     result = {
         "faults_total": len(done), "faults": dict(sorted(kinds.items())), "produced": report["produced"],
         "landed": landed, "dead_lettered": report["dead_letters"]["records"], "lost": lost, "duplicates": dup,
-        "recovery_s": recovery, "seed": seed, "fault_phase_s": round(fault_phase_s, 1),
+        "recovery_s": recovery, "seed": seed, "catalog": catalog, "mode": mode,
+        "brokers": brokers_of(broker), "fault_phase_s": round(fault_phase_s, 1),
         "restarts": dict(restarts), "start_failures": procs.start_failures, "producer_retries": producer.failures,
         "schema_changes": producer.fields_added,
         "pipeline_maintenance_jobs": dict(sorted(maintained.items())),
@@ -1037,29 +1131,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrent", type=int, default=3, help="faults in flight at once, at most")
     parser.add_argument("--brokers", type=int, choices=(1, 3), default=1,
                         help="one broker, or a cluster of three (replication factor 3, min.insync.replicas 2)")
+    parser.add_argument("--catalog", choices=CATALOGS, default="sqlite",
+                        help="SQLite in the run's folder, or a PostgreSQL server of its own (restarted by faults)")
     parser.add_argument("--dir", type=Path, default=Path(".run/chaos"))
-    parser.add_argument("--out", type=Path, default=Path("benches/results/chaos.json"))
+    parser.add_argument("--out", type=Path, default=None,
+                        help="the summary (default benches/results/chaos-<catalog>-<mode>-<brokers>b.json)")
+    parser.add_argument("--mode", choices=MODES, default="distributed",
+                        help="three processes in distributed mode, or one in single mode")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)   # the runner's own producer, during broker restarts
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
+    name = f"{args.catalog}-{args.mode}-{args.brokers}b"
+    out = args.out or Path(f"benches/results/chaos-{name}.json")
     shutil.rmtree(args.dir, ignore_errors=True)
-    print(f"chaos: {args.faults} faults, at most {args.concurrent} at once, seed {seed} "
-          f"(replay: make chaos CHAOS_ARGS='--seed {seed} --faults {args.faults}')", flush=True)
-    kafka = KafkaCluster.start(args.dir / "kafka") if args.brokers == 3 else KafkaBroker.start(args.dir / "kafka")
-    with kafka as broker:
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "python", "rust"], capture_output=True, text=True,
+                           check=False).stdout.strip()
+    print(f"chaos {name}: {args.faults} faults, at most {args.concurrent} at once, seed {seed}, head {head[:12]}"
+          f"{' (python/ or rust/ edited since)' if dirty else ''} (replay: make chaos CHAOS_ARGS='--seed {seed} "
+          f"--faults {args.faults} --catalog {args.catalog} --mode {args.mode} --brokers {args.brokers}')", flush=True)
+    with contextlib.ExitStack() as stack:
+        kafka = KafkaCluster.start(args.dir / "kafka") if args.brokers == 3 else KafkaBroker.start(args.dir / "kafka")
+        broker = stack.enter_context(kafka)
+        postgres = stack.enter_context(PostgresServer.start()) if args.catalog == "postgresql" else None
         result = run(args.dir, broker, faults=args.faults, seed=seed, max_concurrent=args.concurrent,
+                     catalog=args.catalog, postgres=postgres, mode=args.mode,
                      progress=lambda s: print(s, flush=True))
-    keys = ("faults_total", "faults", "produced", "landed", "dead_lettered", "lost", "duplicates", "recovery_s")
-    summary = {k: result[k] for k in keys}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({**summary, "seed": seed, "brokers": args.brokers,
-                                    "fault_phase_s": result["fault_phase_s"]}, indent=2)
-                        + "\n")
+    keys = ("catalog", "mode", "brokers", "seed", "faults_total", "faults", "produced", "landed", "dead_lettered",
+            "lost", "duplicates", "recovery_s", "fault_phase_s")
+    summary = {"head": head, "edited_since_head": bool(dirty), **{k: result[k] for k in keys}}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=2) + "\n")
     (args.dir / "report.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k != "log"}, indent=2, default=str))
     good = ok(result)
-    print(f"chaos {'OK' if good else 'FAILED'} (seed {seed}): wrote {args.out}; every fault in "
+    print(f"chaos {'OK' if good else 'FAILED'} (seed {seed}): wrote {out}; every fault in "
           f"{args.dir / 'report.json'}")
     return 0 if good else 1
 

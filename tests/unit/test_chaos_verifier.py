@@ -4,10 +4,12 @@ row; a stale or doubled key of the upsert table; a missing column after a schema
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import pyarrow as pa
 
+from frazil import config
 from harness import chaos
 
 
@@ -122,3 +124,27 @@ def test_a_process_on_its_way_out_after_a_start_failure_is_a_start_failure_whate
         # killed by the signal for no reason it printed: a failure of the run, not a start failure
         assert not chaos.start_failed(_exited(tmp_path, "frazil pipeline chaos", sig))
     assert not chaos.start_failed(_exited(tmp_path, "frazil: KafkaUnavailable: cannot reach Kafka", signal.SIGINT))
+
+
+def test_each_deployment_gets_the_faults_it_can_have() -> None:
+    assert chaos.kinds_of("sqlite") == chaos.KINDS
+    on_postgres = chaos.kinds_of("postgresql")
+    assert set(on_postgres) - set(chaos.KINDS) == {"catalog_restart"} and "catalog_restart" in chaos.EXCLUSIVE
+    single = chaos.kinds_of("postgresql", "single")
+    assert set(on_postgres) - set(single) == {"kill_worker", "zombie_worker"}
+    assert chaos.workers_of("single") == ("s0",) and len(chaos.workers_of("distributed")) == 3
+
+
+def test_the_pipeline_config_loads_for_every_catalog_and_mode(tmp_path: Path) -> None:
+    sites = {"sqlite": chaos.Site.make("sqlite", tmp_path, 1, None),
+             "postgresql": chaos.Site("postgresql", {"uri": "postgresql+psycopg://u:p@127.0.0.1:5432/chaos_1",
+                                                     "warehouse": f"file://{tmp_path}/warehouse"})}
+    for kind, site in sites.items():
+        for mode in chaos.MODES:
+            workdir = tmp_path / f"{kind}-{mode}"
+            workdir.mkdir()
+            procs = chaos.Procs(workdir, "127.0.0.1:9092", site, maintenance=True, mode=mode)
+            cfg = config.load(procs.config(procs.workers[0]))
+            assert cfg.coordination.mode == mode
+            assert cfg.catalog.properties["uri"] == site.properties["uri"]
+            assert [t.name for t in cfg.tables] == list(chaos.TABLES)
