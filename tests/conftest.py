@@ -1,9 +1,11 @@
-"""Test session: uvloop for every asyncio test, a real Kafka broker started once (with SASL and TLS
-listeners, and a SASL OAUTHBEARER listener checking the tokens of a real OAuth server, Keycloak,
-started before it), and, started once by the tests that need them, a real schema registry (Apicurio,
-Confluent-compatible API), a real PostgreSQL server (the shared SQL catalog, and the source of
-change data capture through a real Kafka Connect worker running Debezium) and a real Iceberg REST
-catalog server (Apache Iceberg's REST fixture) and a local S3-compatible object store (moto's server)."""
+"""Test session: uvloop for every asyncio test; the tests that need no server first, while the
+servers the collected tests need start in the background (tests/session_servers.py): a real Kafka
+broker (with SASL and TLS listeners, and a SASL OAUTHBEARER listener checking the tokens of a real
+OAuth server, Keycloak, started before it), a real schema registry (Apicurio, Confluent-compatible
+API), a real PostgreSQL server (the shared SQL catalog, and the source of change data capture
+through a real Kafka Connect worker running Debezium), a real Iceberg REST catalog server (Apache
+Iceberg's REST fixture), a Hive Metastore and a local S3-compatible object store (moto's server).
+Each is started once; none is ever skipped."""
 
 from __future__ import annotations
 
@@ -14,70 +16,104 @@ import pytest
 import uvloop
 
 from frazil_dev.hive_metastore import HiveMetastore
-from frazil_dev.kafka_broker import KafkaBroker, OAuthValidation
+from frazil_dev.kafka_broker import KafkaBroker
 from frazil_dev.kafka_connect import KafkaConnect
-from frazil_dev.oauth_server import AUDIENCE, OAuthServer
+from frazil_dev.oauth_server import OAuthServer
 from frazil_dev.postgres import PostgresServer
 from frazil_dev.rest_auth import RestAuthProxy
 from frazil_dev.rest_catalog import RestCatalogServer
 from frazil_dev.s3 import S3Server
 from frazil_dev.schema_registry import SchemaRegistry
-from support import CATALOG_SCOPE, OAUTH_REAUTH_MS, OAUTH_TOKEN_S, SIGV4_REGION
+from session_servers import NAMES, SessionServers
+from support import CATALOG_SCOPE, SIGV4_REGION
+
+_SERVERS: SessionServers | None = None
 
 
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> Mapping[str, object]:
     return {"uvloop": uvloop.new_event_loop}
 
 
+def _servers_of(item: pytest.Item) -> set[str]:
+    """The session servers a test uses (a parametrized argument that shares a server's name is not one)."""
+    callspec = getattr(item, "callspec", None)
+    params = set(callspec.params) if callspec is not None else set()
+    return NAMES.intersection(getattr(item, "fixturenames", ())) - params
+
+
+def _needs_server(item: pytest.Item) -> bool:
+    return bool(_servers_of(item))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests that need no server first (their order kept), while the servers start."""
+    items.sort(key=_needs_server)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    global _SERVERS
+    if session.config.option.collectonly:
+        return
+    factory = session.config._tmp_path_factory  # type: ignore[attr-defined]  # pytest's own, as tmp_path_factory
+    _SERVERS = SessionServers(lambda name: Path(factory.mktemp(name)))
+    needed: set[str] = set()
+    for item in session.items:
+        needed.update(_servers_of(item))
+    _SERVERS.start_early(needed)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _SERVERS is not None:
+        _SERVERS.stop_all()
+
+
+def _server(name: str) -> object:
+    assert _SERVERS is not None, "the session's servers are set up after collection"
+    return _SERVERS.get(name)
+
+
 @pytest.fixture(scope="session")
-def oauth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OAuthServer]:
+def oauth_server() -> OAuthServer:
     """A real OAuth 2.0 server (Keycloak, from Maven Central) for the session: the broker's
     OAUTHBEARER listener checks its tokens. Never skipped."""
-    with OAuthServer.start(Path(tmp_path_factory.mktemp("oauth")), token_lifetime_s=OAUTH_TOKEN_S) as server:
-        server.add_scope(CATALOG_SCOPE)   # what the REST catalog's tokens must grant (rest_catalog_oauth)
-        yield server
+    return _server("oauth_server")  # type: ignore[return-value]
 
 
 @pytest.fixture(scope="session")
-def kafka(tmp_path_factory: pytest.TempPathFactory, oauth_server: OAuthServer) -> Iterator[KafkaBroker]:
+def kafka() -> KafkaBroker:
     """A real single-node KRaft broker for the whole session. Never skipped: if it cannot
     start, every test that needs it fails with the reason."""
-    oauth = OAuthValidation(oauth_server.jwks_url, oauth_server.issuer, AUDIENCE, reauth_ms=OAUTH_REAUTH_MS)
-    with KafkaBroker.start(Path(tmp_path_factory.mktemp("kafka")), secure=True, oauth=oauth) as broker:
-        yield broker
+    return _server("kafka")  # type: ignore[return-value]
 
 
 @pytest.fixture(scope="session")
-def postgres() -> Iterator[PostgresServer]:
+def postgres() -> PostgresServer:
     """A real PostgreSQL server for the session (Debian's package), for the SQL catalog that
     several hosts share. Never skipped: if it cannot start, the tests that need it fail."""
-    with PostgresServer.start() as server:
-        yield server
+    return _server("postgres")  # type: ignore[return-value]
 
 
 @pytest.fixture(scope="session")
-def kafka_connect(kafka: KafkaBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaConnect]:
+def kafka_connect(kafka: KafkaBroker) -> KafkaConnect:
     """A real Kafka Connect worker (the broker's own runtime) with Debezium's PostgreSQL connector
     and Apicurio's converters, for the session. Never skipped: if it cannot start, the tests that
     need it fail with the reason."""
-    with KafkaConnect.start(Path(tmp_path_factory.mktemp("connect")), kafka.bootstrap) as worker:
-        yield worker
+    return _server("kafka_connect")  # type: ignore[return-value]
 
 
 @pytest.fixture(scope="session")
-def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchemaRegistry]:
+def schema_registry() -> SchemaRegistry:
     """A real schema registry for the session. Never skipped: if it cannot start, the tests that
     need it fail with the reason."""
-    with SchemaRegistry.start(Path(tmp_path_factory.mktemp("registry"))) as registry:
-        yield registry
+    return _server("schema_registry")  # type: ignore[return-value]
 
 
 @pytest.fixture(scope="session")
-def rest_catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestCatalogServer]:
+def rest_catalog() -> RestCatalogServer:
     """A real Iceberg REST catalog server for the session (Apache Iceberg's REST fixture from Maven
     Central). Never skipped: if it cannot start, the tests that need it fail with the reason."""
-    with RestCatalogServer.start(Path(tmp_path_factory.mktemp("rest-catalog"))) as server:
-        yield server
+    return _server("rest_catalog")  # type: ignore[return-value]
 
 
 @pytest.fixture(scope="session")
@@ -105,16 +141,14 @@ def rest_catalog_sigv4(rest_catalog: RestCatalogServer, s3: S3Server,
 
 
 @pytest.fixture(scope="session")
-def hive_metastore(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HiveMetastore]:
+def hive_metastore() -> HiveMetastore:
     """A real Hive Metastore for the session (Apache Hive's standalone metastore from Maven Central,
     on Derby). Never skipped: if it cannot start, the tests that need it fail with the reason."""
-    with HiveMetastore.start(Path(tmp_path_factory.mktemp("hive-metastore"))) as server:
-        yield server
+    return _server("hive_metastore")  # type: ignore[return-value]
 
 
 @pytest.fixture(scope="session")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+def s3() -> S3Server:
     """A local S3-compatible server for the session (moto's, from PyPI), for warehouses in object
     storage. Never skipped: if it cannot start, the tests that need it fail with the reason."""
-    with S3Server.start(Path(tmp_path_factory.mktemp("s3"))) as server:
-        yield server
+    return _server("s3")  # type: ignore[return-value]
