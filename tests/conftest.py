@@ -41,14 +41,16 @@ def _servers_of(item: pytest.Item) -> set[str]:
     return NAMES.intersection(getattr(item, "fixturenames", ())) - params
 
 
-def _needs_server(item: pytest.Item) -> bool:
-    return bool(_servers_of(item))
+def _order(item: pytest.Item) -> tuple[bool, bool]:
+    """The tests that need no server first, while the servers start; the tests on the shared Spark
+    session last: a test that runs frazil in-process with Spark stops the process's session when it
+    ends, which must not be the shared one."""
+    return "spark" in getattr(item, "fixturenames", ()), bool(_servers_of(item))
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The tests that need no server first (their order kept), while the servers start."""
-    items.sort(key=_needs_server)
+    items.sort(key=_order)   # stable: the collected order within each group
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -1,5 +1,6 @@
 """One Spark session for the in-process Spark tests, on one SQLite catalog they share (tables
-are per test). Spark is never skipped: if it cannot start, these tests fail with the reason."""
+are per test), started again if a test stopped it. Spark is never skipped: if it cannot start,
+these tests fail with the reason."""
 
 from __future__ import annotations
 
@@ -29,10 +30,23 @@ def catalog(warehouse: CatalogConfig) -> Catalog:
 
 
 @pytest.fixture(scope="session")
-def spark(warehouse: CatalogConfig, catalog: Catalog) -> Iterator[Any]:
+def spark_settings(warehouse: CatalogConfig, catalog: Catalog) -> Iterator[dict[str, str]]:
     missing = session.available()
     assert missing is None, f"the Spark tests need Spark: {missing}"
-    settings = session.conf(CATALOG, warehouse.properties, jars=jars.jars(aws=True), master="local[2]",
-                            extra={"spark.driver.memory": "1g"})
-    yield session.get(settings)
+    yield session.conf(CATALOG, warehouse.properties, jars=jars.jars(aws=True), master="local[2]",
+                       extra={"spark.driver.memory": "1g"})
     session.stop()
+
+
+@pytest.fixture
+def spark(spark_settings: dict[str, str]) -> Any:
+    """The process's Spark session (frazil.spark.session's), started once. A test that ran frazil
+    in this process may have stopped it on its way out, as frazil does: then it starts again. It is
+    made the JVM's default session too, which calls from other threads fall back on."""
+    current = session.get(spark_settings)
+    jsc = current.sparkContext._jsc   # None once PySpark stopped it
+    if jsc is None or jsc.sc().isStopped():
+        session.stop()
+        current = session.get(spark_settings)
+    current._jvm.org.apache.spark.sql.SparkSession.setDefaultSession(current._jsparkSession)
+    return current
