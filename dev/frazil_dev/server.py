@@ -9,7 +9,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -22,6 +22,9 @@ class ServerProcess:
     workdir: Path
     port: int
     proc: subprocess.Popen[bytes]
+    argv: list[str] = field(default_factory=list)      # how it was started, to start it again
+    env: dict[str, str] | None = None
+    probe: str | Callable[[], bool] | None = None      # what said it was ready
 
     LOG = "server.log"           # the process's output, in ``workdir``
     WHAT = "the server"          # for messages
@@ -29,10 +32,25 @@ class ServerProcess:
 
     @classmethod
     def spawn(cls, argv: list[str], workdir: Path, port: int, env: dict[str, str] | None = None) -> Self:
-        with open(workdir / cls.LOG, "wb") as out:
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=workdir,
+        return cls(workdir, port, cls._popen(argv, workdir, env, "wb"), argv, env)
+
+    @classmethod
+    def _popen(cls, argv: list[str], workdir: Path, env: dict[str, str] | None, mode: str) -> subprocess.Popen[bytes]:
+        with open(workdir / cls.LOG, mode) as out:
+            return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=workdir,
                                     env=env)
-        return cls(workdir, port, proc)
+
+    def restart(self, down_s: float, *, kill: bool = False) -> None:
+        """Stop the server (SIGKILL to its whole group: a crash; else SIGTERM), stay down ``down_s``
+        seconds, start it again as it was started (same port, same files) and wait until it is ready."""
+        assert self.argv and self.probe is not None, "restart needs a server started by spawn and ready"
+        if kill and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.stop()
+        time.sleep(down_s)
+        self.proc = self._popen(self.argv, self.workdir, self.env, "ab")
+        self.ready(self.probe, 120)
 
     def log_tail(self, chars: int = 3000) -> str:
         path = self.workdir / self.LOG
@@ -62,6 +80,7 @@ class ServerProcess:
     def ready(self, url: str | Callable[[], bool], timeout_s: float, every_s: float = 0.3) -> Self:
         """``wait_http`` (or ``wait_for`` a probe), stopping the process when it fails (or is
         interrupted): a server that never came up is not left behind."""
+        self.probe = url
         try:
             if callable(url):
                 self.wait_for(url, timeout_s, every_s)

@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,8 +47,11 @@ from frazil.config import CatalogConfig
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import offsets
 from frazil.status import end_offsets
+from frazil_dev.fault_proxy import FaultProxy
 from frazil_dev.kafka_broker import KafkaBroker, KafkaCluster
 from frazil_dev.postgres import PostgresServer
+from frazil_dev.rest_catalog import RestCatalogServer
+from frazil_dev.s3 import S3Server
 from frazil_dev.workload import create_topic
 from support import close_catalog
 
@@ -70,15 +73,16 @@ KINDS = {   # kind: weight
     "bad_records": 2, "schema_change": 1, "rebalance_storm": 1,
 }
 SERVER_KINDS = {"catalog_restart": 1}   # where the catalog is a server of its own: it is stopped and started
+STORE_KINDS = {"s3_errors": 1, "s3_slow": 1}   # where the warehouse is in object storage (behind a fault proxy)
 EXCLUSIVE = {"broker_restart", "catalog_locked", "catalog_restart", "compaction", "expiry",
-             "rebalance_storm"}  # one at a time
-CATALOGS = ("sqlite", "postgresql")
+             "rebalance_storm", "s3_errors", "s3_slow"}  # one at a time
+CATALOGS = ("sqlite", "postgresql", "rest")   # rest: Iceberg's REST fixture, its warehouse on S3 (moto's)
 NOT_SINGLE = {"kill_worker", "zombie_worker"}   # single mode has no process that is only a worker
 
 
 def kinds_of(catalog: str, mode: str = "distributed") -> dict[str, int]:
     """The fault kinds (and their weights) of a run on ``catalog`` in ``mode``."""
-    kinds = {**KINDS, **(SERVER_KINDS if catalog != "sqlite" else {})}
+    kinds = {**KINDS, **(SERVER_KINDS if catalog != "sqlite" else {}), **(STORE_KINDS if catalog == "rest" else {})}
     return {k: w for k, w in kinds.items() if not (mode == "single" and k in NOT_SINGLE)}
 
 
@@ -242,18 +246,50 @@ def start_failed(proc: Proc) -> bool:
 
 
 @dataclass
+class RestStack:
+    """A REST catalog of the run's own (Apache Iceberg's REST fixture, on a SQLite file) whose
+    warehouse is on an S3 server (moto's), reached by every client, the catalog server too, through
+    a proxy that fails or slows on demand."""
+
+    s3: S3Server
+    proxy: FaultProxy
+    server: RestCatalogServer
+    bucket: str = "chaos"
+
+    @classmethod
+    @contextlib.contextmanager
+    def start(cls, workdir: Path) -> Iterator[RestStack]:
+        from frazil.spark import jars
+
+        with contextlib.ExitStack() as stack:
+            s3 = stack.enter_context(S3Server.start(workdir / "s3"))
+            proxy = stack.enter_context(FaultProxy.start(s3.port))
+            props = {**s3.catalog_properties(cls.bucket), "s3.endpoint": proxy.endpoint}
+            aws = [p for p in jars.jars(aws=True) if "iceberg-aws-bundle" in p.name]
+            server = stack.enter_context(RestCatalogServer.start(workdir / "rest", properties=props, jars=aws))
+            yield cls(s3, proxy, server)
+
+    def properties(self) -> dict[str, str]:
+        """The pipeline's ``[catalog]`` properties: the server, and the warehouse through the proxy."""
+        return {"type": "rest", "uri": self.server.uri,
+                **self.s3.catalog_properties(self.bucket), "s3.endpoint": self.proxy.endpoint}
+
+
+@dataclass
 class Site:
-    """Where the tables live: the catalog (SQLite in the run's folder, or a database of its own on
-    a PostgreSQL server) and the faults only the catalog can have."""
+    """Where the tables live: the catalog (SQLite in the run's folder, a database of its own on a
+    PostgreSQL server, or a REST catalog on S3) and the faults only the catalog can have."""
 
     kind: str
     properties: dict[str, str]
     postgres: PostgresServer | None = None
+    rest: RestStack | None = None
     # a lock on the catalog and its server's restart, one at a time: a lock needs the server up
     server_faults: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
-    def make(cls, kind: str, workdir: Path, seed: int, postgres: PostgresServer | None) -> Site:
+    def make(cls, kind: str, workdir: Path, seed: int, postgres: PostgresServer | None,
+             rest: RestStack | None = None) -> Site:
         warehouse = f"file://{workdir}/warehouse"
         if kind == "sqlite":
             return cls(kind, {"uri": f"sqlite:///{workdir}/warehouse/catalog.db", "warehouse": warehouse})
@@ -262,30 +298,42 @@ class Site:
                 raise ChaosError("a run on the PostgreSQL catalog needs a PostgreSQL server")
             uri = postgres.create_database(f"chaos_{seed}_{time.monotonic_ns() % 1_000_000}")
             return cls(kind, {"uri": uri, "warehouse": warehouse}, postgres)
+        if kind == "rest":
+            if rest is None:
+                raise ChaosError("a run on the REST catalog needs its server and S3 (RestStack)")
+            return cls(kind, rest.properties(), rest=rest)
         raise ChaosError(f"unknown catalog {kind!r}: one of {', '.join(CATALOGS)}")
 
     def config(self) -> CatalogConfig:
         return CatalogConfig("frazil", {"type": "sql", **self.properties})
 
     def toml(self) -> str:
-        return "{ " + ", ".join(f'{k} = "{v}"' for k, v in self.properties.items()) + " }"
+        return "{ " + ", ".join(f'"{k}" = "{v}"' for k, v in self.properties.items()) + " }"   # keys with dots
 
     def restart(self, down: float, *, kill: bool) -> None:
-        """Stop the catalog's server and start it again ``down`` seconds later."""
-        assert self.postgres is not None
+        """Stop the catalog's server and start it again ``down`` seconds later: commits in flight
+        lose their connection (an unknown outcome)."""
         with self.server_faults:
-            self.postgres.restart(down, kill=kill)   # commits in flight lose their connection: outcome unknown
+            if self.rest is not None:
+                self.rest.server.restart(down, kill=kill)
+            else:
+                assert self.postgres is not None
+                self.postgres.restart(down, kill=kill)
 
     def lock(self, hold: float) -> None:
-        """Hold the catalog's table of tables locked for ``hold`` seconds: every commit waits."""
+        """Hold the catalog's table of tables locked for ``hold`` seconds: every commit waits (the
+        REST catalog's server fails them: its own catalog is a SQLite file)."""
         if self.postgres is None:
-            db = sqlite3.connect(self.properties["uri"].removeprefix("sqlite:///"), timeout=60)
-            try:
-                db.execute("BEGIN EXCLUSIVE")
-                time.sleep(hold)
-                db.rollback()
-            finally:
-                db.close()
+            path = (str(self.rest.server.workdir / "rest-catalog.db") if self.rest is not None
+                    else self.properties["uri"].removeprefix("sqlite:///"))
+            with self.server_faults:
+                db = sqlite3.connect(path, timeout=60)
+                try:
+                    db.execute("BEGIN EXCLUSIVE")
+                    time.sleep(hold)
+                    db.rollback()
+                finally:
+                    db.close()
             return
         import psycopg
 
@@ -658,7 +706,25 @@ class Chaos:
         down = rng.uniform(1.0, 10.0)
         crash = rng.random() < 0.5
         self.site.restart(down, kill=crash)
-        return f"PostgreSQL {'SIGKILL' if crash else 'fast shutdown'}, down {down:.1f}s"
+        server = "the REST catalog" if self.site.rest is not None else "PostgreSQL"
+        return f"{server} {'SIGKILL' if crash else 'stopped'}, down {down:.1f}s"
+
+    def s3_errors(self, rng: random.Random, fault: Fault) -> str:
+        assert self.site.rest is not None
+        proxy = self.site.rest.proxy
+        seconds = rng.uniform(1.0, 8.0)
+        refused, cut = proxy.refused, proxy.cut
+        proxy.fail(seconds)
+        time.sleep(seconds)
+        return (f"S3 failing for {seconds:.1f}s: {proxy.cut - cut} connection(s) cut, "
+                f"{proxy.refused - refused} request(s) answered 503 SlowDown")
+
+    def s3_slow(self, rng: random.Random, fault: Fault) -> str:
+        assert self.site.rest is not None
+        seconds, delay = rng.uniform(2.0, 10.0), rng.uniform(0.2, 2.0)
+        self.site.rest.proxy.slow(seconds, delay)
+        time.sleep(seconds)
+        return f"S3 slow for {seconds:.1f}s: every response held {delay:.1f}s"
 
     def catalog_unreachable(self, rng: random.Random, fault: Fault) -> str:
         point = rng.choice(("commit.before_catalog", "commit.after_catalog"))
@@ -675,7 +741,10 @@ class Chaos:
 
     def _spark_call(self, sql: str) -> str:
         try:
-            rows = self.spark().sql(sql).collect()
+            spark = self.spark()
+            # this thread's JVM thread has no active session: Iceberg's SQL parser asks for one
+            spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+            rows = spark.sql(sql).collect()
             return ", ".join(f"{k}={v}" for k, v in rows[0].asDict().items()) if rows else "done"
         except Exception as exc:  # noqa: BLE001 - a maintenance job losing to a commit is allowed
             java = getattr(exc, "java_exception", None)   # py4j's: its message alone says only "calling o61.sql"
@@ -864,6 +933,14 @@ def verify(bootstrap: str, catalog_cfg: CatalogConfig, spark: Any) -> dict[str, 
     want = expected(events, changes)
     ends = asyncio.run(end_offsets(bootstrap, [EVENTS, CHANGES]))
     catalog = iceberg_catalog.load(catalog_cfg)
+    try:
+        return _verify(catalog, spark, events, changes, letters, want, ends, started)
+    finally:
+        close_catalog(catalog)
+
+
+def _verify(catalog: Any, spark: Any, events: list[Any], changes: list[Any], letters: list[Any], want: dict[str, Any],
+            ends: dict[tuple[str, int], int], started: float) -> dict[str, Any]:
     report: dict[str, Any] = {"produced": len(events) + len(changes), "bad_produced": len(want["bad"]),
                               "fields_added": want["fields"], "engines": {}}
     for engine in ("pyiceberg", "spark"):
@@ -899,7 +976,6 @@ def verify(bootstrap: str, catalog_cfg: CatalogConfig, spark: Any) -> dict[str, 
                             if stored.get((t, p)) != end}
     report["stored_offsets_off"] = {t: v for t, v in stored_ok.items() if v}
     report["verify_s"] = round(time.monotonic() - started, 1)
-    close_catalog(catalog)
     return report
 
 
@@ -948,7 +1024,8 @@ def brokers_of(broker: KafkaBroker | KafkaCluster) -> int:
 def run(workdir: Path, broker: KafkaBroker | KafkaCluster, *, faults: int, seed: int, max_concurrent: int = 3,
         events_per_tick: int = 300, changes_per_tick: int = 100, maintenance: bool = True,
         gap_s: tuple[float, float] = (0.5, 3.0), recovery_timeout_s: float = 300, spark_session: Any = None,
-        catalog: str = "sqlite", postgres: PostgresServer | None = None, mode: str = "distributed",
+        catalog: str = "sqlite", postgres: PostgresServer | None = None, rest: RestStack | None = None,
+        mode: str = "distributed",
         progress: Callable[[str], None] = print) -> dict[str, Any]:
     """Inject at least ``faults`` faults (the first ones one of each kind, in a seeded order), then
     verify. ``spark_session``: a running session to use (the test session's); the catalog is added
@@ -962,7 +1039,7 @@ def run(workdir: Path, broker: KafkaBroker | KafkaCluster, *, faults: int, seed:
     bootstrap = broker.bootstrap
     for topic in (EVENTS, CHANGES):
         asyncio.run(create_topic(bootstrap, topic, PARTITIONS, brokers_of(broker)))
-    site = Site.make(catalog, workdir, seed, postgres)
+    site = Site.make(catalog, workdir, seed, postgres, rest)
     catalog_cfg = site.config()
     (workdir / "warehouse").mkdir(exist_ok=True)
     procs = Procs(workdir, bootstrap, site, maintenance=maintenance, mode=mode)
@@ -980,7 +1057,8 @@ def run(workdir: Path, broker: KafkaBroker | KafkaCluster, *, faults: int, seed:
                         spark_session.conf.set(key, value)
                     spark_holder["s"] = spark_session
                     return spark_session
-                settings = session.conf("frazil", catalog_cfg.properties, jars=jars.jars(), master="local[1]",
+                settings = session.conf("frazil", catalog_cfg.properties, master="local[1]",
+                                        jars=jars.jars(aws=session.needs_aws(catalog_cfg.properties)),
                                         app_name="chaos-verifier",
                                         extra={"spark.driver.memory": "1g", "spark.ui.showConsoleProgress": "false"})
                 spark_holder["s"] = session.get(settings)
@@ -1132,7 +1210,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--brokers", type=int, choices=(1, 3), default=1,
                         help="one broker, or a cluster of three (replication factor 3, min.insync.replicas 2)")
     parser.add_argument("--catalog", choices=CATALOGS, default="sqlite",
-                        help="SQLite in the run's folder, or a PostgreSQL server of its own (restarted by faults)")
+                        help="SQLite in the run's folder; PostgreSQL, or REST on S3: servers of its own, with faults")
     parser.add_argument("--dir", type=Path, default=Path(".run/chaos"))
     parser.add_argument("--out", type=Path, default=None,
                         help="the summary (default benches/results/chaos-<catalog>-<mode>-<brokers>b.json)")
@@ -1155,8 +1233,9 @@ def main(argv: list[str] | None = None) -> int:
         kafka = KafkaCluster.start(args.dir / "kafka") if args.brokers == 3 else KafkaBroker.start(args.dir / "kafka")
         broker = stack.enter_context(kafka)
         postgres = stack.enter_context(PostgresServer.start()) if args.catalog == "postgresql" else None
+        rest = stack.enter_context(RestStack.start(args.dir.resolve())) if args.catalog == "rest" else None
         result = run(args.dir, broker, faults=args.faults, seed=seed, max_concurrent=args.concurrent,
-                     catalog=args.catalog, postgres=postgres, mode=args.mode,
+                     catalog=args.catalog, postgres=postgres, rest=rest, mode=args.mode,
                      progress=lambda s: print(s, flush=True))
     keys = ("catalog", "mode", "brokers", "seed", "faults_total", "faults", "produced", "landed", "dead_lettered",
             "lost", "duplicates", "recovery_s", "fault_phase_s")

@@ -133,12 +133,20 @@ def test_each_deployment_gets_the_faults_it_can_have() -> None:
     single = chaos.kinds_of("postgresql", "single")
     assert set(on_postgres) - set(single) == {"kill_worker", "zombie_worker"}
     assert chaos.workers_of("single") == ("s0",) and len(chaos.workers_of("distributed")) == 3
+    on_rest = chaos.kinds_of("rest")
+    assert set(on_rest) - set(chaos.KINDS) == {"catalog_restart", "s3_errors", "s3_slow"}
+    assert {"s3_errors", "s3_slow"} <= chaos.EXCLUSIVE
 
 
 def test_the_pipeline_config_loads_for_every_catalog_and_mode(tmp_path: Path) -> None:
     sites = {"sqlite": chaos.Site.make("sqlite", tmp_path, 1, None),
              "postgresql": chaos.Site("postgresql", {"uri": "postgresql+psycopg://u:p@127.0.0.1:5432/chaos_1",
-                                                     "warehouse": f"file://{tmp_path}/warehouse"})}
+                                                     "warehouse": f"file://{tmp_path}/warehouse"}),
+             "rest": chaos.Site("rest", {"type": "rest", "uri": "http://127.0.0.1:8181", "warehouse": "s3://chaos/wh",
+                                         "io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
+                                         "s3.endpoint": "http://127.0.0.1:9000", "s3.access-key-id": "k",
+                                         "s3.secret-access-key": "s", "s3.path-style-access": "true",
+                                         "client.region": "us-east-1"})}
     for kind, site in sites.items():
         for mode in chaos.MODES:
             workdir = tmp_path / f"{kind}-{mode}"
