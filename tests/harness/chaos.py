@@ -596,14 +596,17 @@ class Chaos:
         self.first = rng.sample(sorted(self.kinds), len(self.kinds))
         self.extra = 0
 
-    def pick(self) -> str:
+    def pick(self, short: list[str] | None = None) -> str:
+        """The next kind: each once first, in a seeded order; then drawn by weight (from ``short``,
+        the kinds still below their minimum, once the fault count is reached)."""
         with self.lock:
             first = [k for k in self.first if not (k in EXCLUSIVE and k in self.busy)]
             if first:   # every kind once, in a seeded order, before the weighted draw
                 self.first.remove(first[0])
                 self.busy.add(first[0])
                 return first[0]
-            kinds = [k for k in self.kinds if not (k in EXCLUSIVE and k in self.busy)]
+            free = [k for k in self.kinds if not (k in EXCLUSIVE and k in self.busy)]
+            kinds = [k for k in free if k in (short or ())] or free
             kind = self.rng.choices(kinds, weights=[self.kinds[k] for k in kinds])[0]
             self.busy.add(kind)
             return kind
@@ -949,15 +952,13 @@ def _verify(catalog: Any, spark: Any, events: list[Any], changes: list[Any], let
             if engine == "pyiceberg":
                 data = catalog.load_table(table).scan().to_arrow()
             else:
-                spark.sql(f"REFRESH TABLE frazil.{table}")
-                data = spark.sql(f"SELECT * FROM frazil.{table}").toArrow()
+                data = spark_read(spark, f"frazil.{table}", "*")
             per[table] = compare_append(data, want[table], want["fields"])
         if engine == "pyiceberg":
             state = catalog.load_table("chaos.state").scan(
                 selected_fields=("id", "name", "amount", "version")).to_arrow()
         else:
-            spark.sql("REFRESH TABLE frazil.chaos.state")
-            state = spark.sql("SELECT id, name, amount, version FROM frazil.chaos.state").toArrow()
+            state = spark_read(spark, "frazil.chaos.state", "id, name, amount, version")
         per["chaos.state"] = compare_state(state, want["state"])
         report["engines"][engine] = per
     sources = Counter()
@@ -977,6 +978,21 @@ def _verify(catalog: Any, spark: Any, events: list[Any], changes: list[Any], let
     report["stored_offsets_off"] = {t: v for t, v in stored_ok.items() if v}
     report["verify_s"] = round(time.monotonic() - started, 1)
     return report
+
+
+def spark_read(spark: Any, table: str, columns: str, attempts: int = 3) -> Any:
+    """``table`` read by Spark SQL, as Arrow. Read again after a failure: the first statement after
+    the catalog's server restarted meets a pooled connection it cut (Iceberg's JDBC catalog drops
+    such a connection only on the next failure, "connection closed", which it retries)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            spark.sql(f"REFRESH TABLE {table}")
+            return spark.sql(f"SELECT {columns} FROM {table}").toArrow()
+        except Exception:   # raised again after the last attempt
+            if attempt == attempts:
+                raise
+            time.sleep(1.0)
+    raise AssertionError("unreachable")
 
 
 def summarize(report: dict[str, Any]) -> tuple[int, int]:
@@ -1025,14 +1041,15 @@ def run(workdir: Path, broker: KafkaBroker | KafkaCluster, *, faults: int, seed:
         events_per_tick: int = 300, changes_per_tick: int = 100, maintenance: bool = True,
         gap_s: tuple[float, float] = (0.5, 3.0), recovery_timeout_s: float = 300, spark_session: Any = None,
         catalog: str = "sqlite", postgres: PostgresServer | None = None, rest: RestStack | None = None,
-        mode: str = "distributed",
+        mode: str = "distributed", min_per_kind: int = 1,
         progress: Callable[[str], None] = print) -> dict[str, Any]:
     """Inject at least ``faults`` faults (the first ones one of each kind, in a seeded order), then
     verify. ``spark_session``: a running session to use (the test session's); the catalog is added
     to it. ``maintenance``: the pipeline's own Spark maintenance on. ``catalog``: ``sqlite`` (in the
     run's folder) or ``postgresql`` (a new database on ``postgres``, which the run also restarts).
     ``mode``: three processes in distributed mode, or one in single mode (a rebalance storm's extra
-    processes then coordinate their own partitions, as single mode does)."""
+    processes then coordinate their own partitions, as single mode does). ``min_per_kind``: past
+    ``faults``, the run goes on drawing the kinds still below it."""
     rng = random.Random(seed)
     workdir = workdir.resolve()   # the configs name the catalog by absolute path
     workdir.mkdir(parents=True, exist_ok=True)
@@ -1105,10 +1122,12 @@ def run(workdir: Path, broker: KafkaBroker | KafkaCluster, *, faults: int, seed:
             if errors:
                 raise errors[0]
             counted = sum(1 for f in done if f.counted)
-            if (counted + len(running) < faults or chaos.first) and time.monotonic() >= next_at \
+            so_far = Counter(f.kind for f in done) + Counter(t.name.removeprefix("fault-") for t in running)
+            short = [k for k in chaos.kinds if so_far[k] < min_per_kind]
+            if (counted + len(running) < faults or chaos.first or short) and time.monotonic() >= next_at \
                     and len(running) < max_concurrent and not [f for f in pending
                                                                 if time.monotonic() - f.ended > 60]:
-                kind = chaos.pick()
+                kind = chaos.pick(short if counted + len(running) >= faults else None)
                 fault_rng = random.Random(rng.randrange(1 << 30))
                 box: list[Fault] = []
 
@@ -1143,7 +1162,7 @@ def run(workdir: Path, broker: KafkaBroker | KafkaCluster, *, faults: int, seed:
                 progress(f"  {time.monotonic() - started:5.0f}s: {counted} faults ({len(pending)} recovering, "
                          f"{len(running)} running), {producer.next_id:,} events, {producer.version:,} changes sent; "
                          + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
-            if counted >= faults and not chaos.first and not running and not pending:
+            if counted >= faults and not chaos.first and not short and not running and not pending:
                 break
             time.sleep(0.25)
         fault_phase_s = time.monotonic() - started
@@ -1207,6 +1226,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--faults", type=int, default=500)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--concurrent", type=int, default=3, help="faults in flight at once, at most")
+    parser.add_argument("--min-per-kind", type=int, default=20,
+                        help="past --faults, go on until every kind has happened this many times "
+                             "(at most --faults/20: a short run asks every kind once)")
     parser.add_argument("--brokers", type=int, choices=(1, 3), default=1,
                         help="one broker, or a cluster of three (replication factor 3, min.insync.replicas 2)")
     parser.add_argument("--catalog", choices=CATALOGS, default="sqlite",
@@ -1236,6 +1258,7 @@ def main(argv: list[str] | None = None) -> int:
         rest = stack.enter_context(RestStack.start(args.dir.resolve())) if args.catalog == "rest" else None
         result = run(args.dir, broker, faults=args.faults, seed=seed, max_concurrent=args.concurrent,
                      catalog=args.catalog, postgres=postgres, rest=rest, mode=args.mode,
+                     min_per_kind=min(args.min_per_kind, args.faults // 20),
                      progress=lambda s: print(s, flush=True))
     keys = ("catalog", "mode", "brokers", "seed", "faults_total", "faults", "produced", "landed", "dead_lettered",
             "lost", "duplicates", "recovery_s", "fault_phase_s")
