@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvloop
@@ -70,7 +71,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         _SERVERS.stop_all()
 
 
-def _server(name: str) -> object:
+def _server(name: str) -> Any:
     assert _SERVERS is not None, "the session's servers are set up after collection"
     return _SERVERS.get(name)
 
@@ -79,21 +80,21 @@ def _server(name: str) -> object:
 def oauth_server() -> OAuthServer:
     """A real OAuth 2.0 server (Keycloak, from Maven Central) for the session: the broker's
     OAUTHBEARER listener checks its tokens. Never skipped."""
-    return _server("oauth_server")  # type: ignore[return-value]
+    return _server("oauth_server")
 
 
 @pytest.fixture(scope="session")
 def kafka() -> KafkaBroker:
     """A real single-node KRaft broker for the whole session. Never skipped: if it cannot
     start, every test that needs it fails with the reason."""
-    return _server("kafka")  # type: ignore[return-value]
+    return _server("kafka")
 
 
 @pytest.fixture(scope="session")
 def postgres() -> PostgresServer:
     """A real PostgreSQL server for the session (Debian's package), for the SQL catalog that
     several hosts share. Never skipped: if it cannot start, the tests that need it fail."""
-    return _server("postgres")  # type: ignore[return-value]
+    return _server("postgres")
 
 
 @pytest.fixture(scope="session")
@@ -101,21 +102,21 @@ def kafka_connect(kafka: KafkaBroker) -> KafkaConnect:
     """A real Kafka Connect worker (the broker's own runtime) with Debezium's PostgreSQL connector
     and Apicurio's converters, for the session. Never skipped: if it cannot start, the tests that
     need it fail with the reason."""
-    return _server("kafka_connect")  # type: ignore[return-value]
+    return _server("kafka_connect")
 
 
 @pytest.fixture(scope="session")
 def schema_registry() -> SchemaRegistry:
     """A real schema registry for the session. Never skipped: if it cannot start, the tests that
     need it fail with the reason."""
-    return _server("schema_registry")  # type: ignore[return-value]
+    return _server("schema_registry")
 
 
 @pytest.fixture(scope="session")
 def rest_catalog() -> RestCatalogServer:
     """A real Iceberg REST catalog server for the session (Apache Iceberg's REST fixture from Maven
     Central). Never skipped: if it cannot start, the tests that need it fail with the reason."""
-    return _server("rest_catalog")  # type: ignore[return-value]
+    return _server("rest_catalog")
 
 
 @pytest.fixture(scope="session")
@@ -146,11 +147,11 @@ def rest_catalog_sigv4(rest_catalog: RestCatalogServer, s3: S3Server,
 def hive_metastore() -> HiveMetastore:
     """A real Hive Metastore for the session (Apache Hive's standalone metastore from Maven Central,
     on Derby). Never skipped: if it cannot start, the tests that need it fail with the reason."""
-    return _server("hive_metastore")  # type: ignore[return-value]
+    return _server("hive_metastore")
 
 
 @pytest.fixture(scope="session")
 def s3() -> S3Server:
     """A local S3-compatible server for the session (moto's, from PyPI), for warehouses in object
     storage. Never skipped: if it cannot start, the tests that need it fail with the reason."""
-    return _server("s3")  # type: ignore[return-value]
+    return _server("s3")

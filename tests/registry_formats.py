@@ -45,7 +45,7 @@ def land_in_two_versions(tmp_path: Path, bootstrap: str, topic: str, table: str,
     catalog = {k: v for k, v in warehouse.properties.items() if k != "type"}
     path = support.write_config(
         tmp_path, bootstrap, [topic], pipeline=topic, table=table,
-        catalog="{ " + ", ".join(f'"{k}" = "{v}"' for k, v in catalog.items()) + " }",
+        catalog=support.toml_table(catalog),
         extra=f'\n[values]\nformat = "{fmt}"\n\n[schema_registry]\nurl = "{registry_url}"\n')
     text = path.read_text()
     start = text.index("columns = [")

@@ -112,6 +112,11 @@ async def produce(bootstrap: str, topic: str, values: Iterable[bytes], partition
     return await workload.produce(bootstrap, topic, values, partitions=partitions, label=None)
 
 
+def toml_table(props: Mapping[str, str]) -> str:
+    """``props`` as a TOML inline table, every key quoted (catalog properties have dots: s3.endpoint)."""
+    return "{ " + ", ".join(f'"{k}" = "{v}"' for k, v in props.items()) + " }"
+
+
 def catalog_of(cfg: Config) -> Catalog:
     return iceberg_catalog.load(cfg.catalog)
 

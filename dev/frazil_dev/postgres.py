@@ -18,7 +18,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -122,15 +121,7 @@ class PostgresServer:
         """Stop the server (SIGKILL: a crash, recovered from the write-ahead log at the next start;
         else a fast shutdown that cuts its clients off), stay down ``down_s`` seconds, start it again
         on the same port and data. Clients see refused connections meanwhile."""
-        if kill:   # the postmaster and its backends at once (its own process group), as in a crash
-            os.killpg(self._proc.pid, signal.SIGKILL)
-        else:
-            self._proc.send_signal(signal.SIGINT)
-        try:
-            self._proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
+        self._halt(kill=kill)
         time.sleep(down_s)
         self._proc = _spawn(self.datadir, self.port, self._user)
         self._wait_ready()
@@ -146,15 +137,10 @@ class PostgresServer:
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 raise PostgresError(f"PostgreSQL exited during start-up:\n{self.log_tail()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    pass
-                ready = subprocess.run([str(binaries() / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port)],
-                                       check=False)
-                if ready.returncode == 0:   # accepting connections, crash recovery done
-                    return
-            except OSError:
-                pass
+            ready = subprocess.run([str(binaries() / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port)],
+                                   check=False)
+            if ready.returncode == 0:   # listening and accepting connections: crash recovery done
+                return
             time.sleep(0.2)
         raise PostgresError(f"PostgreSQL did not accept connections within {START_TIMEOUT_S:.0f}s:\n{self.log_tail()}")
 
@@ -171,14 +157,23 @@ class PostgresServer:
         path = self.datadir / "server.log"
         return path.read_text(errors="replace")[-chars:] if path.exists() else ""
 
+    def _halt(self, *, kill: bool = False) -> None:
+        """SIGKILL to the postmaster and its backends at once (its own process group), as in a crash;
+        else a "fast" shutdown, which lets go of the clients still connected."""
+        if self._proc.poll() is not None:
+            return
+        if kill:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        else:
+            self._proc.send_signal(signal.SIGINT)
+        try:
+            self._proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
     def stop(self) -> None:
-        if self._proc.poll() is None:
-            self._proc.send_signal(signal.SIGINT)   # "fast" shutdown: clients still connected are let go
-            try:
-                self._proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        self._halt()
         shutil.rmtree(self.datadir, ignore_errors=True)
 
     def __enter__(self) -> PostgresServer:

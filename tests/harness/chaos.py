@@ -53,7 +53,7 @@ from frazil_dev.postgres import PostgresServer
 from frazil_dev.rest_catalog import RestCatalogServer
 from frazil_dev.s3 import S3Server
 from frazil_dev.workload import create_topic
-from support import close_catalog
+from support import close_catalog, toml_table
 
 log = logging.getLogger("chaos")
 
@@ -254,25 +254,24 @@ class RestStack:
     s3: S3Server
     proxy: FaultProxy
     server: RestCatalogServer
-    bucket: str = "chaos"
+    storage: dict[str, str]   # the warehouse and S3 settings every client uses: the bucket through the proxy
 
     @classmethod
     @contextlib.contextmanager
-    def start(cls, workdir: Path) -> Iterator[RestStack]:
+    def start(cls, workdir: Path, bucket: str = "chaos") -> Iterator[RestStack]:
         from frazil.spark import jars
 
         with contextlib.ExitStack() as stack:
             s3 = stack.enter_context(S3Server.start(workdir / "s3"))
             proxy = stack.enter_context(FaultProxy.start(s3.port))
-            props = {**s3.catalog_properties(cls.bucket), "s3.endpoint": proxy.endpoint}
+            storage = {**s3.catalog_properties(bucket), "s3.endpoint": proxy.endpoint}   # creates the bucket
             aws = [p for p in jars.jars(aws=True) if "iceberg-aws-bundle" in p.name]
-            server = stack.enter_context(RestCatalogServer.start(workdir / "rest", properties=props, jars=aws))
-            yield cls(s3, proxy, server)
+            server = stack.enter_context(RestCatalogServer.start(workdir / "rest", properties=storage, jars=aws))
+            yield cls(s3, proxy, server, storage)
 
     def properties(self) -> dict[str, str]:
         """The pipeline's ``[catalog]`` properties: the server, and the warehouse through the proxy."""
-        return {"type": "rest", "uri": self.server.uri,
-                **self.s3.catalog_properties(self.bucket), "s3.endpoint": self.proxy.endpoint}
+        return {"type": "rest", "uri": self.server.uri, **self.storage}
 
 
 @dataclass
@@ -308,7 +307,7 @@ class Site:
         return CatalogConfig("frazil", {"type": "sql", **self.properties})
 
     def toml(self) -> str:
-        return "{ " + ", ".join(f'"{k}" = "{v}"' for k, v in self.properties.items()) + " }"   # keys with dots
+        return toml_table(self.properties)
 
     def restart(self, down: float, *, kill: bool) -> None:
         """Stop the catalog's server and start it again ``down`` seconds later: commits in flight

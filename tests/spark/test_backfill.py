@@ -164,7 +164,7 @@ def test_a_backfill_onto_object_storage_writes_through_iceberg_and_drops_its_scr
     else:
         props = {**s3.catalog_properties(f"frazil-backfill-{kind}"), "uri": "sqlite:///w/catalog.db"}
     config = support.write_config(tmp_path, kafka.bootstrap, [topic], table=f"db.backlog_{kind}",
-                                  catalog="{ " + ", ".join(f'"{k}" = "{v}"' for k, v in props.items()) + " }",
+                                  catalog=support.toml_table(props),
                                   extra='[spark]\nmaster = "local[2]"\n')
     text = config.read_text().replace("]\n\n[maintenance]", ']\npartition_by = ["day(at)"]\n\n[maintenance]', 1)
     config.write_text(text.replace("[catalog]\n", f'[catalog]\nname = "{kind}bf"\n', 1))

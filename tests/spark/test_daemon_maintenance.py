@@ -70,10 +70,10 @@ def catalog_properties(kind: str, request: pytest.FixtureRequest) -> str:
     if kind == "s3":   # the SQLite catalog, its warehouse in an S3-compatible store
         props = request.getfixturevalue("s3").catalog_properties("frazil-maintained")
         props["uri"] = "sqlite:///warehouse/catalog.db"
-        return "{ " + ", ".join(f'"{k}" = "{v}"' for k, v in props.items()) + " }"
+        return support.toml_table(props)
     if kind == "glue":   # AWS Glue (moto's), its warehouse in the same server's S3
         props = request.getfixturevalue("s3").glue_catalog_properties("frazil-glue")
-        return "{ " + ", ".join(f'"{k}" = "{v}"' for k, v in props.items()) + " }"
+        return support.toml_table(props)
     if kind == "hive":   # a Hive Metastore; it places the database's tables in its own warehouse
         uri = request.getfixturevalue("hive_metastore").uri
         return f'{{ type = "hive", uri = "{uri}", warehouse = "file://warehouse" }}'

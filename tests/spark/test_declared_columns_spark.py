@@ -79,7 +79,7 @@ def test_declared_struct_list_map_and_fixed_columns_land_as_sent_and_partition_b
     asyncio.run(produce(kafka.bootstrap, topic))
     catalog = {k: v for k, v in warehouse.properties.items() if k != "type"}
     path = support.write_config(tmp_path, kafka.bootstrap, [topic], pipeline=topic, table="db.declared_nested",
-                                catalog="{ " + ", ".join(f'"{k}" = "{v}"' for k, v in catalog.items()) + " }")
+                                catalog=support.toml_table(catalog))
     text = path.read_text()
     start = text.index("columns = [")
     text = text[:start] + COLUMNS + text[text.index("]\n", start) + 2:]
