@@ -8,6 +8,9 @@
   for up to an outage's timeout, then raises what the caller says: for the event loop's waits on a
   catalog or a broker that is down for now (reading the tables' offsets, a partition's log end,
   sealing a commit). Nothing here retries forever (rule 8).
+- :func:`catalog_wait` is :func:`wait_out` for the ingest path's own catalog calls (a schema
+  change, a table opened on its first records): an outage of the catalog or its storage is waited
+  out as a commit's is, then the process stops with ``CatalogUnavailable``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
-from frazil.errors import first_line
+from frazil.errors import CatalogUnavailable, FrazilError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -89,3 +92,33 @@ async def wait_out(op: Callable[[], Awaitable[T]], *, what: str, timeout_s: floa
             log.warning("that is over, after %d failure(s) in %.0fs: %s", failures, clock() - (started or clock()),
                         what)
         return result
+
+
+CATALOG_BACKOFF = Backoff(0.5, 10.0)
+
+# what a catalog call raises for a wrong argument or a bug: retrying the same call cannot help
+_NOT_AN_OUTAGE = (ValueError, TypeError, LookupError, AttributeError, AssertionError, NotImplementedError)
+
+
+def catalog_outage(exc: BaseException) -> bool:
+    """Whether a catalog call's failure may be the catalog or its storage being down for now (a
+    refused or cut connection, a locked database, a 5xx answer), worth waiting out; frazil's own
+    verdicts and errors of the call itself are not."""
+    if isinstance(exc, FrazilError):
+        return exc.retriable
+    return isinstance(exc, Exception) and not isinstance(exc, _NOT_AN_OUTAGE)
+
+
+async def catalog_wait(op: Callable[[], Awaitable[T]], *, what: str, timeout_s: float,
+                       clock: Callable[[], float] = time.monotonic,
+                       sleep: Callable[[float], Awaitable[object]] = asyncio.sleep) -> T:
+    """``op()`` (a catalog call off the loop), its outages waited out with backoff for up to
+    ``timeout_s`` (``outage_timeout_s``), each failure logged with ``what`` failed; then
+    ``CatalogUnavailable`` (exit status 4: a service manager restarts the process). Nothing that
+    was read is lost meanwhile: the records wait in the buffers and Kafka."""
+    def expired(exc: BaseException, failing: float) -> BaseException:
+        return CatalogUnavailable(f"{what} for {failing:.0f}s (outage_timeout_s={timeout_s:g}): {type(exc).__name__}: "
+                                  f"{first_line(exc)}. Nothing is lost: a restart reads the records again")
+
+    return await wait_out(op, what=what, timeout_s=timeout_s, backoff=CATALOG_BACKOFF, retriable=catalog_outage,
+                          expired=expired, clock=clock, sleep=sleep)

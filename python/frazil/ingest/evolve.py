@@ -29,6 +29,7 @@ from frazil.buffers.state import Buffers
 from frazil.buffers.targets import Target, value_options
 from frazil.config import ChangesConfig, Config
 from frazil.errors import EvolutionError, FrazilError, UnknownWriterSchemas
+from frazil.flow import retry
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import evolution, inference
 from frazil.iceberg.offsets import TopicPartition
@@ -304,7 +305,10 @@ class Evolver:
         the new schema; None when the change cannot be made (the records stay bad records)."""
         before = target.table.schema().schema_id
         try:
-            table, made = await asyncio.to_thread(evolution.apply, target.committer.load, changes_for, properties_for)
+            table, made = await retry.catalog_wait(
+                lambda: asyncio.to_thread(evolution.apply, target.committer.load, changes_for, properties_for),
+                what=f"table {target.name}: cannot make the schema change {why} asks for",
+                timeout_s=self._cfg.outage_timeout_s)
         except EvolutionError as exc:
             log.warning("table %s: %s asks for a schema change that cannot be made: %s", target.name, why, exc)
             return None

@@ -20,6 +20,7 @@ from frazil.buffers.state import Buffers
 from frazil.buffers.targets import Target
 from frazil.config import Config, TableConfig
 from frazil.errors import ConfigError, InferenceError, RecordDecodeError
+from frazil.flow import retry
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.iceberg import inference
 from frazil.iceberg.offsets import TopicPartition
@@ -75,7 +76,10 @@ class Opener:
             return [self._build(w) for w in wanted]
 
         refused: dict[str, RecordDecodeError] = {}
-        for w, target, made in await asyncio.to_thread(build_all):
+        names = ", ".join(sorted({w.name for w in wanted}))
+        built = await retry.catalog_wait(lambda: asyncio.to_thread(build_all), what=f"cannot open table(s) {names}",
+                                         timeout_s=self._cfg.outage_timeout_s)
+        for w, target, made in built:
             if isinstance(target, RecordDecodeError):
                 refused[w.name] = target
                 continue
