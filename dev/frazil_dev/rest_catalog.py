@@ -34,6 +34,7 @@ HADOOP_VERSION = "3.4.3"
 SQLITE_JDBC_VERSION = "3.50.3.0"
 SLF4J_VERSION = "2.0.17"
 START_TIMEOUT_S = 90.0
+S3_FILE_IO = "org.apache.iceberg.aws.s3.S3FileIO"
 
 ARTIFACTS = [
     maven.Artifact("org.apache.iceberg", "iceberg-open-api", ICEBERG_VERSION, classifier="test-fixtures"),
@@ -48,18 +49,29 @@ ARTIFACTS = [
     maven.Artifact("org.slf4j", "slf4j-simple", SLF4J_VERSION),
 ]
 
+FAILSAFE_VERSION = "3.3.2"
+# S3FileIO for a warehouse on S3: Iceberg's AWS module (the FileIO), its AWS SDK bundle (the SDK
+# alone) and the one runtime dependency of iceberg-aws that iceberg-core does not bring
+S3_ARTIFACTS = [
+    maven.Artifact("org.apache.iceberg", "iceberg-aws", ICEBERG_VERSION),
+    maven.Artifact("org.apache.iceberg", "iceberg-aws-bundle", ICEBERG_VERSION),
+    maven.Artifact("dev.failsafe", "failsafe", FAILSAFE_VERSION),
+]
+
 
 class RestCatalogError(RuntimeError):
     """The REST catalog server could not be fetched or started."""
 
 
-def classpath(extra: list[Path] | None = None) -> str:
-    """The server's classpath (fetched first when not cached), plus ``extra`` jars (a FileIO's)."""
+def classpath(*, s3: bool = False) -> str:
+    """The server's classpath (fetched first when not cached), with S3FileIO's jars for ``s3``."""
     try:
-        lib = maven.fetch(f"iceberg-rest-fixture-{ICEBERG_VERSION}", ARTIFACTS)
+        libs = [maven.fetch(f"iceberg-rest-fixture-{ICEBERG_VERSION}", ARTIFACTS)]
+        if s3:
+            libs.append(maven.fetch(f"iceberg-rest-fixture-s3-{ICEBERG_VERSION}", S3_ARTIFACTS, transitive=False))
     except maven.FetchError as exc:
         raise RestCatalogError(str(exc)) from exc
-    return os.pathsep.join([str(lib / "*"), *(str(p) for p in extra or [])])
+    return os.pathsep.join(str(lib / "*") for lib in libs)
 
 
 def environment(port: int, workdir: Path, properties: Mapping[str, str]) -> dict[str, str]:
@@ -85,11 +97,12 @@ class RestCatalogServer(ServerProcess):
         return f"http://127.0.0.1:{self.port}"
 
     @classmethod
-    def start(cls, workdir: Path, *, properties: Mapping[str, str] | None = None, jars: list[Path] | None = None,
-              heap: str = "384m") -> RestCatalogServer:
+    def start(cls, workdir: Path, *, properties: Mapping[str, str] | None = None, heap: str = "384m"
+              ) -> RestCatalogServer:
         """Start a server whose tables live under ``workdir``; ``properties``: more catalog
-        properties for its backend catalog (``io-impl``, ``s3.*``, ...), with ``jars`` for them."""
-        cp = classpath(jars)
+        properties for its backend catalog (``io-impl``, ``s3.*``, ...); S3FileIO's jars come with
+        an ``io-impl`` of S3FileIO."""
+        cp = classpath(s3=(properties or {}).get("io-impl") == S3_FILE_IO)
         workdir = Path(workdir).resolve()
         (workdir / "warehouse").mkdir(parents=True, exist_ok=True)
         port = free_port()

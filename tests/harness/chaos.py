@@ -259,14 +259,11 @@ class RestStack:
     @classmethod
     @contextlib.contextmanager
     def start(cls, workdir: Path, bucket: str = "chaos") -> Iterator[RestStack]:
-        from frazil.spark import jars
-
         with contextlib.ExitStack() as stack:
             s3 = stack.enter_context(S3Server.start(workdir / "s3"))
             proxy = stack.enter_context(FaultProxy.start(s3.port))
             storage = {**s3.catalog_properties(bucket), "s3.endpoint": proxy.endpoint}   # creates the bucket
-            aws = [p for p in jars.jars(aws=True) if "iceberg-aws-bundle" in p.name]
-            server = stack.enter_context(RestCatalogServer.start(workdir / "rest", properties=storage, jars=aws))
+            server = stack.enter_context(RestCatalogServer.start(workdir / "rest", properties=storage))
             yield cls(s3, proxy, server, storage)
 
     def properties(self) -> dict[str, str]:
