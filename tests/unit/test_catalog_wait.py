@@ -1,6 +1,7 @@
 """The ingest path's own catalog calls (a schema change, a table opened on its first records) wait
-out a catalog that cannot be reached, as commits do, for up to ``outage_timeout_s``, then stop with
-exit status 4. Before, a PostgreSQL catalog restarting under a schema change ended the process
+out a catalog that cannot be reached, for up to ``outage_timeout_s`` (two minutes at most: the
+loop does not poll meanwhile), then stop with exit status 4; an answer that refuses the call is
+raised at once. Before, a PostgreSQL catalog restarting under a schema change ended the process
 with a traceback (exit 1) that no service manager restarts as an outage. The schema-change case
 runs on a real SQLite catalog held locked by another connection; no broker."""
 
@@ -14,12 +15,22 @@ import time
 from pathlib import Path
 
 import pytest
+import sqlalchemy.exc
+from pyiceberg.exceptions import (
+    BadRequestError,
+    CommitStateUnknownException,
+    ForbiddenError,
+    NoSuchTableError,
+    ServerError,
+    ServiceUnavailableError,
+    TooManyRequestsError,
+)
 
 import support
 from frazil.buffers.positions import Takers
 from frazil.buffers.state import Buffers
 from frazil.buffers.targets import Targets
-from frazil.errors import CatalogUnavailable, EvolutionError
+from frazil.errors import CatalogUnavailable, EvolutionError, SchemaRegistryError
 from frazil.flow import retry
 from frazil.iceberg import catalog as iceberg_catalog
 from frazil.ingest.evolve import Evolver
@@ -43,24 +54,49 @@ def test_an_outage_is_waited_out_and_the_call_made_once_it_is_over() -> None:
             raise ConnectionRefusedError("connection refused")
         return "done"
 
-    assert asyncio.run(retry.catalog_wait(op, what="x", timeout_s=60, sleep=_no_sleep)) == "done"
+    assert asyncio.run(retry.catalog_wait(op, what="x", timeout_s=60, outage=iceberg_catalog.outage,
+                                          sleep=_no_sleep)) == "done"
     assert len(calls) == 3
 
 
-def test_an_outage_longer_than_the_timeout_stops_with_catalog_unavailable() -> None:
+# outage_timeout_s, the clock's step per failed call, what the error says: the ingest path waits
+# outage_timeout_s, but two minutes at most whatever it says
+@pytest.mark.parametrize(("timeout_s", "step", "said"), [(60, 40, "for 80s .*waits 60s at most"),
+                                                         (900, 50, "for 150s .*waits 120s at most")])
+def test_an_outage_longer_than_the_wait_stops_with_catalog_unavailable(timeout_s: float, step: float,
+                                                                       said: str) -> None:
     now = [0.0]
 
     async def op() -> None:
-        now[0] += 40
+        now[0] += step
         raise OSError("connection refused")
 
-    with pytest.raises(CatalogUnavailable, match=r"table t: cannot open .*outage_timeout_s=60.*connection refused"):
-        asyncio.run(retry.catalog_wait(op, what="table t: cannot open", timeout_s=60, clock=lambda: now[0],
-                                       sleep=_no_sleep))
+    with pytest.raises(CatalogUnavailable, match=f"table t: cannot open {said}.*refused"):
+        asyncio.run(retry.catalog_wait(op, what="table t: cannot open", timeout_s=timeout_s,
+                                       outage=iceberg_catalog.outage, clock=lambda: now[0], sleep=_no_sleep))
 
 
-@pytest.mark.parametrize("error", [EvolutionError("not allowed"), ValueError("bad argument"), KeyError("x")])
-def test_a_verdict_or_an_error_of_the_call_is_raised_at_once(error: Exception) -> None:
+OUTAGES = [ConnectionRefusedError("refused"), TimeoutError("timed out"), sqlite3.OperationalError("database is locked"),
+           sqlalchemy.exc.OperationalError("SELECT", {}, Exception("terminating connection")),
+           ServerError("500"), ServiceUnavailableError("503"), TooManyRequestsError("429"),
+           CommitStateUnknownException("lost"), CatalogUnavailable("down")]
+REFUSALS = [NoSuchTableError("x"), BadRequestError("400"), ForbiddenError("403"), FileNotFoundError("gone"),
+            PermissionError("denied"), SchemaRegistryError("registry down"), EvolutionError("not allowed"),
+            ValueError("bad argument"), KeyError("x"), RuntimeError("a bug")]
+
+
+@pytest.mark.parametrize("error", OUTAGES, ids=lambda e: type(e).__name__)
+def test_what_may_be_the_catalog_down_for_now_is_an_outage(error: Exception) -> None:
+    assert iceberg_catalog.outage(error)
+
+
+@pytest.mark.parametrize("error", REFUSALS, ids=lambda e: type(e).__name__)
+def test_an_answer_a_missing_file_or_an_error_of_the_call_is_not(error: Exception) -> None:
+    assert not iceberg_catalog.outage(error)
+
+
+@pytest.mark.parametrize("error", REFUSALS, ids=lambda e: type(e).__name__)
+def test_a_refusal_is_raised_at_once(error: Exception) -> None:
     calls = []
 
     async def op() -> None:
@@ -68,7 +104,7 @@ def test_a_verdict_or_an_error_of_the_call_is_raised_at_once(error: Exception) -
         raise error
 
     with pytest.raises(type(error)):
-        asyncio.run(retry.catalog_wait(op, what="x", timeout_s=60, sleep=_no_sleep))
+        asyncio.run(retry.catalog_wait(op, what="x", timeout_s=60, outage=iceberg_catalog.outage, sleep=_no_sleep))
     assert len(calls) == 1
 
 

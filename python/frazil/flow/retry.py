@@ -10,7 +10,8 @@
   sealing a commit). Nothing here retries forever (rule 8).
 - :func:`catalog_wait` is :func:`wait_out` for the ingest path's own catalog calls (a schema
   change, a table opened on its first records): an outage of the catalog or its storage is waited
-  out as a commit's is, then the process stops with ``CatalogUnavailable``.
+  out for a while (the loop does not poll meanwhile), then the process stops with
+  ``CatalogUnavailable``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
-from frazil.errors import CatalogUnavailable, FrazilError, first_line
+from frazil.errors import CatalogUnavailable, first_line
 
 log = logging.getLogger(__name__)
 
@@ -95,30 +96,26 @@ async def wait_out(op: Callable[[], Awaitable[T]], *, what: str, timeout_s: floa
 
 
 CATALOG_BACKOFF = Backoff(0.5, 10.0)
-
-# what a catalog call raises for a wrong argument or a bug: retrying the same call cannot help
-_NOT_AN_OUTAGE = (ValueError, TypeError, LookupError, AttributeError, AssertionError, NotImplementedError)
-
-
-def catalog_outage(exc: BaseException) -> bool:
-    """Whether a catalog call's failure may be the catalog or its storage being down for now (a
-    refused or cut connection, a locked database, a 5xx answer), worth waiting out; frazil's own
-    verdicts and errors of the call itself are not."""
-    if isinstance(exc, FrazilError):
-        return exc.retriable
-    return isinstance(exc, Exception) and not isinstance(exc, _NOT_AN_OUTAGE)
+# the longest the ingest path waits for the catalog: the loop polls no records meanwhile, and a
+# consumer that does not poll for max.poll.interval.ms (300 s by default) leaves its group
+INGEST_CATALOG_WAIT_S = 120.0
 
 
 async def catalog_wait(op: Callable[[], Awaitable[T]], *, what: str, timeout_s: float,
-                       clock: Callable[[], float] = time.monotonic,
+                       outage: Callable[[BaseException], bool], clock: Callable[[], float] = time.monotonic,
                        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep) -> T:
-    """``op()`` (a catalog call off the loop), its outages waited out with backoff for up to
-    ``timeout_s`` (``outage_timeout_s``), each failure logged with ``what`` failed; then
-    ``CatalogUnavailable`` (exit status 4: a service manager restarts the process). Nothing that
-    was read is lost meanwhile: the records wait in the buffers and Kafka."""
-    def expired(exc: BaseException, failing: float) -> BaseException:
-        return CatalogUnavailable(f"{what} for {failing:.0f}s (outage_timeout_s={timeout_s:g}): {type(exc).__name__}: "
-                                  f"{first_line(exc)}. Nothing is lost: a restart reads the records again")
+    """``op()`` (a catalog call of the ingest path, off the loop), a failure that ``outage`` says
+    may be the catalog or its storage down for now waited out with backoff for up to
+    ``timeout_s`` (``outage_timeout_s``, at most ``INGEST_CATALOG_WAIT_S``), each logged with
+    ``what`` failed; then ``CatalogUnavailable`` (exit status 4: a service manager starts the
+    process again, which reads the records again from the tables' offsets). Any other failure is
+    raised at once."""
+    limit = min(timeout_s, INGEST_CATALOG_WAIT_S)
 
-    return await wait_out(op, what=what, timeout_s=timeout_s, backoff=CATALOG_BACKOFF, retriable=catalog_outage,
+    def expired(exc: BaseException, failing: float) -> BaseException:
+        return CatalogUnavailable(f"{what} for {failing:.0f}s (the ingest path waits {limit:g}s at most): "
+                                  f"{type(exc).__name__}: {first_line(exc)}. Nothing is lost: a restart reads the "
+                                  "records again from the tables' offsets")
+
+    return await wait_out(op, what=what, timeout_s=limit, backoff=CATALOG_BACKOFF, retriable=outage,
                           expired=expired, clock=clock, sleep=sleep)

@@ -13,13 +13,17 @@ import pyarrow as pa
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import (
     CommitFailedException,
+    CommitStateUnknownException,
     ForbiddenError,
     NamespaceAlreadyExistsError,
     NoSuchNamespaceError,
     NoSuchTableError,
     NotInstalledError,
     OAuthError,
+    ServerError,
+    ServiceUnavailableError,
     TableAlreadyExistsError,
+    TooManyRequestsError,
     UnauthorizedError,
 )
 from pyiceberg.io.pyarrow import schema_to_pyarrow
@@ -187,6 +191,34 @@ def _wrong_properties() -> tuple[type[Exception], ...]:
     malformed uri) only when a SQL catalog loaded SQLAlchemy: other catalogs start without it."""
     sql = sys.modules.get("sqlalchemy.exc")
     return (ImportError, ValueError, TypeError, KeyError, *((sql.ArgumentError,) if sql is not None else ()))
+
+
+# answers that say the call failed for now: the server is down, overloaded or lost the outcome
+_OUTAGE_ANSWERS = (ServerError, ServiceUnavailableError, TooManyRequestsError, CommitStateUnknownException)
+# an OSError that names a path, not a connection: a missing or unreadable file stays so
+_FILE_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
+
+
+def outage(exc: BaseException) -> bool:
+    """Whether a catalog call's failure may be the catalog or its storage down for now, worth
+    waiting out: a refused, cut or timed-out connection (Python's, requests', botocore's,
+    Thrift's), a database error of the connection or a lock (SQLAlchemy's and sqlite3's
+    ``OperationalError``, SQLAlchemy's ``InterfaceError``), a 5xx or 429 answer, an unknown commit
+    outcome, frazil's own ``CatalogUnavailable``. Not an answer that refuses the call (no such
+    table, 400, 401, 403, a validation), a missing file, or an error of the call itself."""
+    if isinstance(exc, (CatalogUnavailable, *_OUTAGE_ANSWERS)):
+        return True
+    if isinstance(exc, OSError):
+        return not isinstance(exc, _FILE_ERRORS)
+    transient: list[type[BaseException]] = []
+    for module, names in (("sqlalchemy.exc", ("OperationalError", "InterfaceError")),
+                          ("sqlite3", ("OperationalError",)),
+                          ("botocore.exceptions", ("EndpointConnectionError", "ConnectionClosedError",
+                                                   "ReadTimeoutError", "ConnectTimeoutError")),
+                          ("thrift.transport.TTransport", ("TTransportException",))):
+        loaded = sys.modules.get(module)
+        transient.extend(getattr(loaded, n) for n in names if loaded is not None and hasattr(loaded, n))
+    return isinstance(exc, tuple(transient))
 
 
 def unserved_call(cfg: CatalogConfig, exc: Exception) -> ConfigError | None:

@@ -308,7 +308,7 @@ class Evolver:
             table, made = await retry.catalog_wait(
                 lambda: asyncio.to_thread(evolution.apply, target.committer.load, changes_for, properties_for),
                 what=f"table {target.name}: cannot make the schema change {why} asks for",
-                timeout_s=self._cfg.outage_timeout_s)
+                timeout_s=self._cfg.outage_timeout_s, outage=iceberg_catalog.outage)
         except EvolutionError as exc:
             log.warning("table %s: %s asks for a schema change that cannot be made: %s", target.name, why, exc)
             return None

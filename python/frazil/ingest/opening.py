@@ -78,7 +78,7 @@ class Opener:
         refused: dict[str, RecordDecodeError] = {}
         names = ", ".join(sorted({w.name for w in wanted}))
         built = await retry.catalog_wait(lambda: asyncio.to_thread(build_all), what=f"cannot open table(s) {names}",
-                                         timeout_s=self._cfg.outage_timeout_s)
+                                         timeout_s=self._cfg.outage_timeout_s, outage=iceberg_catalog.outage)
         for w, target, made in built:
             if isinstance(target, RecordDecodeError):
                 refused[w.name] = target
