@@ -60,7 +60,8 @@ log = logging.getLogger("chaos")
 PIPELINE = "chaos"
 EVENTS, CHANGES = "chaos-events", "chaos-changes"
 PARTITIONS = 4
-KEYS = 3000
+KEYS = 100_000   # the upsert table's keys, every one inserted first, then changed at random
+PRELOAD_PER_TICK = 10_000   # of those first inserts, with each chunk until every key has one
 DEAD_LETTERS = f"frazil-dead-letters-{PIPELINE}"
 TABLES = {"chaos.events": EVENTS, "chaos.big": EVENTS, "chaos.state": CHANGES}
 WORKERS = ("w0", "w1", "w2")   # distributed mode's; single mode runs one process, "s0"
@@ -455,15 +456,19 @@ class Procs:
 
 class Producer(threading.Thread):
     """Streams both topics until stopped: events (ids in order, one in three ``kind = "big"``, the
-    field the latest schema change added) and upserts of KEYS keys (each key in one partition,
-    one in ten a tombstone). Bad records and schema changes are asked for by faults and go out
-    with the next chunk. A chunk that fails (broker down) is sent again: the topic, read back,
-    is the truth the verifier uses, so a record the broker took twice is two records."""
+    field the latest schema change added) and upserts of ``keys`` keys (each key in one partition,
+    one in ten a tombstone): every key inserted first, ``PRELOAD_PER_TICK`` a chunk, while random
+    changes go on over those keys and a tenth more (new keys). Bad records and schema changes are
+    asked for by faults and go out with the next chunk. A chunk that fails (broker down) is sent
+    again: the topic, read back, is the truth the verifier uses, so a record the broker took twice
+    is two records."""
 
-    def __init__(self, bootstrap: str, seed: int, *, events: int, changes: int, tick_s: float) -> None:
+    def __init__(self, bootstrap: str, seed: int, *, events: int, changes: int, tick_s: float,
+                 keys: int = KEYS) -> None:
         super().__init__(name="producer", daemon=True)
         self.bootstrap, self.rng = bootstrap, random.Random(seed)
         self.events_per_tick, self.changes_per_tick, self.tick_s = events, changes, tick_s
+        self.keys, self.preloaded = keys, 0
         self.stopping = threading.Event()
         self.lock = threading.Lock()
         self.bad_wanted = 0
@@ -513,10 +518,12 @@ class Producer(threading.Thread):
             value_bytes = (f"not json {token}".encode() if self.rng.random() < 0.5
                            else json.dumps({"id": f"bad-{token}", "name": "bad"}).encode())
             out.insert(where, (EVENTS, self.rng.randrange(PARTITIONS), None, value_bytes))
-        for _ in range(self.changes_per_tick):
-            key = self.rng.randrange(KEYS)
+        first = range(self.preloaded, min(self.keys, self.preloaded + PRELOAD_PER_TICK))
+        self.preloaded = first.stop
+        changed = [self.rng.randrange(self.keys + self.keys // 10) for _ in range(self.changes_per_tick)]
+        for key in [*first, *changed]:
             self.version += 1
-            tomb = self.rng.random() < 0.1
+            tomb = key not in first and self.rng.random() < 0.1
             value_bytes = None if tomb else json.dumps({"id": key, "name": f"k{key}v{self.version}",
                                                         "amount": round(self.rng.random() * 1000, 2),
                                                         "version": self.version}).encode()
@@ -1037,7 +1044,7 @@ def run(workdir: Path, broker: KafkaBroker | KafkaCluster, *, faults: int, seed:
         events_per_tick: int = 300, changes_per_tick: int = 100, maintenance: bool = True,
         gap_s: tuple[float, float] = (0.5, 3.0), recovery_timeout_s: float = 300, spark_session: Any = None,
         catalog: str = "sqlite", postgres: PostgresServer | None = None, rest: RestStack | None = None,
-        mode: str = "distributed", min_per_kind: int = 1,
+        mode: str = "distributed", min_per_kind: int = 1, one_at_a_time: bool = False, keys: int = KEYS,
         progress: Callable[[str], None] = print) -> dict[str, Any]:
     """Inject at least ``faults`` faults (the first ones one of each kind, in a seeded order), then
     verify. ``spark_session``: a running session to use (the test session's); the catalog is added
@@ -1045,7 +1052,12 @@ def run(workdir: Path, broker: KafkaBroker | KafkaCluster, *, faults: int, seed:
     run's folder) or ``postgresql`` (a new database on ``postgres``, which the run also restarts).
     ``mode``: three processes in distributed mode, or one in single mode (a rebalance storm's extra
     processes then coordinate their own partitions, as single mode does). ``min_per_kind``: past
-    ``faults``, the run goes on drawing the kinds still below it."""
+    ``faults``, the run goes on drawing the kinds still below it. ``keys``: the upsert table's
+    keys, every one inserted before the first fault. ``one_at_a_time``: a fault starts
+    only once the one before has ended and every table has caught up with it, so each recovery
+    figure is one fault's alone (the issue's per-kind recovery target), not a storm's."""
+    if one_at_a_time:
+        max_concurrent = 1
     rng = random.Random(seed)
     workdir = workdir.resolve()   # the configs name the catalog by absolute path
     workdir.mkdir(parents=True, exist_ok=True)
@@ -1057,7 +1069,7 @@ def run(workdir: Path, broker: KafkaBroker | KafkaCluster, *, faults: int, seed:
     (workdir / "warehouse").mkdir(exist_ok=True)
     procs = Procs(workdir, bootstrap, site, maintenance=maintenance, mode=mode)
     producer = Producer(bootstrap, rng.randrange(1 << 30), events=events_per_tick, changes=changes_per_tick,
-                        tick_s=0.5)
+                        tick_s=0.5, keys=keys)
     spark_holder: dict[str, Any] = {}
     spark_lock = threading.Lock()
 
@@ -1089,15 +1101,20 @@ def run(workdir: Path, broker: KafkaBroker | KafkaCluster, *, faults: int, seed:
     running: dict[threading.Thread, list[Fault]] = {}
     errors: list[BaseException] = []
     codes: dict[str, int] = {}
-    # warm up: every table exists and has committed once before the first fault
+    # warm up: every table exists, and has committed every key's first insert, before the first fault
     deadline = time.monotonic() + 180
+    preloaded: dict[tuple[str, int], int] | None = None
     while True:
         procs.supervise(lambda n: restarts.update([n]))
+        if preloaded is None and producer.preloaded >= producer.keys:
+            producer._wait_chunk()   # the last inserts are in the topic
+            preloaded = topic_ends(bootstrap)
         s = stored_all(tables)
-        if s is not None and all(s.values()):
+        if s is not None and all(s.values()) and preloaded is not None and caught_up(s, preloaded):
             break
         if time.monotonic() > deadline:
-            raise ChaosError(f"the pipeline did not commit every table within 180 s; logs in {workdir / 'logs'}")
+            raise ChaosError(f"the pipeline did not commit every table and key within 180 s; logs in "
+                             f"{workdir / 'logs'}")
         time.sleep(0.5)
     progress(f"  warm: every table committed after {time.monotonic() - started:.0f}s; injecting {faults} faults")
     injected = 0
@@ -1122,7 +1139,7 @@ def run(workdir: Path, broker: KafkaBroker | KafkaCluster, *, faults: int, seed:
             short = [k for k in chaos.kinds if so_far[k] < min_per_kind]
             if (counted + len(running) < faults or chaos.first or short) and time.monotonic() >= next_at \
                     and len(running) < max_concurrent and not [f for f in pending
-                                                                if time.monotonic() - f.ended > 60]:
+                                                                if one_at_a_time or time.monotonic() - f.ended > 60]:
                 kind = chaos.pick(short if counted + len(running) >= faults else None)
                 fault_rng = random.Random(rng.randrange(1 << 30))
                 box: list[Fault] = []
@@ -1200,7 +1217,8 @@ def run(workdir: Path, broker: KafkaBroker | KafkaCluster, *, faults: int, seed:
     result = {
         "faults_total": len(done), "faults": dict(sorted(kinds.items())), "produced": report["produced"],
         "landed": landed, "dead_lettered": report["dead_letters"]["records"], "lost": lost, "duplicates": dup,
-        "recovery_s": recovery, "seed": seed, "catalog": catalog, "mode": mode,
+        "keys": producer.keys, "keyed_rows": report["engines"]["pyiceberg"]["chaos.state"]["rows"],
+        "recovery_s": recovery, "one_at_a_time": one_at_a_time, "seed": seed, "catalog": catalog, "mode": mode,
         "brokers": brokers_of(broker), "fault_phase_s": round(fault_phase_s, 1),
         "restarts": dict(restarts), "start_failures": procs.start_failures, "producer_retries": producer.failures,
         "schema_changes": producer.fields_added,
@@ -1234,19 +1252,24 @@ def main(argv: list[str] | None = None) -> int:
                         help="the summary (default benches/results/chaos-<catalog>-<mode>-<brokers>b.json)")
     parser.add_argument("--mode", choices=MODES, default="distributed",
                         help="three processes in distributed mode, or one in single mode")
+    parser.add_argument("--one-at-a-time", action="store_true",
+                        help="each fault alone: the next starts once the tables caught up with the last "
+                             "(recovery per kind without a storm; summary chaos-<set-up>-one-at-a-time.json)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)   # the runner's own producer, during broker restarts
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
-    name = f"{args.catalog}-{args.mode}-{args.brokers}b"
+    name = f"{args.catalog}-{args.mode}-{args.brokers}b" + ("-one-at-a-time" if args.one_at_a_time else "")
     out = args.out or Path(f"benches/results/chaos-{name}.json")
     shutil.rmtree(args.dir, ignore_errors=True)
     head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "--", "python", "rust"], capture_output=True, text=True,
                            check=False).stdout.strip()
-    print(f"chaos {name}: {args.faults} faults, at most {args.concurrent} at once, seed {seed}, head {head[:12]}"
+    concurrent = 1 if args.one_at_a_time else args.concurrent
+    print(f"chaos {name}: {args.faults} faults, at most {concurrent} at once, seed {seed}, head {head[:12]}"
           f"{' (python/ or rust/ edited since)' if dirty else ''} (replay: make chaos CHAOS_ARGS='--seed {seed} "
-          f"--faults {args.faults} --catalog {args.catalog} --mode {args.mode} --brokers {args.brokers}')", flush=True)
+          f"--faults {args.faults} --catalog {args.catalog} --mode {args.mode} --brokers {args.brokers}"
+          f"{' --one-at-a-time' if args.one_at_a_time else ''}')", flush=True)
     with contextlib.ExitStack() as stack:
         kafka = KafkaCluster.start(args.dir / "kafka") if args.brokers == 3 else KafkaBroker.start(args.dir / "kafka")
         broker = stack.enter_context(kafka)
@@ -1254,10 +1277,10 @@ def main(argv: list[str] | None = None) -> int:
         rest = stack.enter_context(RestStack.start(args.dir.resolve())) if args.catalog == "rest" else None
         result = run(args.dir, broker, faults=args.faults, seed=seed, max_concurrent=args.concurrent,
                      catalog=args.catalog, postgres=postgres, rest=rest, mode=args.mode,
-                     min_per_kind=min(args.min_per_kind, args.faults // 20),
+                     min_per_kind=min(args.min_per_kind, args.faults // 20), one_at_a_time=args.one_at_a_time,
                      progress=lambda s: print(s, flush=True))
     keys = ("catalog", "mode", "brokers", "seed", "faults_total", "faults", "produced", "landed", "dead_lettered",
-            "lost", "duplicates", "recovery_s", "fault_phase_s")
+            "lost", "duplicates", "keys", "keyed_rows", "recovery_s", "one_at_a_time", "fault_phase_s")
     summary = {"head": head, "edited_since_head": bool(dirty), **{k: result[k] for k in keys}}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(summary, indent=2) + "\n")

@@ -34,7 +34,7 @@ def test_every_fault_kind_combined_loses_and_duplicates_nothing(tmp_path: Path, 
     kinds = chaos.kinds_of("postgresql")
     with KafkaCluster.start(tmp_path / "kafka") as broker:
         result = chaos.run(tmp_path, broker, faults=len(kinds) + 1, seed=seed, maintenance=False,
-                           events_per_tick=100, changes_per_tick=40, spark_session=spark, progress=print,
+                           events_per_tick=100, changes_per_tick=40, keys=3000, spark_session=spark, progress=print,
                            catalog="postgresql", postgres=postgres)
     print({k: v for k, v in result.items() if k not in ("verify", "log")})
     print("\n".join(result["log"]))
