@@ -249,7 +249,7 @@ class Coordinator:
                 continue
             try:
                 result = await _finished(self._commit_table, table, state.commit_id, vtts,
-                                         on_stop=functools.partial(self._send_landed, state.commit_id, table))
+                                         on_stop=functools.partial(self._landed_as_it_stops, state.commit_id, table))
             except OffsetOverlapError as exc:
                 log.warning("commit %s: %s", state.commit_id, exc)
                 self._count("refused")
@@ -288,7 +288,7 @@ class Coordinator:
                             "cycle that failed)", state.commit_id, table.table, lasted)
             # no snapshot of this call's: the commit id was there (a takeover, a restart), or every
             # range was (landed by an earlier commit): counted apart, so committed is one per snapshot
-            self._count("already_landed" if result.found or result.already_committed else "committed")
+            self._count(_counted_as(result))
             if result.replaced and self._metrics is not None:
                 self._metrics.rows_replaced(table.table, result.replaced)
             if result.index_bytes and self._metrics is not None:
@@ -363,6 +363,13 @@ class Coordinator:
                           "closed: the next one takes it over again", commit_id, table.table, exc)
             raise
 
+    async def _landed_as_it_stops(self, commit_id: str, table: TableCommit, result: CommitResult) -> None:
+        """A table commit that ended after this coordinator began to stop: counted as the cycle
+        counts one (the metrics say what the table holds: one committed per snapshot), and its bad
+        records sent."""
+        self._count(_counted_as(result))
+        await self._send_landed(commit_id, table, result)
+
     async def _send_landed(self, commit_id: str, table: TableCommit, result: CommitResult) -> None:
         """The bad records of ``table`` that its landed commit counts as consumed: only the ranges the
         table holds (a coordinator finishing an open cycle may have collected late replies the landed
@@ -395,6 +402,13 @@ class Coordinator:
     def _count(self, result: str) -> None:
         if self._metrics is not None:
             self._metrics.table_commit(result)
+
+
+def _counted_as(result: CommitResult) -> str:
+    """A landed table commit's result label: ``already_landed`` when this call made no snapshot (the
+    commit id was there, after a takeover or a restart, or every range was), so that ``committed``
+    counts one per snapshot."""
+    return "already_landed" if result.found or result.already_committed else "committed"
 
 
 def _holds(result: CommitResult, table: TableCommit) -> bool:
