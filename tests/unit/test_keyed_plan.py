@@ -3,7 +3,11 @@ arrival; which committed and new rows a commit deletes; how the index follows a 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.io.pyarrow import PyArrowFileIO
 
 from frazil.iceberg import mutations
 from frazil.iceberg.mutations import KeyIndex, latest, plan
@@ -111,3 +115,20 @@ def test_key_files_are_known_by_name() -> None:
     assert mutations.is_key_file("s3://b/t/data/frazil-keys-1234.parquet")
     assert not mutations.is_key_file("s3://b/t/data/frazil-keys-x/00000-0.parquet")
     assert not mutations.is_key_file("/w/t/data/00000-0-frazil-keys.parquet")
+
+
+def test_a_position_delete_file_is_read_once_for_every_data_file_it_covers(tmp_path: Path) -> None:
+    """An index build pairs a delete file with every data file its bounds may cover; each is read
+    once per build, and each data file gets only its own positions."""
+    path = tmp_path / "deletes.parquet"
+    rows = {"file_path": ["a.parquet", "b.parquet", "a.parquet"], "pos": pa.array([3, 1, 7], pa.int64())}
+    pq.write_table(pa.table(rows), path)
+    io = PyArrowFileIO()
+    opened: list[str] = []
+    new_input = io.new_input
+    io.new_input = lambda location: (opened.append(location), new_input(location))[1]   # type: ignore[method-assign]
+    deletes = mutations.DeleteFiles(io)
+    assert sorted(deletes.positions(str(path), "a.parquet")) == [3, 7]
+    assert list(deletes.positions(str(path), "b.parquet")) == [1]
+    assert list(deletes.positions(str(path), "c.parquet")) == []
+    assert opened == [str(path)]

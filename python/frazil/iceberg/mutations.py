@@ -209,8 +209,9 @@ def build_index(table: Table, identifiers: Sequence[str]) -> KeyIndex:
                      table_uuid=str(table.metadata.table_uuid))
     if current is None:
         return index
+    deletes = DeleteFiles(table.io)
     for task in table.scan(snapshot_id=current.snapshot_id).plan_files():
-        _index_file(table, index, task)
+        _index_file(table, index, task, deletes)
     if index.native.duplicated:
         log.warning("table %s: %d key(s) have more than one live row (written before the table was keyed, or by "
                     "another writer); the next change of each deletes all of them", table.name(),
@@ -280,21 +281,22 @@ def update_index(table: Table, index: KeyIndex) -> IndexUpdate | None:
     for path in gone:
         index.files.pop(path, None)
     if added:
+        delete_files = DeleteFiles(table.io)
         for task in table.scan(snapshot_id=current.snapshot_id).plan_files():
             if task.file.file_path in added:
-                _index_file(table, index, task)
+                _index_file(table, index, task, delete_files)
     index.snapshot_id = current.snapshot_id
     return IndexUpdate(len(added), len(gone), dropped)
 
 
-def _index_file(table: Table, index: KeyIndex, task: FileScanTask) -> None:
+def _index_file(table: Table, index: KeyIndex, task: FileScanTask, deletes: DeleteFiles) -> None:
     """Blocking. The live rows of one data file (its deletes applied) into ``index``."""
     data = task.file
     index.files[data.file_path] = (data.spec_id or 0, data.partition)
     keys = read_columns(table.io, data.file_path, index.identifiers)
     gone: set[int] = set()
     for delete in task.delete_files:
-        gone.update(_deleted_positions(table.io, delete.file_path, data.file_path))
+        gone.update(deletes.positions(delete.file_path, data.file_path))
     if gone:
         live = [pos for pos in range(keys.num_rows) if pos not in gone]
         if live:
@@ -308,10 +310,24 @@ def read_columns(io: FileIO, path: str, columns: Sequence[str]) -> pa.Table:
         return pq.read_table(f, columns=list(columns))
 
 
-def _deleted_positions(io: FileIO, delete_path: str, data_path: str) -> Iterable[int]:
-    deletes = read_columns(io, delete_path, ["file_path", "pos"])
-    positions: list[int] = deletes.filter(pc.equal(deletes.column("file_path"), data_path)).column("pos").to_pylist()
-    return positions
+class DeleteFiles:
+    """The position-delete files of one index build or update, each read once: a scan plan pairs a
+    delete file with every data file its bounds may cover, so reading it per data file read a
+    table's 608 delete files 7,985 times (13 s of a 100,000-key index build, on the coordinator's
+    path to its first commit)."""
+
+    def __init__(self, io: FileIO) -> None:
+        self._io = io
+        self._read: dict[str, dict[str, list[int]]] = {}   # delete file: data file: positions
+
+    def positions(self, delete_path: str, data_path: str) -> Iterable[int]:
+        """The positions ``delete_path`` deletes in data file ``data_path``."""
+        by_data = self._read.get(delete_path)
+        if by_data is None:
+            groups = read_columns(self._io, delete_path, ["file_path", "pos"]).group_by("file_path")
+            by_data = self._read[delete_path] = {
+                g["file_path"]: g["pos_list"] for g in groups.aggregate([("pos", "list")]).to_pylist()}
+        return by_data.get(data_path, ())
 
 
 @dataclass
