@@ -117,18 +117,18 @@ def test_key_files_are_known_by_name() -> None:
     assert not mutations.is_key_file("/w/t/data/00000-0-frazil-keys.parquet")
 
 
-def test_a_position_delete_file_is_read_once_for_every_data_file_it_covers(tmp_path: Path) -> None:
-    """An index build pairs a delete file with every data file its bounds may cover; each is read
-    once per build, and each data file gets only its own positions."""
-    path = tmp_path / "deletes.parquet"
-    rows = {"file_path": ["a.parquet", "b.parquet", "a.parquet"], "pos": pa.array([3, 1, 7], pa.int64())}
-    pq.write_table(pa.table(rows), path)
+def test_position_delete_files_are_read_once_and_joined_to_data_files_by_path(tmp_path: Path) -> None:
+    """An index build reads each position-delete file once, whatever number of data files its
+    bounds may cover, and each data file gets only its own positions."""
+    paths = [tmp_path / "d1.parquet", tmp_path / "d2.parquet"]
+    for path, files, positions in ((paths[0], ["a.parquet", "b.parquet", "a.parquet"], [3, 1, 7]),
+                                   (paths[1], ["a.parquet"], [9])):
+        pq.write_table(pa.table({"file_path": files, "pos": pa.array(positions, pa.int64())}), path)
     io = PyArrowFileIO()
     opened: list[str] = []
     new_input = io.new_input
     io.new_input = lambda location: (opened.append(location), new_input(location))[1]   # type: ignore[method-assign]
-    deletes = mutations.DeleteFiles(io)
-    assert sorted(deletes.positions(str(path), "a.parquet")) == [3, 7]
-    assert list(deletes.positions(str(path), "b.parquet")) == [1]
-    assert list(deletes.positions(str(path), "c.parquet")) == []
-    assert opened == [str(path)]
+    deleted = mutations.deleted_positions(io, [str(p) for p in paths])
+    assert {path: sorted(positions) for path, positions in deleted.items()} == {"a.parquet": [3, 7, 9],
+                                                                                 "b.parquet": [1]}
+    assert opened == [str(p) for p in paths]

@@ -79,8 +79,8 @@ class IndexStore:
                              table_name, path, why)
                     return None
                 key_schema = mutations.key_schema_of(table, identifiers)
-                index = mutations.KeyIndex(identifiers, key_schema, int(meta["snapshot_id"]),
-                                           table_uuid=meta["table_uuid"])
+                snapshot_id = int(meta["snapshot_id"])
+                index = mutations.KeyIndex(identifiers, key_schema, snapshot_id, table_uuid=meta["table_uuid"])
                 files = json.loads(meta["files"])
                 for batch in reader:
                     index.native.load(files, batch)
@@ -88,8 +88,7 @@ class IndexStore:
             log.warning("table %s: key index checkpoint %s cannot be read (%s); building the index from the table",
                         table_name, path, exc)
             return None
-        for task in table.scan(snapshot_id=index.snapshot_id).plan_files():   # manifests only: no data read
-            index.files[task.file.file_path] = (task.file.spec_id or 0, task.file.partition)
+        index.files.update(mutations.live_files(table, snapshot_id)[0])   # manifests only: no data read
         return index
 
     @staticmethod
