@@ -104,6 +104,7 @@ async def open_tables(cfg: Config) -> tuple[Catalog, dict[str, Table]]:
     tables ended it with a traceback and status 1)."""
     from frazil import config
     from frazil.iceberg import catalog as iceberg_catalog
+    from frazil.iceberg import catalog_errors
 
     try:
         catalog = await asyncio.to_thread(iceberg_catalog.load, cfg.catalog)
@@ -130,13 +131,13 @@ async def open_tables(cfg: Config) -> tuple[Catalog, dict[str, Table]]:
                          + (", ..." if len(found) > 10 else ""))
     except FrazilError:
         raise
-    except iceberg_catalog.aws_setup_missing() as exc:   # no credentials: found at the first call
-        raise iceberg_catalog.aws_setup_error(cfg.catalog, exc) from None
+    except catalog_errors.aws_setup_missing() as exc:   # no credentials: found at the first call
+        raise catalog_errors.aws_setup_error(cfg.catalog, exc) from None
     except Exception as exc:  # noqa: BLE001 - locked, down, refused: say so in one line
-        unserved = iceberg_catalog.unserved_call(cfg.catalog, exc)
+        unserved = catalog_errors.unserved_call(cfg.catalog, exc)
         if unserved is not None:
             raise unserved from None
-        raise CatalogUnavailable(f"catalog {cfg.catalog.name} ({iceberg_catalog.describe(cfg.catalog)}) did not answer "
+        raise CatalogUnavailable(f"catalog {cfg.catalog.name} ({catalog_errors.describe(cfg.catalog)}) did not answer "
                                  f"while the tables were opened: {type(exc).__name__}: "
                                  f"{first_line(exc)}. "
                                  "Nothing was read; "

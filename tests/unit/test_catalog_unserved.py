@@ -6,7 +6,7 @@ from thrift.Thrift import TApplicationException
 
 from frazil.config import CatalogConfig
 from frazil.errors import ConfigError
-from frazil.iceberg.catalog import unserved_call
+from frazil.iceberg.catalog_errors import unserved_call
 
 
 def test_a_hive_4_metastore_is_named_as_the_wrong_version() -> None:

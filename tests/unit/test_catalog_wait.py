@@ -33,6 +33,7 @@ from frazil.buffers.targets import Targets
 from frazil.errors import CatalogUnavailable, EvolutionError, SchemaRegistryError
 from frazil.flow import retry
 from frazil.iceberg import catalog as iceberg_catalog
+from frazil.iceberg import catalog_errors
 from frazil.ingest.evolve import Evolver
 from frazil.ingest.formats import ValueFormats
 from frazil.kafka.fetch import Record
@@ -54,7 +55,7 @@ def test_an_outage_is_waited_out_and_the_call_made_once_it_is_over() -> None:
             raise ConnectionRefusedError("connection refused")
         return "done"
 
-    assert asyncio.run(retry.catalog_wait(op, what="x", timeout_s=60, outage=iceberg_catalog.outage,
+    assert asyncio.run(retry.catalog_wait(op, what="x", timeout_s=60, outage=catalog_errors.outage,
                                           sleep=_no_sleep)) == "done"
     assert len(calls) == 3
 
@@ -73,7 +74,7 @@ def test_an_outage_longer_than_the_wait_stops_with_catalog_unavailable(timeout_s
 
     with pytest.raises(CatalogUnavailable, match=f"table t: cannot open {said}.*refused"):
         asyncio.run(retry.catalog_wait(op, what="table t: cannot open", timeout_s=timeout_s,
-                                       outage=iceberg_catalog.outage, clock=lambda: now[0], sleep=_no_sleep))
+                                       outage=catalog_errors.outage, clock=lambda: now[0], sleep=_no_sleep))
 
 
 OUTAGES = [ConnectionRefusedError("refused"), TimeoutError("timed out"), sqlite3.OperationalError("database is locked"),
@@ -87,12 +88,12 @@ REFUSALS = [NoSuchTableError("x"), BadRequestError("400"), ForbiddenError("403")
 
 @pytest.mark.parametrize("error", OUTAGES, ids=lambda e: type(e).__name__)
 def test_what_may_be_the_catalog_down_for_now_is_an_outage(error: Exception) -> None:
-    assert iceberg_catalog.outage(error)
+    assert catalog_errors.outage(error)
 
 
 @pytest.mark.parametrize("error", REFUSALS, ids=lambda e: type(e).__name__)
 def test_an_answer_a_missing_file_or_an_error_of_the_call_is_not(error: Exception) -> None:
-    assert not iceberg_catalog.outage(error)
+    assert not catalog_errors.outage(error)
 
 
 @pytest.mark.parametrize("error", REFUSALS, ids=lambda e: type(e).__name__)
@@ -104,7 +105,7 @@ def test_a_refusal_is_raised_at_once(error: Exception) -> None:
         raise error
 
     with pytest.raises(type(error)):
-        asyncio.run(retry.catalog_wait(op, what="x", timeout_s=60, outage=iceberg_catalog.outage, sleep=_no_sleep))
+        asyncio.run(retry.catalog_wait(op, what="x", timeout_s=60, outage=catalog_errors.outage, sleep=_no_sleep))
     assert len(calls) == 1
 
 

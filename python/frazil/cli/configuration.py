@@ -71,7 +71,7 @@ def check(args: argparse.Namespace) -> int:
           f"at most {cfg.max_buffer_records} buffered records)")
     topics = (f"topic_pattern={cfg.kafka.topic_pattern}" if cfg.kafka.topic_pattern
               else f"topics={','.join(cfg.kafka.topics)}")
-    from frazil.iceberg.catalog import describe
+    from frazil.iceberg.catalog_errors import describe
 
     print(f"  kafka      {cfg.kafka.bootstrap_servers} {topics} group={cfg.kafka.group_id} "
           f"security={cfg.kafka.security.describe()}")

@@ -31,7 +31,7 @@ def catalog_call(cfg: config_mod.Config, call: Callable[[], T]) -> T:
     """A read from the catalog in a command: a catalog that cannot answer is one line, exit 4."""
     from pyiceberg.exceptions import NoSuchTableError
 
-    from frazil.iceberg.catalog import aws_setup_error, aws_setup_missing, describe, unserved_call
+    from frazil.iceberg.catalog_errors import aws_setup_error, aws_setup_missing, describe, unserved_call
 
     try:
         return call()

@@ -31,7 +31,7 @@ from frazil.config import ChangesConfig, Config
 from frazil.errors import EvolutionError, FrazilError, UnknownWriterSchemas
 from frazil.flow import retry
 from frazil.iceberg import catalog as iceberg_catalog
-from frazil.iceberg import evolution, inference
+from frazil.iceberg import catalog_errors, evolution, inference
 from frazil.iceberg.offsets import TopicPartition
 from frazil.ingest import avro, connect_schema
 from frazil.ingest.formats import ValueFormats
@@ -308,7 +308,7 @@ class Evolver:
             table, made = await retry.catalog_wait(
                 lambda: asyncio.to_thread(evolution.apply, target.committer.load, changes_for, properties_for),
                 what=f"table {target.name}: cannot make the schema change {why} asks for",
-                timeout_s=self._cfg.outage_timeout_s, outage=iceberg_catalog.outage)
+                timeout_s=self._cfg.outage_timeout_s, outage=catalog_errors.outage)
         except EvolutionError as exc:
             log.warning("table %s: %s asks for a schema change that cannot be made: %s", target.name, why, exc)
             return None

@@ -22,7 +22,7 @@ from frazil.config import Config, TableConfig
 from frazil.errors import ConfigError, InferenceError, RecordDecodeError
 from frazil.flow import retry
 from frazil.iceberg import catalog as iceberg_catalog
-from frazil.iceberg import inference
+from frazil.iceberg import catalog_errors, inference
 from frazil.iceberg.offsets import TopicPartition
 from frazil.ingest import avro, connect_schema
 from frazil.ingest.formats import ValueFormats
@@ -78,7 +78,7 @@ class Opener:
         refused: dict[str, RecordDecodeError] = {}
         names = ", ".join(sorted({w.name for w in wanted}))
         built = await retry.catalog_wait(lambda: asyncio.to_thread(build_all), what=f"cannot open table(s) {names}",
-                                         timeout_s=self._cfg.outage_timeout_s, outage=iceberg_catalog.outage)
+                                         timeout_s=self._cfg.outage_timeout_s, outage=catalog_errors.outage)
         for w, target, made in built:
             if isinstance(target, RecordDecodeError):
                 refused[w.name] = target
