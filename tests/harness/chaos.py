@@ -484,17 +484,17 @@ class Producer(threading.Thread):
     def ask_bad(self, n: int) -> int:
         with self.lock:
             self.bad_wanted += n
-        return self._wait_chunk()
+        return self.wait_chunk()
 
     def change_schema(self) -> str:
         with self.lock:
             self.fields_added += 1
             self.field = f"x{self.fields_added}"
             name = self.field
-        self._wait_chunk()
+        self.wait_chunk()
         return name
 
-    def _wait_chunk(self, timeout: float = 120) -> int:
+    def wait_chunk(self, timeout: float = 120) -> int:
         with self.sent:
             seen = self.sent_chunks
             self.sent.wait_for(lambda: self.sent_chunks > seen + 1 or self.error is not None, timeout=timeout)
@@ -1107,7 +1107,7 @@ def run(workdir: Path, broker: KafkaBroker | KafkaCluster, *, faults: int, seed:
     while True:
         procs.supervise(lambda n: restarts.update([n]))
         if preloaded is None and producer.preloaded >= producer.keys:
-            producer._wait_chunk()   # the last inserts are in the topic
+            producer.wait_chunk()   # the chunk with the last inserts is in the topic
             preloaded = topic_ends(bootstrap)
         s = stored_all(tables)
         if s is not None and all(s.values()) and preloaded is not None and caught_up(s, preloaded):
