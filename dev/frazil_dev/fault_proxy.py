@@ -161,6 +161,6 @@ class FaultProxy:
                     if not chunk:
                         return
                     head += chunk
-                client.sendall(SLOW_DOWN % (len(SLOW_DOWN_BODY), SLOW_DOWN_BODY))
-                with self._lock:
+                with self._lock:   # counted before the client can read the answer (and look at the count)
                     self.refused += 1
+                client.sendall(SLOW_DOWN % (len(SLOW_DOWN_BODY), SLOW_DOWN_BODY))
